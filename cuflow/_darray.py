@@ -1,0 +1,144 @@
+"""``darray``: cuflow's thin subclass of the backend's ndarray.
+
+On the CuPy backend ``darray`` subclasses ``cupy.ndarray``, so CuPy functions,
+RawKernel arguments and third-party CuPy code accept it unchanged; on the NumPy
+backend it subclasses ``numpy.ndarray``.  The class adds no per-instance state
+(``__slots__ = ()``), so turning a base array CuPy hands back into a darray is
+an O(1) ``__class__`` switch, not a copy.
+
+The methods that produce new arrays take Dolphin's ``dst=`` (``astype``,
+``copy``, ``flatten`` and the reductions); everything else is inherited.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy
+
+from . import _ops
+
+__all__ = ["make_darray_class"]
+
+# Methods of the base class whose results CuPy/NumPy return as the base type
+# and that cuflow re-classes to darray (O(1)).  Reductions and the Dolphin
+# methods with dst= are defined explicitly below.
+_RECLASS_METHODS = (
+    "__matmul__", "__rmatmul__", "dot", "take", "repeat", "cumsum", "cumprod",
+    "nonzero", "argsort", "searchsorted", "compress", "choose", "ptp", "trace",
+    "conj", "conjugate", "__copy__", "__deepcopy__",
+)
+
+
+def make_darray_class(base: type, backend: str) -> type:
+    """Build the ``darray`` class for ``base`` (``cupy.ndarray`` or ``numpy.ndarray``)."""
+    base_astype, base_copy = base.astype, base.copy
+    ns: dict[str, Any] = {"__slots__": (), "__module__": "cuflow", "__qualname__": "darray"}
+    ns["__doc__"] = (
+        f"cuflow's array: a subclass of ``{base.__module__}.{base.__name__}`` "
+        "whose producing methods accept ``dst=`` and ``stream=``.")
+
+    # Overrides keep the base class's positional signature exactly: CuPy's own
+    # Cython code calls these methods on darrays (cpdef dispatch), positionally.
+    def astype(self, dtype, order="K", casting=None, subok=None, copy=True, *, dst=None,
+               out=None, stream=None):
+        """Cast to ``dtype``; with ``dst`` (Dolphin: ``astype(dtype, dst)``) written there.
+
+        Notes
+        -----
+        Stream semantics: queued on ``stream`` (default: the current stream).
+        """
+        if isinstance(order, base):  # Dolphin's positional dst
+            order, dst = "K", order
+        if dst is None and out is None and stream is None and casting is None:
+            return _ops.wrap(base_astype(self, dtype, order=order, copy=copy))
+        return _ops.astype(self, dtype, dst, out=out, order=order,
+                           casting="unsafe" if casting is None else casting, copy=copy,
+                           stream=stream)
+
+    def copy(self, order="C", *, dst=None, out=None, stream=None):
+        """Copy; with ``dst`` (Dolphin: ``copy(dst)``) the copy goes there and ``dst`` is returned.
+
+        Notes
+        -----
+        Stream semantics: queued on ``stream`` (default: the current stream).
+        """
+        if isinstance(order, base):
+            order, dst = "C", order
+        if dst is None and out is None and stream is None:
+            return _ops.wrap(base_copy(self, order))
+        return _ops.copy(self, dst, out=out, order=order, stream=stream)
+
+    def flatten(self, order="C", *, dst=None, out=None, stream=None):
+        """1-D copy; with ``dst`` (Dolphin: ``flatten(dst)``) written there and ``dst`` returned.
+
+        Notes
+        -----
+        Stream semantics: queued on ``stream`` (default: the current stream).
+        """
+        if isinstance(order, base):
+            order, dst = "C", order
+        return _ops.flatten(self, dst, out=out, order=order, stream=stream)
+
+    def to_numpy(self, *, stream=None):
+        """Copy to a new ``numpy.ndarray`` (alias of ``get()``; blocks until the data is on the host)."""
+        return _ops.asnumpy(self, stream=stream)
+
+    ns.update(astype=astype, copy=copy, flatten=flatten, to_numpy=to_numpy)
+
+    for rname, fn in _ops.REDUCTIONS.items():
+        ns[rname] = fn  # the module-level function doubles as the method (self is ``a``)
+
+    if backend == "cupy":
+        base_getitem = base.__getitem__
+        base_dlpack = base.__dlpack__
+
+        def __getitem__(self, key):
+            r = base_getitem(self, key)
+            if type(r) is base:  # advanced indexing hands back the base type
+                r.__class__ = cls
+            return r
+
+        def __dlpack__(self, **kwargs):
+            # Order the consumer after the stream cuflow last wrote this array on,
+            # then let CuPy order it after the current stream.
+            s = getattr(self, "_cf_stream", None)
+            consumer = kwargs.get("stream")
+            if s is not None and consumer != -1:
+                _ops._order_consumer_after(s, consumer)
+            return base_dlpack(self, **kwargs)
+
+        ns.update(__getitem__=__getitem__, __dlpack__=__dlpack__)
+    else:
+        base_getitem = base.__getitem__
+
+        def __getitem__(self, key):
+            r = base_getitem(self, key)
+            if isinstance(r, numpy.generic):  # CuPy returns 0-d arrays, so do we
+                r = numpy.asarray(r).view(cls)
+            return r
+
+        def get(self, stream=None, order="C", out=None, blocking=True):
+            """Return a ``numpy.ndarray`` copy (CuPy's ``get`` on the NumPy backend)."""
+            if out is not None:
+                numpy.copyto(out, self)
+                return out
+            return numpy.array(self, order=order, subok=False, copy=True)
+
+        ns.update(__getitem__=__getitem__, get=get)
+
+    for mname in _RECLASS_METHODS:
+        if hasattr(base, mname) and mname not in ns:
+            ns[mname] = _reclass_method(getattr(base, mname), mname)
+
+    cls = type("darray", (base,), ns)
+    return cls
+
+
+def _reclass_method(fn, name):
+    def method(self, *args, **kwargs):
+        return _ops.wrap(fn(self, *args, **kwargs))
+
+    method.__name__ = name
+    method.__doc__ = fn.__doc__
+    return method

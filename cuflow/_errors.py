@@ -1,0 +1,52 @@
+"""The cuflow exception hierarchy.
+
+Every error cuflow raises on purpose derives from :class:`CuflowError`.
+Validation errors also derive from the builtin a Python user would catch
+(``ValueError`` or ``TypeError``), and errors that come from CUDA keep the
+original CuPy / CUDA exception as ``__cause__``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CuflowError",
+    "BackendError",
+    "DstError",
+    "DstShapeError",
+    "DstDtypeError",
+    "DstTypeError",
+    "CudaError",
+    "OutOfMemoryError",
+]
+
+
+class CuflowError(Exception):
+    """Base class of every error raised by cuflow."""
+
+
+class BackendError(CuflowError, RuntimeError):
+    """The requested backend cannot be used (no CuPy, no GPU, bad ``CUFLOW_BACKEND``)."""
+
+
+class DstError(CuflowError, ValueError):
+    """``dst=`` breaks the output contract (shape, device, overlap, both ``dst`` and ``out``)."""
+
+
+class DstShapeError(DstError):
+    """The result shape differs from ``dst.shape`` (outputs are never broadcast)."""
+
+
+class DstDtypeError(CuflowError, TypeError):
+    """The result dtype cannot be cast to ``dst.dtype`` under the casting rule."""
+
+
+class DstTypeError(CuflowError, TypeError):
+    """``dst`` (or an input) is not an array of the active backend."""
+
+
+class CudaError(CuflowError, RuntimeError):
+    """A CUDA call failed; ``__cause__`` holds the CuPy / CUDA exception."""
+
+
+class OutOfMemoryError(CuflowError, MemoryError):
+    """The device ran out of memory; ``__cause__`` holds the allocator's exception."""

@@ -1,0 +1,79 @@
+"""The drop-in namespace: CuPy (or NumPy) names that cuflow does not define.
+
+``import cuflow as cp`` runs CuPy code: a name cuflow lacks is looked up on the
+backend module and, when it is a function, wrapped so that array results come
+back as darrays (an O(1) re-class; a caller's own array object is never
+re-classed, it is viewed instead).  Submodules ``linalg``, ``fft`` and
+``random`` are forwarded the same way; ``cuda`` is CuPy's own.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import types
+from typing import Any
+
+from ._backend import get_backend
+
+__all__ = ["forward", "ForwardModule", "install_submodules"]
+
+_cache: dict[tuple[str, str, str], Any] = {}
+
+
+def _wrap_function(fn):
+    from ._ops import _wrap_view  # noqa: PLC0415
+
+    @functools.wraps(fn)
+    def w(*args, **kwargs):
+        return _wrap_view(fn(*args, **kwargs), *args)
+
+    return w
+
+
+def forward(name: str, sub: str | None = None, owner: str = "cuflow") -> Any:
+    """Resolve ``name`` on the backend module (or its submodule ``sub``)."""
+    b = get_backend()
+    key = (b.name, sub or "", name)
+    hit = _cache.get(key)
+    if hit is not None:
+        return hit
+    mod = b.xp if sub is None else getattr(b.xp, sub, None)
+    if mod is None:
+        raise AttributeError(f"module {owner!r} has no attribute {name!r} "
+                             f"({b.name} has no submodule {sub!r})")
+    try:
+        obj = getattr(mod, name)
+    except AttributeError:
+        raise AttributeError(
+            f"module {owner!r} has no attribute {name!r} (not in cuflow nor in "
+            f"{mod.__name__})") from None
+    if callable(obj) and not isinstance(obj, type) and not isinstance(obj, types.ModuleType):
+        obj = _wrap_function(obj)
+    _cache[key] = obj
+    return obj
+
+
+class ForwardModule(types.ModuleType):
+    """A cuflow submodule that forwards to the backend's submodule of the same name."""
+
+    def __init__(self, name: str, sub: str) -> None:
+        super().__init__(name, f"cuflow's drop-in view of the backend's {sub!r} submodule")
+        self._sub = sub
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return forward(attr, self._sub, self.__name__)
+
+    def __dir__(self):
+        return sorted(set(dir(getattr(get_backend().xp, self._sub))))
+
+
+def install_submodules(pkg: str, names: tuple[str, ...]) -> dict[str, ForwardModule]:
+    mods = {}
+    for n in names:
+        m = ForwardModule(f"{pkg}.{n}", n)
+        sys.modules[f"{pkg}.{n}"] = m
+        mods[n] = m
+    return mods

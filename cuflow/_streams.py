@@ -1,0 +1,226 @@
+"""CUDA streams and events, as objects and context managers.
+
+``Stream`` and ``Event`` exist on both backends.  On the CuPy backend they wrap
+``cupy.cuda.Stream`` / ``cupy.cuda.Event``; on the NumPy backend work is
+synchronous, so they are no-ops that keep code running unchanged (events still
+record host time, so ``elapsed_time`` is meaningful for CPU timings).
+
+Context managers are for users.  cuflow's own functions take ``stream=`` and
+resolve it with :func:`as_cupy_stream`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ._backend import get_backend
+from ._errors import CuflowError
+
+__all__ = ["Stream", "Event", "current_stream", "synchronize", "streams", "as_cupy_stream"]
+
+
+class Stream:
+    """A CUDA stream.
+
+    Parameters
+    ----------
+    non_blocking : bool, default True
+        Do not synchronize with the legacy default stream.
+    priority : int, optional
+        Stream priority (lower is higher priority, as in CUDA).
+
+    Notes
+    -----
+    ``with stream:`` makes it the current stream of cuflow *and* CuPy for the
+    block, so ops without ``stream=`` (and plain CuPy calls) run on it.
+    ``Stream()`` creates the CUDA stream immediately.  Use :func:`streams` to
+    get several distinct streams (``[Stream()] * n`` is one stream n times).
+    """
+
+    __slots__ = ("_cp", "_t0", "__weakref__")
+
+    def __init__(self, non_blocking: bool = True, priority: int | None = None, *,
+                 _wrap: Any = None) -> None:
+        b = get_backend()
+        if _wrap is not None:
+            self._cp = _wrap
+        elif b.is_gpu:
+            kw = {} if priority is None else {"priority": int(priority)}
+            self._cp = b.xp.cuda.Stream(non_blocking=bool(non_blocking), **kw)
+        else:
+            self._cp = None
+
+    # -- identity -----------------------------------------------------------
+    @property
+    def ptr(self) -> int:
+        """The ``cudaStream_t`` as an int (0 on the NumPy backend)."""
+        return 0 if self._cp is None else int(self._cp.ptr)
+
+    @property
+    def cupy(self):
+        """The underlying ``cupy.cuda.Stream`` (None on the NumPy backend)."""
+        return self._cp
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        """The CUDA stream protocol (cuda.core, PyTorch, Numba)."""
+        return (0, self.ptr)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Stream):
+            return self.ptr == other.ptr and self._cp is not None or self is other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(("cuflow.Stream", self.ptr if self._cp is not None else id(self)))
+
+    def __repr__(self) -> str:
+        return f"<cuflow.Stream ptr=0x{self.ptr:x}>"
+
+    # -- context manager ----------------------------------------------------
+    def __enter__(self) -> Stream:
+        if self._cp is not None:
+            self._cp.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._cp is not None:
+            self._cp.__exit__(*exc)
+
+    # -- operations ---------------------------------------------------------
+    def synchronize(self) -> None:
+        """Block the host until all work queued on this stream is done."""
+        if self._cp is not None:
+            self._cp.synchronize()
+
+    def query(self) -> bool:
+        """True when all work queued on this stream is done (never blocks)."""
+        return True if self._cp is None else bool(self._cp.done)
+
+    def record(self, event: Event | None = None) -> Event:
+        """Record ``event`` (a new one if None) on this stream and return it."""
+        event = Event() if event is None else event
+        event.record(self)
+        return event
+
+    def wait(self, event: Event) -> None:
+        """Make future work on this stream wait for ``event`` (no host synchronization)."""
+        if not isinstance(event, Event):
+            raise TypeError(f"Stream.wait expects a cuflow.Event, got {type(event).__name__}")
+        if self._cp is not None and event._cp is not None:
+            self._cp.wait_event(event._cp)
+
+    def wait_stream(self, other: Stream) -> None:
+        """Make future work on this stream wait for the work queued so far on ``other``."""
+        self.wait(as_stream(other).record())
+
+
+class Event:
+    """A CUDA event.
+
+    Parameters
+    ----------
+    timing : bool, default True
+        Record timestamps so :meth:`elapsed_time` works (slightly slower events).
+    blocking : bool, default False
+        ``synchronize()`` yields the CPU instead of spinning.
+    """
+
+    __slots__ = ("_cp", "_t")
+
+    def __init__(self, timing: bool = True, blocking: bool = False) -> None:
+        b = get_backend()
+        self._t: float | None = None
+        self._cp = (b.xp.cuda.Event(block=bool(blocking), disable_timing=not timing)
+                    if b.is_gpu else None)
+
+    @property
+    def ptr(self) -> int:
+        """The ``cudaEvent_t`` as an int (0 on the NumPy backend)."""
+        return 0 if self._cp is None else int(self._cp.ptr)
+
+    def record(self, stream: Any = None) -> Event:
+        """Record on ``stream`` (default: the current stream); returns self."""
+        self._t = time.perf_counter()
+        if self._cp is not None:
+            self._cp.record(as_cupy_stream(stream))
+        return self
+
+    def synchronize(self) -> None:
+        """Block the host until the work before this event is done."""
+        if self._cp is not None:
+            self._cp.synchronize()
+
+    def query(self) -> bool:
+        """True when the work before this event is done (never blocks)."""
+        return True if self._cp is None else bool(self._cp.done)
+
+    def elapsed_time(self, end: Event) -> float:
+        """Milliseconds from this event to ``end`` (both recorded; ``end`` is synchronized)."""
+        if self._t is None or end._t is None:
+            raise CuflowError("elapsed_time needs both events recorded first")
+        if self._cp is None:
+            return (end._t - self._t) * 1e3
+        end.synchronize()
+        from cupy.cuda import get_elapsed_time  # noqa: PLC0415
+
+        return float(get_elapsed_time(self._cp, end._cp))
+
+
+def as_cupy_stream(stream: Any):
+    """Resolve ``stream=`` to a ``cupy.cuda.Stream`` (None: the current stream).
+
+    Accepts a cuflow ``Stream``, a CuPy stream, or any object with
+    ``__cuda_stream__`` (cuda.core) or ``cuda_stream`` (PyTorch).  Returns None
+    on the NumPy backend.
+    """
+    b = get_backend()
+    if not b.is_gpu:
+        if stream is None or isinstance(stream, Stream) or hasattr(stream, "__cuda_stream__") \
+                or hasattr(stream, "cuda_stream"):
+            return None
+        _bad_stream(stream)
+    cuda = b.xp.cuda
+    if stream is None:
+        return cuda.get_current_stream()
+    if isinstance(stream, Stream):
+        return stream._cp
+    if isinstance(stream, cuda.Stream | cuda.ExternalStream):
+        return stream
+    if hasattr(stream, "__cuda_stream__"):
+        return cuda.ExternalStream(int(stream.__cuda_stream__()[1]))
+    if hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
+        return cuda.ExternalStream(int(stream.cuda_stream))
+    _bad_stream(stream)
+
+
+def _bad_stream(stream: Any):
+    raise TypeError(
+        "stream= must be a cuflow.Stream, a cupy.cuda.Stream, or an object with "
+        f"__cuda_stream__ / cuda_stream; got {type(stream).__name__}")
+
+
+def as_stream(stream: Any) -> Stream:
+    """Resolve anything :func:`as_cupy_stream` takes to a cuflow ``Stream``."""
+    if isinstance(stream, Stream):
+        return stream
+    return Stream(_wrap=as_cupy_stream(stream))
+
+
+def current_stream() -> Stream:
+    """The current stream (CuPy's current stream on the CuPy backend)."""
+    return as_stream(None)
+
+
+def synchronize() -> None:
+    """Block the host until all work on the current device is done."""
+    b = get_backend()
+    if b.is_gpu:
+        b.xp.cuda.Device().synchronize()
+
+
+def streams(n: int, non_blocking: bool = True, priority: int | None = None) -> list[Stream]:
+    """Return ``n`` distinct new streams."""
+    if not isinstance(n, int) or n < 0:
+        raise ValueError(f"streams(n) needs a non-negative int, got {n!r}")
+    return [Stream(non_blocking=non_blocking, priority=priority) for _ in range(n)]

@@ -1,0 +1,85 @@
+"""Timing GPU work correctly.
+
+* host time per call: a loop of many calls, one synchronize at the end (so the
+  queue never runs dry unnoticed), after a warm-up; the median of several loops.
+* device time: CUDA events around the region, after a warm-up, median of runs.
+* copy bandwidth: a large device-to-device copy, counting bytes read plus bytes
+  written (the convention of the reference figures).
+
+On the NumPy backend the same functions time the CPU (events record host time).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["Timing", "host_time_us", "device_time_us", "copy_bandwidth_tbps"]
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Per-call times in microseconds over repeated loops."""
+
+    median_us: float
+    min_us: float
+    max_us: float
+    samples_us: tuple[float, ...]
+
+    @classmethod
+    def of(cls, samples: list[float]) -> Timing:
+        return cls(statistics.median(samples), min(samples), max(samples), tuple(samples))
+
+
+def _sync():
+    from .._streams import synchronize  # noqa: PLC0415
+
+    synchronize()
+
+
+def host_time_us(fn: Callable[[], object], *, number: int = 2000, repeat: int = 7,
+                 warmup: int = 200) -> Timing:
+    """Host microseconds per call of ``fn`` (synchronizes before and after each loop)."""
+    for _ in range(warmup):
+        fn()
+    _sync()
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        _sync()
+        samples.append((time.perf_counter() - t0) / number * 1e6)
+    return Timing.of(samples)
+
+
+def device_time_us(fn: Callable[[], object], *, number: int = 10, repeat: int = 15,
+                   warmup: int = 3) -> Timing:
+    """Device microseconds per call of ``fn``, from CUDA events around ``number`` calls."""
+    from .._streams import Event  # noqa: PLC0415
+
+    for _ in range(warmup):
+        fn()
+    _sync()
+    samples = []
+    for _ in range(repeat):
+        start, end = Event(), Event()
+        start.record()
+        for _ in range(number):
+            fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1e3 / number)
+    return Timing.of(samples)
+
+
+def copy_bandwidth_tbps(nbytes: int = 1 << 30) -> float:
+    """Device-to-device copy bandwidth in TB/s (bytes read + bytes written)."""
+    import cuflow  # noqa: PLC0415
+
+    src = cuflow.ones(nbytes // 4, dtype="float32")
+    dst = cuflow.empty_like(src)
+    t = device_time_us(lambda: cuflow.copy(src, dst), number=5, repeat=9)
+    return 2 * nbytes / (t.median_us * 1e-6) / 1e12

@@ -1,0 +1,49 @@
+"""Backend fixtures: one test body runs on every backend present.
+
+``cf`` is the cuflow module with the backend of the parameter switched on;
+parameters are ``numpy`` (always) and ``cupy`` (marked ``gpu``; skipped with a
+one-line reason when no GPU is usable).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import cuflow
+from cuflow._backend import _probe_cupy
+
+_CUPY, _NGPU, _WHY = _probe_cupy()
+HAVE_GPU = _NGPU > 0
+
+
+def pytest_collection_modifyitems(config, items):
+    if HAVE_GPU:
+        return
+    skip = pytest.mark.skip(reason=f"needs a GPU ({_WHY})")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(params=["numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
+def cf(request):
+    """cuflow, on the backend named by the parameter."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cuflow.set_backend(request.param)
+    return cuflow
+
+
+@pytest.fixture
+def gpu_cf():
+    """cuflow on the CuPy backend (for gpu-marked tests)."""
+    cuflow.set_backend("cupy")
+    return cuflow
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)

@@ -1,0 +1,216 @@
+"""Elementwise ops, reductions and transforms against NumPy, with and without dst=."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cuflow
+from cuflow.testing import DTYPES, assert_equal_host, random_array, to_host
+
+BINARY = ["add", "subtract", "multiply", "maximum", "minimum", "equal", "less", "logical_and"]
+UNARY = ["negative", "absolute", "square", "logical_not"]
+
+
+def _np_ref(name, *args, **kw):
+    with np.errstate(all="ignore"):
+        return getattr(np, name)(*args, **kw)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", BINARY)
+def test_binary_all_dtypes(cf, rng, name, dtype):
+    if name in ("subtract",) and np.dtype(dtype) == np.bool_:
+        pytest.skip("NumPy defines no boolean subtract")
+    if name == "logical_and" and np.dtype(dtype).kind == "c" and cf.get_backend().name == "cupy":
+        pytest.skip("CuPy has no complex logical_and")
+    ha = random_array((7, 9), dtype, rng, host=True)
+    hb = random_array((7, 9), dtype, rng, host=True)
+    a, b = cf.asarray(ha), cf.asarray(hb)
+    exp = _np_ref(name, ha, hb)
+    with np.errstate(all="ignore"):
+        got = getattr(cf, name)(a, b)
+        assert_equal_host(got, exp)
+        dst = cf.full(exp.shape, 1, dtype=exp.dtype)
+        assert getattr(cf, name)(a, b, dst=dst) is dst
+    assert_equal_host(dst, exp)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "float16", "float32", "float64", "complex128"])
+@pytest.mark.parametrize("name", UNARY)
+def test_unary(cf, rng, name, dtype):
+    if name == "negative" and dtype == "uint8":
+        pytest.skip("unsigned negate wraps; covered by binary tests")
+    if name == "logical_not" and np.dtype(dtype).kind == "c" and cf.get_backend().name == "cupy":
+        pytest.skip("CuPy has no complex logical_not")
+    h = random_array((33,), dtype, rng, host=True)
+    exp = _np_ref(name, h)
+    dst = cf.empty(exp.shape, exp.dtype)
+    with np.errstate(all="ignore"):
+        assert getattr(cf, name)(cf.asarray(h), dst) is dst
+    if exp.dtype.kind in "fc":  # |z| of complex may differ by an ulp between implementations
+        tol = {2: 1e-3, 4: 1e-6, 8: 1e-14}[np.finfo(exp.dtype).bits // 8]
+        np.testing.assert_allclose(to_host(dst), exp, rtol=tol)
+    else:
+        assert_equal_host(dst, exp)
+
+
+def test_every_numpy_ufunc_name_exists():
+    for name in cuflow._ops.UFUNC_NAMES:
+        f = getattr(cuflow, name)
+        assert callable(f) and f.__name__ == name
+        assert "dst" in f.__doc__ and "Stream semantics" in f.__doc__
+
+
+def test_non_contiguous_and_transposed_inputs_and_outputs(cf, rng):
+    ha = random_array((8, 10), "float32", rng, host=True)
+    hb = random_array((10, 8), "float32", rng, host=True)
+    a, b = cf.asarray(ha), cf.asarray(hb)
+    big = cf.zeros((16, 20), dtype="float32")
+    dst = big[::2, ::2]  # strided output view
+    cf.multiply(a, b.T, dst=dst)
+    exp_big = np.zeros((16, 20), np.float32)
+    exp_big[::2, ::2] = ha * hb.T
+    assert_equal_host(big, exp_big)
+    # offset view input
+    cf.add(a[1:, 2:], 1.5, dst=cf.empty((7, 8), "float32"))
+    assert_equal_host(cf.add(a[1:, 2:], 1.5), ha[1:, 2:] + np.float32(1.5))
+
+
+def test_broadcast_inputs_into_exact_dst(cf, rng):
+    ha = random_array((4, 1), "float64", rng, host=True)
+    hb = random_array((1, 5), "float64", rng, host=True)
+    dst = cf.empty((4, 5))
+    cf.add(cf.asarray(ha), cf.asarray(hb), dst=dst)
+    assert_equal_host(dst, ha + hb)
+
+
+def test_in_place_dst_identical_to_input(cf, rng):
+    h = random_array((50,), "float32", rng, host=True)
+    a = cf.array(h)
+    assert cf.multiply(a, 2, dst=a) is a
+    assert_equal_host(a, h * 2)
+    a2 = cf.array(h)
+    cf.add(a2, a2, out=a2)
+    assert_equal_host(a2, h + h)
+
+
+@pytest.mark.parametrize("shift", [1, -1, 3])
+def test_partial_overlap_gives_the_right_answer(cf, rng, shift):
+    h = random_array((64,), "float32", rng, host=True)
+    a = cf.array(h)
+    n = 64 - abs(shift)
+    src = a[:n] if shift > 0 else a[-shift:]
+    dst = a[shift:] if shift > 0 else a[:n]
+    exp = h.copy()
+    srch = h[:n].copy() if shift > 0 else h[-shift:].copy()
+    if shift > 0:
+        exp[shift:] = srch + srch
+    else:
+        exp[:n] = srch + srch
+    cf.add(src, src, dst=dst)
+    assert_equal_host(a, exp)
+
+
+def test_broadcast_input_overlapping_dst(cf):
+    a = cf.asarray(np.arange(12, dtype=np.float32).reshape(3, 4))
+    row = a[0:1]  # broadcast over dst while dst's first row is being written
+    exp = np.arange(12, dtype=np.float32).reshape(3, 4)
+    exp = exp + exp[0:1]
+    cf.add(a, row, dst=a)
+    assert_equal_host(a, exp)
+
+
+REDUCTIONS = ["sum", "mean", "min", "max", "argmin", "argmax", "prod", "std", "var", "any", "all"]
+
+
+@pytest.mark.parametrize("dtype", ["bool", "uint8", "int32", "float32", "float64", "complex64"])
+@pytest.mark.parametrize("name", REDUCTIONS)
+@pytest.mark.parametrize("axis", [None, 0, 1, (0, 1)])
+def test_reductions(cf, rng, name, dtype, axis):
+    if dtype == "complex64" and name in ("min", "max", "argmin", "argmax"):
+        pytest.skip("complex ordering differs between NumPy and CuPy")
+    if dtype == "bool" and name in ("std", "var", "mean"):
+        pytest.skip("not meaningful for bool")
+    h = random_array((6, 5), dtype, rng, host=True, **({"low": 0, "high": 4} if dtype in ("uint8", "int32") else {}))
+    a = cf.asarray(h)
+    with np.errstate(all="ignore"):
+        exp = np.asarray(getattr(np, name)(h, axis=axis)) if name not in ("argmin", "argmax") or axis != (0, 1) else None
+    if exp is None:
+        pytest.skip("arg-reductions take one axis")
+    got = getattr(cf, name)(a, axis=axis)
+    assert isinstance(got, cf.darray)
+    np.testing.assert_allclose(to_host(got), exp, rtol=2e-5 if dtype != "float32" else 1e-3)
+    dst = cf.empty(exp.shape, dtype=exp.dtype)
+    r = getattr(cf, name)(a, axis=axis, dst=dst)
+    assert r is dst
+    np.testing.assert_allclose(to_host(dst), exp, rtol=2e-5 if dtype != "float32" else 1e-3)
+    # method spelling with out=
+    dst2 = cf.empty(exp.shape, dtype=exp.dtype)
+    assert getattr(a, name)(axis=axis, out=dst2) is dst2
+
+
+def test_reduction_positional_out_matches_numpy_signatures(cf):
+    a = cf.asarray(np.arange(12, dtype=np.float64).reshape(3, 4))
+    d = cf.empty(4)
+    assert cf.sum(a, 0, None, d) is d  # sum(a, axis, dtype, out)
+    m = cf.empty(4)
+    assert cf.max(a, 0, m) is m  # amax(a, axis, out)
+    s = cf.empty(4)
+    assert cf.std(a, 0, None, s, 1) is s  # std(a, axis, dtype, out, ddof)
+    np.testing.assert_allclose(to_host(s), np.std(np.arange(12.).reshape(3, 4), 0, ddof=1))
+
+
+def test_reduction_into_overlapping_dst(cf):
+    h = np.arange(12, dtype=np.float64).reshape(3, 4)
+    a = cf.array(h)
+    cf.sum(a, axis=0, dst=a[0])
+    exp = h.copy()
+    exp[0] = h.sum(axis=0)
+    assert_equal_host(a, exp)
+
+
+def test_transforms_with_dst(cf, rng):
+    ha = random_array((3, 4), "float32", rng, host=True)
+    hb = random_array((3, 4), "float32", rng, host=True)
+    a, b = cf.asarray(ha), cf.asarray(hb)
+    cases = [
+        (lambda d: cf.concatenate([a, b], dst=d), np.concatenate([ha, hb])),
+        (lambda d: cf.concatenate([a, b], axis=1, out=d), np.concatenate([ha, hb], axis=1)),
+        (lambda d: cf.stack([a, b], dst=d), np.stack([ha, hb])),
+        (lambda d: cf.matmul(a, b.T, dst=d), ha @ hb.T),
+        (lambda d: cf.dot(a, b.T, dst=d), ha.dot(hb.T)),
+        (lambda d: cf.clip(a, -1, 1, dst=d), np.clip(ha, -1, 1)),
+        (lambda d: cf.cumsum(a, axis=1, dst=d), np.cumsum(ha, axis=1)),
+        (lambda d: cf.around(a, 1, dst=d), np.around(ha, 1)),
+        (lambda d: cf.transpose(a, dst=d), ha.T.copy()),
+        (lambda d: cf.reshape(a, (4, 3), dst=d), ha.reshape(4, 3)),
+        (lambda d: cf.ravel(a.T, dst=d), ha.T.ravel()),
+        (lambda d: cf.ascontiguousarray(a.T, dst=d), np.ascontiguousarray(ha.T)),
+        (lambda d: cf.copy(a, dst=d), ha.copy()),
+    ]
+    for fn, exp in cases:
+        d = cf.full(exp.shape, np.nan, dtype=exp.dtype)
+        assert fn(d) is d
+        np.testing.assert_allclose(to_host(d), exp, rtol=1e-5, atol=1e-5)
+
+
+def test_multi_output_ufuncs(cf, rng):
+    h = random_array((10,), "float64", rng, host=True)
+    a = cf.asarray(h)
+    f, i = cf.modf(a)
+    ef, ei = np.modf(h)
+    assert_equal_host(f, ef)
+    assert_equal_host(i, ei)
+    d1, d2 = cf.empty(10), cf.empty(10)
+    r = cf.divmod(a, 3.0, dst=(d1, d2))
+    assert r[0] is d1 and r[1] is d2
+    assert_equal_host(d2, np.divmod(h, 3.0)[1])
+
+
+def test_ufunc_methods_forwarded(cf):
+    a = cf.asarray(np.arange(1, 6, dtype=np.float64))
+    assert float(cf.add.reduce(a)) == 15.0
+    outer = cf.multiply.outer(a, a)
+    assert isinstance(outer, cf.darray) and outer.shape == (5, 5)
+    assert cf.add.nin == 2 and cf.negative.nin == 1
