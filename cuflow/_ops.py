@@ -258,7 +258,10 @@ def _make_binary(name):
                 return r if type(r) is _D else wrap(r)
             src, other = _prep_binary(name, src, other, dst, casting, dtype)
             if dtype is None and casting == "same_kind":
-                uf(src, other, out=dst)
+                if _GPU:
+                    uf(src, other, dst)  # positional out: CuPy parses no kwargs dict
+                else:
+                    uf(src, other, out=dst)
             else:
                 uf(src, other, out=dst, casting=casting, dtype=dtype)
             return dst
