@@ -38,7 +38,7 @@ class Stream:
     get several distinct streams (``[Stream()] * n`` is one stream n times).
     """
 
-    __slots__ = ("_cp", "_t0", "__weakref__")
+    __slots__ = ("_cp", "__weakref__")
 
     def __init__(self, non_blocking: bool = True, priority: int | None = None, *,
                  _wrap: Any = None) -> None:
