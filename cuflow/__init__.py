@@ -25,6 +25,7 @@ from ._errors import (
     DstError,
     DstShapeError,
     DstTypeError,
+    KernelCompileError,
     OutOfMemoryError,
 )
 from ._forward import forward as _forward
@@ -96,15 +97,18 @@ def get_array_module(*args):
     return _np
 
 
+_LAZY_SUBMODULES = ("testing", "kernels", "memory")
+
+
 def __getattr__(name: str):
     if name == "darray":
         return get_backend().darray
     if name == "ndarray":
         return get_backend().ndarray
-    if name == "testing":
+    if name in _LAZY_SUBMODULES:
         import importlib  # noqa: PLC0415
 
-        return importlib.import_module(f"{__name__}.testing")
+        return importlib.import_module(f"{__name__}.{name}")
     if name == "cuda":
         b = get_backend()
         if not b.is_gpu:
@@ -127,8 +131,8 @@ __all__ = [
     "concatenate", "stack", "matmul", "dot", "clip", "cumsum", "cumprod", "around", "round",
     # errors
     "CuflowError", "BackendError", "DstError", "DstShapeError", "DstDtypeError", "DstTypeError",
-    "CudaError", "OutOfMemoryError",
+    "CudaError", "OutOfMemoryError", "KernelCompileError",
     # submodules
-    "linalg", "fft", "random", "testing",
+    "linalg", "fft", "random", "testing", "kernels",
     *_ops.UFUNC_NAMES, *_ops.REDUCTION_NAMES, *_ops.CREATION_NAMES, *_NUMPY_NAMES,
 ]

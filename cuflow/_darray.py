@@ -109,6 +109,7 @@ def make_darray_class(base: type, backend: str) -> type:
             return base_dlpack(self, **kwargs)
 
         ns.update(__getitem__=__getitem__, __dlpack__=__dlpack__)
+        ns.update(_fast_operators(base))
     else:
         base_getitem = base.__getitem__
 
@@ -133,6 +134,55 @@ def make_darray_class(base: type, backend: str) -> type:
 
     cls = type("darray", (base,), ns)
     return cls
+
+
+# Python operators that take cuflow's elementwise fast path (CuPy backend).
+_FAST_BINARY_OPS = {"__add__": "add", "__sub__": "subtract", "__mul__": "multiply",
+                    "__truediv__": "divide", "__iadd__": "add", "__isub__": "subtract",
+                    "__imul__": "multiply", "__itruediv__": "divide"}
+_FAST_UNARY_OPS = {"__neg__": "negative", "__abs__": "absolute"}
+
+
+def _fast_operators(base):
+    """``a + b`` & co. through :mod:`cuflow._elementwise` when it applies, else CuPy's operator."""
+    from . import _elementwise as ew  # noqa: PLC0415
+
+    binary, unary = ew.binary, ew.unary
+    ops = {}
+    for mname, op in _FAST_BINARY_OPS.items():
+        ops[mname] = _fast_binop(ew, binary, ew.KERNELS[op], getattr(base, mname), base,
+                                 mname.startswith("__i"))
+        ops[mname].__name__ = mname
+    for mname, op in _FAST_UNARY_OPS.items():
+        ops[mname] = _fast_unop(ew, unary, ew.KERNELS[op], getattr(base, mname))
+        ops[mname].__name__ = mname
+    return ops
+
+
+def _fast_binop(ew, binary, k, base_fn, base, inplace):
+    if inplace:
+        def op(self, other):
+            if ew.enabled and isinstance(other, base) and binary(k, self, other, self) is not None:
+                return self
+            return base_fn(self, other)
+    else:
+        def op(self, other):
+            if ew.enabled and isinstance(other, base):
+                r = binary(k, self, other, None)
+                if r is not None:
+                    return r
+            return base_fn(self, other)
+    return op
+
+
+def _fast_unop(ew, unary, k, base_fn):
+    def op(self):
+        if ew.enabled:
+            r = unary(k, self, None)
+            if r is not None:
+                return r
+        return base_fn(self)
+    return op
 
 
 def _reclass_method(fn, name):

@@ -17,6 +17,7 @@ __all__ = [
     "DstTypeError",
     "CudaError",
     "OutOfMemoryError",
+    "KernelCompileError",
 ]
 
 
@@ -50,3 +51,7 @@ class CudaError(CuflowError, RuntimeError):
 
 class OutOfMemoryError(CuflowError, MemoryError):
     """The device ran out of memory; ``__cause__`` holds the allocator's exception."""
+
+
+class KernelCompileError(CudaError):
+    """NVRTC failed to compile a cuflow kernel; the message holds the kernel, target and log."""

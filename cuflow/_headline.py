@@ -128,7 +128,53 @@ def run_headline(quick: bool = False) -> dict[str, Any]:
         for k, v in dev.items():
             row("large add 2160x3840 float32, device us", k, v,
                 pct_of_copy_bw=round(100 * floor_us / v, 1))
+    if gpu:
+        rows += _elementwise_sweep(cf, quick, bw)
     return {"info": info, "rows": rows}
+
+
+def _elementwise_sweep(cf, quick: bool, copy_tbps: float) -> list[dict[str, Any]]:
+    """cuflow's elementwise kernels against CuPy's ufuncs, 100 to 1e8 elements, with dst=.
+
+    Small sizes measure host time per call (the GPU keeps up), large ones the
+    device (a loop of calls then one synchronize): per call either way.
+    """
+    import cupy  # noqa: PLC0415
+
+    sizes = (100, 10_000, 1_000_000, 100_000_000) if quick else (
+        100, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000)
+    ops = ("add", "multiply", "maximum", "negative") if quick else (
+        "add", "subtract", "multiply", "divide", "maximum", "minimum", "negative", "absolute")
+    rows = []
+    for n in sizes:
+        x = cf.testing.random_array((n,), "float32")
+        y = cf.testing.random_array((n,), "float32")
+        z = cf.empty_like(x)
+        px, py, pz = (v.view(cupy.ndarray) for v in (x, y, z))
+        cases: dict[str, Callable[[], object]] = {}
+        for op in ops:
+            f, u = getattr(cf, op), getattr(cupy, op)
+            if u.nin == 2:
+                cases[f"cuflow {op}"] = lambda f=f: f(x, y, dst=z)
+                cases[f"cupy {op}"] = lambda u=u: u(px, py, pz)
+            else:
+                cases[f"cuflow {op}"] = lambda f=f: f(x, dst=z)
+                cases[f"cupy {op}"] = lambda u=u: u(px, pz)
+        number = max(10, min(2000, int(2e9 // (n * 12 + 1))))
+        t = _interleaved(cases, 3 if quick else 5, number)
+        for op in ops:
+            nbytes = (3 if getattr(cupy, op).nin == 2 else 2) * 4 * n
+            us, ref = t[f"cuflow {op}"], t[f"cupy {op}"]
+            rows.append({
+                "group": "elementwise float32 with dst=, us/call (cuflow kernels vs CuPy ufuncs)",
+                "case": f"{op} n={n:.0e}", "us": round(us, 3), "vs": f"cupy {op}",
+                "ratio": round(us / ref, 3), "delta_us": round(us - ref, 3),
+                "cupy_us": round(ref, 3),
+                "pct_of_copy_bw": round(100 * nbytes / (us * 1e-6) / (copy_tbps * 1e12), 1),
+                "cupy_pct_of_copy_bw": round(100 * nbytes / (ref * 1e-6) / (copy_tbps * 1e12), 1),
+            })
+        del x, y, z, px, py, pz
+    return rows
 
 
 def format_table(result: dict[str, Any]) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy
 
-from . import _dst
+from . import _dst, _elementwise
 from ._dst import bad_dst_type, broadcast_result, check_dst, fix_overlap, resolve_out
 from ._errors import CudaError, DstDtypeError, DstTypeError, OutOfMemoryError
 from ._streams import as_cupy_stream, as_stream
@@ -32,6 +32,9 @@ _D: Any = None
 _GPU = False
 _UNOWNED: Any = None
 _MULTI = False
+_FAST = False  # cuflow's own elementwise kernels (CuPy backend)
+_ew_binary = _elementwise.binary
+_ew_unary = _elementwise.unary
 
 # numpy ufunc names: the elementwise API, the same on both backends.
 UFUNC_NAMES = tuple(sorted(
@@ -241,7 +244,15 @@ def _ufunc_doc(name, nin, nout):
 
 
 def _make_binary(name):
+    fk = _elementwise.KERNELS.get(name)
+
     def f(src, other, dst=None, *, out=None, stream=None, casting="same_kind", dtype=None):
+        if (_FAST and fk is not None and out is None and dtype is None and stream is None
+                and (type(src) is _D or type(src) is _nd)
+                and (type(other) is _D or type(other) is _nd)):
+            r = _ew_binary(fk, src, other, dst)
+            if r is not None:
+                return r
         if _B is None:
             _ensure()
         if out is not None:
@@ -272,7 +283,14 @@ def _make_binary(name):
 
 
 def _make_unary(name):
+    fk = _elementwise.KERNELS.get(name)
+
     def f(src, dst=None, *, out=None, stream=None, casting="same_kind", dtype=None):
+        if (_FAST and fk is not None and out is None and dtype is None and stream is None
+                and (type(src) is _D or type(src) is _nd)):
+            r = _ew_unary(fk, src, dst)
+            if r is not None:
+                return r
         if _B is None:
             _ensure()
         if out is not None:
@@ -937,8 +955,10 @@ def asnumpy(a, stream=None, order="C", out=None, blocking=True):
 
 def _bind(b):
     """Bind this module to backend ``b`` (called once by ``_backend.get_backend``)."""
-    global _B, _xp, _nd, _D, _GPU, _UNOWNED, _MULTI, wrap, _maybe_overlap
+    global _B, _xp, _nd, _D, _GPU, _UNOWNED, _MULTI, _FAST, wrap, _maybe_overlap
     _B, _xp, _nd, _D, _GPU = b, b.xp, b.ndarray, b.darray, b.is_gpu
+    _elementwise._bind(b)
+    _FAST = _elementwise.enabled
     _MULTI = b.device_count > 1
     if _GPU:
         _UNOWNED = b.xp.cuda.memory.UnownedMemory

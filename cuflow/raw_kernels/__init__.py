@@ -1,5 +1,18 @@
-"""CUDA C sources of cuflow's fused kernels (``*.cu``), compiled lazily through CuPy.
+"""CUDA C sources of cuflow's kernels (``*.cu``) and their registry.
 
-Empty for now: the kernel registry and the fused image operators land with the
-raw-kernels work.  Nothing here is imported by ``import cuflow``.
+Nothing here is imported by ``import cuflow``; modules are compiled lazily on
+first use (see :mod:`cuflow.kernels` for ahead-of-time ``warmup``).
 """
+
+from ._registry import (
+    CTYPES,
+    REGISTRY,
+    KernelSpec,
+    compile_for_arch,
+    get_function,
+    name_expression,
+    source_of,
+)
+
+__all__ = ["CTYPES", "REGISTRY", "KernelSpec", "compile_for_arch", "get_function",
+           "name_expression", "source_of"]

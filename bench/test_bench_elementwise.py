@@ -1,0 +1,35 @@
+"""cuflow's elementwise kernels against CuPy's ufuncs, with dst=, from 100 to 1e8 elements.
+
+Per-call time from loops of calls closed by one synchronize: host-bound for
+small arrays, device-bound (and reported against copy bandwidth) for large.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import cuflow
+
+SIZES = [100, 10_000, 1_000_000, 100_000_000]
+
+
+@pytest.mark.parametrize("n", SIZES, ids=lambda n: f"{n:.0e}")
+@pytest.mark.parametrize("op", ["add", "multiply", "maximum", "negative"])
+@pytest.mark.parametrize("lib", ["cuflow", "cupy"])
+def test_elementwise(gpu_bench, copy_tbps, benchmark, lib, op, n):
+    import cupy
+
+    benchmark.group = f"elementwise float32 {op} n={n:.0e} (us/call)"
+    x = cuflow.testing.random_array((n,), "float32")
+    y = cuflow.testing.random_array((n,), "float32")
+    z = cuflow.empty_like(x)
+    if lib == "cupy":
+        x, y, z = (v.view(cupy.ndarray) for v in (x, y, z))
+        f = getattr(cupy, op)
+        fn = (lambda: f(x, y, z)) if f.nin == 2 else (lambda: f(x, z))
+    else:
+        f = getattr(cuflow, op)
+        fn = (lambda: f(x, y, dst=z)) if f.nin == 2 else (lambda: f(x, dst=z))
+    nbytes = (3 if op != "negative" else 2) * x.nbytes
+    gpu_bench(fn, number=max(10, min(2000, int(2e9 // (n * 12)))), rounds=10,
+              nbytes=nbytes, copy_tbps=copy_tbps)

@@ -1,0 +1,56 @@
+"""cuflow's CUDA kernels: the registry and ahead-of-time compilation.
+
+Kernels compile lazily on first use (and CuPy caches the binaries on disk, so
+that cost is paid once per machine).  Call :func:`warmup` at start-up to pay it
+before the first frame instead of during it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy
+
+from ._backend import get_backend
+from .raw_kernels import REGISTRY, KernelSpec, get_function
+
+__all__ = ["REGISTRY", "KernelSpec", "warmup"]
+
+
+def warmup(kernels: Iterable[str] | None = None, dtypes: Iterable | None = None) -> int:
+    """Compile and load registry kernels for the current device now.
+
+    Parameters
+    ----------
+    kernels : iterable of str, optional
+        Registry names (default: all of :data:`REGISTRY`).
+    dtypes : iterable of dtype-like, optional
+        Only these instantiations (default: every dtype each kernel supports).
+
+    Returns
+    -------
+    int
+        Number of (kernel, dtype) modules loaded; 0 on the NumPy backend, which
+        runs the NumPy reference implementations and compiles nothing.
+
+    Raises
+    ------
+    KeyError
+        An unknown kernel name.
+    cuflow.KernelCompileError
+        NVRTC rejected a kernel (the log is in the message).
+    """
+    if not get_backend().is_gpu:
+        return 0
+    names = list(REGISTRY) if kernels is None else list(kernels)
+    want = None if dtypes is None else {numpy.dtype(d).name for d in dtypes}
+    n = 0
+    for name in names:
+        spec = REGISTRY[name]
+        for dt in spec.dtypes():
+            if want is not None and dt not in want:
+                continue
+            entry = next(e for e, dts in spec.entries if dt in dts)
+            get_function(name, entry, dt)
+            n += 1
+    return n

@@ -1,0 +1,171 @@
+"""The one registry of cuflow's CUDA kernels, and how they are compiled.
+
+Each :class:`KernelSpec` names a ``.cu`` file in this package, its templated
+entry points and the dtypes each entry point is instantiated for.  A module is
+compiled per (spec, dtype) on first use, through CuPy's ``RawModule`` with
+``name_expressions`` (so CuPy's on-disk kernel cache keeps it across
+processes); :func:`compile_for_arch` compiles the same source with the same
+options for an explicit architecture through NVRTC alone, which needs no GPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.resources
+from typing import Any
+
+import numpy
+
+from .._errors import KernelCompileError
+
+__all__ = ["CTYPES", "REGISTRY", "KernelSpec", "compile_for_arch", "get_function",
+           "name_expression", "source_of"]
+
+#: C type used for each NumPy dtype in the kernels (float16 is carried as raw bits).
+CTYPES = {
+    "int8": "signed char", "int16": "short", "int32": "int", "int64": "long long",
+    "uint8": "unsigned char", "uint16": "unsigned short", "uint32": "unsigned int",
+    "uint64": "unsigned long long", "float16": "cf_half", "float32": "float",
+    "float64": "double",
+}
+INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+FLOATS = ("float16", "float32", "float64")
+NUMERIC = INTS + FLOATS
+
+#: Options passed to NVRTC besides the architecture.  CuPy adds ``-ftz=true`` to
+#: every RawModule compile; :func:`compile_for_arch` adds it too, so the CPU
+#: check compiles exactly what the GPU will run.
+CUPY_ADDED_OPTIONS = ("-ftz=true",)
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelSpec:
+    """A CUDA source file and the template instantiations cuflow uses from it.
+
+    Attributes
+    ----------
+    name : str
+        Registry key.
+    source : str
+        File name of the CUDA C source in ``cuflow/raw_kernels``.
+    entries : tuple of (str, tuple of str)
+        Each templated ``__global__`` function with the dtypes it is
+        instantiated for.
+    options : tuple of str
+        NVRTC options (CuPy adds ``-ftz=true`` and the architecture).
+    """
+
+    name: str
+    source: str
+    entries: tuple[tuple[str, tuple[str, ...]], ...]
+    options: tuple[str, ...] = ("--std=c++17",)
+
+    def dtypes(self) -> tuple[str, ...]:
+        seen: dict[str, None] = {}
+        for _, dts in self.entries:
+            seen.update(dict.fromkeys(dts))
+        return tuple(seen)
+
+    def name_expressions(self, dtype: str) -> list[str]:
+        return [name_expression(e, dtype) for e, dts in self.entries if dtype in dts]
+
+
+_BINARY = ("cf_add", "cf_subtract", "cf_multiply", "cf_maximum", "cf_minimum")
+REGISTRY: dict[str, KernelSpec] = {
+    s.name: s for s in (
+        KernelSpec(
+            name="elementwise",
+            source="elementwise.cu",
+            entries=tuple((e, NUMERIC) for e in _BINARY)
+            + (("cf_divide", FLOATS), ("cf_negative", NUMERIC), ("cf_absolute", NUMERIC)),
+        ),
+    )
+}
+
+
+def name_expression(entry: str, dtype: str) -> str:
+    """``entry<ctype>``: the template instantiation of ``entry`` for ``dtype``."""
+    return f"{entry}<{CTYPES[dtype]}>"
+
+
+@functools.cache
+def source_of(spec: KernelSpec) -> str:
+    return importlib.resources.files(__package__).joinpath(spec.source).read_text()
+
+
+# ------------------------------------------------------------------ on the GPU
+_MODULES: dict[tuple[str, str, int], Any] = {}
+
+
+def get_function(kernel: str, entry: str, dtype: Any) -> Any:
+    """The compiled ``entry`` of registry ``kernel`` for ``dtype`` on the current device.
+
+    Compiles the (kernel, dtype) module on first use.  Raises
+    :class:`~cuflow.KernelCompileError` (NVRTC's error as ``__cause__``) when
+    compiling fails and ``KeyError`` when ``entry`` has no instantiation for
+    ``dtype``.
+    """
+    import cupy  # noqa: PLC0415
+
+    spec = REGISTRY[kernel]
+    dt = numpy.dtype(dtype).name
+    if dt not in dict(spec.entries).get(entry, ()):
+        raise KeyError(f"kernel {kernel}.{entry} has no instantiation for dtype {dt}")
+    dev = cupy.cuda.runtime.getDevice()
+    key = (kernel, dt, dev)
+    mod = _MODULES.get(key)
+    if mod is None:
+        exprs = spec.name_expressions(dt)
+        try:
+            mod = cupy.RawModule(code=source_of(spec), options=spec.options,
+                                 name_expressions=exprs)
+            mod.compile()
+        except cupy.cuda.compiler.CompileException as e:
+            raise KernelCompileError(
+                f"compiling cuflow kernel {kernel!r} ({spec.source}) for {dt} failed:\n"
+                f"{e.get_message() if hasattr(e, 'get_message') else e}") from e
+        _MODULES[key] = mod
+    return mod.get_function(name_expression(entry, dt))  # a RawKernel (cached by the module)
+
+
+# ------------------------------------------------------------- without a GPU
+def compile_for_arch(spec: KernelSpec, dtype: str, arch: int) -> bytes:
+    """Compile ``spec`` for ``dtype`` to a cubin for ``sm_<arch>`` with NVRTC only (no GPU).
+
+    Uses ``cuda.bindings.nvrtc`` (packages ``cuda-bindings`` and
+    ``nvidia-cuda-nvrtc``, in the ``test`` extra) with the options CuPy itself
+    uses for a ``RawModule``.  Raises :class:`~cuflow.KernelCompileError`
+    naming the kernel, dtype and architecture with the compiler log.
+    """
+    from cuda.bindings import nvrtc  # noqa: PLC0415
+
+    def check(result, what):
+        err = result[0]
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise KernelCompileError(f"NVRTC {what} failed for {spec.name}/{dtype}/sm_{arch}: {err}")
+        return result[1:]
+
+    exprs = spec.name_expressions(dtype)
+    opts = [*spec.options, *CUPY_ADDED_OPTIONS, f"-arch=sm_{arch}"]
+    (prog,) = check(nvrtc.nvrtcCreateProgram(source_of(spec).encode(), spec.source.encode(),
+                                             0, [], []), "nvrtcCreateProgram")
+    try:
+        for e in exprs:
+            check(nvrtc.nvrtcAddNameExpression(prog, e.encode()), "nvrtcAddNameExpression")
+        err = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])[0]
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            (size,) = check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
+            log = b" " * size
+            check(nvrtc.nvrtcGetProgramLog(prog, log), "nvrtcGetProgramLog")
+            raise KernelCompileError(
+                f"cuflow kernel {spec.name!r} ({spec.source}) for {dtype} failed to compile "
+                f"for sm_{arch} with {opts}: {err}\n{log.decode(errors='replace')}")
+        for e in exprs:  # every instantiation exists
+            check(nvrtc.nvrtcGetLoweredName(prog, e.encode()), f"lowering {e}")
+        (size,) = check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
+        cubin = b" " * size
+        check(nvrtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
+        return cubin
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
