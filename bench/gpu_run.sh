@@ -8,7 +8,7 @@ OUT=${OUT:-bench/out}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 python3 -m cuflow info | tee "$OUT/info.txt"
-python3 -m pytest tests -q -p no:cacheprovider -rs 2>&1 | tee "$OUT/tests.log" | tail -25
+CUFLOW_POOL=on python3 -m pytest tests -q -p no:cacheprovider -rs 2>&1 | tee "$OUT/tests.log" | tail -25
 if command -v compute-sanitizer >/dev/null; then
   # memcheck over cuflow's own kernels (CuPy's allocator would hide overruns inside its pool)
   compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \

@@ -124,6 +124,10 @@ def _install(b: Backend) -> Backend:
     from . import _ops  # noqa: PLC0415
 
     _ops._bind(b)
+    if b.is_gpu:
+        from . import memory  # noqa: PLC0415
+
+        memory._install(b)
     return b
 
 

@@ -94,11 +94,11 @@ def run_headline(quick: bool = False) -> dict[str, Any]:
         ref = pairs.get(k)
         row("small op 100x100 float32, host us/call", k, v, t.get(ref), ref)
 
-    # 2. dst= allocates nothing (CuPy's pool used bytes unchanged across 100 calls).
+    # 2. dst= allocates nothing (the pool's used bytes unchanged across 100 calls).
     if gpu:
         import cupy  # noqa: PLC0415
 
-        pool = cupy.get_default_memory_pool()
+        pool = cf.memory.get_pool() if cf.memory._INSTALLED else cupy.get_default_memory_pool()
         cf.synchronize()
         before = pool.used_bytes()
         for _ in range(100):
@@ -130,7 +130,41 @@ def run_headline(quick: bool = False) -> dict[str, Any]:
                 pct_of_copy_bw=round(100 * floor_us / v, 1))
     if gpu:
         rows += _elementwise_sweep(cf, quick, bw)
+        rows += _pool_comparison(quick)
     return {"info": info, "rows": rows}
+
+
+def _pool_comparison(quick: bool) -> list[dict[str, Any]]:
+    """cuflow's pool against CuPy's pools and PyTorch's on the issue's traces, and hit latency."""
+    import cupy  # noqa: PLC0415
+
+    from .memory import _traces  # noqa: PLC0415
+
+    torch = _torch()
+    makers = _traces.allocators(cupy, torch)
+    rows: list[dict[str, Any]] = []
+    for name, gen in _traces.TRACES.items():
+        its = gen(iterations=40) if (quick and name == "R0") else gen()
+        for aname, make in makers.items():
+            r = _traces.replay(make, its)
+            rows.append({"group": f"allocation trace {name}: peak reserved / peak requested",
+                         "case": aname, **{k: v for k, v in r.items() if k != "allocator"}})
+        r = _traces.replay(makers["cuflow"], its, warmup=_traces.warmup_for(name))
+        rows.append({"group": f"allocation trace {name}: peak reserved / peak requested",
+                     "case": "cuflow after warmup", **{k: v for k, v in r.items()
+                                                      if k != "allocator"}})
+    for nbytes in (4096, 1 << 20, 64 << 20):
+        ref = None
+        for aname, make in makers.items():
+            lat = _traces.empty_latency(make, nbytes, n=5000 if quick else 20000)
+            if aname == "cupy MemoryPool":
+                ref = lat["median_us"]
+            rows.append({"group": f"empty + free on a pool hit, {nbytes} bytes (host us)",
+                         "case": aname, **lat})
+        for r in rows[-len(makers):]:
+            if ref:
+                r["ratio_vs_cupy_pool"] = round(r["median_us"] / ref, 3)
+    return rows
 
 
 def _elementwise_sweep(cf, quick: bool, copy_tbps: float) -> list[dict[str, Any]]:

@@ -121,7 +121,8 @@ def test_dst_allocates_nothing(gpu_cf):
     import cupy
 
     cf = gpu_cf
-    pool = cupy.get_default_memory_pool()
+    installed = cf.memory._INSTALLED  # cuflow's pool is CuPy's allocator (CUFLOW_POOL=on)
+    pool = cf.memory.get_pool() if installed else cupy.get_default_memory_pool()
     a = cf.testing.random_array((256, 256), "float32")
     b = cf.testing.random_array((256, 256), "float32")
     c = cf.empty_like(a)
@@ -141,3 +142,10 @@ def test_dst_allocates_nothing(gpu_cf):
         a.copy(dst=c)
     cf.synchronize()
     assert (pool.used_bytes(), pool.total_bytes()) == before
+    if installed:
+        n = pool.num_alloc
+        for _ in range(50):
+            cf.add(a, b, dst=c)
+            a.copy(dst=c)
+            cf.negative(a, dst=c)
+        assert pool.num_alloc == n  # the elementwise dst= paths make no allocation at all

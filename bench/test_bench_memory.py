@@ -1,0 +1,63 @@
+"""cuflow's pool against CuPy's MemoryPool / MemoryAsyncPool and PyTorch's allocator.
+
+Traces R0, G, S (defined in ``cuflow.memory._traces``): footprint (peak
+reserved over peak requested), device allocations in steady state, host time
+per operation.  Then ``empty`` + free latency on a pool hit.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cuflow.memory import _traces
+
+ALLOCATORS = ["cuflow", "cuflow after warmup", "cupy MemoryPool", "cupy MemoryAsyncPool",
+              "torch caching allocator"]
+
+
+def _makers():
+    import cupy
+
+    try:
+        import torch
+
+        torch = torch if torch.cuda.is_available() else None
+    except Exception:
+        torch = None
+    return _traces.allocators(cupy, torch)
+
+
+@pytest.mark.parametrize("alloc", ALLOCATORS)
+@pytest.mark.parametrize("trace", list(_traces.TRACES))
+def test_trace(benchmark, backend, trace, alloc):
+    makers = _makers()
+    name = alloc.replace(" after warmup", "")
+    if name not in makers:
+        pytest.skip(f"{name} not available")
+    benchmark.group = f"allocation trace {trace} (s per replay)"
+    its = _traces.TRACES[trace]()
+    warm = _traces.warmup_for(trace) if alloc.endswith("warmup") else None
+    out = {}
+
+    def run():
+        out.update(_traces.replay(makers[name], its, warmup=warm))
+
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    benchmark.extra_info.update(out)
+
+
+@pytest.mark.parametrize("alloc", ALLOCATORS[:1] + ALLOCATORS[2:])
+@pytest.mark.parametrize("nbytes", [4096, 1 << 20, 64 << 20])
+def test_empty_hit_latency(benchmark, backend, nbytes, alloc):
+    makers = _makers()
+    if alloc not in makers:
+        pytest.skip(f"{alloc} not available")
+    benchmark.group = f"empty + free on a pool hit, {nbytes} B"
+    out = {}
+
+    def run():
+        out.update(_traces.empty_latency(makers[alloc], nbytes))
+
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    benchmark.extra_info.update(out)
+    benchmark.extra_info["bytes"] = nbytes

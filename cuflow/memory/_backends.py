@@ -1,0 +1,230 @@
+"""Where the pool's segments come from.
+
+A backend hands out and takes back *segments* (large address ranges) and
+orders streams with events; the pool's logic (classes, splitting, coalescing,
+statistics, warm-up, limits, out-of-memory retries) never touches CUDA
+directly, so CPU-only CI tests it against :class:`HostBackend`.
+
+* :class:`DriverPoolBackend` (default on the GPU): segments from a private
+  CUDA stream-ordered memory pool (``cudaMallocFromPoolAsync``) with the
+  release threshold raised to the maximum, so memory returned to it stays
+  reserved and is reused by the driver for any size without ``cudaMalloc``.
+  Releasing a segment is a cheap, stream-ordered ``cudaFreeAsync``.
+* :class:`CudaMallocBackend`: ``cudaMalloc`` / ``cudaFree`` segments (releasing
+  synchronizes the device, so the pool releases only under memory pressure).
+* :class:`HostBackend`: host memory, synchronous "streams"; for tests.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+__all__ = ["Backend", "CudaMallocBackend", "DriverPoolBackend", "HostBackend"]
+
+
+class Backend:
+    """Interface of a segment source (see the module docstring)."""
+
+    name = "abstract"
+    #: releasing an unused segment is cheap and lets the source reuse it for any size
+    cheap_release = False
+    device_id = -1
+
+    def alloc(self, nbytes: int, stream: int) -> int:
+        """A new segment of ``nbytes`` usable on ``stream``; raises MemoryError when out of memory."""
+        raise NotImplementedError
+
+    def free(self, ptr: int, nbytes: int, stream: int) -> None:
+        raise NotImplementedError
+
+    def alloc_private(self, nbytes: int) -> int:
+        """A segment for a graph-private pool: not stream-ordered, so never captured into a graph."""
+        return self.alloc(nbytes, 0)
+
+    def free_private(self, ptr: int, nbytes: int) -> None:
+        self.free(ptr, nbytes, 0)
+
+    def current_stream(self) -> int:
+        return 0
+
+    def record(self, stream: int) -> Any:
+        """An event recorded on ``stream`` now (``None`` when work is synchronous)."""
+        return None
+
+    def done(self, event: Any) -> bool:
+        return True
+
+    def wait(self, stream: int, event: Any) -> None:
+        """Order ``stream`` after ``event`` without blocking the host."""
+
+    def synchronize(self) -> None:
+        """Wait for all work on the device."""
+
+    def device_reserved(self) -> tuple[int, int] | None:
+        """(current, peak) bytes the device allocator holds for this backend, if it can tell."""
+        return None
+
+    def reset_device_peak(self) -> None:
+        pass
+
+
+class HostBackend(Backend):
+    """Host memory (ctypes buffers); streams are plain integers and always in order."""
+
+    name = "host"
+    cheap_release = True
+
+    def __init__(self, capacity: int | None = None) -> None:
+        self.capacity = capacity
+        self.buffers: dict[int, Any] = {}
+        self.in_use = 0
+        self.peak = 0
+        self.allocs = 0
+
+    def alloc(self, nbytes: int, stream: int) -> int:
+        if self.capacity is not None and self.in_use + nbytes > self.capacity:
+            raise MemoryError(f"host backend: {nbytes} bytes requested, "
+                              f"{self.capacity - self.in_use} of {self.capacity} left")
+        buf = ctypes.create_string_buffer(nbytes)
+        ptr = ctypes.addressof(buf)
+        self.buffers[ptr] = buf
+        self.in_use += nbytes
+        self.peak = max(self.peak, self.in_use)
+        self.allocs += 1
+        return ptr
+
+    def free(self, ptr: int, nbytes: int, stream: int) -> None:
+        del self.buffers[ptr]
+        self.in_use -= nbytes
+
+    def device_reserved(self) -> tuple[int, int]:
+        return self.in_use, self.peak
+
+    def reset_device_peak(self) -> None:
+        self.peak = self.in_use
+
+
+class _CudaEvents(Backend):
+    def __init__(self, device_id: int) -> None:
+        import cupy  # noqa: PLC0415
+        from cupy_backends.cuda.api import runtime  # noqa: PLC0415
+
+        self._cupy = cupy
+        self._rt = runtime
+        self.device_id = device_id
+        self._get_stream = cupy.cuda.get_current_stream
+
+    def current_stream(self) -> int:
+        return self._get_stream().ptr
+
+    def synchronize(self) -> None:
+        self._rt.deviceSynchronize()
+
+    def record(self, stream: int) -> Any:
+        rt = self._rt
+        ev = rt.eventCreateWithFlags(rt.eventDisableTiming)
+        rt.eventRecord(ev, stream)
+        return ev
+
+    def done(self, event: Any) -> bool:
+        rt = self._rt
+        try:
+            rt.eventQuery(event)
+        except rt.CUDARuntimeError as e:
+            if e.status == 600:  # cudaErrorNotReady
+                return False
+            raise
+        rt.eventDestroy(event)
+        return True
+
+    def wait(self, stream: int, event: Any) -> None:
+        self._rt.streamWaitEvent(stream, event, 0)
+
+
+class DriverPoolBackend(_CudaEvents):
+    """Segments from a private CUDA stream-ordered pool (``cudaMallocFromPoolAsync``)."""
+
+    name = "driver-pool"
+    cheap_release = True
+
+    def __init__(self, device_id: int) -> None:
+        super().__init__(device_id)
+        rt = self._rt
+        props = rt.MemPoolProps(rt.cudaMemAllocationTypePinned, rt.cudaMemHandleTypeNone,
+                                rt.cudaMemLocationTypeDevice, device_id)
+        self.handle = rt.memPoolCreate(props)
+        # keep what is returned to the driver reserved (no trim at synchronize)
+        rt.memPoolSetAttribute(self.handle, rt.cudaMemPoolAttrReleaseThreshold, (1 << 64) - 1)
+
+    def alloc(self, nbytes: int, stream: int) -> int:
+        rt = self._rt
+        try:
+            return rt.mallocFromPoolAsync(nbytes, self.handle, stream)
+        except rt.CUDARuntimeError as e:
+            if e.status == 2:  # cudaErrorMemoryAllocation
+                raise MemoryError(str(e)) from e
+            raise
+
+    def free(self, ptr: int, nbytes: int, stream: int) -> None:
+        self._rt.freeAsync(ptr, stream)
+
+    def alloc_private(self, nbytes: int) -> int:
+        rt = self._rt
+        try:
+            return rt.malloc(nbytes)  # cudaMalloc: allowed while a stream captures (relaxed mode)
+        except rt.CUDARuntimeError as e:
+            if e.status == 2:
+                raise MemoryError(str(e)) from e
+            raise
+
+    def free_private(self, ptr: int, nbytes: int) -> None:
+        self._rt.free(ptr)
+
+    def trim(self) -> None:
+        """Give the driver pool's unused reserve back to the device (after a synchronize)."""
+        self._cupy.cuda.runtime.deviceSynchronize()
+        self._rt.memPoolTrimTo(self.handle, 0)
+
+    def device_reserved(self) -> tuple[int, int]:
+        rt = self._rt
+        return (int(rt.memPoolGetAttribute(self.handle, rt.cudaMemPoolAttrReservedMemCurrent)),
+                int(rt.memPoolGetAttribute(self.handle, rt.cudaMemPoolAttrReservedMemHigh)))
+
+    def reset_device_peak(self) -> None:
+        rt = self._rt
+        rt.memPoolSetAttribute(self.handle, rt.cudaMemPoolAttrReservedMemHigh, 0)
+
+
+class CudaMallocBackend(_CudaEvents):
+    """``cudaMalloc`` segments; releasing one (``cudaFree``) synchronizes the device."""
+
+    name = "cudamalloc"
+    cheap_release = False
+
+    def __init__(self, device_id: int) -> None:
+        super().__init__(device_id)
+        self.in_use = 0
+        self.peak = 0
+
+    def alloc(self, nbytes: int, stream: int) -> int:
+        rt = self._rt
+        try:
+            ptr = rt.malloc(nbytes)
+        except rt.CUDARuntimeError as e:
+            if e.status == 2:
+                raise MemoryError(str(e)) from e
+            raise
+        self.in_use += nbytes
+        self.peak = max(self.peak, self.in_use)
+        return ptr
+
+    def free(self, ptr: int, nbytes: int, stream: int) -> None:
+        self._rt.free(ptr)
+        self.in_use -= nbytes
+
+    def device_reserved(self) -> tuple[int, int]:
+        return self.in_use, self.peak
+
+    def reset_device_peak(self) -> None:
+        self.peak = self.in_use

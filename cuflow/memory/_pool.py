@@ -1,0 +1,617 @@
+"""The caching allocator's logic, independent of where memory comes from.
+
+Layout: the pool holds *segments* from a backend (see ``_backends``); a
+segment is carved into address-ordered *blocks* (``prev``/``next`` links).
+Free blocks sit in one free list per (owner, stream), indexed by size; owner
+``None`` is the general pool, any other owner is a graph-private pool.
+
+Allocation (``size`` = request rounded to 512 B, or to 128 KiB at or above
+1 MiB): take the smallest free block of the stream that is at least ``size``
+(an exact-size hit first), split off the rest when it is 512 B or more; else
+process blocks whose cross-stream uses have finished; else borrow a block
+freed on another stream by making this stream wait on an event recorded there
+(no host synchronization); else (a miss) release fully free segments when the
+backend can reuse them cheaply, and get a new segment.  Freeing coalesces with
+free neighbours of the same stream.  A block used on other streams
+(``record_stream``) is not reused until events recorded on those streams at
+free time have completed.
+"""
+
+from __future__ import annotations
+
+import bisect
+import gc
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from .._errors import OutOfMemoryError
+from ._backends import Backend
+
+__all__ = ["Block", "Pool", "round_size", "size_class"]
+
+SMALL = 1 << 20
+LARGE_ROUND = 1 << 17
+MIN_SEGMENT = 2 << 20
+SPLIT_MIN = 512
+
+
+def round_size(n: int) -> int:
+    """Bytes actually reserved for a request of ``n`` bytes."""
+    if n < SMALL:
+        return ((n + 511) >> 9) << 9 if n > 0 else 512
+    return (n + LARGE_ROUND - 1) & ~(LARGE_ROUND - 1)
+
+
+def size_class(n: int) -> int:
+    """Upper bound of ``n``'s statistics class: four classes per power of two, from 512 B."""
+    if n <= 512:
+        return 512
+    k = (n - 1).bit_length()  # 2**(k-1) < n <= 2**k
+    q = 1 << (k - 3)  # a quarter of the lower power of two
+    return (1 << (k - 1)) + q * (((n - 1 - (1 << (k - 1))) // q) + 1)
+
+
+class Segment:
+    __slots__ = ("first", "nbytes", "owner", "ptr", "stream", "streams")
+
+    def __init__(self, ptr: int, nbytes: int, stream: int, owner: Any) -> None:
+        self.ptr, self.nbytes, self.stream, self.owner = ptr, nbytes, stream, owner
+        self.streams: set[int] = {stream}
+        self.first: Block | None = None  # the lowest block; splitting and coalescing keep it
+
+
+class Block:
+    """A range of a segment; ``free`` blocks are in a free list, others are lent out."""
+
+    __slots__ = ("events", "free", "next", "ptr", "prev", "req", "seg", "size", "stream",
+                 "uses")
+
+    def __init__(self, ptr: int, size: int, seg: Segment, stream: int) -> None:
+        self.ptr, self.size, self.seg, self.stream = ptr, size, seg, stream
+        self.prev: Block | None = None
+        self.next: Block | None = None
+        self.free = True
+        self.req = 0
+        self.uses: set[int] | None = None  # other streams that used it (record_stream)
+        self.events: list[Any] | None = None
+
+
+class _FreeList:
+    """Free blocks of one (owner, stream), indexed by size (lazy deletion of empty sizes)."""
+
+    __slots__ = ("by_size", "sizes")
+
+    def __init__(self) -> None:
+        self.by_size: dict[int, list[Block]] = {}
+        self.sizes: list[int] = []
+
+    def push(self, b: Block) -> None:
+        lst = self.by_size.get(b.size)
+        if lst is None:
+            self.by_size[b.size] = [b]
+            bisect.insort(self.sizes, b.size)
+        else:
+            lst.append(b)
+
+    def pop_fit(self, size: int) -> Block | None:
+        lst = self.by_size.get(size)
+        if lst:
+            return lst.pop()
+        sizes = self.sizes
+        i = bisect.bisect_left(sizes, size)
+        while i < len(sizes):
+            s = sizes[i]
+            lst = self.by_size[s]
+            if lst:
+                return lst.pop()
+            del sizes[i]
+            del self.by_size[s]
+        return None
+
+    def remove(self, b: Block) -> None:
+        self.by_size[b.size].remove(b)
+
+    def blocks(self) -> Iterable[Block]:
+        for lst in self.by_size.values():
+            yield from lst
+
+
+class Pool:
+    """A caching allocator over ``backend`` (statistics with PyTorch's key names).
+
+    Parameters
+    ----------
+    backend : Backend
+        Segment source (:class:`~cuflow.memory.DriverPoolBackend` on the GPU).
+    limit : int, optional
+        Most bytes the pool may reserve; ``None`` for no limit.
+    """
+
+    def __init__(self, backend: Backend, limit: int | None = None) -> None:
+        self.backend = backend
+        self.limit = limit
+        # Reentrant: a finalizer (an array freed by the garbage collector) may run while this
+        # thread is inside the pool; such frees are deferred to the end of the operation.
+        self._lock = threading.RLock()
+        self._busy = False
+        self._deferred: list[Block] = []
+        self._lists: dict[tuple[Any, int], _FreeList] = {}
+        self._segments: dict[int, Segment] = {}
+        self._pending: list[Block] = []
+        self._capturing: dict[int, Any] = {}  # stream -> private owner id
+        self._private: dict[Any, dict[str, Any]] = {}
+        self._next_owner = 1
+        self._recording: list[tuple] | None = None
+        self._watched: set[int] = set()
+        self._dead: set[int] = set()
+        self._orphans: list[Block] = []
+        self.reset_stats()
+
+    # ----------------------------------------------------------------- stats
+    def reset_stats(self) -> None:
+        self.allocated = self.requested = self.reserved = self.pending_bytes = 0
+        self.n_blocks = 0
+        self.peak_allocated = self.peak_requested = self.peak_reserved = self.peak_active = 0
+        self.num_alloc = self.num_free = self.num_device_alloc = self.num_device_free = 0
+        self.num_alloc_retries = self.num_ooms = self.num_cross_stream = 0
+        self.hits: dict[int, int] = {}
+        self.misses: dict[int, int] = {}
+
+    def reset_peak_stats(self) -> None:
+        with self._lock:
+            self.peak_allocated = self.allocated
+            self.peak_requested = self.requested
+            self.peak_reserved = self.reserved
+            self.peak_active = self.allocated + self.pending_bytes
+        self.backend.reset_device_peak()
+
+    # ----------------------------------------------------------- allocation
+    def alloc(self, nbytes: int, stream: int | None = None) -> Block:
+        """A block of at least ``nbytes`` usable on ``stream`` (default: the current stream).
+
+        Raises
+        ------
+        cuflow.OutOfMemoryError
+            After freeing cached blocks, collecting garbage and retrying.
+        """
+        if nbytes < 0:
+            raise ValueError(f"cuflow.memory: cannot allocate a negative size ({nbytes} bytes)")
+        if stream is None:
+            stream = self.backend.current_stream()
+        size = round_size(nbytes)
+        with self._lock:
+            self._busy = True
+            try:
+                owner = self._capturing.get(stream) if self._capturing else None
+                fl = self._lists.get((owner, stream))
+                b = fl.pop_fit(size) if fl is not None else None
+                if b is None:
+                    b = self._alloc_slow(size, stream, owner)
+                else:
+                    self.hits[size] = self.hits.get(size, 0) + 1
+                b.free = False
+                self._take(b, size, nbytes)
+                if self._deferred:
+                    self._drain()
+            finally:
+                self._busy = False
+            return b
+
+    def _take(self, b: Block, size: int, nbytes: int) -> None:
+        if b.size - size >= SPLIT_MIN:
+            r = Block(b.ptr + size, b.size - size, b.seg, b.stream)
+            r.prev, r.next = b, b.next
+            if b.next is not None:
+                b.next.prev = r
+            b.next = r
+            b.size = size
+            self._list(b.seg.owner, r.stream).push(r)
+        b.free = False
+        b.req = nbytes
+        self.allocated += b.size
+        self.requested += nbytes
+        self.num_alloc += 1
+        self.n_blocks += 1
+        if self.allocated > self.peak_allocated:
+            self.peak_allocated = self.allocated
+        if self.requested > self.peak_requested:
+            self.peak_requested = self.requested
+        active = self.allocated + self.pending_bytes
+        if active > self.peak_active:
+            self.peak_active = active
+        if self._recording is not None:
+            self._recording.append(("a", id(b), nbytes, b.stream))
+
+    def _list(self, owner: Any, stream: int) -> _FreeList:
+        fl = self._lists.get((owner, stream))
+        if fl is None:
+            fl = self._lists[(owner, stream)] = _FreeList()
+        return fl
+
+    def _alloc_slow(self, size: int, stream: int, owner: Any) -> Block:
+        if self._pending and self._process_pending():
+            b = self._list(owner, stream).pop_fit(size)
+            if b is not None:
+                self.hits[size] = self.hits.get(size, 0) + 1
+                return b
+        b = self._borrow(size, stream) if owner is None else None
+        if b is not None:
+            self.hits[size] = self.hits.get(size, 0) + 1
+            return b
+        if self._orphans:
+            self._adopt_orphans()
+            b = self._list(owner, stream).pop_fit(size) if stream == 0 else None
+            if b is not None:
+                return b
+        self.misses[size] = self.misses.get(size, 0) + 1
+        seg_bytes = max(size, MIN_SEGMENT) if size < SMALL else size
+        if self.backend.cheap_release and owner is None:
+            self._release_free_segments()
+        if self.limit is not None and self.reserved + seg_bytes > self.limit:
+            self._release_free_segments()
+            if self.reserved + seg_bytes > self.limit:
+                self.num_ooms += 1
+                raise OutOfMemoryError(self._oom_message(size, f"the pool's limit of "
+                                                               f"{_fmt(self.limit)}"))
+        try:
+            ptr = (self.backend.alloc(seg_bytes, stream) if owner is None
+                   else self.backend.alloc_private(seg_bytes))
+        except MemoryError as first:
+            self.num_alloc_retries += 1
+            self._release_free_segments()
+            gc.collect()  # finalizers of collected arrays defer their frees; drain them
+            self._drain()
+            self._process_pending(wait=True)
+            self._release_free_segments()
+            b = self._list(owner, stream).pop_fit(size)
+            if b is not None:
+                return b
+            try:
+                ptr = self.backend.alloc(seg_bytes, stream)
+            except MemoryError:
+                self.num_ooms += 1
+                raise OutOfMemoryError(self._oom_message(size, "the device")) from first
+        seg = Segment(ptr, seg_bytes, stream, owner)
+        self._segments[ptr] = seg
+        self.reserved += seg_bytes
+        if self.reserved > self.peak_reserved:
+            self.peak_reserved = self.reserved
+        self.num_device_alloc += 1
+        if owner is not None:
+            self._private[owner]["segments"] += 1
+        seg.first = Block(ptr, seg_bytes, seg, stream)
+        return seg.first
+
+    def _borrow(self, size: int, stream: int) -> Block | None:
+        """A free block of another stream, with ``stream`` ordered after its last use."""
+        for (o, s), fl in self._lists.items():
+            if o is not None or s == stream:
+                continue
+            b = fl.pop_fit(size)
+            if b is not None:
+                ev = self.backend.record(s)
+                if ev is not None:
+                    self.backend.wait(stream, ev)
+                b.stream = stream
+                b.seg.streams.add(stream)
+                self.num_cross_stream += 1
+                return b
+        return None
+
+    # ------------------------------------------------------------------ free
+    def free(self, b: Block) -> None:
+        """Return ``b``; reused at once on its stream, or after its other streams' work."""
+        with self._lock:
+            if self._busy:  # re-entered from a finalizer: finish the current operation first
+                self._deferred.append(b)
+                return
+            self._busy = True
+            try:
+                self._free_locked(b)
+                if self._deferred:
+                    self._drain()
+            finally:
+                self._busy = False
+
+    def _drain(self) -> None:
+        while self._deferred:
+            self._free_locked(self._deferred.pop())
+
+    def _free_locked(self, b: Block) -> None:
+        if b.free:
+            raise RuntimeError("cuflow.memory: block freed twice")
+        self.allocated -= b.size
+        self.requested -= b.req
+        self.num_free += 1
+        self.n_blocks -= 1
+        b.free = True
+        if self._recording is not None:
+            self._recording.append(("f", id(b), 0, 0))
+        if b.uses:
+            self.pending_bytes += b.size
+            b.events = [self.backend.record(s) for s in b.uses]
+            b.uses = None
+            self._pending.append(b)
+            return
+        self._insert_free(b)
+
+    def _insert_free(self, b: Block) -> None:
+        if b.stream in self._dead:  # its stream was destroyed: reused after a device sync
+            self._orphans.append(b)
+            return
+        fl = self._list(b.seg.owner, b.stream)
+        p, n = b.prev, b.next
+        if p is not None and p.free and p.events is None and p.stream == b.stream:
+            fl.remove(p)
+            p.size += b.size
+            p.next = n
+            if n is not None:
+                n.prev = p
+            b = p
+        if n is not None and n.free and n.events is None and n.stream == b.stream:
+            fl.remove(n)
+            b.size += n.size
+            b.next = n.next
+            if n.next is not None:
+                n.next.prev = b
+        fl.push(b)
+        owner = b.seg.owner
+        if owner is not None and b.prev is None and b.next is None:
+            info = self._private.get(owner)
+            if info is not None and info["closed"]:
+                self._release_segment(b, fl)
+
+    def _process_pending(self, wait: bool = False) -> bool:
+        """Move blocks whose cross-stream events completed to the free lists."""
+        done_any = False
+        keep = []
+        for b in self._pending:
+            evs = b.events or []
+            if wait:
+                for ev in evs:
+                    while not self.backend.done(ev):
+                        pass
+                ok = True
+            else:
+                ok = all(self.backend.done(ev) for ev in evs)
+            if ok:
+                b.events = None
+                self.pending_bytes -= b.size
+                self._insert_free(b)
+                done_any = True
+            else:
+                keep.append(b)
+        self._pending = keep
+        return done_any
+
+    def record_stream(self, b: Block, stream: int) -> None:
+        """Mark ``b`` as used on ``stream`` (PyTorch's ``record_stream``)."""
+        if stream != b.stream:
+            with self._lock:
+                if b.uses is None:
+                    b.uses = set()
+                b.uses.add(stream)
+                b.seg.streams.add(stream)
+
+    # ---------------------------------------------------------------- streams
+    def watch_stream(self, stream_obj: Any, ptr: int) -> None:
+        """Release the free list of ``stream_obj``'s stream when the object is destroyed."""
+        import weakref  # noqa: PLC0415
+
+        self._watched.add(ptr)
+        try:
+            weakref.finalize(stream_obj, self._stream_gone, ptr)
+        except TypeError:
+            pass
+
+    def _stream_gone(self, ptr: int) -> None:
+        """A stream was destroyed: its cached blocks become orphans (no event can be recorded
+        on a dead stream), reused on the default stream after a device synchronize."""
+        with self._lock:
+            self._watched.discard(ptr)
+            self._dead.add(ptr)
+            for key in [k for k in self._lists if k[1] == ptr]:
+                self._orphans.extend(self._lists.pop(key).blocks())
+            for seg in self._segments.values():
+                seg.streams.discard(ptr)
+
+    def _adopt_orphans(self) -> None:
+        self.backend.synchronize()  # whatever the dead streams queued has finished
+        orphans, self._orphans = self._orphans, []
+        for b in orphans:
+            b.stream = 0
+            if b.seg.stream in self._dead:
+                b.seg.stream = 0
+            b.seg.streams.add(0)
+            self._insert_free(b)
+
+    # -------------------------------------------------------------- segments
+    def _release_segment(self, b: Block, fl: _FreeList) -> None:
+        seg = b.seg
+        fl.remove(b)
+        for s in seg.streams - self._dead:  # order the release after every stream that used it
+            if s != b.stream:
+                ev = self.backend.record(s)
+                if ev is not None:
+                    self.backend.wait(b.stream, ev)
+        if seg.owner is None:
+            self.backend.free(seg.ptr, seg.nbytes, b.stream)
+        else:
+            self.backend.free_private(seg.ptr, seg.nbytes)
+        del self._segments[seg.ptr]
+        self.reserved -= seg.nbytes
+        self.num_device_free += 1
+        if seg.owner is not None:
+            info = self._private.get(seg.owner)
+            if info is not None:
+                info["segments"] -= 1
+                if info["closed"] and info["segments"] == 0:
+                    del self._private[seg.owner]
+
+    def _release_free_segments(self, owner: Any = None) -> int:
+        n = 0
+        for (o, _), fl in list(self._lists.items()):
+            if o != owner:
+                continue
+            for b in [b for b in fl.blocks() if b.prev is None and b.next is None]:
+                self._release_segment(b, fl)
+                n += 1
+        return n
+
+    def empty_cache(self) -> int:
+        """Return every fully free segment to the backend; the number released."""
+        with self._lock:
+            self._drain()
+            self._process_pending()
+            if self._orphans:
+                self._adopt_orphans()
+            return self._release_free_segments()
+
+    # ---------------------------------------------------------------- warm-up
+    def reserve(self, nbytes: int, stream: int | None = None) -> None:
+        """Hold at least ``nbytes`` of free cache (one segment) for the coming allocations."""
+        b = self.alloc(nbytes, stream)
+        self.free(b)
+
+    def warmup(self, sizes: Iterable[int], stream: int | None = None) -> None:
+        """Allocate ``sizes`` all at once, then free them: the cache then serves them."""
+        blocks = [self.alloc(n, stream) for n in sizes]
+        for b in blocks:
+            self.free(b)
+
+    def start_recording(self) -> None:
+        with self._lock:
+            self._recording = []
+            self._rec_peak_base = self.allocated
+            self.peak_allocated = self.allocated
+
+    def stop_recording(self) -> tuple[list[tuple], int]:
+        """(allocation/free events, peak allocated bytes above the start) since start_recording."""
+        with self._lock:
+            events, self._recording = self._recording or [], None
+            return events, self.peak_allocated - self._rec_peak_base
+
+    def replay(self, events: list[tuple], rounds: int = 2) -> int:
+        """Dry-run recorded allocation events (no kernels) so the cache fits their pattern.
+
+        Placement decides whether a pattern fits in a given reserve, so after
+        reserving the recorded peak the pattern is replayed: any segment it
+        still needs is then cached too.  Returns the device allocations it made.
+        """
+        n0 = self.num_device_alloc
+        for _ in range(rounds):
+            live: dict[int, Block] = {}
+            for op, key, nbytes, stream in events:
+                if op == "a":
+                    live[key] = self.alloc(nbytes, stream)
+                elif key in live:
+                    self.free(live.pop(key))
+            for b in live.values():
+                self.free(b)
+        return self.num_device_alloc - n0
+
+    # ------------------------------------------------------- private (graphs)
+    def begin_private(self, stream: int) -> int:
+        """Route allocations on ``stream`` to a new private pool; returns its id."""
+        with self._lock:
+            owner = self._next_owner
+            self._next_owner += 1
+            self._private[owner] = {"closed": False, "segments": 0}
+            self._capturing[stream] = owner
+            return owner
+
+    def end_private(self, stream: int) -> None:
+        with self._lock:
+            self._capturing.pop(stream, None)
+
+    def close_private(self, owner: int) -> None:
+        """The graph that owns ``owner`` is gone: release its segments once they are free."""
+        with self._lock:
+            info = self._private.get(owner)
+            if info is None:
+                return
+            info["closed"] = True
+            self._release_free_segments(owner)
+            if info["segments"] == 0:
+                self._private.pop(owner, None)
+
+    # ------------------------------------------------------------- reporting
+    def stats(self) -> dict[str, Any]:
+        """Counters with PyTorch's key names, plus cache hits and misses per size class."""
+        with self._lock:
+            inactive_split = sum(
+                b.size for fl in self._lists.values() for b in fl.blocks()
+                if b.prev is not None or b.next is not None)
+            free_cached = sum(b.size for fl in self._lists.values() for b in fl.blocks())
+            s: dict[str, Any] = {
+                "allocated_bytes.all.current": self.allocated,
+                "allocated_bytes.all.peak": self.peak_allocated,
+                "reserved_bytes.all.current": self.reserved,
+                "reserved_bytes.all.peak": self.peak_reserved,
+                "active_bytes.all.current": self.allocated + self.pending_bytes,
+                "active_bytes.all.peak": self.peak_active,
+                "requested_bytes.all.current": self.requested,
+                "requested_bytes.all.peak": self.peak_requested,
+                "inactive_split_bytes.all.current": inactive_split,
+                "free_cached_bytes": free_cached,
+                "allocation.all.current": self.n_blocks,
+                "segment.all.current": len(self._segments),
+                "num_alloc": self.num_alloc,
+                "num_free": self.num_free,
+                "num_alloc_retries": self.num_alloc_retries,
+                "num_ooms": self.num_ooms,
+                "num_device_alloc": self.num_device_alloc,
+                "num_device_free": self.num_device_free,
+                "num_cross_stream_reuse": self.num_cross_stream,
+                "num_pending_cross_stream": len(self._pending),
+                "private_pools": len(self._private),
+                "cache_hits": sum(self.hits.values()),
+                "cache_misses": sum(self.misses.values()),
+                "backend": self.backend.name,
+                "limit_bytes": self.limit,
+            }
+            per: dict[int, list[int]] = {}
+            for d, j in ((self.hits, 0), (self.misses, 1)):
+                for size, cnt in d.items():
+                    per.setdefault(size_class(size), [0, 0])[j] += cnt
+            s["size_classes"] = {c: {"hits": h, "misses": m} for c, (h, m) in sorted(per.items())}
+            dev = self.backend.device_reserved()
+            if dev is not None:
+                s["device_reserved_bytes.current"], s["device_reserved_bytes.peak"] = dev
+            return s
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """Segments with their blocks, in address order."""
+        with self._lock:
+            out = []
+            for ptr, seg in sorted(self._segments.items()):
+                b = seg.first
+                blocks = []
+                while b is not None:
+                    blocks.append({"offset": b.ptr - seg.ptr, "size": b.size,
+                                   "state": "free" if b.free and b.events is None else
+                                   ("pending" if b.free else "active"),
+                                   "requested": 0 if b.free else b.req, "stream": b.stream})
+                    b = b.next
+                out.append({"address": seg.ptr, "size": seg.nbytes, "stream": seg.stream,
+                            "private_pool": seg.owner, "blocks": blocks})
+            return out
+
+    def _oom_message(self, size: int, what: str) -> str:
+        largest = max((b.size for fl in self._lists.values() for b in fl.blocks()), default=0)
+        return (f"cuflow.memory: out of memory: {_fmt(size)} requested from {what}; the pool "
+                f"reserves {_fmt(self.reserved)} of which {_fmt(self.allocated)} is in use "
+                f"(largest free block {_fmt(largest)}). Free arrays you no longer need "
+                f"(del x), call cuflow.memory.empty_cache(), lower batch sizes, or raise the "
+                f"limit (cuflow.memory.set_limit / CUFLOW_MEMORY_LIMIT).")
+
+
+def _fmt(n: int | None) -> str:
+    if n is None:
+        return "no limit"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return str(n)

@@ -1,0 +1,309 @@
+"""Allocation traces and their replay against cuflow's pool, CuPy's pools and PyTorch's.
+
+R0 (random-shape inference), G (monotonic growth) and S (random 2-D shapes)
+are defined as in the pool's issue; bytes are fp16 for R0/G.  A trace is a
+list of ``(op, key, nbytes)`` with op ``"a"`` (allocate) or ``"f"`` (free),
+split into iterations.  Replays allocate real device arrays through each
+library's normal path (``cupy.empty`` / ``torch.empty``), so host times include
+the allocator hook.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+H = 4096
+
+
+def trace_r0(seed: int = 0, iterations: int = 200, layers: int = 8) -> list[list[tuple]]:
+    rng = random.Random(seed)
+    its, k = [], 0
+    for it in range(iterations):
+        t = 8192 if it == 0 else int(math.exp(rng.uniform(math.log(128), math.log(8192))))
+        ops: list[tuple] = []
+        k += 1
+        x = k
+        ops.append(("a", x, t * H * 2))
+        for _ in range(layers):
+            small = []
+            for _ in range(3):
+                k += 1
+                small.append(k)
+                ops.append(("a", k, rng.randint(1, 64) * 1024))
+            qkv, att, mlp, out = k + 1, k + 2, k + 3, k + 4
+            k += 4
+            ops += [("a", qkv, t * 3 * H * 2), ("a", att, t * H * 2), ("f", qkv, 0),
+                    ("a", mlp, t * 4 * H * 2), ("a", out, t * H * 2), ("f", mlp, 0),
+                    ("f", att, 0)] + [("f", s, 0) for s in small] + [("f", x, 0)]
+            x = out
+        ops.append(("f", x, 0))
+        its.append(ops)
+    return its
+
+
+def trace_g(layers: int = 4) -> list[list[tuple]]:
+    its, k = [], 0
+    for t in range(512, 8192 + 1, 64):
+        ops: list[tuple] = []
+        k += 1
+        x = k
+        ops.append(("a", x, t * H * 2))
+        for _ in range(layers):
+            qkv, att, mlp, out = k + 1, k + 2, k + 3, k + 4
+            k += 4
+            ops += [("a", qkv, t * 3 * H * 2), ("a", att, t * H * 2), ("f", qkv, 0),
+                    ("a", mlp, t * 4 * H * 2), ("a", out, t * H * 2), ("f", mlp, 0),
+                    ("f", att, 0), ("f", x, 0)]
+            x = out
+        ops.append(("f", x, 0))
+        its.append(ops)
+    return its
+
+
+def trace_s(seed: int = 0, n: int = 400, alive: int = 4) -> list[list[tuple]]:
+    rng = random.Random(seed)
+    its, live = [], []
+    for k in range(n):
+        ops: list[tuple] = []
+        if len(live) == alive:
+            ops.append(("f", live.pop(0), 0))
+        ops.append(("a", k, 4096 * rng.randint(256, 4096) * 4))
+        live.append(k)
+        if k == n - 1:
+            ops += [("f", x, 0) for x in live]
+        its.append(ops)
+    return its
+
+
+TRACES: dict[str, Callable[[], list[list[tuple]]]] = {"R0": trace_r0, "G": trace_g, "S": trace_s}
+
+
+def peak_requested(its: list[list[tuple]]) -> int:
+    live: dict[int, int] = {}
+    cur = peak = 0
+    for ops in its:
+        for op, key, n in ops:
+            if op == "a":
+                live[key] = n
+                cur += n
+                peak = max(peak, cur)
+            else:
+                cur -= live.pop(key)
+    return peak
+
+
+# -------------------------------------------------------------- allocators
+class _Cuflow:
+    name = "cuflow"
+
+    def __init__(self, cupy: Any) -> None:
+        from . import DriverPoolBackend, Pool  # noqa: PLC0415
+
+        self.cupy = cupy
+        self.pool = Pool(DriverPoolBackend(cupy.cuda.runtime.getDevice()))
+        self.ctx = cupy.cuda.using_allocator(self.pool.malloc)
+
+    def empty(self, n: int) -> Any:
+        return self.cupy.empty((n,), self.cupy.uint8)
+
+    def reserved_peak(self) -> int:
+        return self.pool.backend.device_reserved()[1]
+
+    def device_allocs(self) -> int:
+        return self.pool.num_device_alloc
+
+    def close(self) -> None:
+        self.pool.empty_cache()
+        self.pool.backend.trim()
+
+
+class _CupyPool:
+    name = "cupy MemoryPool"
+
+    def __init__(self, cupy: Any) -> None:
+        self.cupy = cupy
+        self.pool = cupy.cuda.MemoryPool()
+        self.ctx = cupy.cuda.using_allocator(self.pool.malloc)
+        self.peak = 0
+        self.grows = 0
+
+    def empty(self, n: int) -> Any:
+        before = self.pool.total_bytes()
+        a = self.cupy.empty((n,), self.cupy.uint8)
+        tb = self.pool.total_bytes()
+        if tb > before:
+            self.grows += 1
+            self.peak = max(self.peak, tb)
+        return a
+
+    def reserved_peak(self) -> int:
+        return self.peak
+
+    def device_allocs(self) -> int:
+        return self.grows
+
+    def close(self) -> None:
+        self.pool.free_all_blocks()
+
+
+class _CupyAsync:
+    name = "cupy MemoryAsyncPool"
+
+    def __init__(self, cupy: Any) -> None:
+        rt = cupy.cuda.runtime
+        self.cupy, self.rt = cupy, rt
+        self.pool = cupy.cuda.MemoryAsyncPool()
+        self.ctx = cupy.cuda.using_allocator(self.pool.malloc)
+        self.h = rt.deviceGetDefaultMemPool(rt.getDevice())
+        cupy.cuda.runtime.deviceSynchronize()
+        rt.memPoolTrimTo(self.h, 0)
+        rt.memPoolSetAttribute(self.h, rt.cudaMemPoolAttrReservedMemHigh, 0)
+        self.last = self.grows = 0
+
+    def empty(self, n: int) -> Any:
+        return self.cupy.empty((n,), self.cupy.uint8)
+
+    def reserved_peak(self) -> int:
+        return int(self.rt.memPoolGetAttribute(self.h, self.rt.cudaMemPoolAttrReservedMemHigh))
+
+    def device_allocs(self) -> int:  # growth events of the driver's reserve, sampled per op
+        return self.grows
+
+    def sample(self) -> None:
+        cur = int(self.rt.memPoolGetAttribute(self.h, self.rt.cudaMemPoolAttrReservedMemCurrent))
+        if cur > self.last:
+            self.grows += 1
+        self.last = cur
+
+    def close(self) -> None:
+        self.cupy.cuda.runtime.deviceSynchronize()
+        self.rt.memPoolTrimTo(self.h, 0)
+
+
+class _Torch:
+    name = "torch caching allocator"
+
+    def __init__(self, torch: Any) -> None:
+        import contextlib  # noqa: PLC0415
+
+        self.torch = torch
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        self.base = torch.cuda.memory_stats().get("num_device_alloc", 0)
+        self.ctx = contextlib.nullcontext()
+
+    def empty(self, n: int) -> Any:
+        return self.torch.empty((n,), dtype=self.torch.uint8, device="cuda")
+
+    def reserved_peak(self) -> int:
+        return self.torch.cuda.max_memory_reserved()
+
+    def device_allocs(self) -> int:
+        return self.torch.cuda.memory_stats().get("num_device_alloc", 0) - self.base
+
+    def close(self) -> None:
+        self.torch.cuda.synchronize()
+        self.torch.cuda.empty_cache()
+
+
+def allocators(cupy: Any, torch: Any = None) -> dict[str, Callable[[], Any]]:
+    out: dict[str, Callable[[], Any]] = {
+        "cuflow": lambda: _Cuflow(cupy), "cupy MemoryPool": lambda: _CupyPool(cupy),
+        "cupy MemoryAsyncPool": lambda: _CupyAsync(cupy)}
+    if torch is not None:
+        out["torch caching allocator"] = lambda: _Torch(torch)
+    return out
+
+
+def replay(make: Callable[[], Any], its: list[list[tuple]], *,
+           warmup: Callable[[Any], None] | None = None) -> dict[str, Any]:
+    """Replay ``its``; footprint, device allocations after iteration 1 (or after ``warmup``)."""
+    alloc = make()
+    live: dict[int, Any] = {}
+    nops = sum(len(i) for i in its)
+    sample = getattr(alloc, "sample", None)
+    with alloc.ctx:
+        if warmup is not None:
+            warmup(alloc)
+        first_done = None
+        t0 = time.perf_counter()
+        for i, ops in enumerate(its):
+            for op, key, n in ops:
+                if op == "a":
+                    live[key] = alloc.empty(n)
+                    if sample is not None:
+                        sample()
+                else:
+                    del live[key]
+            if i == 0 and warmup is None:
+                first_done = alloc.device_allocs()
+        alloc.cupy.cuda.runtime.deviceSynchronize() if hasattr(alloc, "cupy") else \
+            alloc.torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+    after = alloc.device_allocs() - (first_done if first_done is not None else
+                                     getattr(alloc, "_after_warmup", 0))
+    peak_req = peak_requested(its)
+    res = {"allocator": alloc.name, "peak_requested_bytes": peak_req,
+           "peak_reserved_bytes": alloc.reserved_peak(),
+           "footprint": round(alloc.reserved_peak() / peak_req, 3),
+           "device_allocs_steady": after, "host_us_per_op": round(dt / nops * 1e6, 3),
+           "ops": nops}
+    if isinstance(alloc, _Cuflow):
+        s = alloc.pool.stats()
+        res["pool_reserved_peak_bytes"] = s["reserved_bytes.all.peak"]
+        res["cache_hits"], res["cache_misses"] = s["cache_hits"], s["cache_misses"]
+    alloc.close()
+    return res
+
+
+def warmup_for(trace: str) -> Callable[[Any], None]:
+    """cuflow's documented warm-up for each trace: the largest input once."""
+
+    def run(alloc: Any) -> None:
+        from . import warmup  # noqa: PLC0415
+
+        pool = alloc.pool
+        with alloc.cupy.cuda.using_allocator(pool.malloc):
+            if trace == "S":
+                pool.warmup([(4096, 4096)] * 4, dtype="float32")
+            else:
+                its = trace_r0(iterations=1) if trace == "R0" else trace_g()[-1:]
+
+                def fn() -> None:
+                    live = {}
+                    for op, key, n in its[0]:
+                        if op == "a":
+                            live[key] = alloc.empty(n)
+                        else:
+                            del live[key]
+
+                warmup(fn, pool=pool)
+        alloc._after_warmup = pool.num_device_alloc
+
+    return run
+
+
+def empty_latency(make: Callable[[], Any], nbytes: int, n: int = 20000) -> dict[str, float]:
+    """Median and p99 host microseconds of one ``empty`` + free on a pool hit."""
+    alloc = make()
+    samples = []
+    pc = time.perf_counter_ns
+    with alloc.ctx:
+        for _ in range(200):
+            a = alloc.empty(nbytes)
+            del a
+        for _ in range(n):
+            t0 = pc()
+            a = alloc.empty(nbytes)
+            del a
+            samples.append(pc() - t0)
+    alloc.close()
+    samples.sort()
+    return {"median_us": round(statistics.median(samples) / 1e3, 3),
+            "p99_us": round(samples[int(0.99 * len(samples))] / 1e3, 3)}

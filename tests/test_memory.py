@@ -1,0 +1,469 @@
+"""cuflow.memory: the pool's logic on host memory (CPU CI), and on the GPU under CuPy."""
+
+from __future__ import annotations
+
+import ctypes
+import random
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+import cuflow
+from cuflow.memory import HostBackend, Pool, round_size, size_class
+
+# --------------------------------------------------------------------- helpers
+
+
+class EventBackend(HostBackend):
+    """Host memory with fake asynchronous streams: events complete when the test says so."""
+
+    def __init__(self, capacity=None):
+        super().__init__(capacity)
+        self.events = []
+        self.waits = []
+
+    def record(self, stream):
+        ev = {"stream": stream, "done": False}
+        self.events.append(ev)
+        return ev
+
+    def done(self, event):
+        return event["done"]
+
+    def wait(self, stream, event):
+        self.waits.append((stream, event["stream"]))
+
+    def finish_all(self):
+        for ev in self.events:
+            ev["done"] = True
+
+
+def fill(b, byte):
+    ctypes.memset(b.ptr, byte, b.req)
+
+
+def check(b, byte):
+    data = ctypes.string_at(b.ptr, b.req)
+    assert data == bytes([byte]) * b.req, f"block at {b.ptr:#x} corrupted"
+
+
+def assert_consistent(pool, live):
+    """Live blocks never overlap; the pool's counters match them."""
+    spans = sorted((b.ptr, b.ptr + b.size) for b in live)
+    for (s0, e0), (s1, _) in zip(spans, spans[1:], strict=False):
+        assert e0 <= s1, "two live blocks overlap"
+    st_ = pool.stats()
+    assert st_["allocated_bytes.all.current"] == sum(b.size for b in live)
+    assert st_["requested_bytes.all.current"] == sum(b.req for b in live)
+    assert st_["reserved_bytes.all.current"] == sum(s["size"] for s in pool.snapshot())
+    for seg in pool.snapshot():  # blocks tile their segment exactly
+        assert sum(blk["size"] for blk in seg["blocks"]) == seg["size"]
+
+
+# ----------------------------------------------------------------- the logic
+
+
+def test_round_size_and_classes():
+    assert round_size(0) == 512 and round_size(1) == 512 and round_size(513) == 1024
+    assert round_size((1 << 20) + 1) == (1 << 20) + (1 << 17)
+    for n in [1, 511, 512, 513, 4096, 5000, 1 << 20, 3 << 20, 123456789]:
+        assert round_size(n) >= n
+        c = size_class(n)
+        assert c >= n and c < 2 * max(n, 512)  # four classes per power of two
+
+
+def test_hit_split_coalesce_and_stats():
+    pool = Pool(HostBackend())
+    a = pool.alloc(1000, 0)
+    b = pool.alloc(3000, 0)
+    c = pool.alloc(1000, 0)
+    assert pool.stats()["num_device_alloc"] == 1  # one 2 MiB segment, split three times
+    assert a.seg is b.seg is c.seg
+    assert_consistent(pool, [a, b, c])
+    pool.free(b)
+    assert pool.stats()["inactive_split_bytes.all.current"] > 0
+    b2 = pool.alloc(3000, 0)
+    assert b2.ptr == b.ptr  # exact-size hit
+    for x in (a, b2, c):
+        pool.free(x)
+    (seg,) = pool.snapshot()
+    assert len(seg["blocks"]) == 1 and seg["blocks"][0]["state"] == "free"  # fully coalesced
+    s = pool.stats()
+    assert s["allocated_bytes.all.current"] == 0 and s["allocated_bytes.all.peak"] >= 5120
+    assert s["cache_hits"] >= 3 and s["cache_misses"] == 1
+    assert sum(v["hits"] for v in s["size_classes"].values()) == s["cache_hits"]
+    pool.reset_peak_stats()
+    assert pool.stats()["allocated_bytes.all.peak"] == 0
+    assert pool.empty_cache() == 1 and pool.stats()["reserved_bytes.all.current"] == 0
+    assert "reserved" in cuflow.memory.Pool(HostBackend()).summary()
+
+
+def test_free_twice_is_an_error():
+    pool = Pool(HostBackend())
+    b = pool.alloc(10, 0)
+    pool.free(b)
+    with pytest.raises(RuntimeError, match="twice"):
+        pool.free(b)
+
+
+def test_limit_and_oom_message_keep_live_data():
+    pool = Pool(HostBackend(), limit=4 << 20)
+    a = pool.alloc(3 << 20, 0)
+    fill(a, 0xAB)
+    with pytest.raises(cuflow.OutOfMemoryError) as ei:
+        pool.alloc(3 << 20, 0)
+    msg = str(ei.value)
+    for word in ("requested", "reserves", "in use", "largest free block", "set_limit"):
+        assert word in msg
+    assert isinstance(ei.value, MemoryError)
+    check(a, 0xAB)  # nothing already allocated is lost
+    assert pool.stats()["num_ooms"] == 1
+
+
+def test_oom_retry_releases_cache():
+    backend = HostBackend(capacity=6 << 20)
+    pool = Pool(backend)
+    pool.free(pool.alloc(4 << 20, 1))  # cached on stream 1: no other stream can use it as is
+    backend.cheap_release = False  # like cudaMalloc: release only under pressure
+    b = pool.alloc(5 << 20, 2)
+    assert b.size >= 5 << 20
+    assert pool.stats()["num_alloc_retries"] == 1
+
+
+def test_record_stream_defers_reuse_until_event():
+    be = EventBackend()
+    pool = Pool(be)
+    a = pool.alloc(4096, 1)
+    pool.record_stream(a, 2)
+    pool.free(a)
+    b = pool.alloc(4096, 1)
+    assert b.seg is not a.seg or b.ptr != a.ptr  # not handed out while stream 2 may use it
+    assert pool.stats()["num_pending_cross_stream"] == 1
+    be.finish_all()
+    pool.free(b)
+    pool.alloc(1 << 21, 1)  # a miss processes completed events
+    assert pool.stats()["num_pending_cross_stream"] == 0
+
+
+def test_cross_stream_borrow_orders_with_event():
+    be = EventBackend()
+    pool = Pool(be)
+    pool.free(pool.alloc(1 << 20, 1))
+    b = pool.alloc(1 << 20, 2)  # borrowed from stream 1's cache
+    assert pool.stats()["num_device_alloc"] == 1
+    assert (2, 1) in be.waits  # stream 2 waits for stream 1's event: no host sync
+    assert b.stream == 2
+
+
+def test_private_pool_isolated_and_released():
+    pool = Pool(HostBackend())
+    owner = pool.begin_private(7)
+    g = pool.alloc(1 << 20, 7)
+    tmp = pool.alloc(1 << 20, 7)
+    pool.free(tmp)  # freed during capture: back to the private pool only
+    pool.end_private(7)
+    x = pool.alloc(1 << 20, 7)
+    assert x.seg.owner is None and x.seg is not g.seg and x.seg is not tmp.seg
+    assert pool.stats()["private_pools"] == 1
+    pool.close_private(owner)
+    assert pool.stats()["private_pools"] == 1  # g still alive
+    pool.free(g)
+    assert pool.stats()["private_pools"] == 0
+    assert all(s["private_pool"] is None for s in pool.snapshot())
+
+
+def test_warmup_then_no_device_allocations():
+    pool = Pool(HostBackend())
+    sizes = [1 << 20, 3 << 20, 5000, 70000]
+    pool.warmup(sizes, stream=0)
+    n = pool.stats()["num_device_alloc"]
+    for _ in range(5):
+        blocks = [pool.alloc(s, 0) for s in sizes]
+        for b in blocks:
+            pool.free(b)
+    assert pool.stats()["num_device_alloc"] == n
+
+
+def test_module_warmup_keeps_the_peak(cf):
+    def step(n):
+        a = cf.empty((n, 256), dtype=cf.float32)
+        b = cf.empty((n, 512), dtype=cf.float32)
+        del a
+        c = cf.empty((n, 1024), dtype=cf.float32)
+        del b, c
+
+    if cf.get_backend().name == "numpy":
+        pytest.skip("NumPy allocates host memory itself; the pool serves the CuPy backend")
+    pool = cf.memory.Pool(cf.memory.DriverPoolBackend(0))  # fresh: no other test's arrays
+    info = cf.memory.warmup(step, 2048, pool=pool)
+    assert info["peak_bytes"] >= 2048 * (512 + 1024) * 4
+    n = pool.stats()["num_device_alloc"]
+    with cf.memory.using_pool(pool):
+        for k in (2048, 1000, 1500, 17):
+            step(k)
+    assert pool.stats()["num_device_alloc"] == n
+    assert pool.stats()["allocated_bytes.all.current"] == 0
+
+
+def test_limit_env_parsing():
+    from cuflow.memory import _parse_limit_env
+
+    be = HostBackend(capacity=1000)
+    assert _parse_limit_env("8GiB", be) == 8 << 30
+    assert _parse_limit_env("512MB", be) == 512 * 10**6
+    assert _parse_limit_env("0.5", be) == 500
+    assert _parse_limit_env("25%", be) == 250
+    assert _parse_limit_env("123456", be) == 123456
+    with pytest.raises(ValueError, match="CUFLOW_MEMORY_LIMIT"):
+        _parse_limit_env("lots", be)
+
+
+def test_threads_never_share_a_block():
+    pool = Pool(HostBackend())
+    errors = []
+
+    def worker(seed):
+        rng = random.Random(seed)
+        live = []
+        try:
+            for _ in range(400):
+                if live and rng.random() < 0.5:
+                    b, byte = live.pop(rng.randrange(len(live)))
+                    check(b, byte)
+                    pool.free(b)
+                else:
+                    b = pool.alloc(rng.choice([100, 512, 3000, 70000, 1 << 20]), 0)
+                    byte = rng.randrange(256)
+                    fill(b, byte)
+                    live.append((b, byte))
+            for b, byte in live:
+                check(b, byte)
+                pool.free(b)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    ts = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors, errors[0]
+    assert pool.stats()["allocated_bytes.all.current"] == 0
+
+
+class PoolMachine(RuleBasedStateMachine):
+    """Random allocate / free / resize / stream / record_stream sequences; every live block
+    carries its own byte pattern, checked after every step."""
+
+    def __init__(self):
+        super().__init__()
+        self.be = EventBackend()
+        self.pool = Pool(self.be, limit=64 << 20)
+        self.live = []  # (block, byte)
+        self.counter = 0
+
+    def _pattern(self):
+        self.counter = (self.counter + 1) % 251
+        return self.counter + 1
+
+    @rule(size=st.one_of(st.integers(1, 5000), st.integers(1 << 19, 3 << 20)),
+          stream=st.integers(0, 2))
+    def allocate(self, size, stream):
+        try:
+            b = self.pool.alloc(size, stream)
+        except cuflow.OutOfMemoryError:
+            return
+        byte = self._pattern()
+        fill(b, byte)
+        self.live.append((b, byte))
+
+    @precondition(lambda self: self.live)
+    @rule(i=st.integers(0, 10**6))
+    def free(self, i):
+        b, byte = self.live.pop(i % len(self.live))
+        check(b, byte)
+        self.pool.free(b)
+
+    @precondition(lambda self: self.live)
+    @rule(i=st.integers(0, 10**6), size=st.integers(1, 3 << 20))
+    def resize(self, i, size):
+        b, byte = self.live.pop(i % len(self.live))
+        try:
+            nb = self.pool.alloc(size, b.stream)
+        except cuflow.OutOfMemoryError:
+            self.live.append((b, byte))
+            return
+        n = min(b.req, nb.req)
+        ctypes.memmove(nb.ptr, b.ptr, n)
+        self.pool.free(b)
+        ctypes.memset(nb.ptr + n, byte, nb.req - n)
+        self.live.append((nb, byte))
+
+    @precondition(lambda self: self.live)
+    @rule(i=st.integers(0, 10**6), stream=st.integers(0, 2))
+    def use_on_stream(self, i, stream):
+        self.pool.record_stream(self.live[i % len(self.live)][0], stream)
+
+    @rule()
+    def events_complete(self):
+        self.be.finish_all()
+
+    @rule()
+    def empty_cache(self):
+        self.pool.empty_cache()
+
+    @invariant()
+    def intact(self):
+        for b, byte in self.live:
+            check(b, byte)
+        assert_consistent(self.pool, [b for b, _ in self.live])
+
+
+PoolMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+test_pool_state_machine = PoolMachine.TestCase
+
+
+# ---------------------------------------------------------------------- GPU
+
+
+@pytest.fixture
+def pooled(gpu_cf):
+    if not gpu_cf.memory._INSTALLED:
+        pytest.skip("cuflow's pool is opt-in: run with CUFLOW_POOL=on (bench/gpu_run.sh does)")
+    return gpu_cf
+
+
+@pytest.mark.gpu
+def test_cupy_allocations_use_the_pool(pooled):
+    import cupy
+
+    gpu_cf = pooled
+    pool = gpu_cf.memory.get_pool()
+    n = pool.num_alloc
+    x = cupy.empty((1000,), cupy.float32)  # plain CuPy, not cuflow
+    assert pool.num_alloc == n + 1
+    assert type(x.data.mem).__name__ == "_PoolMemory"
+    used = pool.used_bytes()
+    del x
+    assert pool.used_bytes() == used - round_size(4000)
+    assert pool.stats()["backend"] == "driver-pool"
+
+
+def test_destroyed_stream_blocks_are_adopted():
+    be = EventBackend()
+    pool = Pool(be)
+    a = pool.alloc(4096, 5)
+    live = pool.alloc(4096, 5)
+    pool.free(a)
+    pool._stream_gone(5)  # what the weakref finalizer of a destroyed stream does
+    pool.free(live)  # freed after its stream died: an orphan too
+    assert not any(k[1] == 5 for k in pool._lists)
+    b = pool.alloc(1 << 21, 0)  # a miss adopts the orphans (after a device synchronize)
+    assert all(k[1] != 5 for k in pool._lists) and not pool._orphans
+    pool.free(b)
+    assert pool.empty_cache() >= 1
+
+
+@pytest.mark.gpu
+def test_cross_stream_reuse_is_ordered(pooled):
+    gpu_cf = pooled
+    """A long kernel on stream A reads a buffer that is then freed and at once reallocated
+    for a write on stream B: with the pool's event ordering, A still reads the old data."""
+    import cupy
+
+    cf = gpu_cf
+    spin = cupy.RawKernel(r'''
+    extern "C" __global__ void slow_copy(const float* src, float* dst, int n, long long spins) {
+        long long t0 = clock64();
+        while (clock64() - t0 < spins) { }
+        for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+    }''', "slow_copy")
+    n = 1 << 18
+    a_stream, b_stream = cf.Stream(), cf.Stream()
+    for trial in range(2):
+        with a_stream:
+            src = cupy.full((n,), 7.0, cupy.float32)  # allocated on A
+            out = cupy.empty((n,), cupy.float32)
+            spin((1,), (256,), (src, out, np.int32(n), np.int64(200_000_000)))  # ~0.1 s
+        if trial == 1:
+            cf.memory.record_stream(src, b_stream)  # the PyTorch spelling, also honoured
+        del src  # freed while A's kernel still reads it
+        with b_stream:
+            new = cupy.empty((n,), cupy.float32)  # the same bytes, borrowed by stream B
+            new.fill(-1.0)
+        a_stream.synchronize()
+        b_stream.synchronize()
+        assert float(out.min()) == 7.0 and float(out.max()) == 7.0
+        del out, new
+
+
+@pytest.mark.gpu
+def test_graph_replay_never_overwrites_live_arrays(pooled):
+    gpu_cf = pooled
+    import cupy
+
+    cf = gpu_cf
+    x = cf.asarray(np.arange(1 << 16, dtype=np.float32))
+    with cf.graph.capture() as g:
+        tmp = cf.multiply(x, x)  # allocated inside the capture
+        y = cf.add(tmp, x)
+        del tmp  # freed during capture: must stay the graph's
+    g.replay()
+    g.stream.synchronize()
+    live = [cupy.full((1 << 16,), 5.0, cupy.float32) for _ in range(8)]  # after capture
+    for _ in range(3):
+        g.replay()
+    g.stream.synchronize()
+    for a in live:
+        assert float(a.min()) == 5.0 and float(a.max()) == 5.0
+    xs = np.arange(1 << 16, dtype=np.float32)
+    np.testing.assert_array_equal(cf.asnumpy(y), xs * xs + xs)
+    pool = cf.memory.get_pool()
+    assert pool.stats()["private_pools"] >= 1
+    g.close()
+    del y
+    assert pool.stats()["private_pools"] == 0
+
+
+@pytest.mark.gpu
+def test_failed_capture_releases_private_pool(pooled):
+    gpu_cf = pooled
+    cf = gpu_cf
+    pool = cf.memory.get_pool()
+    before = pool.stats()["private_pools"]
+    with pytest.raises(ZeroDivisionError), cf.graph.capture():
+        cf.empty((1000,), dtype=cf.float32)
+        1 / 0  # noqa: B018
+    assert pool.stats()["private_pools"] == before
+
+
+@pytest.mark.gpu
+def test_gpu_limit_raises_cuflow_oom(pooled):
+    gpu_cf = pooled
+    cf = gpu_cf
+    pool = cf.memory.get_pool()
+    keep = cf.ones((1 << 20,), dtype=cf.float32)
+    old = pool.limit
+    try:
+        pool.set_limit(size=pool.reserved + (8 << 20))
+        with pytest.raises(cf.OutOfMemoryError, match="requested"):
+            cf.empty((1 << 30,), dtype=cf.uint8)
+    finally:
+        pool.limit = old
+    assert float(keep.sum()) == float(1 << 20)
+
+
+@pytest.mark.gpu
+def test_pinned_host_arrays(gpu_cf):
+    cf = gpu_cf
+    h = cf.memory.empty_pinned((4, 5), np.float32)
+    h[...] = np.arange(20, dtype=np.float32).reshape(4, 5)
+    assert cf.memory.zeros_pinned(3, np.int32).tolist() == [0, 0, 0]
+    s = cf.Stream()
+    d = cf.asarray(h, stream=s)
+    s.synchronize()
+    np.testing.assert_array_equal(cf.asnumpy(d), h)
