@@ -17,13 +17,14 @@ directly, so CPU-only CI tests it against :class:`HostBackend`.
 
 from __future__ import annotations
 
+import abc
 import ctypes
 from typing import Any
 
 __all__ = ["Backend", "CudaMallocBackend", "DriverPoolBackend", "HostBackend"]
 
 
-class Backend:
+class Backend(abc.ABC):
     """Interface of a segment source (see the module docstring)."""
 
     name = "abstract"
@@ -31,12 +32,13 @@ class Backend:
     cheap_release = False
     device_id = -1
 
+    @abc.abstractmethod
     def alloc(self, nbytes: int, stream: int) -> int:
         """A new segment of ``nbytes`` usable on ``stream``; raises MemoryError when out of memory."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def free(self, ptr: int, nbytes: int, stream: int) -> None:
-        raise NotImplementedError
+        """Return a segment from :meth:`alloc`, ordered after the work queued on ``stream``."""
 
     def alloc_private(self, nbytes: int) -> int:
         """A segment for a graph-private pool: not stream-ordered, so never captured into a graph."""
