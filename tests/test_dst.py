@@ -113,4 +113,14 @@ def test_add_dst_validation_property(cf, sa, sb, sd, da, db, dd, casting):
         return
     with np.errstate(all="ignore"):
         assert cf.add(a, b, dst=dst, casting=casting) is dst
-        np.testing.assert_array_equal(to_host(dst), expected.astype(dd))
+        want = expected.astype(dd)
+    got = to_host(dst)
+    if expected.dtype.kind in "fc" and np.dtype(dd).kind in "iu":
+        # A float that does not fit the integer type has no defined conversion
+        # (C/CUDA leave it undefined: x86 NumPy wraps -4.0 to 252, the GPU
+        # saturates to 0), so only representable values are compared.
+        info = np.iinfo(dd)
+        real = expected.real
+        ok = np.isfinite(real) & (real > info.min - 1) & (real < info.max + 1)
+        got, want = got[ok], want[ok]
+    np.testing.assert_array_equal(got, want)
