@@ -230,7 +230,11 @@ class Pool:
         return fl
 
     def _alloc_slow(self, size: int, stream: int, owner: Any) -> Block:
-        if self._pending and self._process_pending():
+        # While any stream captures a graph nothing here may synchronize or free
+        # device memory (both are illegal during capture): no orphan adoption,
+        # no segment release, no waiting on pending frees.
+        capturing = bool(self._capturing)
+        if self._pending and not capturing and self._process_pending():
             b = self._list(owner, stream).pop_fit(size)
             if b is not None:
                 self.hits[size] = self.hits.get(size, 0) + 1
@@ -239,17 +243,18 @@ class Pool:
         if b is not None:
             self.hits[size] = self.hits.get(size, 0) + 1
             return b
-        if self._orphans:
+        if self._orphans and not capturing:
             self._adopt_orphans()
             b = self._list(owner, stream).pop_fit(size) if stream == 0 else None
             if b is not None:
                 return b
         self.misses[size] = self.misses.get(size, 0) + 1
         seg_bytes = max(size, MIN_SEGMENT) if size < SMALL else size
-        if self.backend.cheap_release and owner is None:
+        if self.backend.cheap_release and owner is None and not capturing:
             self._release_free_segments()
         if self.limit is not None and self.reserved + seg_bytes > self.limit:
-            self._release_free_segments()
+            if not capturing:
+                self._release_free_segments()
             if self.reserved + seg_bytes > self.limit:
                 self.num_ooms += 1
                 raise OutOfMemoryError(self._oom_message(size, f"the pool's limit of "
@@ -259,16 +264,18 @@ class Pool:
                    else self.backend.alloc_private(seg_bytes))
         except MemoryError as first:
             self.num_alloc_retries += 1
-            self._release_free_segments()
             gc.collect()  # finalizers of collected arrays defer their frees; drain them
             self._drain()
-            self._process_pending(wait=True)
-            self._release_free_segments()
+            if not capturing:
+                self._release_free_segments()
+                self._process_pending(wait=True)
+                self._release_free_segments()
             b = self._list(owner, stream).pop_fit(size)
             if b is not None:
                 return b
             try:
-                ptr = self.backend.alloc(seg_bytes, stream)
+                ptr = (self.backend.alloc(seg_bytes, stream) if owner is None
+                       else self.backend.alloc_private(seg_bytes))
             except MemoryError:
                 self.num_ooms += 1
                 raise OutOfMemoryError(self._oom_message(size, "the device")) from first
