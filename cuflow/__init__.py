@@ -97,7 +97,7 @@ def get_array_module(*args):
     return _np
 
 
-_LAZY_SUBMODULES = ("testing", "kernels", "memory", "graph")
+_LAZY_SUBMODULES = ("testing", "kernels", "memory", "graph", "image")
 
 
 def __getattr__(name: str):
@@ -133,6 +133,6 @@ __all__ = [
     "CuflowError", "BackendError", "DstError", "DstShapeError", "DstDtypeError", "DstTypeError",
     "CudaError", "OutOfMemoryError", "KernelCompileError",
     # submodules
-    "linalg", "fft", "random", "testing", "kernels", "memory", "graph",
+    "linalg", "fft", "random", "testing", "kernels", "memory", "graph", "image",
     *_ops.UFUNC_NAMES, *_ops.REDUCTION_NAMES, *_ops.CREATION_NAMES, *_NUMPY_NAMES,
 ]

@@ -130,6 +130,9 @@ def run_headline(quick: bool = False) -> dict[str, Any]:
                 pct_of_copy_bw=round(100 * floor_us / v, 1))
     if gpu:
         rows += _elementwise_sweep(cf, quick, bw)
+        from ._bench_image import image_rows  # noqa: PLC0415
+
+        rows += image_rows(cf, quick, bw, _interleaved, device_time_us, _torch())
         rows += _pool_comparison(quick)
     return {"info": info, "rows": rows}
 

@@ -71,6 +71,11 @@ class KernelSpec:
         return [name_expression(e, dtype) for e, dts in self.entries if dtype in dts]
 
 
+#: Output dtypes of the image kernels, and the (source, output) channel counts
+#: the vectorized identity-geometry kernel is instantiated for.
+IMAGE_OUT = ("float32", "float16", "uint8")
+VEC_CHANNELS = ((1, 1), (3, 3), (4, 4), (4, 3))
+
 _BINARY = ("cf_add", "cf_subtract", "cf_multiply", "cf_maximum", "cf_minimum")
 REGISTRY: dict[str, KernelSpec] = {
     s.name: s for s in (
@@ -80,12 +85,25 @@ REGISTRY: dict[str, KernelSpec] = {
             entries=tuple((e, NUMERIC) for e in _BINARY)
             + (("cf_divide", FLOATS), ("cf_negative", NUMERIC), ("cf_absolute", NUMERIC)),
         ),
+        KernelSpec(
+            name="image",
+            source="image.cu",
+            entries=tuple((f"cf_normalize_vec<{{T}},{c},{oc}>", IMAGE_OUT)
+                          for c, oc in VEC_CHANNELS)
+            + (("cf_warp", IMAGE_OUT), ("cf_denormalize", ("float16", "float32"))),
+        ),
     )
 }
 
 
 def name_expression(entry: str, dtype: str) -> str:
-    """``entry<ctype>``: the template instantiation of ``entry`` for ``dtype``."""
+    """The template instantiation of ``entry`` for ``dtype``.
+
+    ``entry<ctype>``, or ``entry`` with ``{T}`` replaced by the C type when the
+    entry spells out its template arguments (``cf_normalize_vec<{T},3,3>``).
+    """
+    if "{T}" in entry:
+        return entry.replace("{T}", CTYPES[dtype])
     return f"{entry}<{CTYPES[dtype]}>"
 
 

@@ -1,0 +1,732 @@
+"""Fused image pre- and post-processing: one kernel launch per call.
+
+Every function here reads 8-bit frames once and writes its output once:
+colour conversion (packed RGB/BGR/RGBA/BGRA/GRAY, NV12, I420), resampling
+(nearest, bilinear, area), letterboxing, per-channel normalization
+``(x * scale - mean) / std``, horizontal flip, layout (NCHW or NHWC) and the
+output dtype (float32, float16 or uint8) all happen in the same pass
+(``raw_kernels/image.cu``).  The NumPy backend runs the reference in
+:mod:`cuflow._image_ref`, which the GPU tests compare the kernels against.
+
+Frames
+------
+Packed frames are ``(H, W, C)`` or a batch ``(N, H, W, C)`` of uint8, with
+pixels and channels contiguous (rows and frames may be strided, so crops of a
+larger frame need no copy; anything else is copied first).  NV12 and I420
+frames are ``(H * 3 // 2, W)`` or ``(N, H * 3 // 2, W)`` uint8 as video
+decoders produce them (luma rows, then the chroma rows), H and W even.
+``src_format`` names the channel order (default: ``GRAY``, ``RGB`` or ``RGBA``
+by channel count); ``out_format`` the order of the output channels (default:
+the source's colours without alpha; ``RGB`` for YUV sources).
+
+Conventions
+-----------
+torchvision's (PyTorch's ``interpolate`` with ``align_corners=False``):
+bilinear samples at ``(dst + 0.5) * in / out - 0.5`` clamped to the frame;
+nearest at ``floor(dst * in / out)``; ``area`` averages the source box with
+fractional edge weights (OpenCV's INTER_AREA) and is bilinear along an axis
+that is upscaled.  Sizes are ``(height, width)``.  uint8 outputs are rounded
+half to even and clamped; float outputs are not clamped.
+
+Tolerances (checked by the tests): float32 outputs match the NumPy reference
+within ``1e-3 * max|a|`` (``a = scale / std``, the 0-255-scale step), float16
+within that plus one float16 rounding, uint8 within 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import struct
+from typing import Any
+
+import numpy
+
+from . import _image_ref
+from ._backend import get_backend
+from ._dst import bad_dst_type, bad_shape, span
+from ._errors import CuflowError, DstDtypeError, DstError, DstTypeError
+from ._streams import as_cupy_stream
+
+__all__ = ["ImageFormatError", "Letterbox", "crop_resize", "cvt_color", "denormalize", "letterbox", "normalize",
+           "resize", "resize_normalize"]
+
+# --------------------------------------------------------------------------- options
+_CHANNELS = {"GRAY": "L", "RGB": "RGB", "BGR": "BGR", "RGBA": "RGBA", "BGRA": "BGRA"}
+_YUV = {"NV12": 1, "I420": 2}
+_INTERP = {"nearest": 0, "bilinear": 1, "area": 2}
+_LAYOUTS = ("NCHW", "NHWC")
+_OUT_DTYPES = ("float32", "float16", "uint8")
+#: Luma weights of RGB -> GRAY (ITU-R BT.601, as OpenCV's COLOR_RGB2GRAY).
+_GRAY = {"R": 0.299, "G": 0.587, "B": 0.114}
+#: (Kr, Kb) of the YUV matrices.
+_MATRICES = {"bt601": (0.299, 0.114), "bt709": (0.2126, 0.0722)}
+
+
+class ImageFormatError(CuflowError, ValueError):
+    """A frame's shape, dtype, layout or format does not fit the operation."""
+
+
+def _choice(name: str, what: str, value: Any, allowed) -> Any:
+    if value not in allowed:
+        raise ImageFormatError(f"cuflow.image.{name}: {what} must be one of "
+                               f"{sorted(allowed)}, got {value!r}")
+    return value
+
+
+def _per_channel(name: str, what: str, v, n: int) -> tuple[float, ...]:
+    vals = (float(v),) * n if numpy.ndim(v) == 0 else tuple(float(x) for x in v)
+    if len(vals) == 1:
+        vals *= n
+    if len(vals) != n:
+        raise ImageFormatError(f"cuflow.image.{name}: {what} needs 1 or {n} values (one per "
+                               f"output channel), got {len(vals)}: {v!r}")
+    if not all(math.isfinite(x) for x in vals):
+        raise ImageFormatError(f"cuflow.image.{name}: {what} must be finite, got {v!r}")
+    return vals
+
+
+@dataclasses.dataclass(frozen=True)
+class _Affine:
+    """``out = v * a[c] + b[c]`` per output channel (``v`` on the 0-255 scale)."""
+
+    a: tuple[float, ...]
+    b: tuple[float, ...]
+
+    @classmethod
+    def normalization(cls, name: str, mean, std, scale, n: int) -> _Affine:
+        m = _per_channel(name, "mean", mean, n)
+        s = _per_channel(name, "std", std, n)
+        if any(x == 0 for x in s):
+            raise ImageFormatError(f"cuflow.image.{name}: std must be non-zero, got {std!r}")
+        sc = float(scale)
+        return cls(tuple(sc / x for x in s), tuple(-mu / x for mu, x in zip(m, s, strict=True)))
+
+    def padded(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        return self.a + (1.0,) * (4 - len(self.a)), self.b + (0.0,) * (4 - len(self.b))
+
+
+_IDENTITY = {n: _Affine((1.0,) * n, (0.0,) * n) for n in (1, 3, 4)}
+
+
+def _size(name: str, size) -> tuple[int, int]:
+    if isinstance(size, int | numpy.integer):
+        size = (size, size)
+    try:
+        h, w = (int(s) for s in size)
+    except (TypeError, ValueError):
+        raise ImageFormatError(f"cuflow.image.{name}: size must be an int or (height, width), "
+                               f"got {size!r}") from None
+    if not (0 < h <= 65535 and 0 < w):
+        raise ImageFormatError(f"cuflow.image.{name}: size must be positive with height <= "
+                               f"65535, got {(h, w)}")
+    return h, w
+
+
+def _yuv_coefficients(matrix: str, full_range: bool) -> tuple[float, ...]:
+    """(ys, yoff, rv, gu, gv, bu): R = (Y - yoff) * ys + rv * (V - 128), and so on."""
+    kr, kb = _MATRICES[matrix]
+    kg = 1.0 - kr - kb
+    ys, yoff, cs = (1.0, 0.0, 1.0) if full_range else (255.0 / 219.0, 16.0, 255.0 / 224.0)
+    return (ys, yoff, 2 * (1 - kr) * cs, 2 * kb * (1 - kb) / kg * cs, 2 * kr * (1 - kr) / kg * cs,
+            2 * (1 - kb) * cs)
+
+
+# --------------------------------------------------------------------------- frames
+@dataclasses.dataclass
+class _Src:
+    arr: Any            # the (possibly copied) source array
+    batched: bool
+    N: int
+    H: int
+    W: int
+    C: int              # packed channels (3 for YUV: what sampling yields)
+    fmt: int            # 0 packed, 1 NV12, 2 I420
+    colors: str         # channel letters of what sampling yields ("RGB", "BGRA", "L", ...)
+    fstride: int        # bytes between frames
+    rstride: int        # bytes between rows
+    dense: bool         # frames and rows packed back to back
+    copied: bool = False  # the input's layout needed a contiguous copy first
+
+
+def _parse_src(name: str, src, src_format: str | None) -> _Src:
+    b = get_backend()
+    if not isinstance(src, b.ndarray):
+        raise DstTypeError(
+            f"cuflow.image.{name}: src must be an array of the active {b.name} backend, got "
+            f"{type(src).__module__}.{type(src).__name__} (convert with cuflow.asarray)")
+    if src.dtype != numpy.uint8:
+        raise ImageFormatError(f"cuflow.image.{name}: frames must be uint8, got {src.dtype}")
+    if src_format in _YUV:
+        if src.ndim not in (2, 3):
+            raise ImageFormatError(
+                f"cuflow.image.{name}: {src_format} frames are (H*3/2, W) or (N, H*3/2, W), got "
+                f"shape {src.shape}")
+        rows, W = src.shape[-2:]
+        H = rows * 2 // 3
+        if rows % 3 or H % 2 or W % 2 or H == 0:
+            raise ImageFormatError(
+                f"cuflow.image.{name}: {src_format} frames need an even height and width, so "
+                f"(H*3/2, W) with H*3/2 divisible by 3; got shape {src.shape}")
+        copied = not src.flags.c_contiguous
+        if copied:
+            src = b.xp.ascontiguousarray(src)
+        batched = src.ndim == 3
+        return _Src(src, batched, src.shape[0] if batched else 1, H, W, 3, _YUV[src_format],
+                    "RGB", rows * W, W, True, copied)
+    if src.ndim not in (3, 4):
+        raise ImageFormatError(
+            f"cuflow.image.{name}: packed frames are (H, W, C) or (N, H, W, C) with C in "
+            f"(1, 3, 4), got shape {src.shape}" + (" (pass src_format='NV12' or 'I420' for YUV "
+                                                   "frames)" if src.ndim == 2 else ""))
+    H, W, C = src.shape[-3:]
+    if C not in (1, 3, 4) or H == 0 or W == 0:
+        raise ImageFormatError(f"cuflow.image.{name}: frames need H, W > 0 and C in (1, 3, 4), "
+                               f"got shape {src.shape}")
+    if src_format is None:
+        src_format = {1: "GRAY", 3: "RGB", 4: "RGBA"}[C]
+    _choice(name, "src_format", src_format, set(_CHANNELS) | set(_YUV))
+    colors = _CHANNELS[src_format]
+    if len(colors) != C:
+        raise ImageFormatError(f"cuflow.image.{name}: src_format={src_format!r} has "
+                               f"{len(colors)} channels but the frames have C={C}")
+    st = src.strides
+    copied = st[-1] != 1 or st[-2] != C or st[-3] < W * C or (src.ndim == 4 and
+                                                               st[0] < H * st[-3])
+    if copied:
+        src = b.xp.ascontiguousarray(src)
+        st = src.strides
+    batched = src.ndim == 4
+    fstride = st[0] if batched else H * st[-3]
+    dense = st[-3] == W * C and fstride == H * W * C
+    return _Src(src, batched, src.shape[0] if batched else 1, H, W, C, 0, colors, fstride,
+                st[-3], dense, copied)
+
+
+def _out_map(name: str, s: _Src, out_format: str | None) -> tuple[str, list[int], bool, list]:
+    """Output channel letters, the source channel of each, gray flag and gray weights."""
+    if out_format is None:
+        out_format = {"L": "GRAY", "RGB": "RGB", "BGR": "BGR", "RGBA": "RGB",
+                      "BGRA": "BGR"}[s.colors]
+    _choice(name, "out_format", out_format, set(_CHANNELS))
+    letters = _CHANNELS[out_format]
+    if letters == "L" and s.colors != "L":
+        gw = [0.0, 0.0, 0.0]
+        for i, ch in enumerate(s.colors[:3]):
+            gw[i] = _GRAY[ch]
+        return letters, [0], True, gw
+    if s.colors == "L":
+        if "A" in letters:
+            raise ImageFormatError(f"cuflow.image.{name}: a GRAY source has no alpha for "
+                                   f"out_format={out_format!r}")
+        return letters, [0] * len(letters), False, [0.0, 0.0, 0.0]
+    missing = [ch for ch in letters if ch not in s.colors]
+    if missing:
+        raise ImageFormatError(f"cuflow.image.{name}: out_format={out_format!r} needs channel(s) "
+                               f"{missing} that src ({s.colors}) does not have")
+    return letters, [s.colors.index(ch) for ch in letters], False, [0.0, 0.0, 0.0]
+
+
+def _out_shape(batched: bool, n: int, oh: int, ow: int, oc: int,
+               layout: str) -> tuple[int, ...]:
+    img = (oc, oh, ow) if layout == "NCHW" else (oh, ow, oc)
+    return (n, *img) if batched else img
+
+
+def _prepare_dst(name: str, dst, shape, dtype, src_arrays):
+    b = get_backend()
+    if dst is None:
+        return b.xp.empty(shape, dtype).view(b.darray)
+    if not isinstance(dst, b.ndarray):
+        bad_dst_type(f"image.{name}", dst, b.ndarray, b.name)
+    if dst.shape != tuple(shape):
+        bad_shape(f"image.{name}", shape, dst)
+    if dst.dtype != dtype:
+        raise DstDtypeError(f"cuflow.image.{name}: dst.dtype must be {numpy.dtype(dtype)} (the "
+                            f"kernel writes it directly), got {dst.dtype}")
+    if not dst.flags.c_contiguous:
+        raise DstError(f"cuflow.image.{name}: dst must be C-contiguous (strides "
+                       f"{dst.strides} for shape {dst.shape})")
+    if b.is_gpu and dst.data.device_id != b.xp.cuda.runtime.getDevice():
+        raise DstError(f"cuflow.image.{name}: dst is on device {dst.data.device_id}, the "
+                       f"current device is {b.xp.cuda.runtime.getDevice()}")
+    for x in src_arrays:
+        if x is None:
+            continue
+        if _gpu_overlap(x, dst) if b.is_gpu else numpy.shares_memory(x, dst):
+            raise DstError(f"cuflow.image.{name}: dst overlaps an input; the kernel reads "
+                           "inputs while writing dst, so use a separate output array")
+    return dst
+
+
+def _gpu_overlap(x, dst) -> bool:
+    xm, dm = x.data.mem, dst.data.mem
+    if xm is not dm and "Unowned" not in type(xm).__name__ + type(dm).__name__:
+        return False  # distinct owned allocations never overlap
+    xlo, xhi = span(x, x.data.ptr)
+    dlo, dhi = span(dst, dst.data.ptr)
+    return xlo < dhi and dlo < xhi
+
+
+# --------------------------------------------------------------------------- launch
+_NORM = struct.Struct("=QQqqi4i4f4fi")
+_WARP = struct.Struct("=QQQQqqq16i4i20f")
+_DENORM = struct.Struct("=QQqq3i4i4f4fi")
+_VEC = {(1, 1), (3, 3), (4, 4), (4, 3)}
+# CF_TPX and CF_WARP_PX of image.cu: pixels per block tile / per thread.
+_TPX = 1024
+_WARP_PX = 1
+_PLANS: dict[tuple, _Plan] = {}
+_MAX_PLANS = 512
+
+
+@dataclasses.dataclass
+class _Plan:
+    """Everything about one call that does not depend on the arrays' addresses.
+
+    Built (and validated) once per distinct combination of shapes and
+    options, then reused: a steady-state call only checks ``dst``, packs
+    the pointers and launches.
+    """
+
+    name: str
+    src: _Src           # parsed source layout (``arr`` dropped: each call passes its own)
+    shape: tuple[int, ...]
+    dtype: numpy.dtype
+    p: dict[str, Any]   # the kernel's fields by name (the reference reads these)
+    warp: tuple         # cf_warp fields after its four pointers
+    vec: tuple | None   # cf_normalize_vec fields after its two pointers, when it applies
+    vec_entry: str
+    grid: tuple[int, int, int]
+    info: Any = None    # Letterbox for letterbox()
+
+    def run(self, src, rois, roi_frame, dst, stream):
+        b = get_backend()
+        if self.src.copied:
+            src = b.xp.ascontiguousarray(src)
+        out = _prepare_dst(self.name, dst, self.shape, self.dtype, (src, rois, roi_frame))
+        if not b.is_gpu:
+            as_cupy_stream(stream)  # validates the stream argument
+            s = self.src
+            frames = [src[i] if s.batched else src for i in range(s.N)]
+            p = self.p
+            if rois is not None:
+                p = {**p, "rois": numpy.asarray(rois),
+                     "roi_frame": None if roi_frame is None else numpy.asarray(roi_frame)}
+            _image_ref.warp(frames, p, out.reshape((-1, *out.shape[-3:])))
+            return out
+        if out.size == 0:
+            return out
+        from .raw_kernels._launch import launch  # noqa: PLC0415
+
+        sp = as_cupy_stream(stream).ptr
+        sptr, optr = src.data.ptr, out.data.ptr
+        dt = self.dtype.name
+        if self.vec is not None and not (sptr & 15 or optr & 15):
+            launch("image", self.vec_entry, dt, self.grid, (256, 1, 1), sp, _NORM,
+                   (sptr, optr, *self.vec))
+        else:
+            B = out.shape[0] if out.ndim == 4 else 1
+            launch("image", "cf_warp", dt,
+                   ((self.p["OW"] + 128 * _WARP_PX - 1) // (128 * _WARP_PX), self.p["OH"], B),
+                   (128, 1, 1), sp, _WARP,
+                   (sptr, optr, 0 if rois is None else rois.data.ptr,
+                    0 if roi_frame is None else roi_frame.data.ptr, *self.warp))
+        return out
+
+
+def _make_plan(name, src, *, size, letterbox_pad, rois, interpolation, mean, std, scale,
+               src_format, out_format, layout, dtype, flip, pad, matrix, full_range,
+               identity_affine) -> _Plan:
+    _choice(name, "layout", layout, _LAYOUTS)
+    dtype = numpy.dtype(dtype)
+    _choice(name, "dtype", dtype.name, _OUT_DTYPES)
+    _choice(name, "interpolation", interpolation, _INTERP)
+    _choice(name, "matrix", matrix, _MATRICES)
+    s = _parse_src(name, src, src_format)
+    letters, src_map, gray, gw = _out_map(name, s, out_format)
+    oc = len(letters)
+    affine = (_IDENTITY[oc] if identity_affine
+              else _Affine.normalization(name, mean, std, scale, oc))
+    a, bb = affine.padded()
+    oh, ow = (s.H, s.W) if size is None else size
+    info = None
+    if letterbox_pad:
+        r = min(oh / s.H, ow / s.W)
+        rh, rw = max(1, min(oh, round(s.H * r))), max(1, min(ow, round(s.W * r)))
+        oy0, ox0 = (oh - rh) // 2, (ow - rw) // 2
+        info = Letterbox(r, ox0, oy0, (rh, rw), (s.H, s.W))
+    else:
+        oy0, ox0, rh, rw = 0, 0, oh, ow
+    if rois is not None and rois.shape[0] > 65535:
+        raise ImageFormatError(f"cuflow.image.{name}: at most 65535 boxes per call, got "
+                               f"{rois.shape[0]}; split them")
+    n_out = s.N if rois is None else rois.shape[0]
+    if n_out > 65535:
+        raise ImageFormatError(f"cuflow.image.{name}: at most 65535 frames per call, got "
+                               f"{n_out}; split the batch")
+    shape = _out_shape(s.batched or rois is not None, n_out, oh, ow, oc, layout)
+    identity = (oh, ow) == (s.H, s.W) and not letterbox_pad and rois is None
+    interp = 0 if identity else _INTERP[interpolation]  # scale 1 is the identity for every mode
+    nchw = int(layout == "NCHW")
+    sm = src_map + [0] * (4 - len(src_map))
+    yuv = _yuv_coefficients(matrix, full_range)
+    p = dict(H=s.H, W=s.W, OH=oh, OW=ow, OC=oc, fmt=s.fmt, interp=interp, nchw=nchw,
+             flip=int(bool(flip)), oy0=oy0, ox0=ox0, rh=rh, rw=rw, gray=int(gray), src_map=sm,
+             sx=s.W / rw, sy=s.H / rh, a=a, b=bb, pad=float(pad), gw=gw, yuv=yuv)
+    warp = (s.fstride, s.rstride, oh * ow * oc, s.H, s.W, s.C, oh, ow, oc, s.fmt, interp, nchw,
+            p["flip"], oy0, ox0, rh, rw, p["gray"], s.N, *sm, p["sx"], p["sy"], *a, *bb,
+            p["pad"], *gw, *yuv)
+    vec = None
+    grid = (1, 1, 1)
+    if (s.fmt == 0 and identity and not flip and not gray and s.dense and (s.C, oc) in _VEC
+            and (s.H * s.W) % 4 == 0):
+        vec = (s.H * s.W, s.N, nchw, *sm, *a, *bb, 0)
+        grid = (min((s.N * s.H * s.W + _TPX - 1) // _TPX, 2**31 - 1), 1, 1)
+    s.arr = None  # a cached plan must not keep the first caller's frames alive
+    return _Plan(name, s, shape, dtype, p, warp, vec, f"cf_normalize_vec<{{T}},{s.C},{oc}>",
+                 grid, info)
+
+
+def _op(name: str, src, *, size=None, letterbox_pad=False, rois=None, roi_frame=None,
+        interpolation="bilinear", mean=0.0, std=1.0, scale=1.0, src_format=None,
+        out_format=None, layout="NCHW", dtype=numpy.float32, flip=False, pad=0.0,
+        matrix="bt601", full_range=False, identity_affine=False, dst=None,
+        stream=None) -> tuple[Any, _Plan]:
+    """One fused warp: find (or build and validate) the plan, then run it."""
+    b = get_backend()
+    if not isinstance(src, b.ndarray):
+        _parse_src(name, src, src_format)  # raises the type error
+    opts = dict(size=size, letterbox_pad=letterbox_pad, interpolation=interpolation, mean=mean,
+                std=std, scale=scale, src_format=src_format, out_format=out_format,
+                layout=layout, dtype=dtype, flip=flip, pad=pad, matrix=matrix,
+                full_range=full_range, identity_affine=identity_affine)
+    try:
+        key = (b, name, src.shape, src.strides, src.dtype,
+               None if rois is None else rois.shape, *opts.values())
+        plan = _PLANS.get(key)
+    except TypeError:  # unhashable options (lists, arrays): no caching
+        key, plan = None, None
+    if plan is None:
+        plan = _make_plan(name, src, rois=rois, **opts)
+        if key is not None:
+            if len(_PLANS) >= _MAX_PLANS:
+                _PLANS.clear()
+            _PLANS[key] = plan
+    return plan.run(src, rois, roi_frame, dst, stream), plan
+
+
+_NORM_DOC = """
+    mean, std : float or sequence of float
+        Per output channel (in ``out_format`` order), on the scale after
+        ``scale``: ``out = (x * scale - mean) / std``.
+    scale : float
+        Applied to the 0-255 value first (default ``1/255``).
+    src_format : str, optional
+        ``GRAY``, ``RGB``, ``BGR``, ``RGBA``, ``BGRA``, ``NV12`` or ``I420``.
+    out_format : str, optional
+        ``GRAY``, ``RGB``, ``BGR``, ``RGBA`` or ``BGRA`` (swap R and B by
+        naming the other order).
+    layout : {"NCHW", "NHWC"}
+    dtype : {float32, float16, uint8}
+    dst : darray, optional
+        Output of exactly the result shape and dtype, C-contiguous, not
+        overlapping the input; written and returned, nothing is allocated.
+    stream : Stream, optional
+        Where the kernel is queued (default: the current stream).
+    matrix, full_range :
+        YUV sources only: ``"bt601"`` or ``"bt709"``, limited (16-235) or
+        full (0-255) range.
+
+    Notes
+    -----
+    Stream semantics: asynchronous; one kernel queued on ``stream`` (or the
+    current stream).  The source must not be modified until it has run.
+"""
+
+
+def _doc(f):
+    f.__doc__ = f.__doc__.replace("    {norm}\n", _NORM_DOC.lstrip("\n"))
+    return f
+
+
+@_doc
+def normalize(src, *, mean=0.0, std=1.0, scale=1 / 255, src_format=None, out_format=None,
+              layout="NCHW", dtype=numpy.float32, flip=False, matrix="bt601", full_range=False,
+              dst=None, stream=None):
+    """Frames -> normalized tensor in one pass: ``(x * scale - mean) / std`` per channel.
+
+    ``(N, H, W, C)`` uint8 becomes ``(N, C, H, W)`` (``layout="NCHW"``) or
+    ``(N, H, W, C)``; a single ``(H, W, C)`` frame gives ``(C, H, W)`` or
+    ``(H, W, C)``.  With ``flip=True`` the image is mirrored horizontally.
+
+    Parameters
+    ----------
+    src : darray
+        uint8 frames (see the module docstring).
+    {norm}
+    """
+    return _op("normalize", src, interpolation="nearest", mean=mean, std=std, scale=scale,
+               src_format=src_format, out_format=out_format, layout=layout, dtype=dtype,
+               flip=flip, matrix=matrix, full_range=full_range, dst=dst, stream=stream)[0]
+
+
+@_doc
+def resize_normalize(src, size, *, interpolation="bilinear", mean=0.0, std=1.0, scale=1 / 255,
+                     src_format=None, out_format=None, layout="NCHW", dtype=numpy.float32,
+                     flip=False, matrix="bt601", full_range=False, dst=None, stream=None):
+    """Resize to ``size`` and normalize in one pass (see :func:`normalize`).
+
+    Parameters
+    ----------
+    src : darray
+        uint8 frames (see the module docstring).
+    size : int or (int, int)
+        Output ``(height, width)``.
+    interpolation : {"bilinear", "nearest", "area"}
+    {norm}
+    """
+    return _op("resize_normalize", src, size=_size("resize_normalize", size),
+               interpolation=interpolation, mean=mean, std=std, scale=scale,
+               src_format=src_format, out_format=out_format, layout=layout, dtype=dtype,
+               flip=flip, matrix=matrix, full_range=full_range, dst=dst, stream=stream)[0]
+
+
+def resize(src, size, *, interpolation="bilinear", src_format=None, out_format=None,
+           matrix="bt601", full_range=False, dst=None, stream=None):
+    """Resize uint8 frames to ``size`` = ``(height, width)``: uint8 in the input's HWC layout.
+
+    ``(N, H, W, C)`` gives ``(N, h, w, C')``; YUV frames give packed RGB.
+    Rounded half to even, as torchvision does on CUDA tensors.
+
+    Notes
+    -----
+    Stream semantics: asynchronous; one kernel queued on ``stream`` (or the
+    current stream).
+    """
+    return _op("resize", src, size=_size("resize", size), interpolation=interpolation,
+               src_format=src_format, out_format=out_format, layout="NHWC", dtype=numpy.uint8,
+               matrix=matrix, full_range=full_range, identity_affine=True, dst=dst,
+               stream=stream)[0]
+
+
+def cvt_color(src, src_format, out_format, *, matrix="bt601", full_range=False, dst=None,
+              stream=None):
+    """Convert uint8 frames between colour formats; uint8 HWC out.
+
+    ``src_format``: ``GRAY``, ``RGB``, ``BGR``, ``RGBA``, ``BGRA``, ``NV12`` or
+    ``I420``; ``out_format``: ``GRAY``, ``RGB``, ``BGR``, ``RGBA`` or
+    ``BGRA``.  GRAY uses BT.601 luma weights; YUV sources use ``matrix``
+    (``"bt601"`` or ``"bt709"``) in limited (default) or full range.
+
+    Notes
+    -----
+    Stream semantics: asynchronous; one kernel queued on ``stream`` (or the
+    current stream).
+    """
+    if src_format is None or out_format is None:
+        raise ImageFormatError("cuflow.image.cvt_color: name both src_format and out_format")
+    return _op("cvt_color", src, interpolation="nearest", src_format=src_format,
+               out_format=out_format, layout="NHWC", dtype=numpy.uint8, matrix=matrix,
+               full_range=full_range, identity_affine=True, dst=dst, stream=stream)[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class Letterbox:
+    """Where :func:`letterbox` put the image: map boxes back with :meth:`unmap_boxes`.
+
+    Attributes
+    ----------
+    scale : float
+        ``min(out_h / h, out_w / w)``.
+    pad_x, pad_y : int
+        Left and top padding in output pixels.
+    resized : (int, int)
+        ``(height, width)`` of the image inside the output.
+    src_size : (int, int)
+        ``(height, width)`` of the source frames.
+    """
+
+    scale: float
+    pad_x: int
+    pad_y: int
+    resized: tuple[int, int]
+    src_size: tuple[int, int]
+
+    def unmap_boxes(self, boxes, *, stream=None):
+        """``(..., 4)`` boxes ``x1, y1, x2, y2`` in output pixels -> source pixels, clipped to the frame.
+
+        Returns a new array of the same backend (a few small elementwise kernels on the GPU).
+        """
+        from . import _ops  # noqa: PLC0415
+
+        xp = get_backend().xp
+        with _ops._use(stream):
+            h, w = self.src_size
+            rh, rw = self.resized
+            off = xp.asarray([self.pad_x, self.pad_y, self.pad_x, self.pad_y], numpy.float32)
+            gain = xp.asarray([w / rw, h / rh, w / rw, h / rh], numpy.float32)
+            hi = xp.asarray([w, h, w, h], numpy.float32)
+            r = xp.clip((boxes - off) * gain, 0, hi)
+        return _ops.wrap(r)
+
+
+@_doc
+def letterbox(src, size, *, pad=114, interpolation="bilinear", mean=0.0, std=1.0, scale=1 / 255,
+              src_format=None, out_format=None, layout="NCHW", dtype=numpy.float32,
+              matrix="bt601", full_range=False, dst=None, stream=None):
+    """Aspect-preserving resize into ``size`` with constant padding, normalized (YOLO-style).
+
+    The image is scaled by ``min(out_h / h, out_w / w)``, centred, and the
+    border filled with ``pad`` (on the 0-255 scale, normalized like the
+    pixels).  Returns ``(out, info)``; ``info.unmap_boxes`` maps detections
+    back to source pixels.
+
+    Parameters
+    ----------
+    src : darray
+        uint8 frames (see the module docstring).
+    size : int or (int, int)
+        Output ``(height, width)``.
+    pad : float
+        Border value before normalization (default 114, as YOLO).
+    interpolation : {"bilinear", "nearest", "area"}
+    {norm}
+    """
+    out, plan = _op("letterbox", src, size=_size("letterbox", size), letterbox_pad=True,
+                    interpolation=interpolation, mean=mean, std=std, scale=scale,
+                    src_format=src_format, out_format=out_format, layout=layout, dtype=dtype,
+                    pad=pad, matrix=matrix, full_range=full_range, dst=dst, stream=stream)
+    return out, plan.info
+
+
+@_doc
+def crop_resize(src, boxes, size, *, frame_index=None, interpolation="bilinear", mean=0.0,
+                std=1.0, scale=1 / 255, src_format=None, out_format=None, layout="NCHW",
+                dtype=numpy.float32, matrix="bt601", full_range=False, dst=None, stream=None):
+    """Many regions of interest -> one resized, normalized batch, in one launch.
+
+    Output image ``k`` is box ``boxes[k] = (x1, y1, x2, y2)`` (source pixels,
+    the box covering ``[x1, x2) x [y1, y2)``) of frame ``frame_index[k]``,
+    resampled to ``size``.  Boxes may leave the frame: coordinates are
+    clamped, so the border pixels repeat.  Frame indices outside
+    ``[0, N)`` are clamped too (the kernel never reads outside the source).
+
+    Parameters
+    ----------
+    src : darray
+        uint8 frames (see the module docstring).
+    boxes : darray
+        ``(K, 4)`` float32 on the device (e.g. a detector's output).
+    size : int or (int, int)
+        Output ``(height, width)`` of every crop.
+    frame_index : darray, optional
+        ``(K,)`` int32: the frame of each box (default: all from frame 0).
+    interpolation : {"bilinear", "nearest", "area"}
+    {norm}
+    """
+    b = get_backend()
+    size = _size("crop_resize", size)
+    boxes = _device_vector("crop_resize", "boxes", boxes, numpy.float32, b)
+    if boxes.ndim != 2 or boxes.shape[1] != 4:
+        raise ImageFormatError(f"cuflow.image.crop_resize: boxes must be (K, 4) x1, y1, x2, y2, "
+                               f"got shape {boxes.shape}")
+    if frame_index is not None:
+        frame_index = _device_vector("crop_resize", "frame_index", frame_index, numpy.int32, b)
+        if frame_index.shape != (boxes.shape[0],):
+            raise ImageFormatError(f"cuflow.image.crop_resize: frame_index must be "
+                                   f"({boxes.shape[0]},) like boxes, got {frame_index.shape}")
+    return _op("crop_resize", src, size=size, rois=boxes, roi_frame=frame_index,
+               interpolation=interpolation, mean=mean, std=std, scale=scale,
+               src_format=src_format, out_format=out_format, layout=layout, dtype=dtype,
+               matrix=matrix, full_range=full_range, dst=dst, stream=stream)[0]
+
+
+def _device_vector(name, what, x, dtype, b):
+    if not isinstance(x, b.ndarray):
+        raise DstTypeError(f"cuflow.image.{name}: {what} must be an array of the active "
+                               f"{b.name} backend, got {type(x).__name__}")
+    if x.dtype != dtype or not x.flags.c_contiguous:
+        x = b.xp.ascontiguousarray(x, dtype=dtype)  # a small conversion kernel
+    return x
+
+
+def denormalize(src, *, mean=0.0, std=1.0, scale=1 / 255, layout="NCHW", src_format="RGB",
+                out_format=None, dst=None, stream=None):
+    """Normalized float tensor -> uint8 ``(N, H, W, C)`` frames, rounded and clamped.
+
+    Inverts :func:`normalize`: ``u8 = round(clamp((x * std + mean) / scale))``
+    per channel, for visualizing model outputs.
+
+    Parameters
+    ----------
+    src : darray
+        float32 or float16 ``(N, C, H, W)`` / ``(C, H, W)`` (``layout="NCHW"``)
+        or ``(N, H, W, C)`` / ``(H, W, C)``; C-contiguous.
+    mean, std, scale :
+        As given to :func:`normalize` (per channel of ``src``).
+    src_format, out_format : str
+        Channel order of ``src`` and of the output (default: the same).
+    dst : darray, optional
+        uint8 output of the result shape; written and returned.
+    stream : Stream, optional
+
+    Notes
+    -----
+    Stream semantics: asynchronous; one kernel queued on ``stream`` (or the
+    current stream).
+    """
+    b = get_backend()
+    name = "denormalize"
+    _choice(name, "layout", layout, _LAYOUTS)
+    if not isinstance(src, b.ndarray) or src.dtype not in (numpy.float32, numpy.float16):
+        raise DstTypeError(f"cuflow.image.denormalize: src must be a float32 or float16 array "
+                               f"of the active {b.name} backend, got "
+                               f"{getattr(src, 'dtype', type(src).__name__)}")
+    if src.ndim not in (3, 4):
+        raise ImageFormatError(f"cuflow.image.denormalize: src must be (N, C, H, W), (C, H, W) "
+                               f"or their NHWC forms, got shape {src.shape}")
+    if not src.flags.c_contiguous:
+        src = b.xp.ascontiguousarray(src)
+    batched = src.ndim == 4
+    x = src if batched else src[None]
+    if layout == "NCHW":
+        N, C, H, W = x.shape
+    else:
+        N, H, W, C = x.shape
+    _choice(name, "src_format", src_format, set(_CHANNELS))
+    colors = _CHANNELS[src_format]
+    if len(colors) != C:
+        raise ImageFormatError(f"cuflow.image.denormalize: src_format={src_format!r} has "
+                               f"{len(colors)} channels, src has C={C}")
+    out_format = src_format if out_format is None else out_format
+    _choice(name, "out_format", out_format, set(_CHANNELS))
+    letters = _CHANNELS[out_format]
+    if any(ch not in colors for ch in letters):
+        raise ImageFormatError(f"cuflow.image.denormalize: out_format={out_format!r} needs "
+                               f"channels that src_format={src_format!r} lacks")
+    src_map = [colors.index(ch) for ch in letters]
+    m = _per_channel(name, "mean", mean, C)
+    sd = _per_channel(name, "std", std, C)
+    if float(scale) == 0:
+        raise ImageFormatError("cuflow.image.denormalize: scale must be non-zero")
+    a = [sd[c] / float(scale) for c in src_map] + [1.0] * (4 - len(src_map))
+    bb = [m[c] / float(scale) for c in src_map] + [0.0] * (4 - len(src_map))
+    oc = len(letters)
+    shape = (N, H, W, oc) if batched else (H, W, oc)
+    out = _prepare_dst(name, dst, shape, numpy.dtype(numpy.uint8), (src,))
+    p = dict(OC=oc, nchw=int(layout == "NCHW"), src_map=src_map, a=a, b=bb)
+    if not b.is_gpu:
+        as_cupy_stream(stream)
+        _image_ref.denormalize(x, p, out.reshape(N, H, W, oc))
+        return out
+    if out.size:
+        from .raw_kernels._launch import launch  # noqa: PLC0415
+
+        total = N * H * W
+        sm = src_map + [0] * (4 - len(src_map))
+        launch("image", "cf_denormalize", src.dtype.name,
+               (min((total + 255) // 256, 2**31 - 1), 1, 1), (256, 1, 1), as_cupy_stream(stream).ptr,
+               _DENORM, (x.data.ptr, out.data.ptr, H * W, N, C, oc, p["nchw"], *sm, *a, *bb, 0))
+    return out
+
