@@ -1,7 +1,8 @@
 """Timing GPU work correctly.
 
 * host time per call: a loop of many calls, one synchronize at the end (so the
-  queue never runs dry unnoticed), after a warm-up; the median of several loops.
+  queue never runs dry unnoticed), after a warm-up, with the garbage collector
+  off (as ``timeit``); the median of several loops.
 * device time: CUDA events around the region, after a warm-up, median of runs.
 * copy bandwidth: a large device-to-device copy, counting bytes read plus bytes
   written (the convention of the reference figures).
@@ -11,6 +12,7 @@ On the NumPy backend the same functions time the CPU (events record host time).
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 from collections.abc import Callable
@@ -46,12 +48,20 @@ def host_time_us(fn: Callable[[], object], *, number: int = 2000, repeat: int = 
         fn()
     _sync()
     samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        _sync()
-        samples.append((time.perf_counter() - t0) / number * 1e6)
+    # As timeit does: the garbage collector is off while the clock runs, so a
+    # collection triggered by other code's garbage is not charged to ``fn``.
+    gc_was_on = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            for _ in range(number):
+                fn()
+            _sync()
+            samples.append((time.perf_counter() - t0) / number * 1e6)
+    finally:
+        if gc_was_on:
+            gc.enable()
     return Timing.of(samples)
 
 
