@@ -42,9 +42,9 @@ from typing import Any
 
 import numpy
 
-from . import _image_ref
+from . import _image_ref, _ops
 from ._backend import get_backend
-from ._dst import bad_dst_type, bad_shape, span
+from ._dst import bad_dst_type, bad_shape
 from ._errors import CuflowError, DstDtypeError, DstError, DstTypeError
 from ._streams import as_cupy_stream
 
@@ -253,19 +253,10 @@ def _prepare_dst(name: str, dst, shape, dtype, src_arrays):
     for x in src_arrays:
         if x is None:
             continue
-        if _gpu_overlap(x, dst) if b.is_gpu else numpy.shares_memory(x, dst):
+        if _ops._may_share(x, dst):
             raise DstError(f"cuflow.image.{name}: dst overlaps an input; the kernel reads "
                            "inputs while writing dst, so use a separate output array")
     return dst
-
-
-def _gpu_overlap(x, dst) -> bool:
-    xm, dm = x.data.mem, dst.data.mem
-    if xm is not dm and "Unowned" not in type(xm).__name__ + type(dm).__name__:
-        return False  # distinct owned allocations never overlap
-    xlo, xhi = span(x, x.data.ptr)
-    dlo, dhi = span(dst, dst.data.ptr)
-    return xlo < dhi and dlo < xhi
 
 
 # --------------------------------------------------------------------------- launch
@@ -558,8 +549,6 @@ class Letterbox:
 
         Returns a new array of the same backend (a few small elementwise kernels on the GPU).
         """
-        from . import _ops  # noqa: PLC0415
-
         xp = get_backend().xp
         with _ops._use(stream):
             h, w = self.src_size
