@@ -41,7 +41,7 @@ def run_headline(quick: bool = False) -> dict[str, Any]:
 
     info = cf.backend_info()
     gpu = info["backend"] == "cupy"
-    rounds, number = (3, 300) if quick else (9, 3000)
+    rounds, number = (3, 300) if quick else (15, 2000)
     rows: list[dict[str, Any]] = []
 
     def row(group, name, us, ref_us=None, ref_name=None, **extra):

@@ -2,17 +2,24 @@
 
 With ``CUFLOW_POOL=on`` cuflow makes its :class:`Pool` CuPy's allocator on
 the first allocation, so plain CuPy calls made by or alongside cuflow use it
-too.  It is opt-in for now: its hit path is pure Python and measured slower
-than CuPy's pool (see the README); :func:`using_pool` scopes it to a block.  One pool per device; segments
-come from a private CUDA stream-ordered pool by default
-(``CUFLOW_POOL_BACKEND=driver|cudamalloc``).
+too.  It is opt-in for now: its hit path is Python behind CuPy's
+``PythonFunctionAllocator`` and measured about 1.5x the host time of CuPy's
+Cython pool (see the README); :func:`using_pool` scopes it to a block.  One
+pool per device; segments come from a private CUDA stream-ordered pool by
+default (``CUFLOW_POOL_BACKEND=driver|cudamalloc``).
 
 What it gives over CuPy's pool (see the README for measured figures):
 
-* footprint: blocks are split and coalesced, and segments that are free when a
-  request misses go back to the driver pool, which reuses them for any size;
+* footprint: blocks are split and coalesced; a large request does not split a
+  cached block more than twice its size (that pins it and fragments memory) but
+  misses, and a miss returns the free segments to the driver pool, which reuses
+  them for any size;
+* hot path: a freed block waits, uncoalesced, in a per-stream exact-size cache
+  that the next allocation of that size takes back; frees from CuPy are queued
+  by a C-level dictionary store, so finalizers never re-enter the pool;
 * warm-up: :func:`warmup` runs a function once with the largest inputs and
-  keeps exactly the memory its steady state needs, so later calls make no
+  keeps the segments its pattern needs (kept segments serve any smaller request
+  and are released only by :func:`empty_cache`), so later calls make no
   device allocation (``stats()["num_device_alloc"]`` proves it);
 * streams: a block is reused on another stream only after an event ordering
   (no host synchronization), and :func:`record_stream` marks cross-stream use
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -57,25 +65,31 @@ class Pool(_CorePool):
         self._cupy_malloc: Callable[[int], Any] | None = None
 
     # -- CuPy allocator protocol (cupy.cuda.set_allocator(pool.malloc)) --------
-    def malloc(self, nbytes: int) -> Any:
-        """A ``cupy.cuda.MemoryPointer`` of ``nbytes`` on the current stream (CuPy's allocator hook)."""
+    @property
+    def malloc(self) -> Callable[[int], Any]:
+        """CuPy's allocator hook: ``malloc(nbytes)`` gives a ``cupy.cuda.MemoryPointer`` on
+        the current stream; pass it to ``cupy.cuda.set_allocator`` or ``using_allocator``."""
         if self._cupy_malloc is None:
             self._cupy_malloc = _make_cupy_malloc(self)
-        return self._cupy_malloc(nbytes)
+        return self._cupy_malloc
 
     # -- CuPy MemoryPool methods -----------------------------------------------
     def used_bytes(self) -> int:
+        self.flush_frees()
         return self.allocated
 
     def total_bytes(self) -> int:
+        self.flush_frees()
         return self.reserved
 
     def free_bytes(self) -> int:
+        self.flush_frees()
         return self.reserved - self.allocated
 
     def n_free_blocks(self) -> int:
         with self._lock:
-            return sum(1 for fl in self._lists.values() for _ in fl.blocks())
+            self.flush_frees()
+            return sum(1 for _ in self._free_blocks())
 
     def free_all_blocks(self, stream: Any = None) -> None:
         self.empty_cache()
@@ -118,7 +132,7 @@ class Pool(_CorePool):
         lines.append(
             f"allocations {s['num_alloc']}  frees {s['num_free']}  hits {s['cache_hits']}  "
             f"misses {s['cache_misses']}  device allocs {s['num_device_alloc']}  device frees "
-            f"{s['num_device_free']}  cross-stream {s['num_cross_stream_reuse']}  retries "
+            f"{s['num_device_free']}  segments made {s['num_segment_alloc']}  cross-stream {s['num_cross_stream_reuse']}  retries "
             f"{s['num_alloc_retries']}  OOMs {s['num_ooms']}  segments "
             f"{s['segment.all.current']}  private pools {s['private_pools']}")
         if s["size_classes"]:
@@ -188,58 +202,29 @@ def _parse_limit_env(value: str, backend: Backend) -> int | None:
 
 # ---------------------------------------------------------------- CuPy glue
 def _make_cupy_malloc(pool: Pool) -> Callable[[int], Any]:
-    """CuPy's allocator hook over ``pool``, with the exact-size cache hit inlined."""
+    """CuPy's allocator hook over ``pool``.
+
+    CuPy's ``PythonFunctionAllocator`` builds the memory objects in Cython; its
+    free callback is the pool's ``_freed.__setitem__``, a C call that queues
+    the pointer without running Python code (so it is safe from finalizers and
+    the garbage collector); the pool's next operation processes the queue.
+    """
     import cupy  # noqa: PLC0415
-    from cupy.cuda.memory import MemoryPointer, UnownedMemory  # noqa: PLC0415
+    from cupy.cuda.memory import PythonFunctionAllocator  # noqa: PLC0415
 
-    class _PoolMemory(UnownedMemory):
-        """A pool block lent to CuPy; returned to the pool when CuPy drops it."""
-
-        __slots__ = ("_cf_block", "_cf_pool")
-
-        def __del__(self):
-            try:
-                self._cf_pool.free(self._cf_block)
-            except Exception:  # noqa: BLE001  (interpreter shutdown)
-                pass
-
-    pool._memory_type = _PoolMemory
     get_stream = cupy.cuda.get_current_stream
-    dev = pool.backend.device_id
-    lists, lock, hits, take = pool._lists, pool._lock, pool.hits, pool._take
-    alloc = pool.alloc
-    small = 1 << 20
 
-    watched = pool._watched
-
-    def malloc(nbytes: int) -> Any:
+    def new_stream(ptr: int) -> None:  # the pool's slow path meets a stream for the first time
         so = get_stream()
-        stream = so.ptr
-        if stream > 2 and stream not in watched:  # not the legacy / per-thread default stream
-            pool.watch_stream(so, stream)
-        b = None
-        if nbytes < small and not pool._capturing:
-            size = ((nbytes + 511) >> 9) << 9 if nbytes > 0 else 512
-            with lock:
-                fl = lists.get((None, stream))
-                if fl is not None and not pool._busy:
-                    lst = fl.by_size.get(size)
-                    if lst:
-                        b = lst.pop()
-                        b.free = False
-                        hits[size] = hits.get(size, 0) + 1
-                        take(b, size, nbytes)
-        if b is None:
-            b = alloc(nbytes, stream)
-        m = _PoolMemory(b.ptr, nbytes, None, dev)
-        m._cf_block = b
-        m._cf_pool = pool
-        return MemoryPointer(m, 0)
+        if so.ptr == ptr and ptr > 2:  # not the legacy / per-thread default stream
+            pool.watch_stream(so, ptr)
 
-    return malloc
+    pool._on_new_stream = new_stream
+    return PythonFunctionAllocator(pool._make_alloc(get_stream), pool._freed.__setitem__).malloc
 
 
 _POOLS: dict[int, Pool] = {}
+_SCOPED: weakref.WeakSet[Pool] = weakref.WeakSet()  # pools used by using_pool, for record_stream
 _INSTALLED = False
 
 
@@ -319,6 +304,7 @@ def using_pool(pool: Pool):
     if not b.is_gpu:
         yield pool
         return
+    _SCOPED.add(pool)
     with b.xp.cuda.using_allocator(pool.malloc):
         yield pool
 
@@ -363,29 +349,33 @@ def record_stream(array: Any, stream: Any) -> None:
     """
     from .._streams import as_cupy_stream  # noqa: PLC0415
 
-    mem = getattr(getattr(array, "data", None), "mem", None)
-    block = getattr(mem, "_cf_block", None)
-    if block is None:
-        return  # not from a cuflow pool (NumPy backend, CUFLOW_POOL=off, a view of host memory)
-    s = as_cupy_stream(stream)
-    mem._cf_pool.record_stream(block, 0 if s is None else s.ptr)
+    ptr = getattr(getattr(getattr(array, "data", None), "mem", None), "ptr", None)
+    if ptr is None:
+        return  # host memory (the NumPy backend)
+    for pool in list(_POOLS.values()) + list(_SCOPED):
+        block = pool.block_of(ptr)
+        if block is not None:
+            s = as_cupy_stream(stream)
+            pool.record_stream(block, 0 if s is None else s.ptr)
+            return
+    # not from a cuflow pool (CUFLOW_POOL=off, or memory CuPy did not allocate)
 
 
 def warmup(fn: Callable[..., Any], *largest_inputs: Any, pool: Pool | None = None,
            **kwargs: Any) -> dict[str, int]:
     """Run ``fn(*largest_inputs, **kwargs)`` once and keep what its steady state needs.
 
-    The pool records ``fn``'s allocations and the peak of bytes it holds at
-    once, returns every cached segment, reserves that peak as one segment and
-    replays the recorded pattern (host-side only) so the cache holds what its
-    placement needs; later calls with inputs up to these sizes are then served
-    from the cache, with no device allocation.
+    The pool records ``fn``'s allocations, returns every cached segment and
+    replays the recorded pattern (host-side only, no kernels), keeping the
+    segments the replay made; later calls with inputs up to these sizes are
+    then served from the cache (kept segments may be split by any request),
+    with no device allocation.
 
     Returns
     -------
     dict
         ``peak_bytes`` (most bytes ``fn`` held at once), ``allocations`` (made by
-        ``fn``), ``extra_segments`` (added by the replay) and ``reserved_bytes``.
+        ``fn``), ``extra_segments`` (segments the replay made) and ``reserved_bytes``.
 
     Other Parameters
     ----------------
@@ -405,9 +395,7 @@ def warmup(fn: Callable[..., Any], *largest_inputs: Any, pool: Pool | None = Non
     finally:
         events, peak = pool.stop_recording()
     pool.empty_cache()
-    if peak:
-        pool.reserve(peak)
-    extra = pool.replay(events)  # the pattern's placement may need more than the bare peak
+    extra = pool.replay(events)  # builds (and keeps) the segments the pattern's placement needs
     return {"peak_bytes": peak, "allocations": sum(1 for e in events if e[0] == "a"),
             "extra_segments": extra, "reserved_bytes": pool.reserved}
 

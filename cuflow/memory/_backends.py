@@ -31,6 +31,9 @@ class Backend(abc.ABC):
     #: releasing an unused segment is cheap and lets the source reuse it for any size
     cheap_release = False
     device_id = -1
+    #: allocations that took new memory from the device, and releases that gave it back
+    device_allocs = 0
+    device_frees = 0
 
     @abc.abstractmethod
     def alloc(self, nbytes: int, stream: int) -> int:
@@ -82,7 +85,6 @@ class HostBackend(Backend):
         self.buffers: dict[int, Any] = {}
         self.in_use = 0
         self.peak = 0
-        self.allocs = 0
 
     def alloc(self, nbytes: int, stream: int) -> int:
         if self.capacity is not None and self.in_use + nbytes > self.capacity:
@@ -93,12 +95,13 @@ class HostBackend(Backend):
         self.buffers[ptr] = buf
         self.in_use += nbytes
         self.peak = max(self.peak, self.in_use)
-        self.allocs += 1
+        self.device_allocs += 1
         return ptr
 
     def free(self, ptr: int, nbytes: int, stream: int) -> None:
         del self.buffers[ptr]
         self.in_use -= nbytes
+        self.device_frees += 1
 
     def device_reserved(self) -> tuple[int, int]:
         return self.in_use, self.peak
@@ -143,6 +146,21 @@ class _CudaEvents(Backend):
     def wait(self, stream: int, event: Any) -> None:
         self._rt.streamWaitEvent(stream, event, 0)
 
+    def alloc_private(self, nbytes: int) -> int:
+        rt = self._rt
+        try:
+            ptr = rt.malloc(nbytes)  # cudaMalloc: allowed while a stream captures (relaxed mode)
+        except rt.CUDARuntimeError as e:
+            if e.status == 2:  # cudaErrorMemoryAllocation
+                raise MemoryError(str(e)) from e
+            raise
+        self.device_allocs += 1
+        return ptr
+
+    def free_private(self, ptr: int, nbytes: int) -> None:
+        self._rt.free(ptr)
+        self.device_frees += 1
+
 
 class DriverPoolBackend(_CudaEvents):
     """Segments from a private CUDA stream-ordered pool (``cudaMallocFromPoolAsync``)."""
@@ -158,35 +176,35 @@ class DriverPoolBackend(_CudaEvents):
         self.handle = rt.memPoolCreate(props)
         # keep what is returned to the driver reserved (no trim at synchronize)
         rt.memPoolSetAttribute(self.handle, rt.cudaMemPoolAttrReleaseThreshold, (1 << 64) - 1)
+        self._reserved = 0
 
     def alloc(self, nbytes: int, stream: int) -> int:
         rt = self._rt
         try:
-            return rt.mallocFromPoolAsync(nbytes, self.handle, stream)
+            ptr = rt.mallocFromPoolAsync(nbytes, self.handle, stream)
         except rt.CUDARuntimeError as e:
             if e.status == 2:  # cudaErrorMemoryAllocation
                 raise MemoryError(str(e)) from e
             raise
+        # a device allocation only when the driver had to grow the pool's reserve
+        cur = int(rt.memPoolGetAttribute(self.handle, rt.cudaMemPoolAttrReservedMemCurrent))
+        if cur > self._reserved:
+            self.device_allocs += 1
+        self._reserved = cur
+        return ptr
 
     def free(self, ptr: int, nbytes: int, stream: int) -> None:
         self._rt.freeAsync(ptr, stream)
 
-    def alloc_private(self, nbytes: int) -> int:
-        rt = self._rt
-        try:
-            return rt.malloc(nbytes)  # cudaMalloc: allowed while a stream captures (relaxed mode)
-        except rt.CUDARuntimeError as e:
-            if e.status == 2:
-                raise MemoryError(str(e)) from e
-            raise
-
-    def free_private(self, ptr: int, nbytes: int) -> None:
-        self._rt.free(ptr)
-
     def trim(self) -> None:
         """Give the driver pool's unused reserve back to the device (after a synchronize)."""
-        self._cupy.cuda.runtime.deviceSynchronize()
-        self._rt.memPoolTrimTo(self.handle, 0)
+        rt = self._rt
+        rt.deviceSynchronize()
+        rt.memPoolTrimTo(self.handle, 0)
+        cur = int(rt.memPoolGetAttribute(self.handle, rt.cudaMemPoolAttrReservedMemCurrent))
+        if cur < self._reserved:
+            self.device_frees += 1
+        self._reserved = cur
 
     def device_reserved(self) -> tuple[int, int]:
         rt = self._rt
@@ -219,14 +237,17 @@ class CudaMallocBackend(_CudaEvents):
             raise
         self.in_use += nbytes
         self.peak = max(self.peak, self.in_use)
+        self.device_allocs += 1
         return ptr
 
     def free(self, ptr: int, nbytes: int, stream: int) -> None:
         self._rt.free(ptr)
         self.in_use -= nbytes
+        self.device_frees += 1
 
     def device_reserved(self) -> tuple[int, int]:
         return self.in_use, self.peak
 
     def reset_device_peak(self) -> None:
         self.peak = self.in_use
+

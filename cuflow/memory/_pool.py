@@ -5,14 +5,23 @@ segment is carved into address-ordered *blocks* (``prev``/``next`` links).
 Free blocks sit in one free list per (owner, stream), indexed by size; owner
 ``None`` is the general pool, any other owner is a graph-private pool.
 
-Allocation (``size`` = request rounded to 512 B, or to 128 KiB at or above
-1 MiB): take the smallest free block of the stream that is at least ``size``
-(an exact-size hit first), split off the rest when it is 512 B or more; else
+Hot path: a freed block goes, without coalescing, to a per-stream cache of
+exact sizes (``_quick``), and an allocation of that size on that stream takes
+it back: two dictionary lookups and a list pop.  The CuPy hook frees by
+storing the pointer in ``_freed`` (a C-level ``dict.__setitem__``, safe from
+finalizers and other threads); the next pool operation drains it.
+
+Otherwise (``size`` = request rounded to 512 B, or to 128 KiB at or above
+1 MiB): the exact-size cache is flushed into the coalesced free lists, then
+take the smallest free block of the stream that is at least ``size``
+(an exact-size hit first, a whole segment before the rest of a split one; a
+request of 1 MiB or more takes at most twice its size unless the segment was
+kept by a warm-up), split off the rest when it is 512 B or more; else
 process blocks whose cross-stream uses have finished; else borrow a block
 freed on another stream by making this stream wait on an event recorded there
 (no host synchronization); else (a miss) release fully free segments when the
-backend can reuse them cheaply, and get a new segment.  Freeing coalesces with
-free neighbours of the same stream.  A block used on other streams
+backend can reuse them cheaply (all but kept ones), and get a new segment.
+Coalescing joins free neighbours of the same stream.  A block used on other streams
 (``record_stream``) is not reused until events recorded on those streams at
 free time have completed.
 """
@@ -20,9 +29,11 @@ free time have completed.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import gc
 import threading
-from collections.abc import Iterable
+from collections import defaultdict
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .._errors import OutOfMemoryError
@@ -34,6 +45,10 @@ SMALL = 1 << 20
 LARGE_ROUND = 1 << 17
 MIN_SEGMENT = 2 << 20
 SPLIT_MIN = 512
+#: with a backend that reuses released memory for any size, a large request takes a cached
+#: block of at most this many times its size; otherwise it misses, and the miss releases the
+#: free segments to the backend (splitting much larger blocks pins them and fragments memory)
+LARGE_SPLIT_MAX = 2
 
 
 def round_size(n: int) -> int:
@@ -53,10 +68,11 @@ def size_class(n: int) -> int:
 
 
 class Segment:
-    __slots__ = ("first", "nbytes", "owner", "ptr", "stream", "streams")
+    __slots__ = ("first", "keep", "nbytes", "owner", "ptr", "stream", "streams")
 
     def __init__(self, ptr: int, nbytes: int, stream: int, owner: Any) -> None:
         self.ptr, self.nbytes, self.stream, self.owner = ptr, nbytes, stream, owner
+        self.keep = False  # kept by a warm-up: split freely, released only by empty_cache
         self.streams: set[int] = {stream}
         self.first: Block | None = None  # the lowest block; splitting and coalescing keep it
 
@@ -64,14 +80,15 @@ class Segment:
 class Block:
     """A range of a segment; ``free`` blocks are in a free list, others are lent out."""
 
-    __slots__ = ("events", "free", "next", "ptr", "prev", "req", "seg", "size", "stream",
-                 "uses")
+    __slots__ = ("events", "free", "next", "ptr", "prev", "quick", "req", "seg", "size",
+                 "stream", "uses")
 
     def __init__(self, ptr: int, size: int, seg: Segment, stream: int) -> None:
         self.ptr, self.size, self.seg, self.stream = ptr, size, seg, stream
         self.prev: Block | None = None
         self.next: Block | None = None
         self.free = True
+        self.quick = False  # free, in the exact-size cache (not coalesced)
         self.req = 0
         self.uses: set[int] | None = None  # other streams that used it (record_stream)
         self.events: list[Any] | None = None
@@ -94,16 +111,26 @@ class _FreeList:
         else:
             lst.append(b)
 
-    def pop_fit(self, size: int) -> Block | None:
-        lst = self.by_size.get(size)
-        if lst:
-            return lst.pop()
+    def pop_fit(self, size: int, most: int | None = None) -> Block | None:
+        """The smallest free block of ``size`` to ``most`` bytes (any size in a segment a
+        warm-up made); among equal sizes, a whole segment first (taking the rest of a split
+        segment would keep its live neighbour from coalescing back when it is freed)."""
         sizes = self.sizes
         i = bisect.bisect_left(sizes, size)
         while i < len(sizes):
             s = sizes[i]
             lst = self.by_size[s]
+            if most is not None and s > most:
+                for j in range(len(lst) - 1, -1, -1):
+                    if lst[j].seg.keep:
+                        return lst.pop(j)
+                i += 1
+                continue
             if lst:
+                for j in range(len(lst) - 1, -1, -1):
+                    b = lst[j]
+                    if b.prev is None and b.next is None:
+                        return lst.pop(j)
                 return lst.pop()
             del sizes[i]
             del self.by_size[s]
@@ -131,11 +158,14 @@ class Pool:
     def __init__(self, backend: Backend, limit: int | None = None) -> None:
         self.backend = backend
         self.limit = limit
-        # Reentrant: a finalizer (an array freed by the garbage collector) may run while this
-        # thread is inside the pool; such frees are deferred to the end of the operation.
+        # Reentrant: a finalizer may call free() while this thread is inside the pool; the
+        # slow paths set _busy and such frees then wait in _freed for the end of the operation.
         self._lock = threading.RLock()
         self._busy = False
-        self._deferred: list[Block] = []
+        self._live: dict[int, Block] = {}  # pointer -> lent block
+        self._freed: dict[int, Any] = {}  # pointers given back, not yet processed
+        self._quick: dict[int, dict[int, list[Block]]] = {}  # stream -> size -> freed blocks
+        self._gone: list[int] = []  # destroyed streams, not yet processed
         self._lists: dict[tuple[Any, int], _FreeList] = {}
         self._segments: dict[int, Segment] = {}
         self._pending: list[Block] = []
@@ -143,30 +173,149 @@ class Pool:
         self._private: dict[Any, dict[str, Any]] = {}
         self._next_owner = 1
         self._recording: list[tuple] | None = None
+        self._warming = False  # segments made now are kept (reserve / warmup / replay)
         self._watched: set[int] = set()
+        self._on_new_stream: Callable[[int], None] | None = None  # set by the CuPy glue
         self._dead: set[int] = set()
         self._orphans: list[Block] = []
+        self.hits: defaultdict[int, int] = defaultdict(int)
+        self.misses: defaultdict[int, int] = defaultdict(int)
         self.reset_stats()
+        #: ``alloc_ptr(nbytes, stream)``: the device pointer of a new block of at least
+        #: ``nbytes`` for work on ``stream``; give it back with :meth:`free_ptr`
+        self.alloc_ptr = self._make_alloc()
 
     # ----------------------------------------------------------------- stats
     def reset_stats(self) -> None:
         self.allocated = self.requested = self.reserved = self.pending_bytes = 0
-        self.n_blocks = 0
         self.peak_allocated = self.peak_requested = self.peak_reserved = self.peak_active = 0
-        self.num_alloc = self.num_free = self.num_device_alloc = self.num_device_free = 0
+        self.num_segment_alloc = self.num_segment_free = 0
+        self._device_base = (self.backend.device_allocs, self.backend.device_frees)
         self.num_alloc_retries = self.num_ooms = self.num_cross_stream = 0
-        self.hits: dict[int, int] = {}
-        self.misses: dict[int, int] = {}
+        self.hits.clear()  # cleared in place: the hot path holds these objects
+        self.misses.clear()
 
     def reset_peak_stats(self) -> None:
         with self._lock:
+            self._drain()
             self.peak_allocated = self.allocated
             self.peak_requested = self.requested
             self.peak_reserved = self.reserved
             self.peak_active = self.allocated + self.pending_bytes
         self.backend.reset_device_peak()
 
+    @property
+    def num_device_alloc(self) -> int:
+        """Allocations that took new memory from the device (not from a backend's reserve)."""
+        return self.backend.device_allocs - self._device_base[0]
+
+    @property
+    def num_alloc(self) -> int:
+        """Allocations served so far (each is a cache hit or a miss)."""
+        return sum(self.hits.values()) + sum(self.misses.values())
+
     # ----------------------------------------------------------- allocation
+    def _make_alloc(self, stream_of: Callable[[], Any] | None = None
+                    ) -> Callable[[int, int], int]:
+        """The pool's hot path, as a closure over its containers (no attribute lookups).
+
+        ``alloc(nbytes, stream)`` gives the device pointer of a block of at least
+        ``nbytes`` for work on ``stream``; with ``stream_of``, the closure is
+        CuPy's ``PythonFunctionAllocator`` callback ``alloc(nbytes, device_id)``
+        and the stream is ``stream_of().ptr``.  It first processes queued frees
+        (one each, usually: back to the exact-size cache), then hands back an
+        exact-size block freed earlier on the stream; anything else goes to
+        :meth:`_alloc_miss`.
+        """
+        pool, quick, live, freed, hits, dead = (
+            self, self._quick, self._live, self._freed, self.hits, self._dead)
+        free_other, miss = self._free_locked, self._alloc_miss
+        acquire, release = self._lock.acquire, self._lock.release  # cheaper than ``with``
+
+        def alloc(nbytes: int, arg: int) -> int:
+            stream = arg if stream_of is None else stream_of().ptr
+            if nbytes < SMALL:
+                size = (((nbytes + 511) >> 9) << 9) or 512
+            else:
+                size = (nbytes + LARGE_ROUND - 1) & ~(LARGE_ROUND - 1)
+            acquire()
+            try:
+                if freed and not pool._busy:
+                    while freed:  # the queued frees, inlined for the common case
+                        b = live.pop(freed.popitem()[0])
+                        if (b.uses or b.seg.owner is not None or b.stream in dead
+                                or pool._recording is not None):
+                            free_other(b)
+                            continue
+                        pool.allocated -= b.size
+                        pool.requested -= b.req
+                        b.free = b.quick = True
+                        q = quick.get(b.stream)
+                        if q is None:
+                            quick[b.stream] = {b.size: [b]}
+                        else:
+                            lst = q.get(b.size)
+                            if lst is None:
+                                q[b.size] = [b]
+                            else:
+                                lst.append(b)
+                if not pool._capturing and not pool._gone:
+                    q = quick.get(stream)
+                    if q is not None:
+                        lst = q.get(size)
+                        if lst:
+                            b = lst.pop()
+                            b.quick = b.free = False
+                            b.req = nbytes
+                            hits[size] += 1
+                            n = pool.requested = pool.requested + nbytes
+                            if n > pool.peak_requested:
+                                pool.peak_requested = n
+                            n = pool.allocated = pool.allocated + size
+                            if n > pool.peak_allocated:
+                                pool.peak_allocated = n
+                                if n + pool.pending_bytes > pool.peak_active:
+                                    pool.peak_active = n + pool.pending_bytes
+                            if pool._recording is not None:
+                                pool._recording.append(("a", b.ptr, nbytes, stream))
+                            live[b.ptr] = b
+                            return b.ptr
+                return miss(size, nbytes, stream)
+            finally:
+                release()
+
+        return alloc
+
+    def _alloc_miss(self, size: int, nbytes: int, stream: int) -> int:
+        """Everything but an exact-size hit (under the lock)."""
+        if nbytes < 0:
+            raise ValueError(f"cuflow.memory: cannot allocate a negative size ({nbytes} bytes)")
+        if self._gone and not self._busy:
+            self._drain()
+        if stream > 2 and stream not in self._watched and self._on_new_stream is not None:
+            self._on_new_stream(stream)
+        self._busy = True
+        try:
+            b = self._alloc_locked(size, nbytes, stream)
+        finally:
+            self._busy = False
+        self._live[b.ptr] = b
+        if self._freed:
+            self._drain()
+        return b.ptr
+
+    def free_ptr(self, ptr: int) -> None:
+        """Give back the block at ``ptr`` (from :meth:`alloc_ptr`); safe from finalizers."""
+        self._freed[ptr] = None
+        self.flush_frees()
+
+    def flush_frees(self) -> None:
+        """Process the frees queued by :meth:`free_ptr` and the CuPy hook."""
+        if not self._busy:
+            with self._lock:
+                if not self._busy:
+                    self._drain()
+
     def alloc(self, nbytes: int, stream: int | None = None) -> Block:
         """A block of at least ``nbytes`` usable on ``stream`` (default: the current stream).
 
@@ -175,28 +324,33 @@ class Pool:
         cuflow.OutOfMemoryError
             After freeing cached blocks, collecting garbage and retrying.
         """
-        if nbytes < 0:
-            raise ValueError(f"cuflow.memory: cannot allocate a negative size ({nbytes} bytes)")
         if stream is None:
             stream = self.backend.current_stream()
-        size = round_size(nbytes)
-        with self._lock:
-            self._busy = True
-            try:
-                owner = self._capturing.get(stream) if self._capturing else None
-                fl = self._lists.get((owner, stream))
-                b = fl.pop_fit(size) if fl is not None else None
-                if b is None:
-                    b = self._alloc_slow(size, stream, owner)
-                else:
-                    self.hits[size] = self.hits.get(size, 0) + 1
-                b.free = False
-                self._take(b, size, nbytes)
-                if self._deferred:
-                    self._drain()
-            finally:
-                self._busy = False
-            return b
+        return self._live[self.alloc_ptr(nbytes, stream)]
+
+    def free(self, b: Block) -> None:
+        """Return ``b``; reused at once on its stream, or after its other streams' work."""
+        if self._live.get(b.ptr) is not b or b.ptr in self._freed:
+            raise RuntimeError(f"cuflow.memory: block at {b.ptr:#x} freed twice (or not "
+                               f"from this pool)")
+        self.free_ptr(b.ptr)
+
+    def block_of(self, ptr: int) -> Block | None:
+        """The lent block that starts at ``ptr``, or ``None``."""
+        return self._live.get(ptr)
+
+    def _alloc_locked(self, size: int, nbytes: int, stream: int) -> Block:
+        owner = self._capturing.get(stream) if self._capturing else None
+        self._flush_quick()
+        fl = self._lists.get((owner, stream))
+        most = size * LARGE_SPLIT_MAX if size >= SMALL and self.backend.cheap_release else None
+        b = fl.pop_fit(size, most) if fl is not None else None
+        if b is None:
+            b = self._alloc_slow(size, stream, owner, most)
+        else:
+            self.hits[size] += 1
+        self._take(b, size, nbytes)
+        return b
 
     def _take(self, b: Block, size: int, nbytes: int) -> None:
         if b.size - size >= SPLIT_MIN:
@@ -211,8 +365,6 @@ class Pool:
         b.req = nbytes
         self.allocated += b.size
         self.requested += nbytes
-        self.num_alloc += 1
-        self.n_blocks += 1
         if self.allocated > self.peak_allocated:
             self.peak_allocated = self.allocated
         if self.requested > self.peak_requested:
@@ -221,7 +373,7 @@ class Pool:
         if active > self.peak_active:
             self.peak_active = active
         if self._recording is not None:
-            self._recording.append(("a", id(b), nbytes, b.stream))
+            self._recording.append(("a", b.ptr, nbytes, b.stream))
 
     def _list(self, owner: Any, stream: int) -> _FreeList:
         fl = self._lists.get((owner, stream))
@@ -229,29 +381,42 @@ class Pool:
             fl = self._lists[(owner, stream)] = _FreeList()
         return fl
 
-    def _alloc_slow(self, size: int, stream: int, owner: Any) -> Block:
+    def _flush_quick(self) -> None:
+        """Move the exact-size cache into the coalesced free lists."""
+        if not self._quick:
+            return
+        quick = list(self._quick.values())
+        self._quick.clear()  # in place: the hot path holds this dict
+        for by_size in quick:
+            for lst in by_size.values():
+                for b in lst:
+                    b.quick = False
+                    self._insert_free(b)
+
+    def _alloc_slow(self, size: int, stream: int, owner: Any, most: int | None) -> Block:
         # While any stream captures a graph nothing here may synchronize or free
         # device memory (both are illegal during capture): no orphan adoption,
         # no segment release, no waiting on pending frees.
         capturing = bool(self._capturing)
         if self._pending and not capturing and self._process_pending():
-            b = self._list(owner, stream).pop_fit(size)
+            b = self._list(owner, stream).pop_fit(size, most)
             if b is not None:
-                self.hits[size] = self.hits.get(size, 0) + 1
+                self.hits[size] += 1
                 return b
-        b = self._borrow(size, stream) if owner is None else None
+        b = self._borrow(size, stream, most) if owner is None else None
         if b is not None:
-            self.hits[size] = self.hits.get(size, 0) + 1
+            self.hits[size] += 1
             return b
         if self._orphans and not capturing:
             self._adopt_orphans()
             b = self._list(owner, stream).pop_fit(size) if stream == 0 else None
             if b is not None:
+                self.hits[size] += 1
                 return b
-        self.misses[size] = self.misses.get(size, 0) + 1
+        self.misses[size] += 1
         seg_bytes = max(size, MIN_SEGMENT) if size < SMALL else size
         if self.backend.cheap_release and owner is None and not capturing:
-            self._release_free_segments()
+            self._release_free_segments(kept=False)
         if self.limit is not None and self.reserved + seg_bytes > self.limit:
             if not capturing:
                 self._release_free_segments()
@@ -264,8 +429,9 @@ class Pool:
                    else self.backend.alloc_private(seg_bytes))
         except MemoryError as first:
             self.num_alloc_retries += 1
-            gc.collect()  # finalizers of collected arrays defer their frees; drain them
+            gc.collect()  # finalizers of collected arrays queue their frees; drain them
             self._drain()
+            self._flush_quick()
             if not capturing:
                 self._release_free_segments()
                 self._process_pending(wait=True)
@@ -280,22 +446,23 @@ class Pool:
                 self.num_ooms += 1
                 raise OutOfMemoryError(self._oom_message(size, "the device")) from first
         seg = Segment(ptr, seg_bytes, stream, owner)
+        seg.keep = self._warming and owner is None
         self._segments[ptr] = seg
         self.reserved += seg_bytes
         if self.reserved > self.peak_reserved:
             self.peak_reserved = self.reserved
-        self.num_device_alloc += 1
+        self.num_segment_alloc += 1
         if owner is not None:
             self._private[owner]["segments"] += 1
         seg.first = Block(ptr, seg_bytes, seg, stream)
         return seg.first
 
-    def _borrow(self, size: int, stream: int) -> Block | None:
+    def _borrow(self, size: int, stream: int, most: int | None) -> Block | None:
         """A free block of another stream, with ``stream`` ordered after its last use."""
         for (o, s), fl in self._lists.items():
             if o is not None or s == stream:
                 continue
-            b = fl.pop_fit(size)
+            b = fl.pop_fit(size, most)
             if b is not None:
                 ev = self.backend.record(s)
                 if ev is not None:
@@ -307,41 +474,42 @@ class Pool:
         return None
 
     # ------------------------------------------------------------------ free
-    def free(self, b: Block) -> None:
-        """Return ``b``; reused at once on its stream, or after its other streams' work."""
-        with self._lock:
-            if self._busy:  # re-entered from a finalizer: finish the current operation first
-                self._deferred.append(b)
-                return
-            self._busy = True
-            try:
-                self._free_locked(b)
-                if self._deferred:
-                    self._drain()
-            finally:
-                self._busy = False
-
     def _drain(self) -> None:
-        while self._deferred:
-            self._free_locked(self._deferred.pop())
+        """Process queued frees and destroyed streams (under the lock, not re-entered)."""
+        self._busy = True
+        try:
+            while self._gone:
+                self._forget_stream(self._gone.pop())
+            freed, live = self._freed, self._live
+            while freed:
+                ptr, _ = freed.popitem()
+                self._free_locked(live.pop(ptr))
+        finally:
+            self._busy = False
 
     def _free_locked(self, b: Block) -> None:
-        if b.free:
-            raise RuntimeError("cuflow.memory: block freed twice")
         self.allocated -= b.size
         self.requested -= b.req
-        self.num_free += 1
-        self.n_blocks -= 1
         b.free = True
         if self._recording is not None:
-            self._recording.append(("f", id(b), 0, 0))
+            self._recording.append(("f", b.ptr, 0, 0))
         if b.uses:
             self.pending_bytes += b.size
             b.events = [self.backend.record(s) for s in b.uses]
             b.uses = None
             self._pending.append(b)
-            return
-        self._insert_free(b)
+        elif b.seg.owner is None and b.stream not in self._dead:
+            q = self._quick.get(b.stream)
+            if q is None:
+                q = self._quick[b.stream] = {}
+            lst = q.get(b.size)
+            if lst is None:
+                q[b.size] = [b]
+            else:
+                lst.append(b)
+            b.quick = True
+        else:
+            self._insert_free(b)
 
     def _insert_free(self, b: Block) -> None:
         if b.stream in self._dead:  # its stream was destroyed: reused after a device sync
@@ -349,14 +517,16 @@ class Pool:
             return
         fl = self._list(b.seg.owner, b.stream)
         p, n = b.prev, b.next
-        if p is not None and p.free and p.events is None and p.stream == b.stream:
+        if (p is not None and p.free and not p.quick and p.events is None
+                and p.stream == b.stream):
             fl.remove(p)
             p.size += b.size
             p.next = n
             if n is not None:
                 n.prev = p
             b = p
-        if n is not None and n.free and n.events is None and n.stream == b.stream:
+        if (n is not None and n.free and not n.quick and n.events is None
+                and n.stream == b.stream):
             fl.remove(n)
             b.size += n.size
             b.next = n.next
@@ -406,22 +576,31 @@ class Pool:
         """Release the free list of ``stream_obj``'s stream when the object is destroyed."""
         import weakref  # noqa: PLC0415
 
-        self._watched.add(ptr)
+        with self._lock:
+            self._watched.add(ptr)
+            self._dead.discard(ptr)  # CUDA may hand a destroyed stream's handle out again
         try:
             weakref.finalize(stream_obj, self._stream_gone, ptr)
         except TypeError:
             pass
 
     def _stream_gone(self, ptr: int) -> None:
-        """A stream was destroyed: its cached blocks become orphans (no event can be recorded
-        on a dead stream), reused on the default stream after a device synchronize."""
-        with self._lock:
-            self._watched.discard(ptr)
-            self._dead.add(ptr)
-            for key in [k for k in self._lists if k[1] == ptr]:
-                self._orphans.extend(self._lists.pop(key).blocks())
-            for seg in self._segments.values():
-                seg.streams.discard(ptr)
+        """The stream object at ``ptr`` was destroyed (a finalizer: only queue it)."""
+        self._gone.append(ptr)
+
+    def _forget_stream(self, ptr: int) -> None:
+        """Cached blocks of a destroyed stream become orphans (no event can be recorded on a
+        dead stream), reused on the default stream after a device synchronize."""
+        self._watched.discard(ptr)
+        self._dead.add(ptr)
+        for by_size in self._quick.pop(ptr, {}).values():
+            for b in by_size:
+                b.quick = False
+                self._orphans.append(b)
+        for key in [k for k in self._lists if k[1] == ptr]:
+            self._orphans.extend(self._lists.pop(key).blocks())
+        for seg in self._segments.values():
+            seg.streams.discard(ptr)
 
     def _adopt_orphans(self) -> None:
         self.backend.synchronize()  # whatever the dead streams queued has finished
@@ -448,7 +627,7 @@ class Pool:
             self.backend.free_private(seg.ptr, seg.nbytes)
         del self._segments[seg.ptr]
         self.reserved -= seg.nbytes
-        self.num_device_free += 1
+        self.num_segment_free += 1
         if seg.owner is not None:
             info = self._private.get(seg.owner)
             if info is not None:
@@ -456,39 +635,62 @@ class Pool:
                 if info["closed"] and info["segments"] == 0:
                     del self._private[seg.owner]
 
-    def _release_free_segments(self, owner: Any = None) -> int:
+    def _release_free_segments(self, owner: Any = None, kept: bool = True) -> int:
         n = 0
         for (o, _), fl in list(self._lists.items()):
             if o != owner:
                 continue
-            for b in [b for b in fl.blocks() if b.prev is None and b.next is None]:
+            for b in [b for b in fl.blocks()
+                      if b.prev is None and b.next is None and (kept or not b.seg.keep)]:
                 self._release_segment(b, fl)
                 n += 1
         return n
 
+    def _settle(self) -> None:
+        """Process queued frees and coalesce the exact-size cache (for exact reports)."""
+        if not self._busy:
+            self._drain()
+            self._busy = True
+            try:
+                self._flush_quick()
+            finally:
+                self._busy = False
+
     def empty_cache(self) -> int:
         """Return every fully free segment to the backend; the number released."""
         with self._lock:
-            self._drain()
+            self._settle()
             self._process_pending()
             if self._orphans:
                 self._adopt_orphans()
             return self._release_free_segments()
 
     # ---------------------------------------------------------------- warm-up
+    @contextlib.contextmanager
+    def _warm(self):
+        """Segments made inside are kept: any request may split them, and a miss does not
+        release them (only :meth:`empty_cache` does)."""
+        self._warming = True
+        try:
+            yield
+        finally:
+            self._warming = False
+
     def reserve(self, nbytes: int, stream: int | None = None) -> None:
         """Hold at least ``nbytes`` of free cache (one segment) for the coming allocations."""
-        b = self.alloc(nbytes, stream)
-        self.free(b)
+        with self._warm():
+            self.free(self.alloc(nbytes, stream))
 
     def warmup(self, sizes: Iterable[int], stream: int | None = None) -> None:
         """Allocate ``sizes`` all at once, then free them: the cache then serves them."""
-        blocks = [self.alloc(n, stream) for n in sizes]
-        for b in blocks:
-            self.free(b)
+        with self._warm():
+            blocks = [self.alloc(n, stream) for n in sizes]
+            for b in blocks:
+                self.free(b)
 
     def start_recording(self) -> None:
         with self._lock:
+            self._drain()
             self._recording = []
             self._rec_peak_base = self.allocated
             self.peak_allocated = self.allocated
@@ -496,6 +698,7 @@ class Pool:
     def stop_recording(self) -> tuple[list[tuple], int]:
         """(allocation/free events, peak allocated bytes above the start) since start_recording."""
         with self._lock:
+            self._drain()
             events, self._recording = self._recording or [], None
             return events, self.peak_allocated - self._rec_peak_base
 
@@ -504,19 +707,20 @@ class Pool:
 
         Placement decides whether a pattern fits in a given reserve, so after
         reserving the recorded peak the pattern is replayed: any segment it
-        still needs is then cached too.  Returns the device allocations it made.
+        still needs is then cached too.  Returns the segments it added.
         """
-        n0 = self.num_device_alloc
-        for _ in range(rounds):
-            live: dict[int, Block] = {}
-            for op, key, nbytes, stream in events:
-                if op == "a":
-                    live[key] = self.alloc(nbytes, stream)
-                elif key in live:
-                    self.free(live.pop(key))
-            for b in live.values():
-                self.free(b)
-        return self.num_device_alloc - n0
+        n0 = self.num_segment_alloc
+        with self._warm():
+            for _ in range(rounds):
+                live: dict[int, Block] = {}
+                for op, key, nbytes, stream in events:
+                    if op == "a":
+                        live[key] = self.alloc(nbytes, stream)
+                    elif key in live:
+                        self.free(live.pop(key))
+                for b in live.values():
+                    self.free(b)
+        return self.num_segment_alloc - n0
 
     # ------------------------------------------------------- private (graphs)
     def begin_private(self, stream: int) -> int:
@@ -535,6 +739,7 @@ class Pool:
     def close_private(self, owner: int) -> None:
         """The graph that owns ``owner`` is gone: release its segments once they are free."""
         with self._lock:
+            self._settle()
             info = self._private.get(owner)
             if info is None:
                 return
@@ -547,10 +752,11 @@ class Pool:
     def stats(self) -> dict[str, Any]:
         """Counters with PyTorch's key names, plus cache hits and misses per size class."""
         with self._lock:
-            inactive_split = sum(
-                b.size for fl in self._lists.values() for b in fl.blocks()
-                if b.prev is not None or b.next is not None)
-            free_cached = sum(b.size for fl in self._lists.values() for b in fl.blocks())
+            if not self._busy:
+                self._drain()
+            free = list(self._free_blocks())
+            inactive_split = sum(b.size for b in free if b.prev is not None or b.next is not None)
+            free_cached = sum(b.size for b in free)
             s: dict[str, Any] = {
                 "allocated_bytes.all.current": self.allocated,
                 "allocated_bytes.all.peak": self.peak_allocated,
@@ -562,14 +768,16 @@ class Pool:
                 "requested_bytes.all.peak": self.peak_requested,
                 "inactive_split_bytes.all.current": inactive_split,
                 "free_cached_bytes": free_cached,
-                "allocation.all.current": self.n_blocks,
+                "allocation.all.current": len(self._live),
                 "segment.all.current": len(self._segments),
                 "num_alloc": self.num_alloc,
-                "num_free": self.num_free,
+                "num_free": self.num_alloc - len(self._live),
                 "num_alloc_retries": self.num_alloc_retries,
                 "num_ooms": self.num_ooms,
                 "num_device_alloc": self.num_device_alloc,
-                "num_device_free": self.num_device_free,
+                "num_device_free": self.backend.device_frees - self._device_base[1],
+                "num_segment_alloc": self.num_segment_alloc,
+                "num_segment_free": self.num_segment_free,
                 "num_cross_stream_reuse": self.num_cross_stream,
                 "num_pending_cross_stream": len(self._pending),
                 "private_pools": len(self._private),
@@ -591,6 +799,7 @@ class Pool:
     def snapshot(self) -> list[dict[str, Any]]:
         """Segments with their blocks, in address order."""
         with self._lock:
+            self._settle()
             out = []
             for ptr, seg in sorted(self._segments.items()):
                 b = seg.first
@@ -605,8 +814,16 @@ class Pool:
                             "private_pool": seg.owner, "blocks": blocks})
             return out
 
+    def _free_blocks(self) -> Iterable[Block]:
+        """Every cached free block: coalesced lists and the exact-size cache."""
+        for fl in self._lists.values():
+            yield from fl.blocks()
+        for by_size in self._quick.values():
+            for lst in by_size.values():
+                yield from lst
+
     def _oom_message(self, size: int, what: str) -> str:
-        largest = max((b.size for fl in self._lists.values() for b in fl.blocks()), default=0)
+        largest = max((b.size for b in self._free_blocks()), default=0)
         return (f"cuflow.memory: out of memory: {_fmt(size)} requested from {what}; the pool "
                 f"reserves {_fmt(self.reserved)} of which {_fmt(self.allocated)} is in use "
                 f"(largest free block {_fmt(largest)}). Free arrays you no longer need "
