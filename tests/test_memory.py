@@ -8,7 +8,7 @@ import threading
 
 import numpy as np
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -223,6 +223,32 @@ def test_hot_path_reuses_exact_size_and_drains_queued_frees():
     assert s["cache_hits"] == 2 and s["cache_misses"] == 1  # stream 4 borrowed, event-ordered
     (seg,) = pool.snapshot()  # coalesced per stream for exact reports
     assert {b["state"] for b in seg["blocks"]} == {"free"} and len(seg["blocks"]) == 2
+
+
+@settings(max_examples=40, deadline=None)
+@given(ops=st.lists(st.tuples(st.booleans(), st.sampled_from([100, 512, 5000, 70000, 3 << 20]),
+                              st.integers(0, 2), st.integers(0, 10**6)), max_size=80))
+def test_hot_path_queued_frees_never_overlap(ops):
+    """The CuPy hook's path: alloc_ptr, frees queued as dict stores, drained by the next
+    allocation (the block just freed may be handed straight back)."""
+    pool = Pool(HostBackend())
+    live = {}  # ptr -> (nbytes, stream, byte)
+    for k, (is_alloc, n, stream, pick) in enumerate(ops):
+        if is_alloc or not live:
+            p = pool.alloc_ptr(n, stream)
+            assert p not in live
+            ctypes.memset(p, k % 251, n)
+            live[p] = (n, k % 251)
+        else:
+            p = list(live)[pick % len(live)]
+            pool._freed[p] = 0
+            del live[p]
+        for q, (m, byte) in live.items():
+            assert ctypes.string_at(q, m) == bytes([byte]) * m
+    s = pool.stats()
+    assert s["requested_bytes.all.current"] == sum(m for m, _ in live.values())
+    assert s["allocated_bytes.all.current"] == sum(round_size(m) for m, _ in live.values())
+    assert s["allocation.all.current"] == len(live)
 
 
 def test_free_during_a_pool_operation_is_queued():

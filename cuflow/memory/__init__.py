@@ -395,6 +395,7 @@ def warmup(fn: Callable[..., Any], *largest_inputs: Any, pool: Pool | None = Non
     finally:
         events, peak = pool.stop_recording()
     pool.empty_cache()
+    pool.backend.trim()  # the replay then lays its segments out in a fresh reserve
     extra = pool.replay(events)  # builds (and keeps) the segments the pattern's placement needs
     return {"peak_bytes": peak, "allocations": sum(1 for e in events if e[0] == "a"),
             "extra_segments": extra, "reserved_bytes": pool.reserved}

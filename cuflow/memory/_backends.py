@@ -73,6 +73,9 @@ class Backend(abc.ABC):
     def reset_device_peak(self) -> None:
         pass
 
+    def trim(self) -> None:
+        """Give memory the backend holds beyond the pool's segments back to the device."""
+
 
 class HostBackend(Backend):
     """Host memory (ctypes buffers); streams are plain integers and always in order."""

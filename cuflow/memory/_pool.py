@@ -238,17 +238,31 @@ class Pool:
                 size = (((nbytes + 511) >> 9) << 9) or 512
             else:
                 size = (nbytes + LARGE_ROUND - 1) & ~(LARGE_ROUND - 1)
+            again = None
             acquire()
             try:
                 if freed and not pool._busy:
+                    reuse = not (pool._capturing or pool._gone)
                     while freed:  # the queued frees, inlined for the common case
                         b = live.pop(freed.popitem()[0])
                         if (b.uses or b.seg.owner is not None or b.stream in dead
                                 or pool._recording is not None):
                             free_other(b)
                             continue
-                        pool.allocated -= b.size
                         pool.requested -= b.req
+                        if reuse and b.size == size and b.stream == stream:
+                            # the block just freed fits this request: hand it straight back
+                            # (its bytes stay allocated; the other queued frees still go on)
+                            reuse = False
+                            b.req = nbytes
+                            hits[size] += 1
+                            n = pool.requested = pool.requested + nbytes
+                            if n > pool.peak_requested:
+                                pool.peak_requested = n
+                            live[b.ptr] = b
+                            again = b
+                            continue
+                        pool.allocated -= b.size
                         b.free = b.quick = True
                         q = quick.get(b.stream)
                         if q is None:
@@ -259,6 +273,8 @@ class Pool:
                                 q[b.size] = [b]
                             else:
                                 lst.append(b)
+                    if again is not None:
+                        return again.ptr
                 if not pool._capturing and not pool._gone:
                     q = quick.get(stream)
                     if q is not None:
