@@ -56,7 +56,7 @@ def test_empty_hit_latency(benchmark, backend, nbytes, alloc):
     out = {}
 
     def run():
-        out.update(_traces.empty_latency(makers[alloc], nbytes))
+        out.update(_traces.empty_latency({alloc: makers[alloc]}, nbytes)[alloc])
 
     benchmark.pedantic(run, rounds=1, iterations=1)
     benchmark.extra_info.update(out)

@@ -157,16 +157,12 @@ def _pool_comparison(quick: bool) -> list[dict[str, Any]]:
                      "case": "cuflow after warmup", **{k: v for k, v in r.items()
                                                       if k != "allocator"}})
     for nbytes in (4096, 1 << 20, 64 << 20):
-        ref = None
-        for aname, make in makers.items():
-            lat = _traces.empty_latency(make, nbytes, n=5000 if quick else 20000)
-            if aname == "cupy MemoryPool":
-                ref = lat["median_us"]
+        lats = _traces.empty_latency(makers, nbytes, n=5000 if quick else 20000)
+        ref = lats["cupy MemoryPool"]["median_us"]
+        for aname, lat in lats.items():
             rows.append({"group": f"empty + free on a pool hit, {nbytes} bytes (host us)",
-                         "case": aname, **lat})
-        for r in rows[-len(makers):]:
-            if ref:
-                r["ratio_vs_cupy_pool"] = round(r["median_us"] / ref, 3)
+                         "case": aname, **lat,
+                         "ratio_vs_cupy_pool": round(lat["median_us"] / ref, 3)})
     return rows
 
 

@@ -10,6 +10,7 @@ the allocator hook.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import statistics
@@ -98,7 +99,17 @@ def peak_requested(its: list[list[tuple]]) -> int:
 
 
 # -------------------------------------------------------------- allocators
-class _Cuflow:
+class _CupyAllocator:
+    """Routes ``cupy.empty`` to ``self.pool.malloc`` inside :meth:`context`."""
+
+    cupy: Any
+    pool: Any
+
+    def context(self) -> Any:
+        return self.cupy.cuda.using_allocator(self.pool.malloc)
+
+
+class _Cuflow(_CupyAllocator):
     name = "cuflow"
 
     def __init__(self, cupy: Any) -> None:
@@ -106,7 +117,6 @@ class _Cuflow:
 
         self.cupy = cupy
         self.pool = Pool(DriverPoolBackend(cupy.cuda.runtime.getDevice()))
-        self.ctx = cupy.cuda.using_allocator(self.pool.malloc)
 
     def empty(self, n: int) -> Any:
         return self.cupy.empty((n,), self.cupy.uint8)
@@ -122,13 +132,12 @@ class _Cuflow:
         self.pool.backend.trim()
 
 
-class _CupyPool:
+class _CupyPool(_CupyAllocator):
     name = "cupy MemoryPool"
 
     def __init__(self, cupy: Any) -> None:
         self.cupy = cupy
         self.pool = cupy.cuda.MemoryPool()
-        self.ctx = cupy.cuda.using_allocator(self.pool.malloc)
         self.peak = 0
         self.grows = 0
 
@@ -151,14 +160,13 @@ class _CupyPool:
         self.pool.free_all_blocks()
 
 
-class _CupyAsync:
+class _CupyAsync(_CupyAllocator):
     name = "cupy MemoryAsyncPool"
 
     def __init__(self, cupy: Any) -> None:
         rt = cupy.cuda.runtime
         self.cupy, self.rt = cupy, rt
         self.pool = cupy.cuda.MemoryAsyncPool()
-        self.ctx = cupy.cuda.using_allocator(self.pool.malloc)
         self.h = rt.deviceGetDefaultMemPool(rt.getDevice())
         cupy.cuda.runtime.deviceSynchronize()
         rt.memPoolTrimTo(self.h, 0)
@@ -189,14 +197,14 @@ class _Torch:
     name = "torch caching allocator"
 
     def __init__(self, torch: Any) -> None:
-        import contextlib  # noqa: PLC0415
-
         self.torch = torch
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         self.base = torch.cuda.memory_stats().get("num_device_alloc", 0)
-        self.ctx = contextlib.nullcontext()
+
+    def context(self) -> Any:
+        return contextlib.nullcontext()
 
     def empty(self, n: int) -> Any:
         return self.torch.empty((n,), dtype=self.torch.uint8, device="cuda")
@@ -228,7 +236,7 @@ def replay(make: Callable[[], Any], its: list[list[tuple]], *,
     live: dict[int, Any] = {}
     nops = sum(len(i) for i in its)
     sample = getattr(alloc, "sample", None)
-    with alloc.ctx:
+    with alloc.context():
         if warmup is not None:
             warmup(alloc)
         first_done = None
@@ -289,21 +297,32 @@ def warmup_for(trace: str) -> Callable[[Any], None]:
     return run
 
 
-def empty_latency(make: Callable[[], Any], nbytes: int, n: int = 20000) -> dict[str, float]:
-    """Median and p99 host microseconds of one ``empty`` + free on a pool hit."""
-    alloc = make()
-    samples = []
+def empty_latency(makers: dict[str, Callable[[], Any]], nbytes: int, n: int = 20000,
+                  rounds: int = 5) -> dict[str, dict[str, float]]:
+    """Median and p99 host microseconds of one ``empty`` + free on a pool hit, per allocator.
+
+    Interleaved: each of ``rounds`` rounds times ``n / rounds`` pairs with every
+    allocator in turn, so a shared host's drift does not land on one allocator.
+    """
+    allocs = {k: m() for k, m in makers.items()}
+    samples: dict[str, list[int]] = {k: [] for k in allocs}
     pc = time.perf_counter_ns
-    with alloc.ctx:
-        for _ in range(200):
-            a = alloc.empty(nbytes)
-            del a
-        for _ in range(n):
-            t0 = pc()
-            a = alloc.empty(nbytes)
-            del a
-            samples.append(pc() - t0)
-    alloc.close()
-    samples.sort()
-    return {"median_us": round(statistics.median(samples) / 1e3, 3),
-            "p99_us": round(samples[int(0.99 * len(samples))] / 1e3, 3)}
+    for r in range(rounds):
+        for k, alloc in allocs.items():
+            out = samples[k]
+            with alloc.context():
+                for _ in range(200 if r == 0 else 20):
+                    a = alloc.empty(nbytes)
+                    del a
+                for _ in range(max(n // rounds, 1)):
+                    t0 = pc()
+                    a = alloc.empty(nbytes)
+                    del a
+                    out.append(pc() - t0)
+    res = {}
+    for k, alloc in allocs.items():
+        alloc.close()
+        v = sorted(samples[k])
+        res[k] = {"median_us": round(statistics.median(v) / 1e3, 3),
+                  "p99_us": round(v[int(0.99 * len(v))] / 1e3, 3)}
+    return res
