@@ -132,8 +132,8 @@ class Pool(_CorePool):
         lines.append(
             f"allocations {s['num_alloc']}  frees {s['num_free']}  hits {s['cache_hits']}  "
             f"misses {s['cache_misses']}  device allocs {s['num_device_alloc']}  device frees "
-            f"{s['num_device_free']}  segments made {s['num_segment_alloc']}  cross-stream {s['num_cross_stream_reuse']}  retries "
-            f"{s['num_alloc_retries']}  OOMs {s['num_ooms']}  segments "
+            f"{s['num_device_free']}  segments made {s['num_segment_alloc']}  cross-stream "
+            f"{s['num_cross_stream_reuse']}  retries {s['num_alloc_retries']}  OOMs {s['num_ooms']}  segments "
             f"{s['segment.all.current']}  private pools {s['private_pools']}")
         if s["size_classes"]:
             lines.append(f"{'size class (<=)':>16s}{'hits':>10s}{'misses':>10s}")

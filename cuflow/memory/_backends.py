@@ -77,32 +77,18 @@ class Backend(abc.ABC):
         """Give memory the backend holds beyond the pool's segments back to the device."""
 
 
-class HostBackend(Backend):
-    """Host memory (ctypes buffers); streams are plain integers and always in order."""
+class _Counted(Backend):
+    """A backend whose every segment is new device memory: it counts the bytes it holds."""
 
-    name = "host"
-    cheap_release = True
+    in_use = 0
+    peak = 0
 
-    def __init__(self, capacity: int | None = None) -> None:
-        self.capacity = capacity
-        self.buffers: dict[int, Any] = {}
-        self.in_use = 0
-        self.peak = 0
-
-    def alloc(self, nbytes: int, stream: int) -> int:
-        if self.capacity is not None and self.in_use + nbytes > self.capacity:
-            raise MemoryError(f"host backend: {nbytes} bytes requested, "
-                              f"{self.capacity - self.in_use} of {self.capacity} left")
-        buf = ctypes.create_string_buffer(nbytes)
-        ptr = ctypes.addressof(buf)
-        self.buffers[ptr] = buf
+    def _took(self, nbytes: int) -> None:
         self.in_use += nbytes
         self.peak = max(self.peak, self.in_use)
         self.device_allocs += 1
-        return ptr
 
-    def free(self, ptr: int, nbytes: int, stream: int) -> None:
-        del self.buffers[ptr]
+    def _gave(self, nbytes: int) -> None:
         self.in_use -= nbytes
         self.device_frees += 1
 
@@ -111,6 +97,31 @@ class HostBackend(Backend):
 
     def reset_device_peak(self) -> None:
         self.peak = self.in_use
+
+
+class HostBackend(_Counted):
+    """Host memory (ctypes buffers); streams are plain integers and always in order."""
+
+    name = "host"
+    cheap_release = True
+
+    def __init__(self, capacity: int | None = None) -> None:
+        self.capacity = capacity
+        self.buffers: dict[int, Any] = {}
+
+    def alloc(self, nbytes: int, stream: int) -> int:
+        if self.capacity is not None and self.in_use + nbytes > self.capacity:
+            raise MemoryError(f"host backend: {nbytes} bytes requested, "
+                              f"{self.capacity - self.in_use} of {self.capacity} left")
+        buf = ctypes.create_string_buffer(nbytes)
+        ptr = ctypes.addressof(buf)
+        self.buffers[ptr] = buf
+        self._took(nbytes)
+        return ptr
+
+    def free(self, ptr: int, nbytes: int, stream: int) -> None:
+        del self.buffers[ptr]
+        self._gave(nbytes)
 
 
 class _CudaEvents(Backend):
@@ -219,16 +230,11 @@ class DriverPoolBackend(_CudaEvents):
         rt.memPoolSetAttribute(self.handle, rt.cudaMemPoolAttrReservedMemHigh, 0)
 
 
-class CudaMallocBackend(_CudaEvents):
+class CudaMallocBackend(_CudaEvents, _Counted):
     """``cudaMalloc`` segments; releasing one (``cudaFree``) synchronizes the device."""
 
     name = "cudamalloc"
     cheap_release = False
-
-    def __init__(self, device_id: int) -> None:
-        super().__init__(device_id)
-        self.in_use = 0
-        self.peak = 0
 
     def alloc(self, nbytes: int, stream: int) -> int:
         rt = self._rt
@@ -238,19 +244,10 @@ class CudaMallocBackend(_CudaEvents):
             if e.status == 2:
                 raise MemoryError(str(e)) from e
             raise
-        self.in_use += nbytes
-        self.peak = max(self.peak, self.in_use)
-        self.device_allocs += 1
+        self._took(nbytes)
         return ptr
 
     def free(self, ptr: int, nbytes: int, stream: int) -> None:
         self._rt.free(ptr)
-        self.in_use -= nbytes
-        self.device_frees += 1
-
-    def device_reserved(self) -> tuple[int, int]:
-        return self.in_use, self.peak
-
-    def reset_device_peak(self) -> None:
-        self.peak = self.in_use
+        self._gave(nbytes)
 
