@@ -17,6 +17,7 @@ import numpy as _np
 
 from . import _ops
 from ._backend import backend_info, get_backend, set_backend
+from ._bufferizer import Bufferizer, BufferizerError
 from ._errors import (
     BackendError,
     CudaError,
@@ -124,6 +125,8 @@ __all__ = [
     # arrays and backends
     "darray", "ndarray", "backend_info", "get_backend", "set_backend", "get_array_module",
     "asarray", "array", "as_darray", "asnumpy", "from_dlpack",
+    # batching
+    "Bufferizer", "BufferizerError",
     # streams
     "Stream", "Event", "current_stream", "synchronize", "streams",
     # transforms with dst=

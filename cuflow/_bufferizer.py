@@ -1,0 +1,426 @@
+"""Batch frames on the GPU into preallocated buffers (Dolphin's ``Bufferizer``, fixed).
+
+A :class:`Bufferizer` owns ``n_buffers`` device buffers of shape
+``(buffer_size, *shape)``.  Elements are appended by copy (``append``) or
+written in place by a kernel (``next_slot`` + ``commit``); when the active
+buffer is full it is handed to a consumer with :meth:`Bufferizer.take`, and
+with ``n_buffers=2`` appends go on into the other buffer while the consumer
+works.  Compared with Dolphin's class:
+
+* ``element_nbytes`` is bytes (Dolphin returned an element count);
+* appends are all-or-nothing: an append that does not fit raises
+  ``BufferError`` before anything is copied or counted;
+* shape and dtype are checked on every path, the batched one included;
+* all copies are queued on the buffer's stream, ordered after the producer's
+  stream, and a consumer on another stream is ordered after them by an event
+  (``take(stream=)``), never by a host synchronization;
+* a buffer that was handed out is not written again before its consumer's
+  work is done (``release(stream=)`` records that point on the consumer's stream).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy
+
+from . import _ops
+from ._backend import get_backend
+from ._errors import CuflowError
+from ._streams import Event, Stream, as_stream
+
+__all__ = ["Bufferizer", "BufferizerError"]
+
+Hook = Callable[["Bufferizer"], Any]
+
+
+class BufferizerError(CuflowError, ValueError):
+    """An element does not match the Bufferizer (shape, dtype, backend)."""
+
+
+def _check_hook(name: str, hook: Any) -> Hook | None:
+    if hook is not None and not callable(hook):
+        raise TypeError(f"Bufferizer: {name} must be callable or None, got {type(hook).__name__}")
+    return hook
+
+
+class Bufferizer:
+    """Preallocated GPU buffers that collect elements into batches.
+
+    Parameters
+    ----------
+    shape : tuple of int
+        Shape of one element.
+    buffer_size : int
+        Elements per buffer (the batch size).
+    dtype : dtype
+        Element dtype; appended elements must have exactly this dtype.
+    stream : Stream, optional
+        Stream of every copy and fill of the buffer.  Default: a new
+        non-blocking stream owned by the Bufferizer (cuflow's ``Stream``, a
+        CuPy or PyTorch stream, or anything with ``__cuda_stream__``).
+    flush_hook, allocate_hook, append_one_hook, append_multiple_hook, buffer_full_hook : callable, optional
+        Called with the Bufferizer as only argument: ``flush_hook`` at the
+        end of :meth:`flush`; ``allocate_hook`` at the end of :meth:`allocate`
+        (not for the allocation made by the constructor); ``append_one_hook``
+        after one element was appended (:meth:`append_one`, :meth:`commit`
+        of one slot); ``append_multiple_hook`` after several were appended at
+        once (:meth:`append_multiple`); ``buffer_full_hook`` after any append
+        that filled the buffer, after the append hook.
+    n_buffers : int, default 1
+        Buffers to rotate through.  With 2, :meth:`take` hands out the full
+        buffer and appends continue in the other one.
+
+    Notes
+    -----
+    Stream semantics: appends, ``flush`` and ``allocate`` are asynchronous
+    and queued on the buffer's stream, which first waits for the producer's
+    stream (``stream=`` of the append, default the current stream).  Hooks
+    run on the host when the work has been queued, not when it is done.
+    """
+
+    def __init__(self, shape: Sequence[int], buffer_size: int, dtype: Any,
+                 stream: Any = None, flush_hook: Hook | None = None,
+                 allocate_hook: Hook | None = None, append_one_hook: Hook | None = None,
+                 append_multiple_hook: Hook | None = None,
+                 buffer_full_hook: Hook | None = None, *, n_buffers: int = 1) -> None:
+        try:
+            shape = tuple(int(d) for d in (shape if isinstance(shape, Sequence) else (shape,)))
+        except (TypeError, ValueError):
+            raise TypeError(f"Bufferizer: shape must be a tuple of ints, got {shape!r}") from None
+        if any(d < 0 for d in shape):
+            raise ValueError(f"Bufferizer: shape must be non-negative, got {shape}")
+        for name, v, lo in (("buffer_size", buffer_size, 1), ("n_buffers", n_buffers, 1)):
+            if not isinstance(v, int | numpy.integer) or isinstance(v, bool) or v < lo:
+                raise ValueError(f"Bufferizer: {name} must be an int >= {lo}, got {v!r}")
+        self._shape = shape
+        self._len = int(buffer_size)
+        self._dtype = numpy.dtype(dtype)
+        self._n_buffers = int(n_buffers)
+        self._stream = as_stream(stream) if stream is not None else Stream(non_blocking=True)
+        self._flush_hook: Hook | None = None
+        self._allocate_hook: Hook | None = None
+        self._append_one_hook = _check_hook("append_one_hook", append_one_hook)
+        self._append_multiple_hook = _check_hook("append_multiple_hook", append_multiple_hook)
+        self._buffer_full_hook = _check_hook("buffer_full_hook", buffer_full_hook)
+        self._buffers: list[Any] = []
+        self.allocate()
+        self._flush_hook = _check_hook("flush_hook", flush_hook)
+        self._allocate_hook = _check_hook("allocate_hook", allocate_hook)
+
+    # ------------------------------------------------------------------ memory
+    def allocate(self) -> None:
+        """(Re)allocate the buffers, zero them and empty the Bufferizer.
+
+        Fires ``allocate_hook`` (not for the constructor's allocation); the
+        zeroing does not fire ``flush_hook``.  Buffers handed out earlier by
+        :meth:`take` keep their old memory.
+
+        Notes
+        -----
+        Stream semantics: the zeroing is queued on the buffer's stream.
+        """
+        full = (self._len, *self._shape)
+        bufs = []
+        for _ in range(self._n_buffers):
+            a = _ops.CREATION["empty"](full, dtype=self._dtype)
+            self._fill(a, 0)
+            bufs.append(a)
+        self._buffers = bufs
+        self._active = 0
+        self._n = 0
+        self._ready: list[Event | None] = [None] * self._n_buffers  # after the last write
+        self._freed: list[Event | None] = [None] * self._n_buffers  # consumer done
+        self._taken: list[bool] = [False] * self._n_buffers
+        if self._allocate_hook is not None:
+            self._allocate_hook(self)
+
+    def _fill(self, a: Any, value: Any) -> None:
+        if self._stream.cupy is None:
+            a.fill(value)
+            return
+        with self._stream.cupy:  # CuPy's fill takes no stream argument
+            a.fill(value)
+
+    # ---------------------------------------------------------------- appends
+    def append(self, element: Any, *, stream: Any = None) -> None:
+        """Append one element, a batch ``(k, *shape)`` or a list of elements.
+
+        Dispatches to :meth:`append_one` or :meth:`append_multiple` by shape.
+        """
+        if isinstance(element, list | tuple):
+            return self.append_multiple(element, stream=stream)
+        shape = self._array(element, "append").shape
+        if shape == self._shape:
+            return self.append_one(element, stream=stream)
+        if len(shape) == len(self._shape) + 1 and shape[1:] == self._shape:
+            return self.append_multiple(element, stream=stream)
+        raise BufferizerError(
+            f"Bufferizer.append: an element has shape {self._shape} and a batch (k, "
+            f"{', '.join(map(str, self._shape))}); got {shape}")
+
+    def append_one(self, element: Any, *, stream: Any = None) -> None:
+        """Copy one element (shape ``shape``, dtype ``dtype``; any strides) into the next slot.
+
+        Raises ``BufferError`` when the buffer is full (nothing changes).
+
+        Notes
+        -----
+        Stream semantics: asynchronous; the copy is queued on the buffer's
+        stream after the work queued so far on ``stream`` (default: current).
+        """
+        self._check(element, "append_one", batched=False)
+        self._room(1, "append_one")
+        self._prepare_write(stream)
+        _ops.copy(element, dst=self._buffers[self._active][self._n], stream=self._stream)
+        self._appended(1, self._append_one_hook)
+
+    def append_multiple(self, element: Any, *, stream: Any = None) -> None:
+        """Copy a batch ``(k, *shape)`` or a list of ``k`` elements into the next ``k`` slots.
+
+        Every element is checked and the room for all ``k`` is checked before
+        anything is copied: on error nothing is appended.
+
+        Notes
+        -----
+        Stream semantics: as :meth:`append_one`.
+        """
+        name = "append_multiple"
+        if isinstance(element, list | tuple):
+            for e in element:
+                self._check(e, name, batched=False)
+            k = len(element)
+        else:
+            self._check(element, name, batched=True)
+            k = element.shape[0]
+        self._room(k, name)
+        if k == 0:
+            return
+        self._prepare_write(stream)
+        buf = self._buffers[self._active]
+        if isinstance(element, list | tuple):
+            for i, e in enumerate(element):
+                _ops.copy(e, dst=buf[self._n + i], stream=self._stream)
+        else:
+            _ops.copy(element, dst=buf[self._n:self._n + k], stream=self._stream)
+        self._appended(k, self._append_multiple_hook)
+
+    def next_slot(self, *, stream: Any = None) -> Any:
+        """The view of the next free element, for a kernel to write into with ``dst=``.
+
+        Queue the kernel on :attr:`stream`, then call :meth:`commit` to count
+        the element.  No copy is made.  Raises ``BufferError`` when full.
+
+        Notes
+        -----
+        Stream semantics: the buffer's stream is ordered after ``stream``
+        (default: current) and after the previous consumer of this buffer.
+        """
+        self._room(1, "next_slot")
+        self._prepare_write(stream)
+        return self._buffers[self._active][self._n]
+
+    def commit(self, n: int = 1) -> None:
+        """Count ``n`` elements written through :meth:`next_slot` (fires the append hooks)."""
+        if not isinstance(n, int | numpy.integer) or n < 1:
+            raise ValueError(f"Bufferizer.commit: n must be an int >= 1, got {n!r}")
+        self._room(int(n), "commit")
+        self._appended(int(n), self._append_one_hook if n == 1 else self._append_multiple_hook)
+
+    # -------------------------------------------------------------- consumers
+    def take(self, *, stream: Any = None) -> Any:
+        """Hand the elements appended so far (``darray[:len(self)]``) to a consumer.
+
+        ``stream`` (the consumer's, default: the current stream) waits for
+        the buffer's writes; the returned view also carries the buffer's
+        stream so ``torch.from_dlpack`` orders after it.  Appends continue in
+        the next buffer; the taken one is written again only after
+        :meth:`release`.  Raises ``BufferError`` if it is empty.
+
+        Notes
+        -----
+        Stream semantics: no host synchronization; one event record on the
+        buffer's stream and one wait on ``stream``.
+        """
+        if self._n == 0:
+            raise BufferError("Bufferizer.take: the buffer is empty")
+        i, n = self._active, self._n
+        ev = self._stream.record()
+        self._ready[i] = ev
+        as_stream(stream).wait(ev)
+        self._taken[i] = True
+        view = _ops._tag(_ops.as_darray(self._buffers[i][:n]), self._stream)
+        self._active = (i + 1) % self._n_buffers
+        self._n = 0
+        return view
+
+    def release(self, *, stream: Any = None) -> None:
+        """The consumer's work on the oldest taken buffer is queued on ``stream``.
+
+        The buffer's stream waits for that point before writing the buffer
+        again (no host synchronization).  Raises ``BufferError`` if no buffer
+        is taken.
+        """
+        order = [(self._active + k) % self._n_buffers for k in range(self._n_buffers)]
+        for i in order:
+            if self._taken[i]:
+                self._freed[i] = as_stream(stream).record()
+                self._taken[i] = False
+                return
+        raise BufferError("Bufferizer.release: no buffer has been taken")
+
+    @property
+    def ready_event(self) -> Event:
+        """An event recorded now on the buffer's stream: wait on it to read the buffer."""
+        return self._stream.record()
+
+    def flush(self, value: Any = 0) -> None:
+        """Fill the active buffer with ``value``, empty it and fire ``flush_hook``.
+
+        Notes
+        -----
+        Stream semantics: the fill is queued on the buffer's stream.
+        """
+        self._writable("flush")
+        self._prepare_write(None)
+        self._fill(self._buffers[self._active], value)
+        self._n = 0
+        if self._flush_hook is not None:
+            self._flush_hook(self)
+
+    def reset(self) -> None:
+        """Empty the active buffer without writing memory (no hook)."""
+        self._n = 0
+
+    # ------------------------------------------------------------------ hooks
+    def flush_hook(self, hook: Hook | None) -> None:
+        """Set the hook called at the end of :meth:`flush`."""
+        self._flush_hook = _check_hook("flush_hook", hook)
+
+    def allocate_hook(self, hook: Hook | None) -> None:
+        """Set the hook called at the end of :meth:`allocate`."""
+        self._allocate_hook = _check_hook("allocate_hook", hook)
+
+    def append_one_hook(self, hook: Hook | None) -> None:
+        """Set the hook called after one element was appended."""
+        self._append_one_hook = _check_hook("append_one_hook", hook)
+
+    def append_multiple_hook(self, hook: Hook | None) -> None:
+        """Set the hook called after several elements were appended at once."""
+        self._append_multiple_hook = _check_hook("append_multiple_hook", hook)
+
+    def buffer_full_hook(self, hook: Hook | None) -> None:
+        """Set the hook called after an append filled the buffer."""
+        self._buffer_full_hook = _check_hook("buffer_full_hook", hook)
+
+    # ------------------------------------------------------------- properties
+    @property
+    def allocation(self) -> Any:
+        """The active buffer's memory (``cupy.cuda.MemoryPointer``; the array on NumPy)."""
+        buf = self._buffers[self._active]
+        return buf.data if get_backend().is_gpu else buf
+
+    @property
+    def darray(self) -> Any:
+        """The whole active buffer ``(buffer_size, *shape)`` as a darray view (not a copy)."""
+        return _ops.as_darray(self._buffers[self._active])
+
+    @property
+    def stream(self) -> Stream:
+        """The stream every write of the buffer is queued on."""
+        return self._stream
+
+    @property
+    def element_nbytes(self) -> int:
+        """Bytes of one element."""
+        return math.prod(self._shape) * self._dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of one buffer (``buffer_size * element_nbytes``)."""
+        return self._len * self.element_nbytes
+
+    @property
+    def full(self) -> bool:
+        """True when the active buffer holds ``buffer_size`` elements."""
+        return self._n == self._len
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """``(buffer_size, *shape)``."""
+        return (self._len, *self._shape)
+
+    @property
+    def element_shape(self) -> tuple[int, ...]:
+        """Shape of one element."""
+        return self._shape
+
+    @property
+    def dtype(self) -> numpy.dtype:
+        """The element dtype."""
+        return self._dtype
+
+    @property
+    def n_buffers(self) -> int:
+        """How many buffers the Bufferizer rotates through."""
+        return self._n_buffers
+
+    def __len__(self) -> int:
+        """Elements in the active buffer."""
+        return self._n
+
+    def __repr__(self) -> str:
+        return (f"<cuflow.Bufferizer {len(self)}/{self._len} x {self._shape} {self._dtype}, "
+                f"{self._n_buffers} buffer(s)>")
+
+    # ---------------------------------------------------------------- helpers
+    def _array(self, element: Any, name: str) -> Any:
+        if not isinstance(element, get_backend().ndarray):
+            raise BufferizerError(
+                f"Bufferizer.{name}: elements must be arrays of the active "
+                f"{get_backend().name} backend, got {type(element).__module__}."
+                f"{type(element).__name__} (convert host data with cuflow.asarray first)")
+        return element
+
+    def _check(self, element: Any, name: str, batched: bool) -> None:
+        shape = self._array(element, name).shape
+        ok = shape[1:] == self._shape and len(shape) == len(self._shape) + 1 if batched \
+            else shape == self._shape
+        if not ok:
+            want = f"(k, {', '.join(map(str, self._shape))})" if batched else str(self._shape)
+            raise BufferizerError(f"Bufferizer.{name}: element shape must be {want}, got {shape}")
+        if element.dtype != self._dtype:
+            raise BufferizerError(f"Bufferizer.{name}: element dtype must be {self._dtype}, "
+                                  f"got {element.dtype} (cast with astype(dst=) first)")
+
+    def _room(self, k: int, name: str) -> None:
+        self._writable(name)
+        if self._n + k > self._len:
+            raise BufferError(
+                f"Bufferizer.{name}: {k} element(s) do not fit: {self._n} of {self._len} "
+                "slots are used; nothing was appended")
+
+    def _writable(self, name: str) -> None:
+        if self._taken[self._active]:
+            raise BufferError(
+                f"Bufferizer.{name}: buffer {self._active} was taken and not released; call "
+                "release(stream=consumer) after queuing the consumer's work")
+
+    def _prepare_write(self, stream: Any) -> None:
+        """Order the buffer's stream after the producer and after the buffer's last consumer."""
+        i = self._active
+        if self._freed[i] is not None:
+            self._stream.wait(self._freed[i])
+            self._freed[i] = None
+        producer = as_stream(stream)
+        if producer != self._stream:
+            self._stream.wait(producer.record())
+
+    def _appended(self, k: int, hook: Hook | None) -> None:
+        self._n += k
+        if hook is not None:
+            hook(self)
+        if self._n == self._len and self._buffer_full_hook is not None:
+            self._buffer_full_hook(self)

@@ -1,0 +1,275 @@
+"""Bufferizer: Dolphin's documented API, its defects fixed, stream ordering, double buffering."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cuflow.testing import assert_equal_host
+
+SHAPE = (3, 4, 5)
+
+
+def frames(cf, rng, k=None, dtype=np.float32):
+    shape = SHAPE if k is None else (k, *SHAPE)
+    return cf.asarray(rng.uniform(-1e3, 1e3, size=shape).astype(dtype))
+
+
+class Recorder:
+    """Counts each hook's calls and remembers len() at the call."""
+
+    def __init__(self):
+        self.calls = []
+
+    def hook(self, name):
+        return lambda buf: self.calls.append((name, len(buf)))
+
+
+def test_properties(cf):
+    b = cf.Bufferizer(SHAPE, 4, cf.float16)
+    assert b.shape == (4, *SHAPE) and b.element_shape == SHAPE
+    assert b.dtype == np.float16
+    assert b.element_nbytes == 3 * 4 * 5 * 2  # bytes, not Dolphin's element count
+    assert b.nbytes == 4 * b.element_nbytes
+    assert len(b) == 0 and not b.full
+    assert isinstance(b.darray, cf.darray) and b.darray.shape == b.shape
+    assert_equal_host(b.darray, np.zeros(b.shape, np.float16))  # allocated zeroed
+    assert b.allocation is not None
+
+
+def test_darray_is_a_view(cf, rng):
+    b = cf.Bufferizer(SHAPE, 2, cf.float32)
+    v = b.darray
+    x = frames(cf, rng)
+    b.append(x)
+    b.stream.synchronize()
+    assert_equal_host(v[0], x)
+    v[1] = 7
+    assert_equal_host(b.darray[1], np.full(SHAPE, 7, np.float32))
+
+
+def test_append_dispatch_one_batch_list(cf, rng):
+    b = cf.Bufferizer(SHAPE, 6, cf.float32)
+    one, batch, lst = frames(cf, rng), frames(cf, rng, 2), [frames(cf, rng) for _ in range(3)]
+    b.append(one)
+    b.append(batch)
+    b.append(lst)
+    assert len(b) == 6 and b.full
+    b.stream.synchronize()
+    want = np.concatenate([cf.asnumpy(one)[None], cf.asnumpy(batch),
+                           np.stack([cf.asnumpy(x) for x in lst])])
+    assert_equal_host(b.darray, want)
+
+
+def test_non_contiguous_inputs(cf, rng):
+    b = cf.Bufferizer(SHAPE, 4, cf.float32)
+    big = frames(cf, rng, 4)
+    t = cf.asarray(rng.uniform(-9, 9, size=(5, 4, 3)).astype(np.float32))
+    b.append_one(t.transpose(2, 1, 0))  # F-ordered element
+    b.append_multiple(big[::2])        # strided batch
+    b.append_one(big[3, :, :, :])
+    b.stream.synchronize()
+    want = np.stack([cf.asnumpy(t).transpose(2, 1, 0), *cf.asnumpy(big)[::2],
+                     cf.asnumpy(big)[3]])
+    assert_equal_host(b.darray, want)
+
+
+@pytest.mark.parametrize("path", ["one", "batch", "list"])
+def test_overflow_is_all_or_nothing(cf, rng, path):
+    b = cf.Bufferizer(SHAPE, 3, cf.float32)
+    first = frames(cf, rng, 2)
+    b.append(first)
+    b.stream.synchronize()
+    before = cf.asnumpy(b.darray).copy()
+    extra = {"one": None, "batch": frames(cf, rng, 2),
+             "list": [frames(cf, rng) for _ in range(2)]}[path]
+    if path == "one":
+        b.append_one(frames(cf, rng))
+        before = cf.asnumpy(b.darray).copy()
+        extra = frames(cf, rng)
+    n = len(b)
+    with pytest.raises(BufferError, match="nothing was appended"):
+        b.append(extra)
+    b.stream.synchronize()
+    assert len(b) == n
+    assert_equal_host(b.darray, before)
+
+
+@pytest.mark.parametrize("path", ["append_one", "batch", "list", "append"])
+def test_dtype_and_shape_checked_on_every_path(cf, rng, path):
+    b = cf.Bufferizer(SHAPE, 8, cf.float32)
+    bad_dtype = {"append_one": frames(cf, rng, dtype=np.float64),
+                 "batch": frames(cf, rng, 2, dtype=np.float64),
+                 "list": [frames(cf, rng), frames(cf, rng, dtype=np.float16)],
+                 "append": frames(cf, rng, 2, dtype=np.int32)}[path]
+    bad_shape = {"append_one": cf.asarray(np.ones((3, 4, 6), np.float32)),
+                 "batch": cf.asarray(np.ones((2, 3, 5, 4), np.float32)),
+                 "list": [frames(cf, rng), cf.asarray(np.ones((3, 4), np.float32))],
+                 "append": cf.asarray(np.ones((1, 1, 3, 4, 5), np.float32))}[path]
+    fn = {"append_one": b.append_one, "batch": b.append_multiple, "list": b.append_multiple,
+          "append": b.append}[path]
+    with pytest.raises(cf.BufferizerError, match="dtype"):
+        fn(bad_dtype)
+    with pytest.raises(cf.BufferizerError, match="shape"):
+        fn(bad_shape)
+    assert len(b) == 0
+    with pytest.raises(cf.BufferizerError, match="arrays of the active"):
+        b.append_one(np.ones(SHAPE, np.float32).tolist())
+
+
+def test_hooks_fire_exactly_when_documented(cf, rng):
+    r = Recorder()
+    b = cf.Bufferizer(SHAPE, 3, cf.float32, flush_hook=r.hook("flush"),
+                      allocate_hook=r.hook("allocate"), append_one_hook=r.hook("one"),
+                      append_multiple_hook=r.hook("multiple"), buffer_full_hook=r.hook("full"))
+    assert r.calls == []  # not for the constructor's allocation
+    b.append_one(frames(cf, rng))
+    assert r.calls == [("one", 1)]
+    b.append_multiple(frames(cf, rng, 2))
+    assert r.calls == [("one", 1), ("multiple", 3), ("full", 3)]
+    r.calls.clear()
+    with pytest.raises(BufferError):
+        b.append_one(frames(cf, rng))
+    assert r.calls == []  # a failed append fires nothing
+    b.flush(5)
+    assert r.calls == [("flush", 0)]
+    b.stream.synchronize()
+    assert_equal_host(b.darray, np.full(b.shape, 5, np.float32))
+    r.calls.clear()
+    b.allocate()
+    assert r.calls == [("allocate", 0)]  # zeroing does not fire flush_hook
+    assert_equal_host(b.darray, np.zeros(b.shape, np.float32))
+    r.calls.clear()
+    b.reset()
+    assert r.calls == []
+    b.next_slot()[...] = 1
+    b.commit()
+    b.next_slot()
+    b.commit(2)
+    assert r.calls == [("one", 1), ("multiple", 3), ("full", 3)]
+
+
+@pytest.mark.parametrize("setter", ["flush_hook", "allocate_hook", "append_one_hook",
+                                    "append_multiple_hook", "buffer_full_hook"])
+def test_hook_setters(cf, rng, setter):
+    r = Recorder()
+    b = cf.Bufferizer(SHAPE, 2, cf.float32)
+    getattr(b, setter)(r.hook(setter))
+    b.append_one(frames(cf, rng))
+    b.append_multiple([frames(cf, rng)])
+    b.flush()
+    b.allocate()
+    want = {"flush_hook": [("flush_hook", 0)], "allocate_hook": [("allocate_hook", 0)],
+            "append_one_hook": [("append_one_hook", 1)],
+            "append_multiple_hook": [("append_multiple_hook", 2)],
+            "buffer_full_hook": [("buffer_full_hook", 2)]}[setter]
+    assert r.calls == want
+    with pytest.raises(TypeError, match="callable"):
+        getattr(b, setter)(42)
+
+
+def test_reset_does_not_write(cf, rng):
+    b = cf.Bufferizer(SHAPE, 2, cf.float32)
+    x = frames(cf, rng, 2)
+    b.append(x)
+    b.reset()
+    assert len(b) == 0 and not b.full
+    b.stream.synchronize()
+    assert_equal_host(b.darray, x)
+
+
+def test_next_slot_commit_writes_in_place(cf, rng):
+    b = cf.Bufferizer((3, 4, 6), 2, cf.float32)
+    src = cf.asarray(rng.integers(0, 256, size=(2, 4, 6, 3), dtype=np.uint8))
+    for i in range(2):
+        slot = b.next_slot()
+        assert cf.image.normalize(src[i], dst=slot, stream=b.stream) is slot
+        b.commit()
+    assert b.full
+    with pytest.raises(BufferError):
+        b.next_slot()
+    with pytest.raises(BufferError):
+        b.commit()
+    b.stream.synchronize()
+    want = cf.asnumpy(src).transpose(0, 3, 1, 2).astype(np.float32) / 255
+    np.testing.assert_allclose(cf.asnumpy(b.darray), want, rtol=1e-6, atol=1e-6)
+
+
+def test_double_buffering_take_release(cf, rng):
+    b = cf.Bufferizer(SHAPE, 2, cf.float32, n_buffers=2)
+    consumer = cf.Stream()
+    a, c = frames(cf, rng, 2), frames(cf, rng, 2)
+    b.append(a)
+    first = b.take(stream=consumer)
+    assert first.shape == (2, *SHAPE) and len(b) == 0
+    b.append(c)  # goes into the other buffer
+    second = b.take(stream=consumer)
+    consumer.synchronize()
+    assert_equal_host(first, a)
+    assert_equal_host(second, c)
+    with pytest.raises(BufferError, match="not released"):
+        b.append_one(frames(cf, rng))
+    b.release(stream=consumer)
+    b.append_one(frames(cf, rng))  # the first buffer again
+    assert len(b) == 1
+    b.release(stream=consumer)
+    with pytest.raises(BufferError, match="no buffer"):
+        b.release(stream=consumer)
+    with pytest.raises(BufferError, match="empty"):
+        cf.Bufferizer(SHAPE, 2, cf.float32).take()
+
+
+def test_partial_take(cf, rng):
+    b = cf.Bufferizer(SHAPE, 4, cf.float32)
+    x = frames(cf, rng)
+    b.append(x)
+    part = b.take()
+    assert part.shape == (1, *SHAPE)
+    b.stream.synchronize()
+    assert_equal_host(part[0], x)
+
+
+@pytest.mark.parametrize("bad", [dict(buffer_size=0), dict(buffer_size=2.5),
+                                 dict(n_buffers=0), dict(shape=(-1, 2)), dict(shape="ab")])
+def test_constructor_validation(cf, bad):
+    kw = dict(shape=SHAPE, buffer_size=2, dtype=cf.float32) | bad
+    with pytest.raises((ValueError, TypeError)):
+        cf.Bufferizer(**kw)
+
+
+@pytest.mark.gpu
+def test_ordering_against_producer_and_consumer_streams(gpu_cf, rng):
+    """Producer on s1 writes a frame after a long kernel; the buffer's copy must see it,
+    and the consumer on s2 must see the copy, with no host synchronization in between."""
+    cf = gpu_cf
+    s1, s2 = cf.streams(2)
+    b = cf.Bufferizer((1024, 1024), 2, cf.float32, n_buffers=2)
+    big = cf.asarray(rng.uniform(-1, 1, size=(4096, 4096)).astype(np.float32))
+    for _ in range(3):
+        with s1:
+            x = cf.empty((1024, 1024), dtype=cf.float32)
+            for _ in range(20):   # keep s1 busy so a missing wait would read stale data
+                cf.matmul(big, big)
+            cf.multiply(big[:1024, :1024], 3.0, dst=x)
+        b.append(x, stream=s1)
+        b.append(x, stream=s1)
+        batch = b.take(stream=s2)
+        with s2:
+            total = batch.sum()
+        b.release(stream=s2)
+        want = float(cf.asnumpy(big[:1024, :1024]).astype(np.float64).sum() * 6)
+        s2.synchronize()
+        assert abs(float(total) - want) <= 1e-3 * abs(want) + 1
+
+
+@pytest.mark.gpu
+def test_take_orders_torch_consumers(gpu_cf, rng):
+    torch = pytest.importorskip("torch")
+    cf = gpu_cf
+    b = cf.Bufferizer(SHAPE, 2, cf.float32)
+    x = frames(cf, rng, 2)
+    b.append(x)
+    t = torch.from_dlpack(b.take())
+    assert t.data_ptr() == b.darray.data.ptr  # no copy
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(t.cpu().numpy(), cf.asnumpy(x))
