@@ -1,38 +1,61 @@
-"""CUDA graph capture whose allocations live in a private memory pool.
+"""CUDA graphs: record a function's GPU work once, replay it with one launch.
 
-Memory allocated while a stream captures belongs to the captured graph: its
-kernels read and write those addresses on every replay.  A shared pool would
-hand that memory to other arrays once the capturing code frees it, and
-replays would then overwrite them.  :func:`capture` routes the capturing
-stream's allocations to a private pool of cuflow's allocator that lives as
-long as the returned :class:`Graph` (and any array still using it); a capture
-that fails releases it at once.
+:func:`capture` has two forms:
+
+* ``capture(fn, *example_inputs)`` returns a :class:`CapturedFunction`.  It
+  copies the examples into static input buffers, calls ``fn`` once eagerly on
+  its own non-blocking stream (the warm-up: kernels compile, libraries set up
+  their handles), then records a second call into a graph.  Calling the
+  result copies new inputs into the static buffers, replays the graph and
+  returns the static outputs.  ``capture(fn)`` without examples (or the
+  :func:`graphed` decorator) captures on the first call.
+* ``with capture() as g:`` records the block; ``g.replay()`` launches it.
+
+Memory allocated while capturing belongs to the graph: its kernels read and
+write those addresses on every replay, so a shared pool must never hand it to
+another array.  Allocations made during capture therefore come from a pool
+private to the graph (cuflow's pool when it is installed, else a private CuPy
+``MemoryPool``), which lives as long as the graph and the arrays it returned.
+
+Work a graph cannot record is refused with :class:`GraphCaptureError` naming
+the operation and where it was called: host synchronization (``.item()``,
+``float(x)``, ``asnumpy``), data-dependent shapes (boolean masks,
+``nonzero``), and library calls CuPy cannot capture.  On the NumPy backend
+there are no graphs: a captured function simply calls ``fn``.
 
 Example
 -------
->>> with cuflow.graph.capture() as g:          # doctest: +SKIP
-...     y = cuflow.add(x, x)
->>> g.replay()                                 # doctest: +SKIP
+>>> step = cuflow.graph.capture(lambda x: cuflow.tanh(x * 2) + 5, x0)   # doctest: +SKIP
+>>> y = step(x1)     # one graph launch; y is the static output, overwritten next call
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import linecache
+import os
+import traceback
+from collections.abc import Callable
 from typing import Any
 
 from ._backend import get_backend
-from ._errors import BackendError
+from ._errors import BackendError, CuflowError
 
-__all__ = ["Graph", "capture"]
+__all__ = ["CapturedFunction", "Graph", "GraphCaptureError", "capture", "graphed"]
+
+
+class GraphCaptureError(CuflowError, RuntimeError):
+    """``fn`` did something a CUDA graph cannot record; ``__cause__`` is the CUDA error."""
 
 
 class Graph:
-    """A captured graph (CuPy's ``cupy.cuda.graph.Graph``) and its private pool."""
+    """A captured graph (CuPy's ``cupy.cuda.graph.Graph``) and its private memory."""
 
-    def __init__(self, pool: Any, owner: int | None, stream: Any) -> None:
+    def __init__(self, pool: Any, owner: Any, stream: Any) -> None:
         self._graph: Any = None
-        self._pool = pool
-        self._owner = owner
+        self._pool = pool      # cuflow's Pool, or a private cupy MemoryPool
+        self._owner = owner    # the private pool's id in cuflow's Pool
         self.stream = stream
 
     def replay(self, *, stream: Any = None) -> None:
@@ -40,24 +63,25 @@ class Graph:
 
         Notes
         -----
-        Stream semantics: asynchronous; queued on ``stream``.
+        Stream semantics: asynchronous; one graph launch queued on ``stream``.
         """
         if self._graph is None:
             raise BackendError("cuflow.graph: nothing to replay (the capture failed, the graph "
                                "was closed, or the NumPy backend has no graphs)")
         from ._streams import as_cupy_stream  # noqa: PLC0415
 
-        s = as_cupy_stream(stream)
-        self._graph.launch(stream=self.stream if s is None else s)
+        s = self.stream if stream is None else as_cupy_stream(stream)
+        self._graph.launch(stream=s)
 
     launch = replay
 
     def close(self) -> None:
         """Drop the graph; its private memory goes back once no array uses it."""
         self._graph = None
-        if self._pool is not None and self._owner is not None:
+        if self._owner is not None:
             self._pool.close_private(self._owner)
             self._owner = None
+        self._pool = None
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
@@ -65,37 +89,260 @@ class Graph:
 
 
 @contextlib.contextmanager
-def capture(*, stream: Any = None):
-    """Capture the work queued inside the block on ``stream`` into a :class:`Graph`.
+def _private_memory(stream: Any):
+    """Route allocations made on ``stream`` (this thread) to memory private to one graph."""
+    from . import memory  # noqa: PLC0415
 
-    ``stream`` defaults to a new non-blocking stream (the legacy default stream
-    cannot capture); the block runs with it as the current stream.  CuPy's
-    relaxed capture mode is used.  On the NumPy backend the block simply runs
-    and the graph cannot be replayed.
-    """
+    if memory._INSTALLED:
+        pool = memory.get_pool()
+        owner = pool.begin_private(stream.ptr)
+        try:
+            yield pool, owner
+        finally:
+            pool.end_private(stream.ptr)
+        return
+    import cupy  # noqa: PLC0415
+
+    private = cupy.cuda.MemoryPool()
+    with cupy.cuda.using_allocator(private.malloc):
+        yield private, None
+
+
+@contextlib.contextmanager
+def _capture_block(stream: Any = None, _what: str = "the block"):
     b = get_backend()
     if not b.is_gpu:
         yield Graph(None, None, None)
         return
-    from . import memory  # noqa: PLC0415
     from ._streams import as_cupy_stream  # noqa: PLC0415
 
     s = b.xp.cuda.Stream(non_blocking=True) if stream is None else as_cupy_stream(stream)
-    pool = memory.get_pool() if memory._INSTALLED else None
-    owner = pool.begin_private(s.ptr) if pool is not None else None
-    g = Graph(pool, owner, s)
-    ok = False
-    try:
+    with _private_memory(s) as (pool, owner):
+        g = Graph(pool, owner, s)
+        ok = False
+        try:
+            with s:
+                s.begin_capture()
+                try:
+                    yield g
+                    ok = True
+                except BaseException as e:
+                    _refuse(e, _what)
+                    raise
+                finally:
+                    try:
+                        graph = s.end_capture()
+                    except b.cuda_errors as e:  # the capture was invalidated
+                        if ok:
+                            raise GraphCaptureError(
+                                f"cuflow.graph.capture: CUDA invalidated the capture of {_what}: "
+                                f"{e}") from e
+                        graph = None
+            g._graph = graph if ok else None
+        finally:
+            if not ok:
+                g.close()
+
+
+def _user_frame(tb: Any) -> tuple[str, str]:
+    """(the call in the caller's code, the library function it reached) from a traceback."""
+    pkg_dirs = tuple(os.path.dirname(m.__file__) + os.sep for m in _library_modules())
+    frames = traceback.extract_tb(tb)
+    last_user = None
+    callee = ""
+    for i, f in enumerate(frames):
+        if not f.filename.startswith(pkg_dirs) and os.path.basename(f.filename) != "contextlib.py":
+            last_user = i
+    if last_user is None:
+        return "", ""
+    f = frames[last_user]
+    line = (f.line or linecache.getline(f.filename, f.lineno)).strip()
+    if last_user + 1 < len(frames):
+        callee = frames[last_user + 1].name
+    return f"`{line}` ({os.path.basename(f.filename)}:{f.lineno}, in {f.name})", callee
+
+
+def _library_modules() -> list[Any]:
+    import numpy  # noqa: PLC0415
+
+    import cuflow  # noqa: PLC0415
+
+    mods = [cuflow, numpy]
+    with contextlib.suppress(ImportError):
+        import cupy  # noqa: PLC0415
+        import cupy_backends  # noqa: PLC0415
+
+        mods += [cupy, cupy_backends]
+    return mods
+
+
+_CAPTURE_ERRORS = ("StreamCapture", "capturing", "capture")
+
+
+def _refuse(e: BaseException, what: str) -> None:
+    """Turn a CUDA error caused by capturing into a GraphCaptureError naming the operation."""
+    if isinstance(e, GraphCaptureError):
+        return
+    cuda_errors = get_backend().cuda_errors
+    cause = e if isinstance(e, cuda_errors) else e.__cause__
+    text = f"{type(cause).__name__}: {cause}" if cause is not None else f"{type(e).__name__}: {e}"
+    if not isinstance(cause, cuda_errors) and not any(k in text for k in _CAPTURE_ERRORS):
+        return
+    where, callee = _user_frame(e.__traceback__)
+    op = f"{where} (reached {callee})" if callee else where or "an operation"
+    raise GraphCaptureError(
+        f"cuflow.graph.capture: {op} cannot be recorded into a CUDA graph while capturing "
+        f"{what}: it synchronizes with the host, has a data-dependent shape, or calls a "
+        f"library that cannot be captured ({text}). Move it out of the captured function.") \
+        from e
+
+
+def _check_outputs(out: Any, nd: type, name: str) -> None:
+    items = out if isinstance(out, tuple | list) else (out,)
+    for x in items:
+        if x is not None and not isinstance(x, nd):
+            raise GraphCaptureError(
+                f"cuflow.graph.capture: {name} must return arrays (or a tuple/list of "
+                f"arrays); got {type(x).__name__}, which a graph replay could not update")
+
+
+class CapturedFunction:
+    """``fn`` recorded into a CUDA graph with static inputs and outputs.
+
+    Call it with arrays of the captured shapes and dtypes (non-array
+    arguments must equal the captured ones).  Each call copies the inputs
+    into the static input buffers, replays the graph, and returns the static
+    outputs: the same arrays every call, overwritten by the next call (copy
+    them to keep a result).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; the input copies and the graph launch are
+    queued on ``stream=`` of the call (default: the current stream), in that
+    order, so the outputs are ready for later work on that stream.
+    """
+
+    def __init__(self, fn: Callable[..., Any], example_inputs: tuple[Any, ...] | None = None, *,
+                 warmup: int = 1) -> None:
+        if not callable(fn):
+            raise TypeError(f"cuflow.graph.capture: fn must be callable, got {type(fn).__name__}")
+        if not isinstance(warmup, int) or warmup < 0:
+            raise ValueError(f"cuflow.graph.capture: warmup must be an int >= 0, got {warmup!r}")
+        self.fn = fn
+        self._warmup = warmup
+        self._name = getattr(fn, "__qualname__", repr(fn))
+        self.graph: Graph | None = None
+        self.inputs: tuple[Any, ...] = ()
+        self.outputs: Any = None
+        self._captured = False
+        functools.update_wrapper(self, fn, updated=())
+        if example_inputs is not None:
+            self._capture(example_inputs)
+
+    def _capture(self, examples: tuple[Any, ...]) -> None:
+        b = get_backend()
+        self._captured = True
+        if not b.is_gpu:
+            return
+        from . import _ops  # noqa: PLC0415
+
+        s = b.xp.cuda.Stream(non_blocking=True)
+        s.wait_event(b.xp.cuda.get_current_stream().record())  # the examples are ready
         with s:
-            s.begin_capture()
-            try:
-                yield g
-                ok = True
-            finally:
-                graph = s.end_capture()
-        g._graph = graph if ok else None
-    finally:
-        if pool is not None:
-            pool.end_private(s.ptr)
-        if not ok:
-            g.close()
+            # Held for the graph's life, so an ordinary allocation is safe.
+            statics = tuple(_ops.wrap(x.copy()) if isinstance(x, b.ndarray) else x
+                            for x in examples)
+            for _ in range(self._warmup):
+                _check_outputs(self.fn(*statics), b.ndarray, self._name)
+        with _capture_block(stream=s, _what=self._name) as g:
+            out = self.fn(*statics)
+        _check_outputs(out, b.ndarray, self._name)
+        g.stream = None  # replays go to the caller's stream
+        self.graph, self.inputs, self.outputs = g, statics, out
+
+    def __call__(self, *inputs: Any, stream: Any = None) -> Any:
+        if not self._captured:
+            self._capture(inputs)
+        b = get_backend()
+        if not b.is_gpu:
+            return self.fn(*inputs)
+        if len(inputs) != len(self.inputs):
+            raise TypeError(f"cuflow.graph: {self._name} was captured with {len(self.inputs)} "
+                            f"argument(s), called with {len(inputs)}")
+        from ._streams import as_cupy_stream  # noqa: PLC0415
+
+        s = as_cupy_stream(stream)
+        for i, (x, static) in enumerate(zip(inputs, self.inputs, strict=True)):
+            if not isinstance(static, b.ndarray):
+                if not (x is static or x == static):
+                    raise ValueError(
+                        f"cuflow.graph: argument {i} of {self._name} is not an array, so its "
+                        f"value was recorded into the graph ({static!r}); got {x!r}. Capture "
+                        "again for another value")
+                continue
+            if not isinstance(x, b.ndarray) or x.shape != static.shape or \
+                    x.dtype != static.dtype:
+                got = (f"{type(x).__name__} {getattr(x, 'shape', '')} "
+                       f"{getattr(x, 'dtype', '')}").strip()
+                raise ValueError(
+                    f"cuflow.graph: argument {i} of {self._name} must be an array of shape "
+                    f"{static.shape} and dtype {static.dtype} (the captured example); got {got}")
+            if x is not static:
+                with s:
+                    b.xp.copyto(static, x)
+        self.graph.replay(stream=s)
+        return self.outputs
+
+    def replay(self, *, stream: Any = None) -> Any:
+        """Replay on the current static inputs (no copies) and return the static outputs."""
+        if self.graph is None:
+            raise BackendError(f"cuflow.graph: {self._name} has not been captured yet (call it "
+                               "once, or pass example inputs to capture)")
+        self.graph.replay(stream=stream if stream is not None else get_backend().xp.cuda
+                          .get_current_stream())
+        return self.outputs
+
+    def close(self) -> None:
+        """Release the graph (its memory goes back once no returned array uses it)."""
+        if self.graph is not None:
+            self.graph.close()
+        self.graph, self.inputs, self.outputs = None, (), None
+        self._captured = False
+
+
+def capture(fn: Callable[..., Any] | None = None, *example_inputs: Any, stream: Any = None,
+            warmup: int = 1) -> Any:
+    """Record ``fn``'s GPU work into a CUDA graph (or, without ``fn``, a ``with`` block).
+
+    Parameters
+    ----------
+    fn : callable, optional
+        Takes arrays (and constants) and returns an array, a tuple/list of
+        arrays, or None.  Its GPU work must be queued on the current stream.
+    *example_inputs
+        Arrays of the shapes and dtypes of later calls.  Without them the
+        capture happens on the first call.
+    stream : Stream, optional
+        Block form only: the capturing stream (default: a new non-blocking one).
+    warmup : int, default 1
+        Eager calls before capturing.
+
+    Returns
+    -------
+    CapturedFunction, or a context manager yielding a :class:`Graph`.
+
+    Raises
+    ------
+    GraphCaptureError
+        ``fn`` does something a graph cannot record (the message names it).
+    """
+    if fn is None:
+        return _capture_block(stream=stream)
+    return CapturedFunction(fn, example_inputs if example_inputs else None, warmup=warmup)
+
+
+def graphed(fn: Callable[..., Any] | None = None, *, warmup: int = 1) -> Any:
+    """Decorator: ``fn`` is captured on its first call and replayed on the next ones."""
+    if fn is None:
+        return functools.partial(graphed, warmup=warmup)
+    return CapturedFunction(fn, None, warmup=warmup)

@@ -1,0 +1,158 @@
+"""cuflow.graph: capture(fn, *examples), replay semantics, memory ownership, refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cuflow
+
+
+def chain(cf, n):
+    """The documented small-op chain (sigmoid spelled tanh, which NumPy/CuPy name)."""
+    def f(x):
+        for _ in range(n):
+            y = x * 2
+            z = cf.tanh(y)
+            a = z + 5.0
+            x = cf.maximum(a, 0.0)
+        return x
+    return f
+
+
+def reference(x, n):
+    x = x.astype(np.float32)
+    for _ in range(n):
+        x = np.maximum(np.tanh(x * 2) + np.float32(5.0), np.float32(0.0))
+    return x
+
+
+def test_captured_function_matches_eager(cf, rng):
+    x0 = cf.asarray(rng.uniform(-3, 3, size=(5,)).astype(np.float32))
+    step = cf.graph.capture(chain(cf, 3), x0)
+    for _ in range(3):
+        host = rng.uniform(-3, 3, size=(5,)).astype(np.float32)
+        out = step(cf.asarray(host))
+        np.testing.assert_allclose(cf.asnumpy(out), reference(host, 3), rtol=1e-6)
+
+
+def test_graphed_decorator_captures_on_first_call(cf, rng):
+    calls = []
+
+    @cf.graph.graphed
+    def f(a, b, k):
+        calls.append(1)
+        return cf.add(a, b) * k, cf.subtract(a, b)
+
+    a, b = (cf.asarray(rng.uniform(-9, 9, size=(4, 8)).astype(np.float32)) for _ in range(2))
+    s, d = f(a, b, 3.0)
+    np.testing.assert_allclose(cf.asnumpy(s), (cf.asnumpy(a) + cf.asnumpy(b)) * 3, rtol=1e-6)
+    np.testing.assert_array_equal(cf.asnumpy(d), cf.asnumpy(a) - cf.asnumpy(b))
+    n_python_calls = len(calls)
+    f(b, a, 3.0)
+    if cf.get_backend().is_gpu:
+        assert len(calls) == n_python_calls  # replayed, fn not run again
+        with pytest.raises(ValueError, match="recorded into the graph"):
+            f(a, b, 4.0)
+        with pytest.raises(ValueError, match=r"shape \(4, 8\)"):
+            f(a[:2], b[:2], 3.0)
+        with pytest.raises(TypeError, match="captured with 3"):
+            f(a, b)
+
+
+def test_capture_validates_arguments(cf):
+    with pytest.raises(TypeError, match="callable"):
+        cf.graph.capture(42)
+    with pytest.raises(ValueError, match="warmup"):
+        cf.graph.capture(lambda: None, warmup=-1)
+
+
+def test_numpy_backend_just_calls_fn():
+    cuflow.set_backend("numpy")
+    seen = []
+    f = cuflow.graph.capture(lambda x: seen.append(x) or x + 1, np.ones(3))
+    assert f.graph is None
+    np.testing.assert_array_equal(f(cuflow.asarray(np.zeros(3))), np.ones(3))
+    assert len(seen) == 1
+
+
+@pytest.mark.gpu
+def test_replay_is_one_launch_and_reads_new_inputs(gpu_cf, rng):
+    cf = gpu_cf
+    x0 = cf.asarray(rng.uniform(-3, 3, size=(5,)).astype(np.float32))
+    step = cf.graph.capture(chain(cf, 50), x0)
+    host = rng.uniform(-3, 3, size=(5,)).astype(np.float32)
+    step.inputs[0][...] = cf.asarray(host)
+    np.testing.assert_allclose(cf.asnumpy(step.replay()), reference(host, 50), rtol=1e-6)
+
+
+@pytest.mark.gpu
+def test_graph_never_corrupts_arrays_allocated_after_capture(gpu_cf, rng):
+    """Temporaries of the capture are freed inside it; with CuPy's shared pool they would be
+    handed to the arrays below and every replay would overwrite them."""
+    import cupy
+
+    cf = gpu_cf
+    n = 1 << 16
+
+    def f(x):
+        tmp = cf.multiply(x, x)
+        tmp2 = cf.add(tmp, 1.0)
+        del tmp
+        return cf.add(tmp2, x)
+
+    x0 = cf.asarray(rng.uniform(-1, 1, size=(n,)).astype(np.float32))
+    g = cf.graph.capture(f, x0)
+    live = [cupy.full((n,), 5.0, cupy.float32) for _ in range(8)]
+    more = [cf.full((n,), 6.0, dtype=cf.float32) for _ in range(8)]
+    for _ in range(4):
+        g(x0)
+    cf.synchronize()
+    for a in live:
+        assert float(a.min()) == 5.0 == float(a.max())
+    for a in more:
+        assert float(a.min()) == 6.0 == float(a.max())
+    xh = cf.asnumpy(x0)
+    np.testing.assert_allclose(cf.asnumpy(g.outputs), xh * xh + 1 + xh, rtol=1e-6)
+    out = g.outputs
+    g.close()
+    np.testing.assert_allclose(cf.asnumpy(out), xh * xh + 1 + xh, rtol=1e-6)  # still valid
+
+
+@pytest.mark.gpu
+def test_replay_on_caller_stream_is_ordered(gpu_cf, rng):
+    cf = gpu_cf
+    s = cf.Stream()
+    x0 = cf.asarray(rng.uniform(-1, 1, size=(1 << 20,)).astype(np.float32))
+    g = cf.graph.capture(lambda x: cf.multiply(x, 3.0), x0)
+    with s:
+        x = cf.asarray(rng.uniform(-1, 1, size=(1 << 20,)).astype(np.float32))
+        y = g(x)
+        total = y.sum()
+    s.synchronize()
+    assert abs(float(total) - 3 * float(cf.asnumpy(x).astype(np.float64).sum())) < 1.0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("what, body, names", [
+    ("item", lambda cf, x: cf.multiply(x, float((x * 2).sum().item())), "item"),
+    ("mask", lambda cf, x: x[x > 0], "x[x > 0]"),
+    ("asnumpy", lambda cf, x: cf.asarray(cf.asnumpy(x) + 1), "asnumpy"),
+])
+def test_uncapturable_work_is_refused_by_name(gpu_cf, rng, what, body, names):
+    cf = gpu_cf
+    x0 = cf.asarray(rng.uniform(-1, 1, size=(64,)).astype(np.float32))
+    with pytest.raises(cf.graph.GraphCaptureError) as info:
+        cf.graph.capture(lambda x: body(cf, x), x0, warmup=0)
+    msg = str(info.value)
+    assert names in msg and "test_graph.py" in msg, msg
+    assert info.value.__cause__ is not None
+    # the device is still usable afterwards
+    assert float(cf.ones((4,)).sum()) == 4.0
+
+
+@pytest.mark.gpu
+def test_non_array_output_is_refused(gpu_cf):
+    cf = gpu_cf
+    with pytest.raises(cf.graph.GraphCaptureError, match="must return arrays"):
+        cf.graph.capture(lambda x: "text", cf.ones((3,)))
