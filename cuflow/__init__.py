@@ -30,6 +30,8 @@ from ._errors import (
     OutOfMemoryError,
 )
 from ._forward import forward as _forward
+from ._instrument import annotate
+from ._instrument import from_environment as _instrument_from_env
 from ._forward import install_submodules as _install_submodules
 from ._ops import (
     around,
@@ -98,7 +100,7 @@ def get_array_module(*args):
     return _np
 
 
-_LAZY_SUBMODULES = ("testing", "kernels", "memory", "graph", "image")
+_LAZY_SUBMODULES = ("testing", "kernels", "memory", "graph", "image", "debug")
 
 
 def __getattr__(name: str):
@@ -127,6 +129,8 @@ __all__ = [
     "asarray", "array", "as_darray", "asnumpy", "from_dlpack",
     # batching
     "Bufferizer", "BufferizerError",
+    # profiling
+    "annotate",
     # streams
     "Stream", "Event", "current_stream", "synchronize", "streams",
     # transforms with dst=
@@ -137,5 +141,7 @@ __all__ = [
     "CudaError", "OutOfMemoryError", "KernelCompileError",
     # submodules
     "linalg", "fft", "random", "testing", "kernels", "memory", "graph", "image",
-    *_ops.UFUNC_NAMES, *_ops.REDUCTION_NAMES, *_ops.CREATION_NAMES, *_NUMPY_NAMES,
+    "debug", *_ops.UFUNC_NAMES, *_ops.REDUCTION_NAMES, *_ops.CREATION_NAMES, *_NUMPY_NAMES,
 ]
+
+_instrument_from_env()

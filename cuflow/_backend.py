@@ -128,6 +128,9 @@ def _install(b: Backend) -> Backend:
         from . import memory  # noqa: PLC0415
 
         memory._install(b)
+    from . import _instrument  # noqa: PLC0415
+
+    _instrument.on_backend_bound()
     return b
 
 

@@ -1,0 +1,256 @@
+"""NVTX ranges and synchronous debugging for every public cuflow op.
+
+Off by default and then free: the public functions are the originals.  When
+either switch is on (``CUFLOW_NVTX=1`` / ``CUFLOW_SYNC_DEBUG=1`` at import,
+or :func:`cuflow.debug.nvtx` / :func:`cuflow.debug.sync` at run time), the
+public names of ``cuflow``, ``cuflow.image``, the :class:`~cuflow.Bufferizer`
+methods, the darray methods and operators, and the raw-kernel launcher are
+replaced by wrappers that
+
+* push an NVTX range named ``cuflow.<op>`` around the call (``nvtx`` package
+  if installed, else CuPy's NVTX binding, else nothing), and/or
+* synchronize the device before and after the call, and turn a CUDA error
+  found there into :class:`~cuflow.CudaError` naming the op (the way
+  ``CUDA_LAUNCH_BLOCKING=1`` does for PyTorch).
+
+Names imported with ``from cuflow import add`` before switching on keep the
+original function; set the environment variable to cover those too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from collections.abc import Callable
+from typing import Any
+
+from ._errors import CudaError
+
+__all__ = ["annotate", "set_nvtx", "set_sync"]
+
+_NVTX = False
+_SYNC = False
+_INHERITED = object()  # marks a class attribute that was not in the class's own __dict__
+_ORIGINALS: dict[tuple[int, str], tuple[Any, str, Any]] = {}
+
+# Colours (ARGB) by kind of work, so a timeline reads at a glance.
+_COLORS = {"kernel": 0xFF76B900, "image": 0xFF1F77B4, "Bufferizer": 0xFFFF7F0E,
+           "graph": 0xFF9467BD, "op": 0xFF7F7F7F}
+_NAMED_COLORS = {"green": 0xFF76B900, "blue": 0xFF1F77B4, "orange": 0xFFFF7F0E,
+                 "purple": 0xFF9467BD, "red": 0xFFD62728, "grey": 0xFF7F7F7F,
+                 "gray": 0xFF7F7F7F, "yellow": 0xFFBCBD22, "cyan": 0xFF17BECF}
+
+
+# ------------------------------------------------------------------------- NVTX
+def _nvtx_backend() -> tuple[Callable[[str, int], None], Callable[[], None]]:
+    """(push, pop) of the first NVTX binding found; no-ops when there is none."""
+    try:
+        import nvtx  # noqa: PLC0415
+
+        return (lambda msg, color: nvtx.push_range(msg, color=color)), nvtx.pop_range
+    except ImportError:
+        pass
+    with contextlib.suppress(Exception):
+        from cupy.cuda import nvtx as cnvtx  # noqa: PLC0415
+
+        if cnvtx.available:
+            return cnvtx.RangePushC, cnvtx.RangePop
+    return (lambda msg, color: None), (lambda: None)
+
+
+_PUSH_POP: tuple[Callable[[str, int], None], Callable[[], None]] | None = None
+
+
+def _push_pop() -> tuple[Callable[[str, int], None], Callable[[], None]]:
+    global _PUSH_POP
+    if _PUSH_POP is None:
+        _PUSH_POP = _nvtx_backend()
+    return _PUSH_POP
+
+
+def _color(color: Any) -> int:
+    if color is None:
+        return _COLORS["op"]
+    if isinstance(color, int):
+        return color
+    try:
+        return _NAMED_COLORS[str(color).lower()]
+    except KeyError:
+        raise ValueError(f"cuflow.annotate: color must be an ARGB int or one of "
+                         f"{sorted(_NAMED_COLORS)}, got {color!r}") from None
+
+
+class annotate(contextlib.ContextDecorator):  # noqa: N801 (a function-like name, as nvtx's)
+    """An NVTX range named ``name``, as a context manager or a decorator.
+
+    Parameters
+    ----------
+    name : str
+        What Nsight Systems shows on the timeline.
+    color : str or int, optional
+        A colour name (``green``, ``blue``, ``orange``, ``purple``, ``red``,
+        ``grey``, ``yellow``, ``cyan``) or an ARGB int.
+
+    Notes
+    -----
+    Uses the ``nvtx`` package when installed, else CuPy's NVTX binding; a
+    no-op when neither is available.  Ranges are host-side: they show when
+    work was queued, and Nsight projects them onto the GPU rows.
+    """
+
+    def __init__(self, name: str, color: Any = None) -> None:
+        if not isinstance(name, str):
+            raise TypeError(f"cuflow.annotate: name must be a str, got {type(name).__name__}")
+        self.name, self.color = name, _color(color)
+
+    def __enter__(self) -> annotate:
+        _push_pop()[0](self.name, self.color)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _push_pop()[1]()
+
+
+# ------------------------------------------------------------------ sync debug
+def _device_sync(label: str, when: str) -> None:
+    from ._backend import get_backend  # noqa: PLC0415
+
+    b = get_backend()
+    if not b.is_gpu:
+        return
+    try:
+        b.xp.cuda.Device().synchronize()
+    except b.cuda_errors as e:
+        if when == "before":
+            raise CudaError(
+                f"cuflow debug sync: an asynchronous CUDA error was pending before {label} "
+                f"started, so it comes from work queued outside cuflow since the previous "
+                f"cuflow op: {e}") from e
+        raise CudaError(f"cuflow debug sync: {label} raised an asynchronous CUDA error: {e}") \
+            from e
+
+
+def _call(fn: Callable[..., Any], label: str, color: int, args: Any, kwargs: Any) -> Any:
+    nvtx, sync = _NVTX, _SYNC
+    if nvtx:
+        push, pop = _push_pop()
+        push(label, color)
+    try:
+        if sync:
+            _device_sync(label, "before")
+        r = fn(*args, **kwargs)
+        if sync:
+            _device_sync(label, "after")
+        return r
+    finally:
+        if nvtx:
+            pop()
+
+
+def _wrap(fn: Callable[..., Any], label: str, color: int) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return _call(fn, label, color, args, kwargs)
+
+    return wrapper
+
+
+def _wrap_launch(launch: Callable[..., Any], label: str, color: int) -> Callable[..., Any]:
+    """The launcher's range is named after the kernel (``cuflow.kernel.image.cf_warp``)."""
+    @functools.wraps(launch)
+    def wrapper(kernel: str, entry: str, *args: Any) -> Any:
+        return _call(launch, f"{label}.{kernel}.{entry}", color, (kernel, entry, *args), {})
+
+    return wrapper
+
+
+# --------------------------------------------------------------------- targets
+_DARRAY_METHODS = ("astype", "copy", "flatten", "sum", "mean", "min", "max", "argmin",
+                   "argmax", "prod", "std", "var", "__add__", "__sub__", "__mul__",
+                   "__truediv__", "__iadd__", "__isub__", "__imul__", "__itruediv__",
+                   "__neg__", "__abs__", "__radd__", "__rsub__", "__rmul__", "__rtruediv__")
+_NOT_OPS = ("get_backend", "set_backend", "backend_info", "get_array_module")
+_BUFFERIZER_METHODS = ("allocate", "append", "append_one", "append_multiple", "next_slot",
+                       "commit", "take", "release", "flush", "reset")
+
+
+def _targets() -> list[tuple[Any, str, str, int, Callable[..., Any]]]:
+    """(owner, attribute, label, colour, wrapper maker) of everything instrumented."""
+    import cuflow  # noqa: PLC0415
+
+    from . import _backend, image  # noqa: PLC0415
+    from ._bufferizer import Bufferizer  # noqa: PLC0415
+    from .raw_kernels import _launch  # noqa: PLC0415
+
+    out = []
+    for name in cuflow.__all__:
+        obj = cuflow.__dict__.get(name)
+        if type(obj).__name__ == "function" and name not in _NOT_OPS:
+            out.append((cuflow, name, f"cuflow.{name}", _COLORS["op"], _wrap))
+    for name in image.__all__:
+        obj = getattr(image, name)
+        if type(obj).__name__ == "function":
+            out.append((image, name, f"cuflow.image.{name}", _COLORS["image"], _wrap))
+    for name in _BUFFERIZER_METHODS:
+        out.append((Bufferizer, name, f"cuflow.Bufferizer.{name}", _COLORS["Bufferizer"],
+                    _wrap))
+    b = _backend._backend
+    if b is not None:
+        for name in _DARRAY_METHODS:
+            if hasattr(b.darray, name):
+                out.append((b.darray, name, f"cuflow.darray.{name}", _COLORS["op"], _wrap))
+    out.append((_launch, "launch", "cuflow.kernel", _COLORS["kernel"], _wrap_launch))
+    return out
+
+
+def _refresh() -> None:
+    """Install the wrappers when a switch is on, restore the originals when both are off."""
+    want = _NVTX or _SYNC
+    if not want:
+        for (_, name), (owner, _, orig) in list(_ORIGINALS.items()):
+            if orig is _INHERITED:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, orig)
+        _ORIGINALS.clear()
+        return
+    for owner, name, label, color, make in _targets():
+        key = (id(owner), name)
+        if key in _ORIGINALS:
+            continue
+        if isinstance(owner, type) and name not in owner.__dict__:  # e.g. numpy's operators
+            fn, orig = getattr(owner, name), _INHERITED
+        else:
+            fn = orig = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+        _ORIGINALS[key] = (owner, name, orig)
+        setattr(owner, name, make(fn, label, color))
+
+
+def set_nvtx(enabled: bool) -> None:
+    """Switch the per-op NVTX ranges on or off."""
+    global _NVTX
+    _NVTX = bool(enabled)
+    _refresh()
+
+
+def set_sync(enabled: bool) -> None:
+    """Switch synchronous debugging on or off."""
+    global _SYNC
+    _SYNC = bool(enabled)
+    _refresh()
+
+
+def on_backend_bound() -> None:
+    """Called when the darray class exists: wrap its methods too if a switch is on."""
+    if _NVTX or _SYNC:
+        _refresh()
+
+
+def from_environment() -> None:
+    """Apply ``CUFLOW_NVTX`` / ``CUFLOW_SYNC_DEBUG`` (``1``, ``true``, ``on``)."""
+    on = ("1", "true", "on", "yes")
+    if os.environ.get("CUFLOW_NVTX", "").lower() in on:
+        set_nvtx(True)
+    if os.environ.get("CUFLOW_SYNC_DEBUG", "").lower() in on:
+        set_sync(True)

@@ -1,0 +1,162 @@
+"""cuflow.annotate, per-op NVTX ranges and synchronous debugging."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import types
+
+import numpy as np
+import pytest
+
+import cuflow
+from cuflow import _instrument
+
+
+@pytest.fixture
+def ranges(monkeypatch):
+    """A fake ``nvtx`` package that records the ranges pushed and popped."""
+    log = []
+    fake = types.ModuleType("nvtx")
+    fake.push_range = lambda msg, color=None: log.append(("push", msg, color))
+    fake.pop_range = lambda: log.append(("pop",))
+    monkeypatch.setitem(sys.modules, "nvtx", fake)
+    monkeypatch.setattr(_instrument, "_PUSH_POP", None)
+    yield log
+    cuflow.debug.nvtx(False)
+    cuflow.debug.sync(False)
+
+
+def pushed(log):
+    return [e[1] for e in log if e[0] == "push"]
+
+
+def test_annotate_context_and_decorator(ranges):
+    with cuflow.annotate("load", color="green"):
+        pass
+
+    @cuflow.annotate("step", color=0xFF112233)
+    def step():
+        return 7
+
+    assert step() == 7
+    assert ranges == [("push", "load", 0xFF76B900), ("pop",), ("push", "step", 0xFF112233),
+                      ("pop",)]
+    with pytest.raises(ValueError, match="color must be"):
+        cuflow.annotate("x", color="mauve")
+    with pytest.raises(TypeError, match="name must be a str"):
+        cuflow.annotate(3)
+
+
+def test_every_op_kind_emits_a_named_range(cf, ranges, rng):
+    a = cf.asarray(rng.uniform(-5, 5, size=(8, 8)).astype(np.float32))
+    frame = cf.asarray(rng.integers(0, 256, size=(8, 8, 3), dtype=np.uint8))
+    cf.debug.nvtx(True)
+    assert cf.debug.is_nvtx()
+    c = cf.add(a, a)
+    d = a * 2
+    s = d.sum()
+    img = cf.image.normalize(frame)
+    buf = cf.Bufferizer((3, 8, 8), 2, cf.float32)
+    buf.append(img)
+    names = pushed(ranges)
+    for want in ("cuflow.add", "cuflow.darray.__mul__", "cuflow.darray.sum",
+                 "cuflow.image.normalize", "cuflow.Bufferizer.append",
+                 "cuflow.Bufferizer.append_one"):
+        assert want in names, (want, names)
+    if cf.get_backend().is_gpu:
+        assert any(n.startswith("cuflow.kernel.image.") for n in names), names
+    assert sum(e[0] == "push" for e in ranges) == sum(e[0] == "pop" for e in ranges)
+    np.testing.assert_allclose(cf.asnumpy(c), cf.asnumpy(d))
+    assert float(s) == pytest.approx(float(cf.asnumpy(a).astype(np.float64).sum() * 2), rel=1e-5)
+    cf.debug.nvtx(False)
+    ranges.clear()
+    cf.add(a, a)
+    assert ranges == []
+    assert not hasattr(cf.add, "__wrapped__")  # the originals are back
+
+
+def test_ranges_are_popped_when_an_op_raises(cf, ranges):
+    a, d = cf.ones((3,)), cf.empty((4,))
+    cf.debug.nvtx(True)
+    with pytest.raises(cf.DstShapeError):
+        cf.add(a, 1, dst=d)
+    assert ranges[0] == ("push", "cuflow.add", _instrument._COLORS["op"])
+    assert ranges[-1] == ("pop",)
+
+
+def test_sync_debug_keeps_results(cf, ranges, rng):
+    a = cf.asarray(rng.uniform(-5, 5, size=(64,)).astype(np.float32))
+    cf.debug.sync(True)
+    assert cf.debug.is_sync()
+    np.testing.assert_allclose(cf.asnumpy(cf.multiply(a, 3) + 1), cf.asnumpy(a) * 3 + 1,
+                               rtol=1e-6)
+    cf.debug.sync(False)
+    assert not cf.debug.is_sync()
+
+
+def test_environment_switches(monkeypatch):
+    monkeypatch.setenv("CUFLOW_NVTX", "1")
+    monkeypatch.setenv("CUFLOW_SYNC_DEBUG", "on")
+    try:
+        _instrument.from_environment()
+        assert cuflow.debug.is_nvtx() and cuflow.debug.is_sync()
+    finally:
+        cuflow.debug.nvtx(False)
+        cuflow.debug.sync(False)
+
+
+_FAULT = textwrap.dedent("""
+    import cupy, numpy, cuflow as cf
+    {switch}
+    bad = cupy.RawKernel(r'''extern "C" __global__ void bad(float* p) {{
+        p[threadIdx.x] = 1.0f; }}''', "bad")
+    a = cf.ones((4,), dtype=cf.float32)
+    {before}
+    try:
+        cf.add(a, a)
+        bad((1,), (32,), (cupy.uint64(8),))   # writes to address 8: asynchronous fault
+        b = cf.multiply(a, 2)
+        cf.synchronize()
+    except Exception as e:
+        print("RAISED", type(e).__name__, "|", e)
+""")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("switch, want", [
+    ("cf.debug.sync(True)", "pending before cuflow.multiply started"),
+    ("", "illegal"),
+])
+def test_sync_debug_attributes_asynchronous_errors(gpu_cf, switch, want):
+    code = _FAULT.format(switch=switch, before="")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120)
+    out = r.stdout + r.stderr
+    assert "RAISED" in out and want in out, out
+    if not switch:
+        assert "cuflow.multiply" not in out  # without the switch nothing names the op
+
+
+@pytest.mark.gpu
+def test_sync_debug_names_the_faulting_cuflow_op(gpu_cf):
+    """A fault inside a cuflow op (an out-of-bounds ROI frame index) is pinned on it."""
+    code = textwrap.dedent("""
+        import numpy, cuflow as cf
+        cf.debug.sync(True)
+        frames = cf.zeros((1, 64, 64, 3), dtype=cf.uint8)
+        boxes = cf.asarray(numpy.array([[0, 0, 32, 32]], numpy.float32))
+        idx = cf.asarray(numpy.array([1 << 30], numpy.int32))
+        try:
+            cf.image.crop_resize(frames, boxes, (16, 16), frame_index=idx)
+        except Exception as e:
+            print("RAISED", type(e).__name__, "|", e)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120)
+    out = r.stdout + r.stderr
+    if "RAISED" not in out:
+        pytest.fail(f"crop_resize with an out-of-range frame index did not fault: {out}")
+    assert "cuflow.image.crop_resize raised an asynchronous CUDA error" in out or \
+        "cuflow.kernel.image" in out, out
