@@ -18,6 +18,7 @@ import numpy as _np
 from . import _ops
 from ._backend import backend_info, get_backend, set_backend
 from ._bufferizer import Bufferizer, BufferizerError
+from ._pipeline import Pipeline, PipelineOptions
 from ._errors import (
     BackendError,
     CudaError,
@@ -128,7 +129,7 @@ __all__ = [
     "darray", "ndarray", "backend_info", "get_backend", "set_backend", "get_array_module",
     "asarray", "array", "as_darray", "asnumpy", "from_dlpack",
     # batching
-    "Bufferizer", "BufferizerError",
+    "Bufferizer", "BufferizerError", "Pipeline", "PipelineOptions",
     # profiling
     "annotate",
     # streams

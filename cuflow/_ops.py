@@ -21,7 +21,7 @@ import numpy
 
 from . import _dst, _elementwise
 from ._dst import bad_dst_type, broadcast_result, check_dst, fix_overlap, resolve_out
-from ._errors import CudaError, DstDtypeError, DstTypeError, OutOfMemoryError
+from ._errors import CudaError, DstDtypeError, DstError, DstTypeError, OutOfMemoryError
 from ._streams import as_cupy_stream, as_stream
 
 # Bound by _bind(): the backend, its module, base array type and darray type.
@@ -555,13 +555,20 @@ def _ptr(x):
 def copy(a, dst=None, *, out=None, order="K", casting="same_kind", stream=None):
     """Copy ``a``; with ``dst`` the copy is written there (no allocation) and ``dst`` returned.
 
+    ``a`` may be a host ``numpy.ndarray`` when ``dst`` is a device array of the
+    same shape and dtype (a host-to-device upload).
+
     Notes
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    An upload is asynchronous only from pinned host memory
+    (:func:`cuflow.memory.empty_pinned`); from pageable memory the host waits.
     """
     if _B is None:
         _ensure()
     dst = resolve_out(dst, out, "copy")
+    if _GPU and type(a) is numpy.ndarray and dst is not None:
+        return _upload(a, dst, stream)
     if stream is not None:
         return _run(stream, copy, a, dst, order=order, casting=casting)
     try:
@@ -570,6 +577,19 @@ def copy(a, dst=None, *, out=None, order="K", casting="same_kind", stream=None):
         return _copy_into("copy", dst, a, casting)
     except Exception as e:
         _reraise("copy", e, dst)
+
+
+def _upload(a, dst, stream):
+    """Host ``a`` -> device ``dst`` (same shape and dtype; ``dst`` C-contiguous)."""
+    check_dst("copy", dst, a.shape, a.dtype, "no", _nd, _B.name)
+    if not dst.flags.c_contiguous:
+        raise DstError("cuflow.copy: a host-to-device copy needs a C-contiguous dst, got "
+                       f"strides {dst.strides} for shape {dst.shape}")
+    try:
+        dst.set(numpy.ascontiguousarray(a), stream=as_cupy_stream(stream))
+    except Exception as e:
+        _reraise("copy", e, dst)
+    return _tag(dst, stream)
 
 
 def astype(a, dtype, dst=None, *, out=None, order="K", casting="unsafe", copy=True,

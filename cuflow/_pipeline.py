@@ -1,0 +1,218 @@
+"""Host frames -> pre-processed GPU batches, with copies overlapping compute.
+
+:class:`Pipeline` is the inference-input path the rest of cuflow exists for::
+
+    host frame --(host copy)--> pinned staging k --(H2D, copy stream)--> device frame k
+        --(one fused kernel, compute stream)--> slot of a double-buffered Bufferizer
+        --(take: event)--> batch for the consumer (zero-copy through DLPack)
+
+Frame ``i + 1`` is uploaded while frame ``i`` is being processed, and batch
+``j + 1`` is filled while the consumer works on batch ``j``.  Every hand-over
+between streams is an event; the host waits only for a staging buffer whose
+previous upload has not finished yet (back-pressure), never for the device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import numpy
+
+from . import _ops, image
+from ._bufferizer import Bufferizer
+from ._streams import Event, Stream, as_stream
+
+__all__ = ["Pipeline", "PipelineOptions"]
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineOptions:
+    """What each frame becomes; validated once, when the :class:`Pipeline` is made.
+
+    ``size`` is ``(height, width)``; ``letterbox=True`` keeps the aspect ratio
+    and pads with ``pad`` (YOLO-style), else the frame is stretched.  The rest
+    is passed to :func:`cuflow.image.resize_normalize` / :func:`~cuflow.image.letterbox`.
+    """
+
+    size: tuple[int, int]
+    batch_size: int
+    mean: Any = 0.0
+    std: Any = 1.0
+    scale: float = 1 / 255
+    src_format: str | None = None
+    out_format: str | None = None
+    layout: str = "NCHW"
+    dtype: Any = numpy.float32
+    interpolation: str = "bilinear"
+    letterbox: bool = False
+    pad: float = 114
+    n_staging: int = 3
+
+    def __post_init__(self) -> None:
+        size = self.size if isinstance(self.size, tuple | list) else (self.size, self.size)
+        if len(size) != 2 or not all(isinstance(v, int | numpy.integer) and v > 0 for v in size):
+            raise ValueError(f"Pipeline: size must be a positive int or (height, width), "
+                             f"got {self.size!r}")
+        object.__setattr__(self, "size", (int(size[0]), int(size[1])))
+        for name, lo in (("batch_size", 1), ("n_staging", 2)):
+            v = getattr(self, name)
+            if not isinstance(v, int | numpy.integer) or isinstance(v, bool) or v < lo:
+                raise ValueError(f"Pipeline: {name} must be an int >= {lo}, got {v!r}")
+
+    def kernel_kwargs(self) -> dict[str, Any]:
+        kw = dict(interpolation=self.interpolation, mean=self.mean, std=self.std,
+                  scale=self.scale, src_format=self.src_format, out_format=self.out_format,
+                  layout=self.layout, dtype=self.dtype)
+        if self.letterbox:
+            kw["pad"] = self.pad
+        return kw
+
+
+class _Slot:
+    """One frame in flight: pinned staging, its device copy, and the events between them."""
+
+    __slots__ = ("dev", "host", "uploaded", "used")
+
+    def __init__(self) -> None:
+        self.host: numpy.ndarray | None = None
+        self.dev: Any = None
+        self.uploaded: Event | None = None  # H2D done (copy stream)
+        self.used: Event | None = None      # the kernel reading dev is done (compute stream)
+
+
+class Pipeline:
+    """Pre-process host frames into batches on the GPU, overlapping uploads with compute.
+
+    Parameters
+    ----------
+    size : int or (int, int)
+        Output ``(height, width)`` of each frame.
+    batch_size : int
+        Frames per batch.
+    **options
+        See :class:`PipelineOptions` (``mean``, ``std``, ``scale``,
+        ``src_format``, ``out_format``, ``layout``, ``dtype``,
+        ``interpolation``, ``letterbox``, ``pad``, ``n_staging``).
+
+    Notes
+    -----
+    Stream semantics: uploads run on :attr:`copy_stream`, kernels on
+    :attr:`compute_stream`; a yielded batch is ordered before work queued on
+    the consumer's stream (``stream=`` of :meth:`batches`, default: the
+    current stream) by an event, and before any DLPack consumer
+    (``torch.from_dlpack``).  A batch stays valid until the next one is asked
+    for: its memory is refilled only after the work queued on the consumer's
+    stream by then.
+
+    Examples
+    --------
+    >>> pipe = cuflow.Pipeline((640, 640), 16, mean=(0.485, 0.456, 0.406),
+    ...                        std=(0.229, 0.224, 0.225))                 # doctest: +SKIP
+    >>> for batch in pipe.batches(decoder):                               # doctest: +SKIP
+    ...     logits = model(torch.from_dlpack(batch))
+    """
+
+    def __init__(self, size: Any, batch_size: int, **options: Any) -> None:
+        self.options = PipelineOptions(size=size, batch_size=batch_size, **options)
+        self.copy_stream = Stream(non_blocking=True)
+        self.compute_stream = Stream(non_blocking=True)
+        self._slots = [_Slot() for _ in range(self.options.n_staging)]
+        self._buffer: Bufferizer | None = None
+        #: With ``letterbox=True``: the :class:`cuflow.image.Letterbox` of the last frame
+        #: (``unmap_boxes`` maps detections back to frame pixels).
+        self.letterbox_info: image.Letterbox | None = None
+        self.frames = 0  # frames processed so far
+
+    # ----------------------------------------------------------------- stages
+    def _upload(self, k: int, frame: numpy.ndarray) -> Any:
+        """Frame -> pinned staging k -> device frame k on the copy stream."""
+        from . import memory  # noqa: PLC0415
+
+        s = self._slots[k]
+        if s.uploaded is not None:
+            s.uploaded.synchronize()  # back-pressure: staging k's last upload must be done
+        if s.host is None or s.host.shape != frame.shape or s.host.dtype != frame.dtype:
+            s.host = memory.empty_pinned(frame.shape, frame.dtype)
+            with self.copy_stream:
+                s.dev = _ops.CREATION["empty"](frame.shape, dtype=frame.dtype)
+        numpy.copyto(s.host, frame)
+        if s.used is not None:
+            self.copy_stream.wait(s.used)  # the kernel still reading dev k goes first
+        _ops.copy(s.host, dst=s.dev, stream=self.copy_stream)
+        s.uploaded = self.copy_stream.record(s.uploaded or Event(timing=False))
+        return s.dev
+
+    def _process(self, k: int, dev: Any, buf: Bufferizer) -> None:
+        """Device frame k -> the next batch slot, one fused kernel on the compute stream."""
+        s = self._slots[k]
+        self.compute_stream.wait(s.uploaded)
+        self._preprocess(dev, buf.next_slot(stream=self.compute_stream))
+        buf.commit()
+        s.used = self.compute_stream.record(s.used or Event(timing=False))
+
+    def _bufferizer(self, frame_shape: tuple[int, ...]) -> Bufferizer:
+        if self._buffer is None:
+            # The element shape and dtype are the kernel's: ask it, on a tiny frame.
+            o = self.options
+            tiny = (8, 8, frame_shape[-1]) if len(frame_shape) == 3 else (12, 8)
+            probe = self._preprocess(_ops.CREATION["zeros"](tiny, dtype=numpy.uint8), None)
+            self._buffer = Bufferizer(probe.shape, o.batch_size, probe.dtype,
+                                      stream=self.compute_stream, n_buffers=2)
+        return self._buffer
+
+    def _preprocess(self, src: Any, dst: Any) -> Any:
+        o = self.options
+        if o.letterbox:
+            out, self.letterbox_info = image.letterbox(src, o.size, dst=dst,
+                                                       stream=self.compute_stream,
+                                                       **o.kernel_kwargs())
+            return out
+        return image.resize_normalize(src, o.size, dst=dst, stream=self.compute_stream,
+                                      **o.kernel_kwargs())
+
+    # --------------------------------------------------------------- drivers
+    def batches(self, frames: Iterable[numpy.ndarray], *, stream: Any = None) -> Iterator[Any]:
+        """Yield batches ``(n, C, H, W)`` (``n == batch_size`` except maybe the last).
+
+        ``frames`` are ``(H, W, C)`` uint8 NumPy arrays (or ``(H*3//2, W)`` NV12
+        / I420 with ``src_format``), for example from a video decoder.
+        """
+        consumer = as_stream(stream)
+        buf: Bufferizer | None = None
+        k = 0
+        for frame in frames:
+            frame = self._check_frame(frame)
+            buf = self._bufferizer(frame.shape)
+            dev = self._upload(k, frame)
+            self._process(k, dev, buf)
+            k = (k + 1) % len(self._slots)
+            self.frames += 1
+            if buf.full:
+                yield buf.take(stream=consumer)
+                buf.release(stream=consumer)  # the consumer's work on it is queued by now
+        if buf is not None and len(buf):
+            yield buf.take(stream=consumer)
+            buf.release(stream=consumer)
+
+    def run(self, frames: Iterable[numpy.ndarray], consumer: Callable[[Any], Any], *,
+            stream: Any = None) -> list[Any]:
+        """Call ``consumer(batch)`` for every batch; returns the consumer's results."""
+        return [consumer(b) for b in self.batches(frames, stream=stream)]
+
+    def _check_frame(self, frame: Any) -> numpy.ndarray:
+        if not isinstance(frame, numpy.ndarray) or frame.dtype != numpy.uint8:
+            raise TypeError(
+                "Pipeline: frames must be uint8 numpy.ndarray (H, W, C) or (H*3//2, W), got "
+                f"{type(frame).__module__}.{type(frame).__name__}"
+                f"{' of ' + str(frame.dtype) if hasattr(frame, 'dtype') else ''}")
+        if frame.ndim not in (2, 3):
+            raise ValueError(f"Pipeline: a frame is (H, W, C) or (H*3//2, W), got shape "
+                             f"{frame.shape}")
+        return frame
+
+    def synchronize(self) -> None:
+        """Wait for every upload and kernel queued so far."""
+        self.copy_stream.synchronize()
+        self.compute_stream.synchronize()

@@ -1,0 +1,89 @@
+"""Pipeline: host frames -> batches equal to the per-frame fused op, partial batches, streams."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def host_frames(rng, n, h=48, w=64):
+    return [rng.integers(0, 256, size=(h, w, 3), dtype=np.uint8) for _ in range(n)]
+
+
+def expected(cf, frames, size, **kw):
+    if kw.pop("letterbox", False):
+        return np.stack([cf.asnumpy(cf.image.letterbox(cf.asarray(f), size, **kw)[0])
+                         for f in frames])
+    return np.stack([cf.asnumpy(cf.image.resize_normalize(cf.asarray(f), size, **kw))
+                     for f in frames])
+
+
+@pytest.mark.parametrize("n, batch", [(8, 4), (7, 3), (2, 5)])
+def test_batches_match_the_fused_op(cf, rng, n, batch):
+    frames = host_frames(rng, n)
+    pipe = cf.Pipeline((32, 40), batch, mean=MEAN, std=STD)
+    got = [cf.asnumpy(b) for b in pipe.batches(frames)]
+    assert [len(b) for b in got] == [batch] * (n // batch) + ([n % batch] if n % batch else [])
+    want = expected(cf, frames, (32, 40), mean=MEAN, std=STD)
+    np.testing.assert_allclose(np.concatenate(got), want, rtol=1e-5, atol=1e-5)
+    assert pipe.frames == n
+
+
+def test_letterbox_float16_nhwc(cf, rng):
+    frames = host_frames(rng, 5, h=30, w=64)
+    kw = dict(mean=MEAN, std=STD, layout="NHWC", dtype=cf.float16)
+    pipe = cf.Pipeline(32, 4, letterbox=True, pad=114, **kw)
+    got = np.concatenate([cf.asnumpy(b) for b in pipe.batches(frames)])
+    assert got.shape == (5, 32, 32, 3) and got.dtype == np.float16
+    assert pipe.letterbox_info is not None and pipe.letterbox_info.pad_y > 0
+    want = expected(cf, frames, (32, 32), letterbox=True, pad=114, **kw)
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=2e-3,
+                               atol=2e-3)
+
+
+def test_run_calls_the_consumer(cf, rng):
+    pipe = cf.Pipeline(16, 2)
+    sums = pipe.run(host_frames(rng, 5), lambda b: float(b.sum()))
+    assert len(sums) == 3 and all(s > 0 for s in sums)
+
+
+def test_frames_of_another_shape_midway(cf, rng):
+    frames = host_frames(rng, 3) + host_frames(rng, 3, h=20, w=30)
+    pipe = cf.Pipeline(16, 4)
+    got = np.concatenate([cf.asnumpy(b) for b in pipe.batches(frames)])
+    np.testing.assert_allclose(got, expected(cf, frames, (16, 16)), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("bad, err", [
+    (np.zeros((4, 4, 3), np.float32), TypeError),
+    ([[1, 2]], TypeError),
+    (np.zeros((2, 4, 4, 3), np.uint8), ValueError),
+])
+def test_bad_frames(cf, bad, err):
+    with pytest.raises(err, match="Pipeline"):
+        list(cf.Pipeline(8, 2).batches([bad]))
+
+
+@pytest.mark.parametrize("kw", [dict(size=0, batch_size=2), dict(size=(8, 8, 8), batch_size=2),
+                                dict(size=8, batch_size=0), dict(size=8, batch_size=2,
+                                                                 n_staging=1)])
+def test_options_are_validated(cf, kw):
+    with pytest.raises(ValueError, match="Pipeline"):
+        cf.Pipeline(**kw)
+
+
+@pytest.mark.gpu
+def test_batches_feed_torch_without_a_copy(gpu_cf, rng):
+    torch = pytest.importorskip("torch")
+    cf = gpu_cf
+    frames = host_frames(rng, 12, h=120, w=160)
+    pipe = cf.Pipeline((64, 64), 4, mean=MEAN, std=STD)
+    want = expected(cf, frames, (64, 64), mean=MEAN, std=STD)
+    outs = []
+    for b in pipe.batches(frames):
+        t = torch.from_dlpack(b)
+        assert t.data_ptr() == b.data.ptr
+        outs.append((t * 2).cpu().numpy())  # queued on torch's stream after the batch
+    np.testing.assert_allclose(np.concatenate(outs), want * 2, rtol=1e-5, atol=1e-5)
