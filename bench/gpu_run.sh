@@ -33,5 +33,7 @@ if [ "$MODE" = all ] || [ "$MODE" = bench ]; then
 fi
 if [ "$MODE" != tests ]; then
   python3 -m cuflow bench $([ "$MODE" = quick ] && echo --quick) --json "$OUT/headline.json" \
-    | tee "$OUT/headline.txt"
+    --plot "$OUT/headline.png" | tee "$OUT/headline.txt"
+  # the pipeline example with every cuflow op NVTX-annotated, and its CUPTI overlap check
+  CUFLOW_NVTX=1 python3 examples/pipeline_torch.py --profile 2>&1 | tee "$OUT/pipeline_example.txt"
 fi

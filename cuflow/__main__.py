@@ -1,4 +1,4 @@
-"""``python -m cuflow info`` and ``python -m cuflow bench [--json PATH] [--quick]``."""
+"""``python -m cuflow info`` and ``python -m cuflow bench [--json PATH] [--quick] [--plot PNG]``."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ def main(argv: list[str] | None = None) -> int:
     pb = sub.add_parser("bench", help="headline comparisons against plain CuPy (and PyTorch)")
     pb.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     pb.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
+    pb.add_argument("--plot", metavar="PNG", help="also draw the comparisons (needs matplotlib)")
+    pb.add_argument("--from-json", metavar="PATH",
+                    help="with --plot: draw a saved --json result instead of running")
     args = p.parse_args(argv)
 
     import cuflow  # noqa: PLC0415
@@ -24,12 +27,23 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from ._headline import format_table, run_headline  # noqa: PLC0415
 
-    result = run_headline(quick=args.quick)
-    print(format_table(result))
-    if args.json:
+    if args.from_json:
+        if not args.plot:
+            p.error("--from-json only makes sense with --plot")
+        with open(args.from_json) as f:
+            result = json.load(f)
+    else:
+        result = run_headline(quick=args.quick)
+        print(format_table(result))
+    if args.json and not args.from_json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
         print(f"\nwrote {args.json}")
+    if args.plot:
+        from ._plot import plot  # noqa: PLC0415
+
+        plot(result, args.plot)
+        print(f"wrote {args.plot}")
     return 0
 
 

@@ -133,6 +133,9 @@ def run_headline(quick: bool = False) -> dict[str, Any]:
         from ._bench_image import image_rows  # noqa: PLC0415
 
         rows += image_rows(cf, quick, bw, _interleaved, device_time_us, _torch())
+        from ._bench_pipeline import pipeline_rows  # noqa: PLC0415
+
+        rows += pipeline_rows(cf, quick, bw, device_time_us, host_time_us, _torch())
         rows += _pool_comparison(quick)
     return {"info": info, "rows": rows}
 

@@ -1,0 +1,310 @@
+"""Pipeline comparisons for ``python -m cuflow bench`` and ``bench/test_bench_pipeline.py``.
+
+* the documented CUDA-graph example (500 x 4 small ops on 5 floats): eager
+  against replay, for cuflow, CuPy and PyTorch;
+* the documented overlap example (an 8192^2 matmul and 16 pinned 64 MiB
+  uploads): one stream against two;
+* Bufferizer appends of 1080p frames against the device-to-device copy;
+* the pipeline's frames per second at 1080p -> 640x640, batch 16, against a
+  naive CuPy pipeline (synchronous copies, unfused ops, new arrays per frame)
+  and a PyTorch/torchvision one, with the GPU's idle time and the copy /
+  compute overlap read from a CUPTI trace (``torch.profiler``).
+
+Wall times are medians of rounds interleaved across the implementations.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy
+
+__all__ = ["CHAIN_STEPS", "graph_cases", "overlap_cases", "pipeline_cases", "pipeline_rows",
+           "gpu_activity"]
+
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+CHAIN_STEPS = 500
+H, W, S, BATCH = 1080, 1920, 640, 16
+
+
+def _wall_ms(fn: Callable[[], object], sync: Callable[[], None]) -> float:
+    sync()
+    t0 = time.perf_counter()
+    fn()
+    sync()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def _interleaved_ms(cases: dict[str, Callable[[], object]], rounds: int,
+                    sync: Callable[[], None]) -> dict[str, float]:
+    for fn in cases.values():  # warm-up: compile, allocate, capture
+        _wall_ms(fn, sync)
+    samples: dict[str, list[float]] = {k: [] for k in cases}
+    for _ in range(rounds):
+        for k, fn in cases.items():
+            samples[k].append(_wall_ms(fn, sync))
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+# ----------------------------------------------------------------------- graphs
+def graph_cases(cf, torch=None) -> dict[str, Callable[[], object]]:
+    """The seed's ``slow_function`` (sigmoid spelled tanh, as NumPy/CuPy name it), eager and replayed."""
+    import cupy  # noqa: PLC0415
+
+    def chain(xp):
+        def f(x):
+            for _ in range(CHAIN_STEPS):
+                y = x * 2
+                z = xp.tanh(y)
+                a = z + 5.0
+                x = xp.maximum(a, 0.0)
+            return x
+        return f
+
+    x = cf.ones((5,), dtype=cf.float32)
+    cases: dict[str, Callable[[], object]] = {}
+    f_cf = chain(cf)
+    step = cf.graph.capture(f_cf, x)
+    cases["cuflow eager"] = lambda: f_cf(x)
+    cases["cuflow graph replay"] = lambda: step(x)
+    px = cupy.ones((5,), dtype=cupy.float32)
+    f_cp = chain(cupy)
+    s = cupy.cuda.Stream(non_blocking=True)
+    with s:
+        f_cp(px)
+        s.begin_capture()
+        f_cp(px)
+        g = s.end_capture()
+    cases["cupy eager"] = lambda: f_cp(px)
+    cases["cupy graph replay"] = lambda: g.launch(stream=cupy.cuda.get_current_stream())
+    if torch is not None:
+        tx = torch.ones((5,), device="cuda")
+        f_t = chain(torch)
+        tg = torch.cuda.CUDAGraph()
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            f_t(tx)
+        torch.cuda.current_stream().wait_stream(side)
+        with torch.cuda.graph(tg):
+            f_t(tx)
+        cases["torch eager"] = lambda: f_t(tx)
+        cases["torch graph replay"] = tg.replay
+    return cases
+
+
+# ---------------------------------------------------------------------- overlap
+def overlap_cases(cf) -> dict[str, Callable[[], object]]:
+    """The seed's stream example: a big matmul and 16 pinned 64 MiB uploads."""
+    a = cf.testing.random_array((8192, 8192), "float32")
+    c = cf.empty_like(a)
+    n = 64 << 20
+    hosts = [cf.memory.empty_pinned((n // 4,), numpy.float32) for _ in range(16)]
+    for h in hosts:
+        h[:] = 1.0
+    devs = [cf.empty((n // 4,), dtype=cf.float32) for _ in range(16)]
+    compute, h2d = cf.streams(2)
+
+    def sequential():
+        cf.matmul(a, a, dst=c, stream=compute)
+        for h, d in zip(hosts, devs, strict=True):
+            cf.copy(h, dst=d, stream=compute)
+
+    def two_streams():
+        cf.matmul(a, a, dst=c, stream=compute)
+        for h, d in zip(hosts, devs, strict=True):
+            cf.copy(h, dst=d, stream=h2d)
+
+    return {"cuflow one stream": sequential, "cuflow two streams": two_streams}
+
+
+# -------------------------------------------------------------------- pipelines
+def _frames(n_distinct: int = 8) -> list[numpy.ndarray]:
+    rng = numpy.random.default_rng(3)
+    return [rng.integers(0, 256, (H, W, 3), dtype=numpy.uint8) for _ in range(n_distinct)]
+
+
+def pipeline_cases(cf, n_frames: int, torch=None) -> dict[str, Callable[[], object]]:
+    """Each case turns ``n_frames`` host 1080p frames into (16, 3, 640, 640) float32 batches."""
+    import cupy  # noqa: PLC0415
+    import cupyx.scipy.ndimage as ndi  # noqa: PLC0415
+
+    pool = _frames()
+    frames = [pool[i % len(pool)] for i in range(n_frames)]
+    sink: list[Any] = []
+    pipe = cf.Pipeline((S, S), BATCH, mean=MEAN, std=STD)
+
+    def cuflow_pipeline():
+        for batch in pipe.batches(frames):
+            sink.append(batch)  # a consumer would launch the model here
+        sink.clear()
+
+    mean_c = cupy.asarray(MEAN, numpy.float32)
+    std_c = cupy.asarray(STD, numpy.float32)
+
+    def naive_cupy():
+        batch = []
+        for f in frames:
+            x = cupy.asarray(f)                      # synchronous pageable upload
+            x = x.astype(cupy.float32) / 255
+            x = ndi.zoom(x, (S / H, S / W, 1), order=1)
+            x = (x - mean_c) / std_c
+            batch.append(cupy.ascontiguousarray(x.transpose(2, 0, 1)))
+            if len(batch) == BATCH:
+                sink.append(cupy.stack(batch))
+                batch = []
+        if batch:
+            sink.append(cupy.stack(batch))
+        sink.clear()
+
+    cases = {"cuflow Pipeline": cuflow_pipeline, "naive cupy": naive_cupy}
+    if torch is not None:
+        import torchvision.transforms.v2.functional as tvf  # noqa: PLC0415
+
+        out = torch.empty((BATCH, 3, S, S), device="cuda")
+
+        def torchvision_pipeline():
+            i = 0
+            for f in frames:
+                t = torch.from_numpy(f).pin_memory().cuda(non_blocking=True)
+                t = tvf.resize(t.permute(2, 0, 1), [S, S], antialias=False)
+                t = tvf.normalize(t.float().div_(255), MEAN, STD)
+                out[i].copy_(t)
+                i += 1
+                if i == BATCH:
+                    sink.append(out)
+                    i = 0
+            sink.clear()
+
+        cases["torch+torchvision"] = torchvision_pipeline
+    return cases
+
+
+def gpu_activity(fn: Callable[[], object], torch) -> dict[str, float]:
+    """Busy / idle time of the GPU and copy-compute overlap while ``fn`` runs (CUPTI trace)."""
+    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+    finally:
+        os.unlink(path)
+    kern, h2d, allv = [], [], []
+    for e in events:
+        cat = e.get("cat", "")
+        if e.get("ph") != "X" or cat not in ("kernel", "gpu_memcpy", "gpu_memset"):
+            continue
+        iv = (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)))
+        allv.append(iv)
+        if cat == "kernel":
+            kern.append(iv)
+        elif "HtoD" in e.get("name", ""):
+            h2d.append(iv)
+    if not allv:
+        return {}
+    span = max(b for _, b in allv) - min(a for a, _ in allv)
+    busy = _union_len(allv)
+    kern_u = _merge(kern)
+    overlapped = sum(_intersect_len(iv, kern_u) for iv in h2d)
+    h2d_total = sum(b - a for a, b in h2d)
+    return {"span_ms": round(span / 1e3, 3), "gpu_idle_pct": round(100 * (span - busy) / span, 1),
+            "kernels": len(kern), "h2d_copies": len(h2d),
+            "h2d_overlapped_with_kernels_pct": round(100 * overlapped / h2d_total, 1)
+            if h2d_total else 0.0}
+
+
+def _merge(iv: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[list[float]] = []
+    for a, b in sorted(iv):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def _union_len(iv: list[tuple[float, float]]) -> float:
+    return sum(b - a for a, b in _merge(iv))
+
+
+def _intersect_len(x: tuple[float, float], merged: list[tuple[float, float]]) -> float:
+    return sum(max(0.0, min(x[1], b) - max(x[0], a)) for a, b in merged)
+
+
+# ------------------------------------------------------------------ the rows
+def pipeline_rows(cf, quick: bool, copy_tbps: float, device_time_us, host_time_us,
+                  torch=None) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    rounds = 3 if quick else 7
+    sync = cf.synchronize
+
+    # 1. CUDA graphs.
+    t = _interleaved_ms(graph_cases(cf, torch), rounds, sync)
+    group = f"CUDA graph: {CHAIN_STEPS} x 4 small ops on 5 floats (ms per call)"
+    for lib in ("cuflow", "cupy", "torch"):
+        if f"{lib} eager" in t:
+            e, g = t[f"{lib} eager"], t[f"{lib} graph replay"]
+            rows.append({"group": group, "case": f"{lib} eager", "ms": round(e, 3)})
+            rows.append({"group": group, "case": f"{lib} graph replay", "ms": round(g, 3),
+                         "speedup_vs_eager": round(e / g, 2)})
+
+    # 2. Overlapping uploads with compute.
+    t = _interleaved_ms(overlap_cases(cf), rounds, sync)
+    group = "overlap: matmul 8192^2 + 16 pinned 64 MiB uploads (ms)"
+    seq = t["cuflow one stream"]
+    for k, v in t.items():
+        rows.append({"group": group, "case": k, "ms": round(v, 3),
+                     "speedup_vs_one_stream": round(seq / v, 2)})
+
+    # 3. Bufferizer appends of 1080p uint8 frames.
+    group = f"Bufferizer: {BATCH} x 1080p uint8 frames"
+    frames = [cf.testing.random_array((H, W, 3), "uint8") for _ in range(BATCH)]
+    batch = cf.testing.random_array((BATCH, H, W, 3), "uint8")
+    buf = cf.Bufferizer((H, W, 3), BATCH, cf.uint8)
+    nbytes = 2 * BATCH * buf.element_nbytes
+
+    def fill_one():
+        buf.reset()
+        for f in frames:
+            buf.append_one(f)
+
+    def fill_batch():
+        buf.reset()
+        buf.append_multiple(batch)
+
+    ref = cf.empty_like(batch)
+    for name, fn in (("append_one x16", fill_one), ("append_multiple (16, ...)", fill_batch),
+                     ("d2d copy of the same bytes", lambda: cf.copy(batch, dst=ref))):
+        dev = device_time_us(fn, number=5, repeat=5 if quick else 15).median_us
+        host = host_time_us(fn, number=20, repeat=3 if quick else 7, warmup=5).median_us
+        rows.append({"group": group, "case": name, "device_us": round(dev, 2),
+                     "pct_of_copy_bw": round(100 * nbytes / (dev * 1e-6) / (copy_tbps * 1e12), 1),
+                     "host_us_per_append": round(host / (BATCH if "x16" in name else 1), 2)})
+
+    # 4. The pipeline, frames per second and GPU activity.
+    n = 64 if quick else 256
+    cases = pipeline_cases(cf, n, torch)
+    t = _interleaved_ms(cases, 2 if quick else 5, sync)
+    group = f"pipeline: {n} host 1080p frames -> {BATCH} x 3 x {S} x {S} float32 batches"
+    naive = n / t["naive cupy"] * 1e3
+    for k, v in t.items():
+        fps = n / v * 1e3
+        r = {"group": group, "case": k, "fps": round(fps, 1), "ms": round(v, 1),
+             "x_naive_cupy": round(fps / naive, 2)}
+        if torch is not None:
+            r.update(gpu_activity(cases[k], torch))
+        rows.append(r)
+    return rows

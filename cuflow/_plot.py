@@ -1,0 +1,58 @@
+"""``python -m cuflow bench --plot FILE.png``: one bar chart per comparison group."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+__all__ = ["plot"]
+
+# The figure each row is drawn by, first found wins, and whether higher is better.
+_METRICS = (("fps", "frames/s", True), ("ms", "ms", False), ("us", "us", False),
+            ("device_us", "device us", False), ("median_us", "us", False),
+            ("ratio", "peak reserved / requested", False))
+
+
+def _metric(rows: list[dict[str, Any]]) -> tuple[str, str, bool] | None:
+    for key, label, higher in _METRICS:
+        if all(key in r for r in rows):
+            return key, label, higher
+    return None
+
+
+def plot(result: dict[str, Any], path: str) -> None:
+    """Draw ``result`` (what ``run_headline`` returns, or its JSON) into the PNG ``path``."""
+    try:
+        import matplotlib  # noqa: PLC0415
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # noqa: PLC0415
+    except ImportError as e:
+        raise SystemExit("--plot needs matplotlib: python3 -m pip install matplotlib") from e
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in result["rows"]:
+        groups.setdefault(r["group"], []).append(r)
+    panels = [(g, rows, m) for g, rows in groups.items() if (m := _metric(rows)) and 1 < len(rows) <= 12]
+    if not panels:
+        raise SystemExit("--plot: nothing to draw in this result")
+    cols = 3
+    nrows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(6.5 * cols, 0.5 + 0.42 * 9 * nrows),
+                             squeeze=False)
+    for ax, (group, rows, (key, label, higher)) in zip(axes.flat, panels, strict=False):
+        names = [r["case"] for r in rows]
+        vals = [float(r[key]) for r in rows]
+        colors = ["#76b900" if n.startswith("cuflow") else "#8c8c8c" for n in names]
+        ax.barh(range(len(vals)), vals, color=colors)
+        ax.set_yticks(range(len(vals)), names, fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel(f"{label} ({'higher' if higher else 'lower'} is better)", fontsize=8)
+        ax.set_title(group, fontsize=8, wrap=True)
+        ax.tick_params(axis="x", labelsize=7)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    info = result.get("info", {})
+    fig.suptitle(f"cuflow bench on {info.get('device_name', 'CPU (NumPy backend)')}", fontsize=11)
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
