@@ -35,5 +35,8 @@ if [ "$MODE" != tests ]; then
   python3 -m cuflow bench $([ "$MODE" = quick ] && echo --quick) --json "$OUT/headline.json" \
     --plot "$OUT/headline.png" | tee "$OUT/headline.txt"
   # the pipeline example with every cuflow op NVTX-annotated, and its CUPTI overlap check
-  CUFLOW_NVTX=1 python3 examples/pipeline_torch.py --profile 2>&1 | tee "$OUT/pipeline_example.txt"
+  for mode in "" --pinned; do
+    CUFLOW_NVTX=1 python3 examples/pipeline_torch.py --profile $mode 2>&1 | grep -v -i warn \
+      | tee -a "$OUT/pipeline_example.txt"
+  done
 fi

@@ -59,12 +59,14 @@ def graph_cases(cf, torch=None) -> dict[str, Callable[[], object]]:
     import cupy  # noqa: PLC0415
 
     def chain(xp):
+        relu = xp.relu if xp is torch else (lambda a: xp.maximum(a, 0.0))
+
         def f(x):
             for _ in range(CHAIN_STEPS):
                 y = x * 2
                 z = xp.tanh(y)
                 a = z + 5.0
-                x = xp.maximum(a, 0.0)
+                x = relu(a)
             return x
         return f
 
@@ -130,12 +132,20 @@ def _frames(n_distinct: int = 8) -> list[numpy.ndarray]:
     return [rng.integers(0, 256, (H, W, 3), dtype=numpy.uint8) for _ in range(n_distinct)]
 
 
-def pipeline_cases(cf, n_frames: int, torch=None) -> dict[str, Callable[[], object]]:
-    """Each case turns ``n_frames`` host 1080p frames into (16, 3, 640, 640) float32 batches."""
+def pipeline_cases(cf, n_frames: int, torch=None,
+                   pinned: bool = False) -> dict[str, Callable[[], object]]:
+    """Each case turns ``n_frames`` host 1080p frames into (16, 3, 640, 640) float32 batches.
+
+    ``pinned``: the frames sit in pinned memory (a decoder writing into pinned buffers),
+    the same frames for every implementation.
+    """
     import cupy  # noqa: PLC0415
     import cupyx.scipy.ndimage as ndi  # noqa: PLC0415
 
     pool = _frames()
+    if pinned:
+        pool = [numpy.copyto(p := cf.memory.empty_pinned(f.shape, f.dtype), f) or p
+                for f in pool]
     frames = [pool[i % len(pool)] for i in range(n_frames)]
     sink: list[Any] = []
     pipe = cf.Pipeline((S, S), BATCH, mean=MEAN, std=STD)
@@ -294,17 +304,19 @@ def pipeline_rows(cf, quick: bool, copy_tbps: float, device_time_us, host_time_u
                      "pct_of_copy_bw": round(100 * nbytes / (dev * 1e-6) / (copy_tbps * 1e12), 1),
                      "host_us_per_append": round(host / (BATCH if "x16" in name else 1), 2)})
 
-    # 4. The pipeline, frames per second and GPU activity.
+    # 4. The pipeline, frames per second and GPU activity, from pageable and pinned frames.
     n = 64 if quick else 256
-    cases = pipeline_cases(cf, n, torch)
-    t = _interleaved_ms(cases, 2 if quick else 5, sync)
-    group = f"pipeline: {n} host 1080p frames -> {BATCH} x 3 x {S} x {S} float32 batches"
-    naive = n / t["naive cupy"] * 1e3
-    for k, v in t.items():
-        fps = n / v * 1e3
-        r = {"group": group, "case": k, "fps": round(fps, 1), "ms": round(v, 1),
-             "x_naive_cupy": round(fps / naive, 2)}
-        if torch is not None:
-            r.update(gpu_activity(cases[k], torch))
-        rows.append(r)
+    for pinned in (False, True):
+        cases = pipeline_cases(cf, n, torch, pinned=pinned)
+        t = _interleaved_ms(cases, 2 if quick else 5, sync)
+        group = (f"pipeline: {n} {'pinned' if pinned else 'pageable'} host 1080p frames -> "
+                 f"{BATCH} x 3 x {S} x {S} float32 batches")
+        naive = n / t["naive cupy"] * 1e3
+        for k, v in t.items():
+            fps = n / v * 1e3
+            r = {"group": group, "case": k, "fps": round(fps, 1), "ms": round(v, 1),
+                 "x_naive_cupy": round(fps / naive, 2)}
+            if torch is not None:
+                r.update(gpu_activity(cases[k], torch))
+            rows.append(r)
     return rows

@@ -29,7 +29,7 @@ import numpy
 from . import _ops
 from ._backend import get_backend
 from ._errors import CuflowError
-from ._streams import Event, Stream, as_stream
+from ._streams import Event, Stream, as_cupy_stream, as_stream
 
 __all__ = ["Bufferizer", "BufferizerError"]
 
@@ -106,6 +106,7 @@ class Bufferizer:
         self._append_multiple_hook = _check_hook("append_multiple_hook", append_multiple_hook)
         self._buffer_full_hook = _check_hook("buffer_full_hook", buffer_full_hook)
         self._buffers: list[Any] = []
+        self._producer_done = Event(timing=False)
         self.allocate()
         self._flush_hook = _check_hook("flush_hook", flush_hook)
         self._allocate_hook = _check_hook("allocate_hook", allocate_hook)
@@ -174,7 +175,7 @@ class Bufferizer:
         self._check(element, "append_one", batched=False)
         self._room(1, "append_one")
         self._prepare_write(stream)
-        _ops.copy(element, dst=self._buffers[self._active][self._n], stream=self._stream)
+        self._copy(element, self._buffers[self._active][self._n])
         self._appended(1, self._append_one_hook)
 
     def append_multiple(self, element: Any, *, stream: Any = None) -> None:
@@ -202,9 +203,9 @@ class Bufferizer:
         buf = self._buffers[self._active]
         if isinstance(element, list | tuple):
             for i, e in enumerate(element):
-                _ops.copy(e, dst=buf[self._n + i], stream=self._stream)
+                self._copy(e, buf[self._n + i])
         else:
-            _ops.copy(element, dst=buf[self._n:self._n + k], stream=self._stream)
+            self._copy(element, buf[self._n:self._n + k])
         self._appended(k, self._append_multiple_hook)
 
     def next_slot(self, *, stream: Any = None) -> Any:
@@ -408,15 +409,26 @@ class Bufferizer:
                 f"Bufferizer.{name}: buffer {self._active} was taken and not released; call "
                 "release(stream=consumer) after queuing the consumer's work")
 
+    def _copy(self, src: Any, dst: Any) -> None:
+        """``src`` -> ``dst`` (a slice of a buffer, C-contiguous) on the buffer's stream."""
+        s = self._stream.cupy
+        if s is not None and src.flags.c_contiguous:
+            dst.data.copy_from_device_async(src.data, src.nbytes, s)  # one cudaMemcpyAsync
+        else:
+            _ops.copy(src, dst=dst, stream=self._stream)
+
     def _prepare_write(self, stream: Any) -> None:
         """Order the buffer's stream after the producer and after the buffer's last consumer."""
         i = self._active
         if self._freed[i] is not None:
             self._stream.wait(self._freed[i])
             self._freed[i] = None
-        producer = as_stream(stream)
-        if producer != self._stream:
-            self._stream.wait(producer.record())
+        if self._stream.cupy is None:
+            return
+        producer = as_cupy_stream(stream)
+        if producer.ptr != self._stream.ptr:
+            self._producer_done.record(producer)  # one reused event, no allocation
+            self._stream.wait(self._producer_done)
 
     def _appended(self, k: int, hook: Hook | None) -> None:
         self._n += k

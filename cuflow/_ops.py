@@ -745,13 +745,42 @@ def stack(arrays, axis=0, dst=None, *, out=None, dtype=None, casting="same_kind"
                  True)
 
 
-def _shape_oracle(fn, *arrays, **kw):
-    """Result (shape, dtype) of ``fn`` computed on zero-stride host stand-ins (no device work)."""
-    probe = [numpy.lib.stride_tricks.as_strided(numpy.ones((), a.dtype), a.shape, (0,) * a.ndim)
-             if isinstance(a, _nd) else a for a in arrays]
+def _shape_oracle(name, fn, *arrays, **kw):
+    """Result (shape, dtype) of ``fn`` without computing it on full-size data.
+
+    The dtype (and NumPy's own argument checks) come from running ``fn`` on
+    one-element-per-axis host stand-ins; the shape from the op's rule.  (Running
+    ``fn`` on full-size stand-ins would compute, e.g., a whole matmul on the host.)
+    """
+    shapes = [a.shape for a in arrays if isinstance(a, _nd)]
+    probe = [numpy.ones(tuple(min(d, 1) for d in a.shape), a.dtype) if isinstance(a, _nd)
+             else a for a in arrays]
     with numpy.errstate(all="ignore"):
-        r = numpy.asarray(fn(*probe, **kw))
-    return r.shape, r.dtype
+        dt = numpy.asarray(fn(*probe, **kw)).dtype
+    if name in ("matmul", "dot"):
+        return _contract_shape(name, arrays[0], arrays[1]), dt
+    if name in ("cumsum", "cumprod"):
+        a = arrays[0]
+        return (a.size,) if kw.get("axis") is None else a.shape, dt
+    return numpy.broadcast_shapes(*shapes), dt  # elementwise (clip, around)
+
+
+def _contract_shape(name, a, b):
+    """NumPy's result shape of ``matmul(a, b)`` / ``dot(a, b)``, inner sizes checked."""
+    sa, sb = tuple(getattr(a, "shape", ())), tuple(getattr(b, "shape", ()))
+    if name == "dot" and (not sa or not sb):
+        return numpy.broadcast_shapes(sa, sb)
+    if not sa or not sb:
+        raise ValueError(f"cuflow.{name}: operands must be at least 1-D, got {sa} and {sb}")
+    k_a = sa[-1]
+    k_b = sb[-2] if len(sb) > 1 else sb[0]
+    if k_a != k_b:
+        raise ValueError(f"cuflow.{name}: the contracted sizes differ: {sa} and {sb} "
+                         f"({k_a} != {k_b})")
+    if name == "dot":
+        return sa[:-1] + sb[:-2] + sb[-1:] if len(sb) > 1 else sa[:-1]
+    batch = numpy.broadcast_shapes(sa[:-2], sb[:-2])
+    return batch + (sa[-2:-1] if len(sa) > 1 else ()) + (sb[-1:] if len(sb) > 1 else ())
 
 
 def _general(name, np_fn, xp_name, arrays, dst, stream, elementwise=False, **kw):
@@ -767,7 +796,7 @@ def _general(name, np_fn, xp_name, arrays, dst, stream, elementwise=False, **kw)
         for a in arrays:
             if not (isinstance(a, _nd) or numpy.isscalar(a) or a is None):
                 _bad_input(name, a)
-        shape, dt = _shape_oracle(np_fn, *arrays, **kw)
+        shape, dt = _shape_oracle(name, np_fn, *arrays, **kw)
         check_dst(name, dst, shape, dt, "same_kind", _nd, _B.name)
         if _MULTI:
             _check_dst_device(name, dst)

@@ -151,7 +151,8 @@ def _user_frame(tb: Any) -> tuple[str, str]:
     last_user = None
     callee = ""
     for i, f in enumerate(frames):
-        if not f.filename.startswith(pkg_dirs) and os.path.basename(f.filename) != "contextlib.py":
+        if not f.filename.startswith(pkg_dirs) and not f.filename.endswith((".pyx", ".pxd")) \
+                and os.path.basename(f.filename) != "contextlib.py":
             last_user = i
     if last_user is None:
         return "", ""

@@ -1,6 +1,6 @@
 """Host 1080p frames -> cuflow.Pipeline -> a small PyTorch model, with nothing copied twice.
 
-    python examples/pipeline_torch.py [--frames 256] [--profile]
+    python examples/pipeline_torch.py [--frames 256] [--profile] [--pinned]
 
 Frames are uploaded through pinned staging buffers on a copy stream while the
 previous frames are resized and normalized (one fused kernel each) into a
@@ -35,10 +35,15 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--frames", type=int, default=256)
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--pinned", action="store_true",
+                   help="frames in pinned memory, as a decoder with pinned output gives them")
     args = p.parse_args()
 
     rng = np.random.default_rng(0)
     decoded = [rng.integers(0, 256, (1080, 1920, 3), dtype=np.uint8) for _ in range(8)]
+    if args.pinned:
+        decoded = [np.copyto(p := cuflow.memory.empty_pinned(f.shape, f.dtype), f) or p
+                   for f in decoded]
     frames = [decoded[i % 8] for i in range(args.frames)]   # stands in for a video decoder
     net = model()
     pipe = cuflow.Pipeline((640, 640), 16, mean=(0.485, 0.456, 0.406),
