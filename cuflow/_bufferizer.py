@@ -132,7 +132,6 @@ class Bufferizer:
         self._buffers = bufs
         self._active = 0
         self._n = 0
-        self._ready: list[Event | None] = [None] * self._n_buffers  # after the last write
         self._freed: list[Event | None] = [None] * self._n_buffers  # consumer done
         self._taken: list[bool] = [False] * self._n_buffers
         if self._allocate_hook is not None:
@@ -248,9 +247,7 @@ class Bufferizer:
         if self._n == 0:
             raise BufferError("Bufferizer.take: the buffer is empty")
         i, n = self._active, self._n
-        ev = self._stream.record()
-        self._ready[i] = ev
-        as_stream(stream).wait(ev)
+        as_stream(stream).wait(self._stream.record())
         self._taken[i] = True
         view = _ops._tag(_ops.as_darray(self._buffers[i][:n]), self._stream)
         self._active = (i + 1) % self._n_buffers
