@@ -47,6 +47,7 @@ from ._backend import get_backend
 from ._dst import bad_dst_type, bad_shape
 from ._errors import CuflowError, DstDtypeError, DstError, DstTypeError
 from ._streams import as_cupy_stream
+from .raw_kernels._registry import vec_run
 
 __all__ = ["ImageFormatError", "Letterbox", "crop_resize", "cvt_color", "denormalize", "letterbox", "normalize",
            "resize", "resize_normalize"]
@@ -264,8 +265,7 @@ _NORM = struct.Struct("=QQqqi4i4f4fi")
 _WARP = struct.Struct("=QQQQqqq16i4i20f")
 _DENORM = struct.Struct("=QQqq3i4i4f4fi")
 _VEC = {(1, 1), (3, 3), (4, 4), (4, 3)}
-# CF_TPX and CF_WARP_PX of image.cu: pixels per block tile / per thread.
-_TPX = 1024
+# CF_WARP_PX of image.cu: output pixels per thread.
 _WARP_PX = 1
 _PLANS: dict[tuple, _Plan] = {}
 _MAX_PLANS = 512
@@ -286,9 +286,10 @@ class _Plan:
     dtype: numpy.dtype
     p: dict[str, Any]   # the kernel's fields by name (the reference reads these)
     warp: tuple         # cf_warp fields after its four pointers
+    warp_entry: str     # cf_warp instantiation for the source format and channels
     vec: tuple | None   # cf_normalize_vec fields after its two pointers, when it applies
     vec_entry: str
-    grid: tuple[int, int, int]
+    vec_tiles: int      # tiles of cf_normalize_vec (its grid is at most one wave of them)
     info: Any = None    # Letterbox for letterbox()
 
     def run(self, src, rois, roi_frame, dst, stream):
@@ -308,17 +309,22 @@ class _Plan:
             return out
         if out.size == 0:
             return out
-        from .raw_kernels._launch import launch  # noqa: PLC0415
+        from .raw_kernels._launch import launch, one_wave  # noqa: PLC0415
 
         sp = as_cupy_stream(stream).ptr
         sptr, optr = src.data.ptr, out.data.ptr
         dt = self.dtype.name
         if self.vec is not None and not (sptr & 15 or optr & 15):
-            launch("image", self.vec_entry, dt, self.grid, (256, 1, 1), sp, _NORM,
+            # Persistent blocks prefetch their next tile; float32 output (4 bytes written per
+            # byte read) ran faster with a block per tile on an H200 (bench/results).
+            tiles = self.vec_tiles
+            grid = (tiles if dt == "float32" else min(tiles, one_wave("image", self.vec_entry, dt,
+                                                                       256)), 1, 1)
+            launch("image", self.vec_entry, dt, grid, (256, 1, 1), sp, _NORM,
                    (sptr, optr, *self.vec))
         else:
             B = out.shape[0] if out.ndim == 4 else 1
-            launch("image", "cf_warp", dt,
+            launch("image", self.warp_entry, dt,
                    ((self.p["OW"] + 128 * _WARP_PX - 1) // (128 * _WARP_PX), self.p["OH"], B),
                    (128, 1, 1), sp, _WARP,
                    (sptr, optr, 0 if rois is None else rois.data.ptr,
@@ -369,14 +375,18 @@ def _make_plan(name, src, *, size, letterbox_pad, rois, interpolation, mean, std
             p["flip"], oy0, ox0, rh, rw, p["gray"], s.N, *sm, p["sx"], p["sy"], *a, *bb,
             p["pad"], *gw, *yuv)
     vec = None
-    grid = (1, 1, 1)
+    run = vec_run(dtype)  # pixels per thread: 16-byte stores when the frame allows
+    if (s.H * s.W) % run:
+        run = 4
+    vec_entry = f"cf_normalize_vec<{{T}},{s.C},{oc},{'{V}' if run != 4 else 4}>"
     if (s.fmt == 0 and identity and not flip and not gray and s.dense and (s.C, oc) in _VEC
             and (s.H * s.W) % 4 == 0):
         vec = (s.H * s.W, s.N, nchw, *sm, *a, *bb, 0)
-        grid = (min((s.N * s.H * s.W + _TPX - 1) // _TPX, 2**31 - 1), 1, 1)
+    tiles = -(-s.N * s.H * s.W // (256 * run))
     s.arr = None  # a cached plan must not keep the first caller's frames alive
-    return _Plan(name, s, shape, dtype, p, warp, vec, f"cf_normalize_vec<{{T}},{s.C},{oc}>",
-                 grid, info)
+    return _Plan(name, s, shape, dtype, p, warp, f"cf_warp<{{T}},{s.fmt},{s.C}>", vec, vec_entry,
+                 tiles, info)
+
 
 
 def _op(name: str, src, *, size=None, letterbox_pad=False, rois=None, roi_frame=None,

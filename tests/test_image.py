@@ -307,6 +307,8 @@ _CASES = {
     "normalize-odd": (lambda x: x, dict(fn="normalize", shape=(2, 5, 13, 3), flip=True)),
     "resize-bilinear-up": (None, dict(fn="resize_normalize", shape=(2, 17, 23, 3), size=(40, 31))),
     "resize-bilinear-down": (None, dict(fn="resize_normalize", shape=(2, 61, 83, 3), size=(20, 27))),
+    "resize-rgba-down": (None, dict(fn="resize_normalize", shape=(2, 61, 83, 4), size=(23, 30),
+                                    out_format="BGR")),
     "resize-area": (None, dict(fn="resize_normalize", shape=(2, 61, 83, 3), size=(20, 27),
                                interpolation="area")),
     "resize-area-mixed": (None, dict(fn="resize_normalize", shape=(1, 61, 20, 4), size=(20, 27),

@@ -17,7 +17,7 @@ from typing import Any
 from .._errors import CudaError
 from ._registry import get_function
 
-__all__ = ["launch"]
+__all__ = ["launch", "one_wave"]
 
 _BUF_BYTES = 1024
 
@@ -41,6 +41,28 @@ def _function(kernel: str, entry: str, dtype: str) -> int:
     if fp is None:
         fp = _PTRS[key] = get_function(kernel, entry, dtype).kernel.ptr
     return fp
+
+
+_WAVES: dict[tuple[str, str, str, int, int], int] = {}
+
+
+def one_wave(kernel: str, entry: str, dtype: str, block_threads: int) -> int:
+    """Blocks of ``block_threads`` that the current device runs at once (SMs times resident blocks per SM).
+
+    For persistent kernels that stride over their work: launching exactly
+    this many keeps every SM full with no second, partial wave.
+    """
+    from cupy_backends.cuda.api import driver, runtime  # noqa: PLC0415
+
+    dev = runtime.getDevice()
+    key = (kernel, entry, dtype, block_threads, dev)
+    n = _WAVES.get(key)
+    if n is None:
+        per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(
+            _function(kernel, entry, dtype), block_threads, 0)
+        sms = runtime.deviceGetAttribute(runtime.cudaDevAttrMultiProcessorCount, dev)
+        n = _WAVES[key] = max(1, per_sm) * sms
+    return n
 
 
 def launch(kernel: str, entry: str, dtype: str, grid: tuple[int, int, int],

@@ -20,7 +20,7 @@ import numpy
 from .._errors import KernelCompileError
 
 __all__ = ["CTYPES", "REGISTRY", "KernelSpec", "compile_for_arch", "get_function",
-           "name_expression", "source_of"]
+           "name_expression", "source_of", "vec_run"]
 
 #: C type used for each NumPy dtype in the kernels (float16 is carried as raw bits).
 CTYPES = {
@@ -68,13 +68,20 @@ class KernelSpec:
         return tuple(seen)
 
     def name_expressions(self, dtype: str) -> list[str]:
-        return [name_expression(e, dtype) for e, dts in self.entries if dtype in dts]
+        return list(dict.fromkeys(name_expression(e, dtype) for e, dts in self.entries
+                                  if dtype in dts))
 
 
-#: Output dtypes of the image kernels, and the (source, output) channel counts
-#: the vectorized identity-geometry kernel is instantiated for.
+#: Output dtypes of the image kernels, the (source, output) channel counts the
+#: vectorized identity-geometry kernel is instantiated for, and its pixels per
+#: run: 4, or ``{V}`` (16 bytes of the output type, at most 8, so float and
+#: half stores are 16 bytes wide) when the frame's pixel count allows.
 IMAGE_OUT = ("float32", "float16", "uint8")
 VEC_CHANNELS = ((1, 1), (3, 3), (4, 4), (4, 3))
+VEC_RUNS = ("4", "{V}")
+#: (format, channels) cf_warp is instantiated for: packed 1, 3 or 4 channels,
+#: NV12 and I420 (which sample as 3 channels).
+WARP_SOURCES = ((0, 1), (0, 3), (0, 4), (1, 3), (2, 3))
 
 _BINARY = ("cf_add", "cf_subtract", "cf_multiply", "cf_maximum", "cf_minimum")
 REGISTRY: dict[str, KernelSpec] = {
@@ -88,22 +95,29 @@ REGISTRY: dict[str, KernelSpec] = {
         KernelSpec(
             name="image",
             source="image.cu",
-            entries=tuple((f"cf_normalize_vec<{{T}},{c},{oc}>", IMAGE_OUT)
-                          for c, oc in VEC_CHANNELS)
-            + (("cf_warp", IMAGE_OUT), ("cf_denormalize", ("float16", "float32"))),
+            entries=tuple((f"cf_normalize_vec<{{T}},{c},{oc},{r}>", IMAGE_OUT)
+                          for c, oc in VEC_CHANNELS for r in VEC_RUNS)
+            + tuple((f"cf_warp<{{T}},{fmt},{c}>", IMAGE_OUT) for fmt, c in WARP_SOURCES)
+            + (("cf_denormalize", ("float16", "float32")),),
         ),
     )
 }
 
 
+def vec_run(dtype: Any) -> int:
+    """Pixels per run of the identity-geometry image kernel for output ``dtype``: 16 bytes, at most 8."""
+    return min(16 // numpy.dtype(dtype).itemsize, 8)
+
+
 def name_expression(entry: str, dtype: str) -> str:
     """The template instantiation of ``entry`` for ``dtype``.
 
-    ``entry<ctype>``, or ``entry`` with ``{T}`` replaced by the C type when the
-    entry spells out its template arguments (``cf_normalize_vec<{T},3,3>``).
+    ``entry<ctype>``, or ``entry`` with ``{T}`` replaced by the C type (and
+    ``{V}`` by :func:`vec_run` of ``dtype``) when the entry spells out
+    its template arguments (``cf_normalize_vec<{T},3,3,{V}>``).
     """
     if "{T}" in entry:
-        return entry.replace("{T}", CTYPES[dtype])
+        return entry.replace("{T}", CTYPES[dtype]).replace("{V}", str(vec_run(dtype)))
     return f"{entry}<{CTYPES[dtype]}>"
 
 

@@ -5,16 +5,16 @@
 // unsigned char) and both taking one parameter struct by value (packed on the
 // host by cuflow.image with the same field order; see _PARAMS there):
 //
-// cf_normalize_vec<T, C, OC>  identity geometry on packed 8-bit frames whose
-//     pixel count is a multiple of 4: tiles staged through shared memory with
-//     16-byte loads, coalesced vector stores per plane (NCHW) or per pixel
-//     run (NHWC).  The bandwidth-bound hot path.
-// cf_warp<T>  everything else: nearest / bilinear / area resampling of packed
+// cf_normalize_vec<T, C, OC, R>  identity geometry on packed 8-bit frames
+//     whose pixel count is a multiple of R: tiles staged through shared
+//     memory with 16-byte loads, coalesced vector stores of R pixels per
+//     plane (NCHW) or per pixel run (NHWC).  The bandwidth-bound hot path.
+// cf_warp<T, FMT, C>  everything else: nearest / bilinear / area resampling of packed
 //     (1-4 channels), NV12 or I420 sources, per-output regions of interest,
 //     letterbox regions with constant padding, horizontal flip, channel
-//     selection and RGB->GRAY.  A thread computes CF_WARP_PX output pixels
-//     (all channels); grid (ceil(OW/(128*CF_WARP_PX)), OH, B), so no thread
-//     divides.
+//     selection and RGB->GRAY.  A block covers 128 * CF_WARP_PX pixels of one
+//     output row, grid (ceil(OW/(128*CF_WARP_PX)), OH, B), so no thread
+//     divides.  Templated on the source format and channel count.
 //
 // Conventions (torchvision / PyTorch, so results can be checked against it):
 //   bilinear: src = (dst + 0.5) * scale - 0.5, clamped below at 0 (as
@@ -74,11 +74,13 @@ template <> struct Vec<16> { typedef uint4 type; };
 // stores the size allows; `dst` is aligned to that width by construction.
 // Outputs are written once and not read again by this kernel: streaming
 // (evict-first) stores keep them from displacing the input tiles in L2.
-// Tuning (measured on an H100, bench/results): pixels per shared-memory tile
-// of cf_normalize_vec, minimum resident blocks and pixels per thread of cf_warp.
-// cuflow/image.py sizes the grids with the same numbers.
-#ifndef CF_TPX
-#define CF_TPX 1024
+// Tuning (measured on an H200, bench/results): minimum resident blocks per SM
+// of cf_normalize_vec for runs of up to 12 bytes of input (more registers, so
+// fewer blocks, for wider runs), minimum resident blocks and pixels per thread
+// of cf_warp (cuflow/image.py sizes its
+// grid with CF_WARP_PX).
+#ifndef CF_NORM_MINB
+#define CF_NORM_MINB 6
 #endif
 #ifndef CF_WARP_PX
 #define CF_WARP_PX 1
@@ -87,7 +89,7 @@ template <> struct Vec<16> { typedef uint4 type; };
 #define CF_STREAM_STORES 1
 #endif
 #ifndef CF_WARP_MINB
-#define CF_WARP_MINB 16
+#define CF_WARP_MINB 12
 #endif
 
 template <int BYTES>
@@ -116,61 +118,91 @@ __device__ __forceinline__ float pick(const unsigned char* v, int k, int sc) {
     return r;
 }
 
-// Identity geometry: the block stages a tile of TPX pixels in shared memory
-// with 16-byte loads, then each thread converts runs of 4 pixels and writes
-// them with one vector store per plane (NCHW: a warp writes 32 consecutive
-// runs, fully coalesced) or one run of 4*OC values (NHWC).
-template <typename T, int C, int OC>
-__global__ void __launch_bounds__(256) cf_normalize_vec(const NormParams p) {
-    constexpr int TPX = CF_TPX;
+// Convert npx pixels (a multiple of R) staged in `tile`, starting at pixel p0
+// of the batch: each thread converts one run of R pixels and writes it with
+// one vector store per plane (NCHW: a warp writes 32 consecutive runs, fully
+// coalesced) or one run of R*OC values (NHWC).
+template <typename T, int C, int OC, int R>
+__device__ __forceinline__ void convert_tile(const NormParams& p, const unsigned char* tile,
+                                             long long p0, int npx, bool small) {
+    for (int j = threadIdx.x; j < npx / R; j += 256) {
+        const long long P = p0 + R * j;
+        const long long f = small ? (long long)((unsigned)P / (unsigned)p.npix) : P / p.npix;
+        alignas(16) unsigned int w[R * C / 4];
+        const unsigned int* tw = reinterpret_cast<const unsigned int*>(tile) + (R * C / 4) * j;
+#pragma unroll
+        for (int k = 0; k < R * C / 4; ++k) w[k] = tw[k];
+        const unsigned char* v = reinterpret_cast<const unsigned char*>(w);
+        if (p.nchw) {
+            T* base = reinterpret_cast<T*>(p.dst) + f * OC * p.npix + (P - f * p.npix);
+#pragma unroll
+            for (int c = 0; c < OC; ++c) {
+                alignas(16) T o[R];
+                const int sc = p.src_map[c];
+#pragma unroll
+                for (int k = 0; k < R; ++k)
+                    o[k] = Out<T>::cvt(pick<C>(v, k, sc) * p.a[c] + p.b[c]);
+                store_run<R * sizeof(T)>(base + c * p.npix, o);
+            }
+        } else {
+            alignas(16) T o[R * OC];
+#pragma unroll
+            for (int k = 0; k < R; ++k)
+#pragma unroll
+                for (int c = 0; c < OC; ++c)
+                    o[k * OC + c] = Out<T>::cvt(pick<C>(v, k, p.src_map[c]) * p.a[c] + p.b[c]);
+            store_run<R * OC * sizeof(T)>(reinterpret_cast<T*>(p.dst) + P * OC, o);
+        }
+    }
+}
+
+// Identity geometry.  Persistent blocks (cuflow.image launches one wave: SMs
+// times the resident blocks per SM) walk the batch in tiles of 256 * R pixels; a tile is loaded
+// with 16-byte loads into registers while the previous tile is converted, so
+// every block keeps its next reads in flight (the kernel is otherwise bound by
+// load latency), then staged in shared memory for the conversion.  R is
+// min(16 / sizeof(T), 8) where the frame size allows (16-byte stores for
+// float and half), else 4; runs never cross frames because the pixels per frame are a
+// multiple of R.
+template <typename T, int C, int OC, int R>
+__global__ void __launch_bounds__(256, C * R <= 12 ? CF_NORM_MINB : C * R <= 24 ? 5 : 4)
+    cf_normalize_vec(const NormParams p) {
+    constexpr int TPX = 256 * R;
     constexpr int TB = TPX * C;
+    constexpr int NV = (TB / 16 + 255) / 256;  // 16-byte loads per thread per tile
     __shared__ __align__(16) unsigned char tile[TB];
     const long long total = p.npix * p.nframes;
-    const long long ntiles = (total + TPX - 1) / TPX;
+    const long long nfull = total / TPX;
     const bool small = total < (1ll << 32);
-    for (long long t = blockIdx.x; t < ntiles; t += gridDim.x) {
-        const long long p0 = t * TPX;
-        const int npx = (int)min((long long)TPX, total - p0);
-        const unsigned char* s = p.src + p0 * C;
-        if (npx == TPX) {
-            const uint4* s4 = reinterpret_cast<const uint4*>(s);
-            uint4* t4 = reinterpret_cast<uint4*>(tile);
+    uint4 pre[NV];
+    long long t = blockIdx.x;
+    if (t < nfull) {
+        const uint4* s4 = reinterpret_cast<const uint4*>(p.src + t * TB);
 #pragma unroll
-            for (int i = threadIdx.x; i < TB / 16; i += 256) t4[i] = __ldg(s4 + i);
-        } else {
-            for (int i = threadIdx.x; i < npx * C; i += 256) tile[i] = __ldg(s + i);
-        }
+        for (int v = 0; v < NV; ++v)
+            if (threadIdx.x + 256 * v < TB / 16) pre[v] = __ldg(s4 + threadIdx.x + 256 * v);
+    }
+    for (; t < nfull; t += gridDim.x) {
+        uint4* t4 = reinterpret_cast<uint4*>(tile);
+#pragma unroll
+        for (int v = 0; v < NV; ++v)
+            if (threadIdx.x + 256 * v < TB / 16) t4[threadIdx.x + 256 * v] = pre[v];
         __syncthreads();
-        for (int j = threadIdx.x; j < npx / 4; j += 256) {
-            const long long P = p0 + 4 * j;
-            const long long f = small ? (long long)((unsigned)P / (unsigned)p.npix) : P / p.npix;
-            alignas(16) unsigned int w[C];
-            const unsigned int* tw = reinterpret_cast<const unsigned int*>(tile) + C * j;
+        if (t + gridDim.x < nfull) {  // the next tile's loads overlap this tile's conversion
+            const uint4* s4 = reinterpret_cast<const uint4*>(p.src + (t + gridDim.x) * TB);
 #pragma unroll
-            for (int k = 0; k < C; ++k) w[k] = tw[k];
-            const unsigned char* v = reinterpret_cast<const unsigned char*>(w);
-            if (p.nchw) {
-                T* base = reinterpret_cast<T*>(p.dst) + f * OC * p.npix + (P - f * p.npix);
-#pragma unroll
-                for (int c = 0; c < OC; ++c) {
-                    alignas(16) T o[4];
-                    const int sc = p.src_map[c];
-#pragma unroll
-                    for (int k = 0; k < 4; ++k)
-                        o[k] = Out<T>::cvt(pick<C>(v, k, sc) * p.a[c] + p.b[c]);
-                    store_run<4 * sizeof(T)>(base + c * p.npix, o);
-                }
-            } else {
-                alignas(16) T o[4 * OC];
-#pragma unroll
-                for (int k = 0; k < 4; ++k)
-#pragma unroll
-                    for (int c = 0; c < OC; ++c)
-                        o[k * OC + c] = Out<T>::cvt(pick<C>(v, k, p.src_map[c]) * p.a[c] + p.b[c]);
-                store_run<4 * OC * sizeof(T)>(reinterpret_cast<T*>(p.dst) + P * OC, o);
-            }
+            for (int v = 0; v < NV; ++v)
+                if (threadIdx.x + 256 * v < TB / 16) pre[v] = __ldg(s4 + threadIdx.x + 256 * v);
         }
+        convert_tile<T, C, OC, R>(p, tile, t * TPX, TPX, small);
         __syncthreads();
+    }
+    if (t == nfull && total > nfull * TPX) {  // the partial last tile, byte by byte
+        const int npx = (int)(total - nfull * TPX);
+        const unsigned char* s = p.src + nfull * TB;
+        for (int i = threadIdx.x; i < npx * C; i += 256) tile[i] = __ldg(s + i);
+        __syncthreads();
+        convert_tile<T, C, OC, R>(p, tile, nfull * TPX, npx, small);
     }
 }
 
@@ -201,34 +233,61 @@ struct WarpParams {
     float yuv[6];              // ys, yoff, rv, gu, gv, bu (see cuflow.image._yuv_coefficients)
 };
 
-// One source pixel as up to 4 floats on the 0-255 scale.
-__device__ __forceinline__ void fetch(const WarpParams& p, const unsigned char* frame, int y, int x,
-                                      float* out) {
-    if (p.fmt == 0) {
-        const unsigned char* q = frame + (long long)y * p.src_rstride + (long long)x * p.C;
+// A byte as a float with two full-rate instructions (OR into the mantissa of
+// 2^23, subtract 2^23) instead of a conversion instruction.
+__device__ __forceinline__ float u8f(unsigned char v) {
+    return __uint_as_float(0x4B000000u | v) - 8388608.0f;
+}
+
+// The start of source row y: the packed or luma row, and for YUV the chroma
+// row(s) it uses (NV12: the interleaved UV row; I420: the U and V rows).
+template <int FMT> struct Row {
+    const unsigned char* l;
+    const unsigned char* u;
+    const unsigned char* v;
+};
+template <int FMT>
+__device__ __forceinline__ Row<FMT> src_row(const WarpParams& p, const unsigned char* frame,
+                                            int y) {
+    Row<FMT> r;
+    r.l = frame + (long long)y * p.src_rstride;
+    r.u = r.v = r.l;
+    if constexpr (FMT != 0) {
+        const unsigned char* chroma = frame + (long long)p.H * p.src_rstride;  // after the luma
+        if constexpr (FMT == 1) {  // NV12: H/2 interleaved UV rows of W bytes
+            r.u = r.v = chroma + (long long)(y >> 1) * p.src_rstride;
+        } else {                   // I420: U plane then V plane, (H/2) x (W/2) each
+            const int hw = p.W >> 1;
+            r.u = chroma + (long long)(y >> 1) * hw;
+            r.v = r.u + (long long)(p.H >> 1) * hw;
+        }
+    }
+    return r;
+}
+
+// Source pixel x of row r as C floats on the 0-255 scale (RGB for YUV sources).
+template <int FMT, int C>
+__device__ __forceinline__ void fetch(const WarpParams& p, const Row<FMT>& r, int x, float* out) {
+    if constexpr (FMT == 0) {
+        const unsigned char* q = r.l + x * C;
 #pragma unroll
-        for (int c = 0; c < 4; ++c)
-            if (c < p.C) out[c] = (float)__ldg(q + c);
-        return;
+        for (int c = 0; c < C; ++c) out[c] = u8f(__ldg(q + c));
+    } else {
+        const float Y = u8f(__ldg(r.l + x));
+        float U, V;
+        if constexpr (FMT == 1) {
+            U = u8f(__ldg(r.u + (x & ~1)));
+            V = u8f(__ldg(r.u + (x & ~1) + 1));
+        } else {
+            U = u8f(__ldg(r.u + (x >> 1)));
+            V = u8f(__ldg(r.v + (x >> 1)));
+        }
+        const float yy = (Y - p.yuv[1]) * p.yuv[0];
+        const float u = U - 128.0f, v = V - 128.0f;
+        out[0] = fminf(fmaxf(yy + p.yuv[2] * v, 0.0f), 255.0f);
+        out[1] = fminf(fmaxf(yy - p.yuv[3] * u - p.yuv[4] * v, 0.0f), 255.0f);
+        out[2] = fminf(fmaxf(yy + p.yuv[5] * u, 0.0f), 255.0f);
     }
-    const float Y = (float)__ldg(frame + (long long)y * p.src_rstride + x);
-    const unsigned char* chroma = frame + (long long)p.H * p.src_rstride;  // after the luma rows
-    float U, V;
-    if (p.fmt == 1) {  // NV12: interleaved UV rows of W bytes, H/2 of them
-        const unsigned char* q = chroma + (long long)(y >> 1) * p.src_rstride + (x & ~1);
-        U = (float)__ldg(q);
-        V = (float)__ldg(q + 1);
-    } else {           // I420: U plane then V plane, (H/2) x (W/2) each, packed in rows of W
-        const long long half = (long long)(y >> 1) * (p.W >> 1) + (x >> 1);
-        const long long plane = (long long)(p.H >> 1) * (p.W >> 1);
-        U = (float)__ldg(chroma + half);
-        V = (float)__ldg(chroma + plane + half);
-    }
-    const float yy = (Y - p.yuv[1]) * p.yuv[0];
-    const float u = U - 128.0f, v = V - 128.0f;
-    out[0] = fminf(fmaxf(yy + p.yuv[2] * v, 0.0f), 255.0f);
-    out[1] = fminf(fmaxf(yy - p.yuv[3] * u - p.yuv[4] * v, 0.0f), 255.0f);
-    out[2] = fminf(fmaxf(yy + p.yuv[5] * u, 0.0f), 255.0f);
 }
 
 // v[sc] for a runtime sc in [0, 4) without dynamic register indexing.
@@ -256,6 +315,56 @@ __device__ __forceinline__ float area_w(int i, float lo, float hi) {
     return fmaxf(fminf((float)(i + 1), hi) - fmaxf((float)i, lo), 0.0f);
 }
 
+// The source cells [i0, i1] that output coordinate d reads along one axis,
+// with the bilinear weight of i1, or the box for area.
+struct Taps {
+    int i0, i1;
+    float lo, hi, w1;
+    bool area;
+};
+__device__ __forceinline__ Taps axis_taps(int interp, int d, float scale, float origin, int n) {
+    Taps t;
+    t.area = interp == 2 && scale > 1.0f;
+    t.lo = t.hi = t.w1 = 0.0f;
+    if (interp == 0) {
+        t.i0 = t.i1 = min(max((int)floorf(__fadd_rn(origin, __fmul_rn((float)d, scale))), 0),
+                          n - 1);
+    } else if (t.area) {
+        t.lo = __fadd_rn(origin, __fmul_rn((float)d, scale));
+        t.hi = __fadd_rn(t.lo, scale);
+        area_axis(t.lo, t.hi, n, t.i0, t.i1);
+    } else {  // bilinear (also area along an upscaled axis)
+        const float s = fminf(lin_src((float)d, scale, origin), (float)(n - 1));
+        t.i0 = (int)s;
+        t.i1 = min(t.i0 + 1, n - 1);
+        t.w1 = s - (float)t.i0;
+    }
+    return t;
+}
+__device__ __forceinline__ float tap_w(const Taps& t, int i) {
+    return t.area ? area_w(i, t.lo, t.hi) : (i == t.i0 ? 1.0f - t.w1 : t.w1);
+}
+
+// Where output image b samples from: its frame, the source box origin and scale.
+struct Geo {
+    const unsigned char* frame;
+    float x0, y0, sx, sy;
+};
+__device__ __forceinline__ Geo geometry(const WarpParams& p, int b) {
+    Geo g{p.src + (long long)b * p.src_fstride, 0.0f, 0.0f, p.sx, p.sy};
+    if (p.rois) {
+        const float* r = p.rois + 4 * (long long)b;
+        g.x0 = r[0];
+        g.y0 = r[1];
+        g.sx = __fdiv_rn(__fsub_rn(r[2], r[0]), (float)p.rw);
+        g.sy = __fdiv_rn(__fsub_rn(r[3], r[1]), (float)p.rh);
+        int f = p.roi_frame ? p.roi_frame[b] : 0;
+        f = min(max(f, 0), p.nframes - 1);
+        g.frame = p.src + (long long)f * p.src_fstride;
+    }
+    return g;
+}
+
 // One output element (streaming store when enabled).
 __device__ __forceinline__ void put(float* q, float v) {
 #if CF_STREAM_STORES
@@ -279,114 +388,86 @@ __device__ __forceinline__ void put(unsigned char* q, unsigned char v) {
 #endif
 }
 
-// The value (0-255 scale, before a/b) of every output channel at (b, oy, ox).
-__device__ __forceinline__ void warp_pixel(const WarpParams& p, int b, int oy, int ox,
-                                           float* val) {
-    val[0] = val[1] = val[2] = val[3] = p.pad;
+// A block computes 128 * CF_WARP_PX pixels of one output row of one image;
+// each thread CF_WARP_PX of them, 128 apart (every store stays coalesced).
+// The source format and channel count are template parameters and the
+// per-row work (the vertical taps and the row addresses) is done once per
+// thread, so a pixel costs its horizontal taps, the loads and the arithmetic
+// (the kernel is bound by instruction issue, not by memory).
+template <typename T, int FMT, int C>
+__global__ void __launch_bounds__(128, CF_WARP_MINB) cf_warp(const WarpParams p) {
+    const int oy = blockIdx.y;
+    const int b = blockIdx.z;
+    const Geo g = geometry(p, b);
     const int ly = oy - p.oy0;
-    int lx = ox - p.ox0;
-    if (ly >= 0 && ly < p.rh && lx >= 0 && lx < p.rw) {
-        if (p.flip) lx = p.rw - 1 - lx;
-        float x0 = 0.0f, y0 = 0.0f, sx = p.sx, sy = p.sy;
-        int f = b;
-        if (p.rois) {
-            const float* r = p.rois + 4 * (long long)b;
-            x0 = r[0];
-            y0 = r[1];
-            sx = __fdiv_rn(__fsub_rn(r[2], r[0]), (float)p.rw);
-            sy = __fdiv_rn(__fsub_rn(r[3], r[1]), (float)p.rh);
-            f = p.roi_frame ? p.roi_frame[b] : 0;
-            f = min(max(f, 0), p.nframes - 1);
-        }
-        const unsigned char* frame = p.src + (long long)f * p.src_fstride;
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        float px[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        const bool area_x = p.interp == 2 && sx > 1.0f, area_y = p.interp == 2 && sy > 1.0f;
-        if (p.interp == 0) {
-            const int xs = min(max((int)floorf(__fadd_rn(x0, __fmul_rn((float)lx, sx))), 0), p.W - 1);
-            const int ys = min(max((int)floorf(__fadd_rn(y0, __fmul_rn((float)ly, sy))), 0), p.H - 1);
-            fetch(p, frame, ys, xs, acc);
-        } else if (area_x || area_y) {
-            // separable box: area along downscaled axes, bilinear along the others
-            int xa, xb, ya, yb;
-            float xlo = 0.f, xhi = 0.f, ylo = 0.f, yhi = 0.f, wx1 = 0.f, wy1 = 0.f;
-            if (area_x) {
-                xlo = __fadd_rn(x0, __fmul_rn((float)lx, sx));
-                xhi = __fadd_rn(xlo, sx);
-                area_axis(xlo, xhi, p.W, xa, xb);
-            } else {
-                const float s = fminf(lin_src((float)lx, sx, x0), (float)(p.W - 1));
-                xa = (int)s;
-                xb = min(xa + 1, p.W - 1);
-                wx1 = s - (float)xa;
-            }
-            if (area_y) {
-                ylo = __fadd_rn(y0, __fmul_rn((float)ly, sy));
-                yhi = __fadd_rn(ylo, sy);
-                area_axis(ylo, yhi, p.H, ya, yb);
-            } else {
-                const float s = fminf(lin_src((float)ly, sy, y0), (float)(p.H - 1));
-                ya = (int)s;
-                yb = min(ya + 1, p.H - 1);
-                wy1 = s - (float)ya;
-            }
-            float wsum = 0.0f;
-            for (int yy = ya; yy <= yb; ++yy) {
-                const float wy = area_y ? area_w(yy, ylo, yhi) : (yy == ya ? 1.0f - wy1 : wy1);
-                for (int xx = xa; xx <= xb; ++xx) {
-                    const float wx = area_x ? area_w(xx, xlo, xhi) : (xx == xa ? 1.0f - wx1 : wx1);
-                    const float w = wy * wx;
-                    if (w <= 0.0f) continue;
-                    fetch(p, frame, yy, xx, px);
+    const bool row_in = ly >= 0 && ly < p.rh;
+    Taps ty{};
+    Row<FMT> ra{}, rb{};
+    if (row_in) {
+        ty = axis_taps(p.interp, ly, g.sy, g.y0, p.H);
+        ra = src_row<FMT>(p, g.frame, ty.i0);
+        rb = src_row<FMT>(p, g.frame, ty.i1);
+    }
+    float val[CF_WARP_PX][4];
 #pragma unroll
-                    for (int c = 0; c < 4; ++c) acc[c] += w * px[c];
+    for (int k = 0; k < CF_WARP_PX; ++k) {
+        const int ox = blockIdx.x * (128 * CF_WARP_PX) + threadIdx.x + 128 * k;
+        float* v = val[k];
+        v[0] = v[1] = v[2] = v[3] = p.pad;
+        int lx = ox - p.ox0;
+        if (!row_in || ox >= p.OW || lx < 0 || lx >= p.rw) continue;
+        if (p.flip) lx = p.rw - 1 - lx;
+        const Taps tx = axis_taps(p.interp, lx, g.sx, g.x0, p.W);
+        float acc[C];
+        if (p.interp == 0) {
+            fetch<FMT, C>(p, ra, tx.i0, acc);
+        } else if (tx.area || ty.area) {
+            // separable box: area along downscaled axes, bilinear along the others
+#pragma unroll
+            for (int c = 0; c < C; ++c) acc[c] = 0.0f;
+            float px[C];
+            float wsum = 0.0f;
+            for (int yy = ty.i0; yy <= ty.i1; ++yy) {
+                const float wy = tap_w(ty, yy);
+                const Row<FMT> r = src_row<FMT>(p, g.frame, yy);
+                for (int xx = tx.i0; xx <= tx.i1; ++xx) {
+                    const float w = wy * tap_w(tx, xx);
+                    if (w <= 0.0f) continue;
+                    fetch<FMT, C>(p, r, xx, px);
+#pragma unroll
+                    for (int c = 0; c < C; ++c) acc[c] += w * px[c];
                     wsum += w;
                 }
             }
             const float inv = wsum > 0.0f ? 1.0f / wsum : 0.0f;
 #pragma unroll
-            for (int c = 0; c < 4; ++c) acc[c] *= inv;
+            for (int c = 0; c < C; ++c) acc[c] *= inv;
         } else {  // bilinear
-            const float fx = fminf(lin_src((float)lx, sx, x0), (float)(p.W - 1));
-            const float fy = fminf(lin_src((float)ly, sy, y0), (float)(p.H - 1));
-            const int xa = (int)fx, ya = (int)fy;
-            const int xb = min(xa + 1, p.W - 1), yb = min(ya + 1, p.H - 1);
-            const float w1 = fx - (float)xa, w0 = 1.0f - w1;
-            const float h1 = fy - (float)ya, h0 = 1.0f - h1;
-            float p00[4] = {}, p01[4] = {}, p10[4] = {}, p11[4] = {};
-            fetch(p, frame, ya, xa, p00);
-            fetch(p, frame, ya, xb, p01);
-            fetch(p, frame, yb, xa, p10);
-            fetch(p, frame, yb, xb, p11);
+            const float w1 = tx.w1, w0 = 1.0f - w1;
+            const float h1 = ty.w1, h0 = 1.0f - h1;
+            float p00[C], p01[C], p10[C], p11[C];
+            fetch<FMT, C>(p, ra, tx.i0, p00);
+            fetch<FMT, C>(p, ra, tx.i1, p01);
+            fetch<FMT, C>(p, rb, tx.i0, p10);
+            fetch<FMT, C>(p, rb, tx.i1, p11);
 #pragma unroll
-            for (int c = 0; c < 4; ++c)
+            for (int c = 0; c < C; ++c)
                 acc[c] = h0 * (w0 * p00[c] + w1 * p01[c]) + h1 * (w0 * p10[c] + w1 * p11[c]);
         }
-        if (p.gray) {
-            val[0] = p.gw[0] * acc[0] + p.gw[1] * acc[1] + p.gw[2] * acc[2];
+        float a4[4];
+#pragma unroll
+        for (int c = 0; c < 4; ++c) a4[c] = acc[c < C ? c : 0];
+        if (C >= 3 && p.gray) {  // cuflow.image only sets gray for sources with colours
+            v[0] = p.gw[0] * a4[0] + p.gw[1] * a4[1] + p.gw[2] * a4[2];
         } else {
 #pragma unroll
-            for (int c = 0; c < 4; ++c) val[c] = pick4(acc, p.src_map[c]);
+            for (int c = 0; c < 4; ++c) v[c] = pick4(a4, p.src_map[c]);
         }
     }
-}
-
-// Each thread computes CF_WARP_PX output pixels of one row, 128 apart (so
-// every store stays coalesced), all before storing any: their source loads
-// are independent and in flight together.
-template <typename T>
-__global__ void __launch_bounds__(128, CF_WARP_MINB) cf_warp(const WarpParams p) {
-    const int oy = blockIdx.y;
-    const int b = blockIdx.z;
-    const int ox0 = blockIdx.x * (128 * CF_WARP_PX) + threadIdx.x;
-    float val[CF_WARP_PX][4];
-#pragma unroll
-    for (int k = 0; k < CF_WARP_PX; ++k)
-        if (ox0 + 128 * k < p.OW) warp_pixel(p, b, oy, ox0 + 128 * k, val[k]);
     T* out = reinterpret_cast<T*>(p.dst) + (long long)b * p.dst_fstride;
 #pragma unroll
     for (int k = 0; k < CF_WARP_PX; ++k) {
-        const int ox = ox0 + 128 * k;
+        const int ox = blockIdx.x * (128 * CF_WARP_PX) + threadIdx.x + 128 * k;
         if (ox >= p.OW) break;
         if (p.nchw) {
             const long long plane = (long long)p.OH * p.OW;
