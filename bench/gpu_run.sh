@@ -12,13 +12,17 @@ mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 python3 -m cuflow info | tee "$OUT/info.txt"
 if [ "$MODE" != bench ]; then
-  CUFLOW_POOL=on python3 -m pytest tests -q -p no:cacheprovider -rs 2>&1 | tee "$OUT/tests.log" | tail -25
+  # the full logs stay on the machine (too large to bring back); their summaries come back
+  CUFLOW_POOL=on python3 -m pytest tests -q -p no:cacheprovider -rs > /tmp/cuflow-tests.log 2>&1
+  { grep -E "^(FAILED|ERROR)" /tmp/cuflow-tests.log; tail -3 /tmp/cuflow-tests.log; } \
+    | tee "$OUT/tests-summary.log"
   if command -v compute-sanitizer >/dev/null; then
     # memcheck over cuflow's own kernels (CuPy's allocator would hide overruns inside its pool)
     compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
       python3 -m pytest tests/test_elementwise.py tests/test_image.py -q -p no:cacheprovider -x \
-      -k "not torchvision" 2>&1 | tee "$OUT/sanitizer.log" | tail -6
-    echo "compute-sanitizer memcheck exit: ${PIPESTATUS[0]}" | tee -a "$OUT/sanitizer.log"
+      -k "not torchvision" > /tmp/cuflow-memcheck.log 2>&1
+    echo "compute-sanitizer memcheck exit: $?" | tee -a "$OUT/sanitizer.log"
+    tail -4 /tmp/cuflow-memcheck.log | tee -a "$OUT/sanitizer.log"
     # racecheck for the kernel that stages tiles in shared memory (cf_normalize_vec)
     compute-sanitizer --tool racecheck --error-exitcode 9 \
       python3 -m pytest tests/test_image.py -q -p no:cacheprovider -x -k "vec or large_batch" 2>&1 \
@@ -30,6 +34,11 @@ if [ "$MODE" = all ] || [ "$MODE" = bench ]; then
   python3 -m pytest bench -q -p no:cacheprovider --benchmark-enable \
     --benchmark-json "$OUT/bench.json" --benchmark-columns=median,iqr,rounds \
     --benchmark-sort=name 2>&1 | tee "$OUT/bench.log" | tail -40
+fi
+if [ "$MODE" = all ]; then
+  # the example notebook with its outputs recorded on this GPU
+  python3 -m cuflow run-notebook examples/tour.ipynb --write | tee "$OUT/notebook.txt" \
+    && cp examples/tour.ipynb "$OUT/tour.ipynb"
 fi
 if [ "$MODE" != tests ]; then
   python3 -m cuflow bench $([ "$MODE" = quick ] && echo --quick) --json "$OUT/headline.json" \

@@ -1,4 +1,5 @@
-"""``python -m cuflow info`` and ``python -m cuflow bench [--json PATH] [--quick] [--plot PNG]``."""
+"""``python -m cuflow info``, ``python -m cuflow bench [--json PATH] [--quick] [--plot PNG]``
+and ``python -m cuflow run-notebook PATH [--write]``."""
 
 from __future__ import annotations
 
@@ -17,9 +18,21 @@ def main(argv: list[str] | None = None) -> int:
     pb.add_argument("--plot", metavar="PNG", help="also draw the comparisons (needs matplotlib)")
     pb.add_argument("--from-json", metavar="PATH",
                     help="with --plot: draw a saved --json result instead of running")
+    pn = sub.add_parser("run-notebook", help="execute a notebook's code cells without Jupyter")
+    pn.add_argument("path")
+    pn.add_argument("--write", action="store_true", help="store the outputs in the notebook")
     args = p.parse_args(argv)
 
     import cuflow  # noqa: PLC0415
+
+    if args.cmd == "run-notebook":
+        from .testing._notebook import run_notebook  # noqa: PLC0415
+
+        for i, outputs in enumerate(run_notebook(args.path, write=args.write)):
+            for o in outputs:
+                text = o.get("text") or o.get("data", {}).get("text/plain", [])
+                print(f"[{i + 1}] " + "".join(text), end="" if "".join(text).endswith("\n") else "\n")
+        return 0
 
     if args.cmd == "info":
         for k, v in cuflow.backend_info().items():
