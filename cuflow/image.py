@@ -289,7 +289,7 @@ class _Plan:
     warp_entry: str     # cf_warp instantiation for the source format and channels
     vec: tuple | None   # cf_normalize_vec fields after its two pointers, when it applies
     vec_entry: str
-    vec_tiles: int      # tiles of cf_normalize_vec (its grid is at most one wave of them)
+    vec_tiles: int      # tiles of cf_normalize_vec (its grid: all of them, or one wave)
     info: Any = None    # Letterbox for letterbox()
 
     def run(self, src, rois, roi_frame, dst, stream):
