@@ -26,12 +26,11 @@ def main(argv: list[str] | None = None) -> int:
     import cuflow  # noqa: PLC0415
 
     if args.cmd == "run-notebook":
-        from .testing._notebook import run_notebook  # noqa: PLC0415
+        from .testing._notebook import output_text, run_notebook  # noqa: PLC0415
 
         for i, outputs in enumerate(run_notebook(args.path, write=args.write)):
-            for o in outputs:
-                text = o.get("text") or o.get("data", {}).get("text/plain", [])
-                print(f"[{i + 1}] " + "".join(text), end="" if "".join(text).endswith("\n") else "\n")
+            text = output_text(outputs)
+            print(f"[{i + 1}] {text}", end="" if text.endswith("\n") else "\n")
         return 0
 
     if args.cmd == "info":

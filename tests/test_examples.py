@@ -7,14 +7,9 @@ import pathlib
 
 import pytest
 
-from cuflow.testing._notebook import NotebookError, run_notebook
+from cuflow.testing._notebook import NotebookError, output_text, run_notebook
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
-
-
-def _text(outputs) -> str:
-    return "".join("".join(o.get("text") or o.get("data", {}).get("text/plain", []))
-                   for o in outputs)
 
 
 def test_tour_notebook_runs(tmp_path):
@@ -23,7 +18,7 @@ def test_tour_notebook_runs(tmp_path):
     n_code = sum(c["cell_type"] == "code" for c in nb["cells"])
     results = run_notebook(src)  # never writes: the committed outputs are the GPU's
     assert len(results) == n_code
-    text = [_text(o) for o in results]
+    text = [output_text(o) for o in results]
     assert "refused: cuflow.add: dst.shape must equal" in text[1]
     assert "Letterbox(scale=" in text[2]
     assert "4 True" in text[3] and "nothing was appended" in text[3]

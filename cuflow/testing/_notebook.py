@@ -18,7 +18,7 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["NotebookError", "run_notebook"]
+__all__ = ["NotebookError", "output_text", "run_notebook"]
 
 
 class NotebookError(RuntimeError):
@@ -32,6 +32,12 @@ def _source(cell: dict[str, Any]) -> str:
 
 def _lines(text: str) -> list[str]:
     return text.splitlines(keepends=True)
+
+
+def output_text(outputs: list[dict[str, Any]]) -> str:
+    """The text of one cell's outputs (stdout, then the final expression's repr)."""
+    return "".join("".join(o.get("text") or o.get("data", {}).get("text/plain", []))
+                   for o in outputs)
 
 
 def run_notebook(path: str | os.PathLike, *, write: bool = False) -> list[list[dict[str, Any]]]:
