@@ -262,11 +262,12 @@ def _prepare_dst(name: str, dst, shape, dtype, src_arrays):
 
 # --------------------------------------------------------------------------- launch
 _NORM = struct.Struct("=QQqqi4i4f4fi")
-_WARP = struct.Struct("=QQQQqqq16i4i20f")
+_WARP = struct.Struct("=QQQQqqq16i4i4ii20f")
 _DENORM = struct.Struct("=QQqq3i4i4f4fi")
 _VEC = {(1, 1), (3, 3), (4, 4), (4, 3)}
-# CF_WARP_PX of image.cu: output pixels per thread.
-_WARP_PX = 1
+# CF_WARP_PX / CF_WARP_PX_YUV of image.cu: output pixels per thread of cf_warp for packed
+# and YUV sources (a warp covers 32 of them in a row, a block 4 rows).
+_WARP_PX = {0: 2, 1: 4, 2: 4}
 _PLANS: dict[tuple, _Plan] = {}
 _MAX_PLANS = 512
 
@@ -325,8 +326,8 @@ class _Plan:
         else:
             B = out.shape[0] if out.ndim == 4 else 1
             launch("image", self.warp_entry, dt,
-                   ((self.p["OW"] + 128 * _WARP_PX - 1) // (128 * _WARP_PX), self.p["OH"], B),
-                   (128, 1, 1), sp, _WARP,
+                   (-(-self.p["OW"] // (32 * _WARP_PX[self.src.fmt])), -(-self.p["OH"] // 4), B),
+                   (32, 4, 1), sp, _WARP,
                    (sptr, optr, 0 if rois is None else rois.data.ptr,
                     0 if roi_frame is None else roi_frame.data.ptr, *self.warp))
         return out
@@ -371,9 +372,17 @@ def _make_plan(name, src, *, size, letterbox_pad, rois, interpolation, mean, std
     p = dict(H=s.H, W=s.W, OH=oh, OW=ow, OC=oc, fmt=s.fmt, interp=interp, nchw=nchw,
              flip=int(bool(flip)), oy0=oy0, ox0=ox0, rh=rh, rw=rw, gray=int(gray), src_map=sm,
              sx=s.W / rw, sy=s.H / rh, a=a, b=bb, pad=float(pad), gw=gw, yuv=yuv)
+    ch, direct, sa, sb = _slots(src_map, s.C, gray, a, bb)
+    kpad, kyuv = p["pad"], yuv
+    if s.fmt:
+        # cf_warp converts YUV on the 0-1 scale, where the clamp is free (a saturating
+        # multiply-add): the coefficients, the pad value and the output scale follow
+        ys, yoff, *c = (v / 255 for v in yuv)
+        kyuv = (ys, -yoff * 255 * ys, *c)
+        kpad, sa = kpad / 255, [v * 255 for v in sa]
     warp = (s.fstride, s.rstride, oh * ow * oc, s.H, s.W, s.C, oh, ow, oc, s.fmt, interp, nchw,
-            p["flip"], oy0, ox0, rh, rw, p["gray"], s.N, *sm, p["sx"], p["sy"], *a, *bb,
-            p["pad"], *gw, *yuv)
+            p["flip"], oy0, ox0, rh, rw, p["gray"], s.N, *sm, *ch, direct, p["sx"], p["sy"],
+            *sa, *sb, kpad, *gw, *kyuv)
     vec = None
     run = vec_run(dtype)  # pixels per thread: 16-byte stores when the frame allows
     if (s.H * s.W) % run:
@@ -387,6 +396,19 @@ def _make_plan(name, src, *, size, letterbox_pad, rois, interpolation, mean, std
     return _Plan(name, s, shape, dtype, p, warp, f"cf_warp<{{T}},{s.fmt},{s.C}>", vec, vec_entry,
                  tiles, info)
 
+
+
+def _slots(src_map, C, gray, a, b):
+    """cf_warp's output slots: when the output channels are a permutation of the first
+    source channels, slot j carries source channel j to output channel ``ch[j]`` (with that
+    channel's coefficients), so the kernel selects nothing per pixel; otherwise slot j is
+    output channel j and the kernel picks ``src_map[j]``."""
+    oc = len(src_map)
+    if not gray and oc <= C and sorted(src_map) == list(range(oc)):
+        ch = [src_map.index(j) for j in range(oc)] + [0] * (4 - oc)
+        return (ch, 1, [a[c] for c in ch[:oc]] + list(a[oc:]),
+                [b[c] for c in ch[:oc]] + list(b[oc:]))
+    return [0, 1, 2, 3], 0, a, b
 
 
 def _op(name: str, src, *, size=None, letterbox_pad=False, rois=None, roi_frame=None,

@@ -12,9 +12,10 @@
 // cf_warp<T, FMT, C>  everything else: nearest / bilinear / area resampling of packed
 //     (1-4 channels), NV12 or I420 sources, per-output regions of interest,
 //     letterbox regions with constant padding, horizontal flip, channel
-//     selection and RGB->GRAY.  A block covers 128 * CF_WARP_PX pixels of one
-//     output row, grid (ceil(OW/(128*CF_WARP_PX)), OH, B), so no thread
-//     divides.  Templated on the source format and channel count.
+//     selection and RGB->GRAY.  A block covers 4 output rows of 32 * PX
+//     pixels (PX per thread, by source kind), grid (ceil(OW / (32 * PX)),
+//     ceil(OH / 4), B), so no thread divides.  Templated on the source
+//     format and channel count.
 //
 // Conventions (torchvision / PyTorch, so results can be checked against it):
 //   bilinear: src = (dst + 0.5) * scale - 0.5, clamped below at 0 (as
@@ -27,7 +28,8 @@
 //   With regions of interest the box [x1, x2) x [y1, y2) (source pixels,
 //   continuous) is resampled to the output; coordinates are clamped to the
 //   frame, so boxes that leave it repeat the border pixels.
-// Values are computed in float on the 0-255 scale, then out = v * a[c] + b[c];
+// Values are computed in float on the 0-255 scale (0-1 for YUV sources, whose
+// output coefficients the host scales to match), then out = v * a[c] + b[c];
 // unsigned char outputs are rounded half to even and clamped to [0, 255].
 // Indexing into frames is 64-bit.
 
@@ -77,19 +79,25 @@ template <> struct Vec<16> { typedef uint4 type; };
 // Tuning (measured on an H200, bench/results): minimum resident blocks per SM
 // of cf_normalize_vec for runs of up to 12 bytes of input (more registers, so
 // fewer blocks, for wider runs), minimum resident blocks and pixels per thread
-// of cf_warp (cuflow/image.py sizes its
-// grid with CF_WARP_PX).
+// of cf_warp for packed and for YUV sources (cuflow/image.py sizes its grid
+// with the same pixels per thread, _WARP_PX).
 #ifndef CF_NORM_MINB
 #define CF_NORM_MINB 6
 #endif
 #ifndef CF_WARP_PX
-#define CF_WARP_PX 1
+#define CF_WARP_PX 2
+#endif
+#ifndef CF_WARP_PX_YUV
+#define CF_WARP_PX_YUV 4
 #endif
 #ifndef CF_STREAM_STORES
 #define CF_STREAM_STORES 1
 #endif
 #ifndef CF_WARP_MINB
 #define CF_WARP_MINB 12
+#endif
+#ifndef CF_WARP_MINB_YUV
+#define CF_WARP_MINB_YUV 10
 #endif
 
 template <int BYTES>
@@ -224,13 +232,15 @@ struct WarpParams {
     int oy0, ox0, rh, rw;      // where the image lands in the output (letterbox)
     int gray;                  // 1: one output channel, dot(gw, sampled rgb)
     int nframes;               // source frames (rois must index below it)
-    int src_map[4];
+    int src_map[4];            // slot j samples source channel src_map[j] (unless direct)
+    int ch[4];                 // output channel of slot j
+    int direct;                // slot j is source channel j (no src_map, no gray)
     float sx, sy;              // source pixels per output pixel (no rois)
     float a[4];
     float b[4];
-    float pad;                 // value outside the region, on the 0-255 scale
+    float pad;                 // value outside the region (0-255 scale; 0-1 for YUV sources)
     float gw[3];               // gray weights
-    float yuv[6];              // ys, yoff, rv, gu, gv, bu (see cuflow.image._yuv_coefficients)
+    float yuv[6];              // ys, -yoff*ys, rv, gu, gv, bu, all / 255 (YUV -> RGB on 0-1)
 };
 
 // A byte as a float with two full-rate instructions (OR into the mantissa of
@@ -282,11 +292,13 @@ __device__ __forceinline__ void fetch(const WarpParams& p, const Row<FMT>& r, in
             U = u8f(__ldg(r.u + (x >> 1)));
             V = u8f(__ldg(r.v + (x >> 1)));
         }
-        const float yy = (Y - p.yuv[1]) * p.yuv[0];
+        // on the 0-1 scale (the host divided the coefficients by 255 and folded the luma
+        // offset): each clamp is the free saturation of a multiply-add
+        const float yy = fmaf(Y, p.yuv[0], p.yuv[1]);
         const float u = U - 128.0f, v = V - 128.0f;
-        out[0] = fminf(fmaxf(yy + p.yuv[2] * v, 0.0f), 255.0f);
-        out[1] = fminf(fmaxf(yy - p.yuv[3] * u - p.yuv[4] * v, 0.0f), 255.0f);
-        out[2] = fminf(fmaxf(yy + p.yuv[5] * u, 0.0f), 255.0f);
+        out[0] = __saturatef(fmaf(p.yuv[2], v, yy));
+        out[1] = __saturatef(fmaf(-p.yuv[4], v, fmaf(-p.yuv[3], u, yy)));
+        out[2] = __saturatef(fmaf(p.yuv[5], u, yy));
     }
 }
 
@@ -388,41 +400,47 @@ __device__ __forceinline__ void put(unsigned char* q, unsigned char v) {
 #endif
 }
 
-// A block computes 128 * CF_WARP_PX pixels of one output row of one image;
-// each thread CF_WARP_PX of them, 128 apart (every store stays coalesced).
-// The source format and channel count are template parameters and the
-// per-row work (the vertical taps and the row addresses) is done once per
-// thread, so a pixel costs its horizontal taps, the loads and the arithmetic
-// (the kernel is bound by instruction issue, not by memory).
-template <typename T, int FMT, int C>
-__global__ void __launch_bounds__(128, CF_WARP_MINB) cf_warp(const WarpParams p) {
-    const int oy = blockIdx.y;
-    const int b = blockIdx.z;
-    const Geo g = geometry(p, b);
-    const int ly = oy - p.oy0;
-    const bool row_in = ly >= 0 && ly < p.rh;
-    Taps ty{};
-    Row<FMT> ra{}, rb{};
-    if (row_in) {
-        ty = axis_taps(p.interp, ly, g.sy, g.y0, p.H);
-        ra = src_row<FMT>(p, g.frame, ty.i0);
-        rb = src_row<FMT>(p, g.frame, ty.i1);
-    }
-    float val[CF_WARP_PX][4];
+// The pixels of one thread: PX outputs of row oy, 32 apart (a warp covers
+// 32 * PX consecutive pixels, and every load and store
+// instruction of a warp touches consecutive pixels).  MODE is the resampling
+// of the row, hoisted out of the pixel loop: 0 nearest, 1 bilinear, 2 area
+// (box along downscaled axes, bilinear along the others).  Output slot j
+// (j < OC) is source channel j when p.direct (the host permuted the output
+// channels and coefficients instead), else src_map[j] or the gray dot product.
+template <typename T, int FMT, int C, int MODE, int PX>
+__device__ __forceinline__ void warp_row(const WarpParams& p, const Geo& g, int b, int oy,
+                                         int ox, bool row_in, const Taps& ty,
+                                         const Row<FMT>& ra, const Row<FMT>& rb) {
+    // slot j goes to output channel ch[j]: a plane apart (NCHW) or adjacent (NHWC)
+    T* out = reinterpret_cast<T*>(p.dst) + (long long)b * p.dst_fstride;
+    const long long at = (long long)oy * p.OW + ox;
+    const long long cstride = p.nchw ? (long long)p.OH * p.OW : 1;
+    const int pstride = 32 * (p.nchw ? 1 : p.OC);  // elements between a thread's pixels
+    T* q = out + (p.nchw ? at : at * p.OC);
 #pragma unroll
-    for (int k = 0; k < CF_WARP_PX; ++k) {
-        const int ox = blockIdx.x * (128 * CF_WARP_PX) + threadIdx.x + 128 * k;
-        float* v = val[k];
+    for (int k = 0; k < PX; ++k, q += pstride) {
+        if (ox + 32 * k >= p.OW) break;
+        float v[4];
         v[0] = v[1] = v[2] = v[3] = p.pad;
-        int lx = ox - p.ox0;
-        if (!row_in || ox >= p.OW || lx < 0 || lx >= p.rw) continue;
+        int lx = ox + 32 * k - p.ox0;
+        if (row_in && lx >= 0 && lx < p.rw) {
         if (p.flip) lx = p.rw - 1 - lx;
-        const Taps tx = axis_taps(p.interp, lx, g.sx, g.x0, p.W);
+        const Taps tx = axis_taps(MODE == 0 ? 0 : MODE == 1 ? 1 : 2, lx, g.sx, g.x0, p.W);
         float acc[C];
-        if (p.interp == 0) {
+        if constexpr (MODE == 0) {
             fetch<FMT, C>(p, ra, tx.i0, acc);
-        } else if (tx.area || ty.area) {
-            // separable box: area along downscaled axes, bilinear along the others
+        } else if constexpr (MODE == 1) {
+            const float w1 = tx.w1, w0 = 1.0f - w1;
+            const float h1 = ty.w1, h0 = 1.0f - h1;
+            float p00[C], p01[C], p10[C], p11[C];
+            fetch<FMT, C>(p, ra, tx.i0, p00);
+            fetch<FMT, C>(p, ra, tx.i1, p01);
+            fetch<FMT, C>(p, rb, tx.i0, p10);
+            fetch<FMT, C>(p, rb, tx.i1, p11);
+#pragma unroll
+            for (int c = 0; c < C; ++c)
+                acc[c] = h0 * (w0 * p00[c] + w1 * p01[c]) + h1 * (w0 * p10[c] + w1 * p11[c]);
+        } else {
 #pragma unroll
             for (int c = 0; c < C; ++c) acc[c] = 0.0f;
             float px[C];
@@ -442,47 +460,61 @@ __global__ void __launch_bounds__(128, CF_WARP_MINB) cf_warp(const WarpParams p)
             const float inv = wsum > 0.0f ? 1.0f / wsum : 0.0f;
 #pragma unroll
             for (int c = 0; c < C; ++c) acc[c] *= inv;
-        } else {  // bilinear
-            const float w1 = tx.w1, w0 = 1.0f - w1;
-            const float h1 = ty.w1, h0 = 1.0f - h1;
-            float p00[C], p01[C], p10[C], p11[C];
-            fetch<FMT, C>(p, ra, tx.i0, p00);
-            fetch<FMT, C>(p, ra, tx.i1, p01);
-            fetch<FMT, C>(p, rb, tx.i0, p10);
-            fetch<FMT, C>(p, rb, tx.i1, p11);
-#pragma unroll
-            for (int c = 0; c < C; ++c)
-                acc[c] = h0 * (w0 * p00[c] + w1 * p01[c]) + h1 * (w0 * p10[c] + w1 * p11[c]);
         }
-        float a4[4];
+        if (p.direct) {
 #pragma unroll
-        for (int c = 0; c < 4; ++c) a4[c] = acc[c < C ? c : 0];
-        if (C >= 3 && p.gray) {  // cuflow.image only sets gray for sources with colours
-            v[0] = p.gw[0] * a4[0] + p.gw[1] * a4[1] + p.gw[2] * a4[2];
+            for (int c = 0; c < C && c < 4; ++c) v[c] = acc[c];
         } else {
+            float a4[4];
 #pragma unroll
-            for (int c = 0; c < 4; ++c) v[c] = pick4(a4, p.src_map[c]);
+            for (int c = 0; c < 4; ++c) a4[c] = acc[c < C ? c : 0];
+            if (C >= 3 && p.gray) {  // cuflow.image only sets gray for sources with colours
+                v[0] = p.gw[0] * a4[0] + p.gw[1] * a4[1] + p.gw[2] * a4[2];
+            } else {
+#pragma unroll
+                for (int c = 0; c < 4; ++c) v[c] = pick4(a4, p.src_map[c]);
+            }
+        }
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            if (j >= p.OC) break;
+            put(q + p.ch[j] * cstride, Out<T>::cvt(v[j] * p.a[j] + p.b[j]));
         }
     }
-    T* out = reinterpret_cast<T*>(p.dst) + (long long)b * p.dst_fstride;
-#pragma unroll
-    for (int k = 0; k < CF_WARP_PX; ++k) {
-        const int ox = blockIdx.x * (128 * CF_WARP_PX) + threadIdx.x + 128 * k;
-        if (ox >= p.OW) break;
-        if (p.nchw) {
-            const long long plane = (long long)p.OH * p.OW;
-            const long long at = (long long)oy * p.OW + ox;
-#pragma unroll
-            for (int c = 0; c < 4; ++c)
-                if (c < p.OC)
-                    put(out + c * plane + at, Out<T>::cvt(val[k][c] * p.a[c] + p.b[c]));
-        } else {
-            T* q = out + ((long long)oy * p.OW + ox) * p.OC;
-#pragma unroll
-            for (int c = 0; c < 4; ++c)
-                if (c < p.OC) put(q + c, Out<T>::cvt(val[k][c] * p.a[c] + p.b[c]));
-        }
+}
+
+// A block is 4 warps, one output row each; a warp covers 32 * PX pixels of
+// its row (PX: CF_WARP_PX for packed sources, CF_WARP_PX_YUV for YUV); grid
+// (ceil(OW / (32 * PX)), ceil(OH / 4), B).  The source format and channel
+// count are template parameters and the per-row work (geometry, vertical
+// taps, row addresses, the resampling mode) is done once per thread, so a
+// pixel costs its horizontal taps, the loads and the arithmetic (the kernel
+// is bound by instruction issue, not memory).
+template <typename T, int FMT, int C>
+__global__ void __launch_bounds__(128, FMT == 0 ? CF_WARP_MINB : CF_WARP_MINB_YUV)
+cf_warp(const WarpParams p) {
+    constexpr int PX = FMT == 0 ? CF_WARP_PX : CF_WARP_PX_YUV;
+    const int oy = blockIdx.y * 4 + threadIdx.y;
+    const int ox = blockIdx.x * (32 * PX) + threadIdx.x;
+    if (oy >= p.OH) return;
+    const int b = blockIdx.z;
+    const Geo g = geometry(p, b);
+    const int ly = oy - p.oy0;
+    const bool row_in = ly >= 0 && ly < p.rh;
+    Taps ty{};
+    Row<FMT> ra{}, rb{};
+    if (row_in) {
+        ty = axis_taps(p.interp, ly, g.sy, g.y0, p.H);
+        ra = src_row<FMT>(p, g.frame, ty.i0);
+        rb = src_row<FMT>(p, g.frame, ty.i1);
     }
+    if (p.interp == 1 || (p.interp == 2 && !ty.area && g.sx <= 1.0f))
+        warp_row<T, FMT, C, 1, PX>(p, g, b, oy, ox, row_in, ty, ra, rb);
+    else if (p.interp == 0)
+        warp_row<T, FMT, C, 0, PX>(p, g, b, oy, ox, row_in, ty, ra, rb);
+    else
+        warp_row<T, FMT, C, 2, PX>(p, g, b, oy, ox, row_in, ty, ra, rb);
 }
 
 // ------------------------------------------------------------------ denormalize
