@@ -392,6 +392,15 @@ class PoolMachine(RuleBasedStateMachine):
         self.pool.free(b)
 
     @precondition(lambda self: self.live)
+    @rule(i=st.integers(0, 10**6))
+    def free_queued(self, i):
+        """Free the way CuPy's hook does: queue the pointer; the next allocation processes
+        it (and hands the block straight back when it asks for the same size)."""
+        b, byte = self.live.pop(i % len(self.live))
+        check(b, byte)
+        self.pool._freed[b.ptr] = 0
+
+    @precondition(lambda self: self.live)
     @rule(i=st.integers(0, 10**6), size=st.integers(1, 3 << 20))
     def resize(self, i, size):
         b, byte = self.live.pop(i % len(self.live))
@@ -436,7 +445,7 @@ test_pool_state_machine = PoolMachine.TestCase
 @pytest.fixture
 def pooled(gpu_cf):
     if not gpu_cf.memory._INSTALLED:
-        pytest.skip("cuflow's pool is opt-in: run with CUFLOW_POOL=on (bench/gpu_run.sh does)")
+        pytest.skip("cuflow's pool is off (CUFLOW_POOL=off): CuPy keeps its own allocator")
     return gpu_cf
 
 
@@ -454,6 +463,29 @@ def test_cupy_allocations_use_the_pool(pooled):
     del x
     assert pool.used_bytes() == used - round_size(4000)
     assert pool.stats()["backend"] == "driver-pool"
+
+
+_WHICH_ALLOCATOR = (
+    "import cupy, cuflow as cf; cf.set_backend('cupy'); cf.zeros(4); "
+    "print(type(cupy.cuda.get_allocator().__self__).__name__)")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("env", "owner"), [(None, "PythonFunctionAllocator"),
+                                            ("off", "MemoryPool")])
+def test_pool_is_installed_by_default_and_off_leaves_cupys(gpu_cf, env, owner):
+    """By default cuflow's pool becomes CuPy's allocator on first use (CuPy's
+    PythonFunctionAllocator over the pool's hook); CUFLOW_POOL=off keeps CuPy's MemoryPool."""
+    import os
+    import subprocess
+    import sys
+
+    e = {k: v for k, v in os.environ.items() if k != "CUFLOW_POOL"}
+    if env is not None:
+        e["CUFLOW_POOL"] = env
+    out = subprocess.run([sys.executable, "-c", _WHICH_ALLOCATOR], env=e, capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out[-1] == owner
 
 
 def test_destroyed_stream_blocks_are_adopted():

@@ -121,7 +121,7 @@ def test_dst_allocates_nothing(gpu_cf):
     import cupy
 
     cf = gpu_cf
-    installed = cf.memory._INSTALLED  # cuflow's pool is CuPy's allocator (CUFLOW_POOL=on)
+    installed = cf.memory._INSTALLED  # cuflow's pool is CuPy's allocator (unless CUFLOW_POOL=off)
     pool = cf.memory.get_pool() if installed else cupy.get_default_memory_pool()
     a = cf.testing.random_array((256, 256), "float32")
     b = cf.testing.random_array((256, 256), "float32")

@@ -80,8 +80,8 @@ class Segment:
 class Block:
     """A range of a segment; ``free`` blocks are in a free list, others are lent out."""
 
-    __slots__ = ("events", "free", "next", "ptr", "prev", "quick", "req", "seg", "size",
-                 "stream", "uses")
+    __slots__ = ("events", "free", "next", "plain", "ptr", "prev", "quick", "req", "seg",
+                 "size", "stream", "uses")
 
     def __init__(self, ptr: int, size: int, seg: Segment, stream: int) -> None:
         self.ptr, self.size, self.seg, self.stream = ptr, size, seg, stream
@@ -92,6 +92,9 @@ class Block:
         self.req = 0
         self.uses: set[int] | None = None  # other streams that used it (record_stream)
         self.events: list[Any] | None = None
+        #: lent from the general pool on a live stream, with no recorded cross-stream use:
+        #: its free may go straight to the exact-size cache (the hot path checks only this)
+        self.plain = False
 
 
 class _FreeList:
@@ -173,6 +176,9 @@ class Pool:
         self._private: dict[Any, dict[str, Any]] = {}
         self._next_owner = 1
         self._recording: list[tuple] | None = None
+        #: a stream captures, a stream was destroyed, or allocations are recorded: the hot
+        #: path then defers to the general one (see _update_slow)
+        self._slow = False
         self._warming = False  # segments made now are kept (reserve / warmup / replay)
         self._watched: set[int] = set()
         self._on_new_stream: Callable[[int], None] | None = None  # set by the CuPy glue
@@ -227,55 +233,49 @@ class Pool:
         exact-size block freed earlier on the stream; anything else goes to
         :meth:`_alloc_miss`.
         """
-        pool, quick, live, freed, hits, dead = (
-            self, self._quick, self._live, self._freed, self.hits, self._dead)
+        pool, quick, live, freed, hits = self, self._quick, self._live, self._freed, self.hits
         free_other, miss = self._free_locked, self._alloc_miss
         acquire, release = self._lock.acquire, self._lock.release  # cheaper than ``with``
 
         def alloc(nbytes: int, arg: int) -> int:
             stream = arg if stream_of is None else stream_of().ptr
-            if nbytes < SMALL:
-                size = (((nbytes + 511) >> 9) << 9) or 512
-            else:
-                size = (nbytes + LARGE_ROUND - 1) & ~(LARGE_ROUND - 1)
-            again = None
             acquire()
             try:
                 if freed and not pool._busy:
-                    reuse = not (pool._capturing or pool._gone)
+                    slow, again = pool._slow, 0
                     while freed:  # the queued frees, inlined for the common case
-                        b = live.pop(freed.popitem()[0])
-                        if (b.uses or b.seg.owner is not None or b.stream in dead
-                                or pool._recording is not None):
+                        ptr = freed.popitem()[0]
+                        b = live[ptr]
+                        if slow or not b.plain:
+                            del live[ptr]
                             free_other(b)
-                            continue
-                        pool.requested -= b.req
-                        if reuse and b.size == size and b.stream == stream:
-                            # the block just freed fits this request: hand it straight back
-                            # (its bytes stay allocated; the other queued frees still go on)
-                            reuse = False
-                            b.req = nbytes
-                            hits[size] += 1
-                            n = pool.requested = pool.requested + nbytes
-                            if n > pool.peak_requested:
-                                pool.peak_requested = n
-                            live[b.ptr] = b
-                            again = b
-                            continue
-                        pool.allocated -= b.size
-                        b.free = b.quick = True
-                        q = quick.get(b.stream)
-                        if q is None:
-                            quick[b.stream] = {b.size: [b]}
+                        elif not again and b.req == nbytes and b.stream == stream:
+                            # the block just freed was asked for with this very size: hand it
+                            # straight back (it stays lent, its statistics are unchanged; the
+                            # other queued frees still go on)
+                            hits[b.size] += 1
+                            again = ptr
                         else:
-                            lst = q.get(b.size)
-                            if lst is None:
-                                q[b.size] = [b]
+                            del live[ptr]
+                            pool.requested -= b.req
+                            pool.allocated -= b.size
+                            b.free = b.quick = True
+                            q = quick.get(b.stream)
+                            if q is None:
+                                quick[b.stream] = {b.size: [b]}
                             else:
-                                lst.append(b)
-                    if again is not None:
-                        return again.ptr
-                if not pool._capturing and not pool._gone:
+                                lst = q.get(b.size)
+                                if lst is None:
+                                    q[b.size] = [b]
+                                else:
+                                    lst.append(b)
+                    if again:
+                        return again
+                if nbytes < SMALL:
+                    size = (((nbytes + 511) >> 9) << 9) or 512
+                else:
+                    size = (nbytes + LARGE_ROUND - 1) & ~(LARGE_ROUND - 1)
+                if not pool._slow:
                     q = quick.get(stream)
                     if q is not None:
                         lst = q.get(size)
@@ -292,8 +292,6 @@ class Pool:
                                 pool.peak_allocated = n
                                 if n + pool.pending_bytes > pool.peak_active:
                                     pool.peak_active = n + pool.pending_bytes
-                            if pool._recording is not None:
-                                pool._recording.append(("a", b.ptr, nbytes, stream))
                             live[b.ptr] = b
                             return b.ptr
                 return miss(size, nbytes, stream)
@@ -378,6 +376,7 @@ class Pool:
             b.size = size
             self._list(b.seg.owner, r.stream).push(r)
         b.free = False
+        b.plain = b.seg.owner is None and b.stream not in self._dead
         b.req = nbytes
         self.allocated += b.size
         self.requested += nbytes
@@ -496,6 +495,7 @@ class Pool:
         try:
             while self._gone:
                 self._forget_stream(self._gone.pop())
+            self._update_slow()
             freed, live = self._freed, self._live
             while freed:
                 ptr, _ = freed.popitem()
@@ -578,12 +578,16 @@ class Pool:
         self._pending = keep
         return done_any
 
+    def _update_slow(self) -> None:
+        self._slow = bool(self._capturing or self._gone or self._recording is not None)
+
     def record_stream(self, b: Block, stream: int) -> None:
         """Mark ``b`` as used on ``stream`` (PyTorch's ``record_stream``)."""
         if stream != b.stream:
             with self._lock:
                 if b.uses is None:
                     b.uses = set()
+                b.plain = False
                 b.uses.add(stream)
                 b.seg.streams.add(stream)
 
@@ -603,12 +607,16 @@ class Pool:
     def _stream_gone(self, ptr: int) -> None:
         """The stream object at ``ptr`` was destroyed (a finalizer: only queue it)."""
         self._gone.append(ptr)
+        self._slow = True
 
     def _forget_stream(self, ptr: int) -> None:
         """Cached blocks of a destroyed stream become orphans (no event can be recorded on a
         dead stream), reused on the default stream after a device synchronize."""
         self._watched.discard(ptr)
         self._dead.add(ptr)
+        for b in self._live.values():  # their frees must not reach the exact-size cache
+            if b.stream == ptr:
+                b.plain = False
         for by_size in self._quick.pop(ptr, {}).values():
             for b in by_size:
                 b.quick = False
@@ -708,6 +716,7 @@ class Pool:
         with self._lock:
             self._drain()
             self._recording = []
+            self._slow = True
             self._rec_peak_base = self.allocated
             self.peak_allocated = self.allocated
 
@@ -716,17 +725,22 @@ class Pool:
         with self._lock:
             self._drain()
             events, self._recording = self._recording or [], None
+            self._update_slow()
             return events, self.peak_allocated - self._rec_peak_base
 
-    def replay(self, events: list[tuple], rounds: int = 2) -> int:
+    def replay(self, events: list[tuple], rounds: int = 2, keep: bool = True) -> int:
         """Dry-run recorded allocation events (no kernels) so the cache fits their pattern.
 
-        Placement decides whether a pattern fits in a given reserve, so after
-        reserving the recorded peak the pattern is replayed: any segment it
-        still needs is then cached too.  Returns the segments it added.
+        Placement decides whether a pattern fits in a given reserve, so the
+        pattern is replayed ``rounds`` times: whatever it needs is then held.
+        With ``keep`` the segments made are kept (served to any request and
+        released only by :meth:`empty_cache`); without it they are ordinary
+        segments, and a backend that reuses released memory for any size
+        (``cheap_release``) keeps what the pattern needed in its own reserve.
+        Returns the segments the replay made.
         """
         n0 = self.num_segment_alloc
-        with self._warm():
+        with self._warm() if keep else contextlib.nullcontext():
             for _ in range(rounds):
                 live: dict[int, Block] = {}
                 for op, key, nbytes, stream in events:
@@ -746,11 +760,13 @@ class Pool:
             self._next_owner += 1
             self._private[owner] = {"closed": False, "segments": 0}
             self._capturing[stream] = owner
+            self._slow = True
             return owner
 
     def end_private(self, stream: int) -> None:
         with self._lock:
             self._capturing.pop(stream, None)
+            self._update_slow()
 
     def close_private(self, owner: int) -> None:
         """The graph that owns ``owner`` is gone: release its segments once they are free."""
