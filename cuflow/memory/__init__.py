@@ -365,10 +365,13 @@ def warmup(fn: Callable[..., Any], *largest_inputs: Any, pool: Pool | None = Non
     """Run ``fn(*largest_inputs, **kwargs)`` once and keep what its steady state needs.
 
     The pool records ``fn``'s allocations, returns every cached segment and
-    replays the recorded pattern (host-side only, no kernels), keeping the
-    segments the replay made; later calls with inputs up to these sizes are
-    then served from the cache (kept segments may be split by any request),
-    with no device allocation.
+    replays the recorded pattern twice (host-side only, no kernels).  With the
+    default driver-pool backend the replay leaves what the pattern needs in the
+    driver's reserve, which serves the pool's later segments of any size; with
+    ``cudaMalloc`` segments the replay's segments are kept (split by any
+    request, released only by :func:`empty_cache`).  Later calls with inputs up
+    to these sizes then make no device allocation (measured on traces R0 and G:
+    ``stats()["num_device_alloc"]`` stays put).
 
     Returns
     -------
