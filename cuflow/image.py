@@ -363,6 +363,9 @@ def _make_plan(name, src, *, size, letterbox_pad, rois, interpolation, mean, std
     if n_out > 65535:
         raise ImageFormatError(f"cuflow.image.{name}: at most 65535 frames per call, got "
                                f"{n_out}; split the batch")
+    if oh * ow * oc >= 1 << 31:  # cf_warp offsets within one output image are 32-bit
+        raise ImageFormatError(f"cuflow.image.{name}: an output image must have fewer than "
+                               f"2**31 elements, got {oh} x {ow} x {oc}; resize in tiles")
     shape = _out_shape(s.batched or rois is not None, n_out, oh, ow, oc, layout)
     identity = (oh, ow) == (s.H, s.W) and not letterbox_pad and rois is None
     interp = 0 if identity else _INTERP[interpolation]  # scale 1 is the identity for every mode

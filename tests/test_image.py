@@ -282,6 +282,8 @@ def test_errors_state_the_rule(cf, rng):
         image.normalize(np.zeros((2, 2, 3), np.uint8) if cf.get_backend().is_gpu else [1])
     with pytest.raises(ValueError, match=r"\(K, 4\)"):
         image.crop_resize(x, cf.zeros((3, 5), dtype="float32"), 4)
+    with pytest.raises(image.ImageFormatError, match=r"fewer than 2\*\*31 elements"):
+        image.resize(x, (46341, 46341))  # planned (and refused) before anything is allocated
 
 
 def test_dst_contract(cf, rng):

@@ -243,10 +243,11 @@ struct WarpParams {
     float yuv[6];              // ys, -yoff*ys, rv, gu, gv, bu, all / 255 (YUV -> RGB on 0-1)
 };
 
-// A byte as a float with two full-rate instructions (OR into the mantissa of
-// 2^23, subtract 2^23) instead of a conversion instruction.
-__device__ __forceinline__ float u8f(unsigned char v) {
-    return __uint_as_float(0x4B000000u | v) - 8388608.0f;
+// A byte as a float (one I2FP instruction).
+__device__ __forceinline__ float u8f(unsigned char v) { return (float)(unsigned int)v; }
+// A byte minus 128 as a float: the subtraction folded into the 2^23 trick (exact).
+__device__ __forceinline__ float u8f_c(unsigned char v) {
+    return __uint_as_float(0x4B000000u | v) - 8388736.0f;
 }
 
 // The start of source row y: the packed or luma row, and for YUV the chroma
@@ -284,18 +285,17 @@ __device__ __forceinline__ void fetch(const WarpParams& p, const Row<FMT>& r, in
         for (int c = 0; c < C; ++c) out[c] = u8f(__ldg(q + c));
     } else {
         const float Y = u8f(__ldg(r.l + x));
-        float U, V;
+        float u, v;  // chroma minus 128
         if constexpr (FMT == 1) {
-            U = u8f(__ldg(r.u + (x & ~1)));
-            V = u8f(__ldg(r.u + (x & ~1) + 1));
+            u = u8f_c(__ldg(r.u + (x & ~1)));
+            v = u8f_c(__ldg(r.u + (x & ~1) + 1));
         } else {
-            U = u8f(__ldg(r.u + (x >> 1)));
-            V = u8f(__ldg(r.v + (x >> 1)));
+            u = u8f_c(__ldg(r.u + (x >> 1)));
+            v = u8f_c(__ldg(r.v + (x >> 1)));
         }
         // on the 0-1 scale (the host divided the coefficients by 255 and folded the luma
         // offset): each clamp is the free saturation of a multiply-add
         const float yy = fmaf(Y, p.yuv[0], p.yuv[1]);
-        const float u = U - 128.0f, v = V - 128.0f;
         out[0] = __saturatef(fmaf(p.yuv[2], v, yy));
         out[1] = __saturatef(fmaf(-p.yuv[4], v, fmaf(-p.yuv[3], u, yy)));
         out[2] = __saturatef(fmaf(p.yuv[5], u, yy));
@@ -407,18 +407,21 @@ __device__ __forceinline__ void put(unsigned char* q, unsigned char v) {
 // (box along downscaled axes, bilinear along the others).  Output slot j
 // (j < OC) is source channel j when p.direct (the host permuted the output
 // channels and coefficients instead), else src_map[j] or the gray dot product.
-template <typename T, int FMT, int C, int MODE, int PX>
+template <typename T, int FMT, int C, int MODE, int PX, bool NCHW>
 __device__ __forceinline__ void warp_row(const WarpParams& p, const Geo& g, int b, int oy,
                                          int ox, bool row_in, const Taps& ty,
                                          const Row<FMT>& ra, const Row<FMT>& rb) {
-    // slot j goes to output channel ch[j]: a plane apart (NCHW) or adjacent (NHWC)
-    T* out = reinterpret_cast<T*>(p.dst) + (long long)b * p.dst_fstride;
+    // Slot j goes to output channel ch[j], a plane apart (NCHW) or adjacent (NHWC): its
+    // offset within the image is set up once (32-bit: the host checks that an output
+    // image has fewer than 2^31 elements), so a store costs one address instruction.
     const long long at = (long long)oy * p.OW + ox;
-    const long long cstride = p.nchw ? (long long)p.OH * p.OW : 1;
-    const int pstride = 32 * (p.nchw ? 1 : p.OC);  // elements between a thread's pixels
-    T* q = out + (p.nchw ? at : at * p.OC);
+    T* q = reinterpret_cast<T*>(p.dst) + (long long)b * p.dst_fstride + (NCHW ? at : at * p.OC);
+    int qs[4];
 #pragma unroll
-    for (int k = 0; k < PX; ++k, q += pstride) {
+    for (int j = 0; j < 4; ++j) qs[j] = NCHW ? p.ch[j] * (p.OH * p.OW) : p.ch[j];
+    const int pstride = NCHW ? 32 : 32 * p.OC;  // elements between a thread's pixels
+#pragma unroll
+    for (int k = 0; k < PX; ++k) {
         if (ox + 32 * k >= p.OW) break;
         float v[4];
         v[0] = v[1] = v[2] = v[3] = p.pad;
@@ -479,9 +482,22 @@ __device__ __forceinline__ void warp_row(const WarpParams& p, const Geo& g, int 
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             if (j >= p.OC) break;
-            put(q + p.ch[j] * cstride, Out<T>::cvt(v[j] * p.a[j] + p.b[j]));
+            put(q + qs[j] + k * pstride, Out<T>::cvt(v[j] * p.a[j] + p.b[j]));
         }
     }
+}
+
+// The row's resampling mode, chosen once.
+template <typename T, int FMT, int C, int PX, bool NCHW>
+__device__ __forceinline__ void warp_mode(const WarpParams& p, const Geo& g, int b, int oy,
+                                          int ox, bool row_in, const Taps& ty,
+                                          const Row<FMT>& ra, const Row<FMT>& rb) {
+    if (p.interp == 1 || (p.interp == 2 && !ty.area && g.sx <= 1.0f))
+        warp_row<T, FMT, C, 1, PX, NCHW>(p, g, b, oy, ox, row_in, ty, ra, rb);
+    else if (p.interp == 0)
+        warp_row<T, FMT, C, 0, PX, NCHW>(p, g, b, oy, ox, row_in, ty, ra, rb);
+    else
+        warp_row<T, FMT, C, 2, PX, NCHW>(p, g, b, oy, ox, row_in, ty, ra, rb);
 }
 
 // A block is 4 warps, one output row each; a warp covers 32 * PX pixels of
@@ -509,12 +525,10 @@ cf_warp(const WarpParams p) {
         ra = src_row<FMT>(p, g.frame, ty.i0);
         rb = src_row<FMT>(p, g.frame, ty.i1);
     }
-    if (p.interp == 1 || (p.interp == 2 && !ty.area && g.sx <= 1.0f))
-        warp_row<T, FMT, C, 1, PX>(p, g, b, oy, ox, row_in, ty, ra, rb);
-    else if (p.interp == 0)
-        warp_row<T, FMT, C, 0, PX>(p, g, b, oy, ox, row_in, ty, ra, rb);
+    if (p.nchw)
+        warp_mode<T, FMT, C, PX, true>(p, g, b, oy, ox, row_in, ty, ra, rb);
     else
-        warp_row<T, FMT, C, 2, PX>(p, g, b, oy, ox, row_in, ty, ra, rb);
+        warp_mode<T, FMT, C, PX, false>(p, g, b, oy, ox, row_in, ty, ra, rb);
 }
 
 // ------------------------------------------------------------------ denormalize
