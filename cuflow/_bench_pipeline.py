@@ -148,7 +148,8 @@ def pipeline_cases(cf, n_frames: int, torch=None,
                 for f in pool]
     frames = [pool[i % len(pool)] for i in range(n_frames)]
     sink: list[Any] = []
-    pipe = cf.Pipeline((S, S), BATCH, mean=MEAN, std=STD)
+    # the frames sit in a list that nothing writes to: uploads may run back to back
+    pipe = cf.Pipeline((S, S), BATCH, mean=MEAN, std=STD, frames_reused=False)
 
     def cuflow_pipeline():
         for batch in pipe.batches(frames):
@@ -283,7 +284,8 @@ def pipeline_rows(cf, quick: bool, copy_tbps: float, device_time_us, host_time_u
     group = f"Bufferizer: {BATCH} x 1080p uint8 frames"
     frames = [cf.testing.random_array((H, W, 3), "uint8") for _ in range(BATCH)]
     batch = cf.testing.random_array((BATCH, H, W, 3), "uint8")
-    buf = cf.Bufferizer((H, W, 3), BATCH, cf.uint8)
+    # on the current stream: the device timer's events are recorded there
+    buf = cf.Bufferizer((H, W, 3), BATCH, cf.uint8, stream=cf.current_stream())
     nbytes = 2 * BATCH * buf.element_nbytes
 
     def fill_one():

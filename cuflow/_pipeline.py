@@ -14,8 +14,9 @@ previous upload has not finished yet (back-pressure), never for the device.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any
 
 import numpy
@@ -35,8 +36,25 @@ class PipelineOptions:
     and pads with ``pad`` (YOLO-style), else the frame is stretched.  The rest
     is passed to :func:`cuflow.image.resize_normalize` / :func:`~cuflow.image.letterbox`.
     ``n_staging`` frames are in flight at once; ``copy_threads`` host threads
-    copy each pageable frame into pinned memory (``0``: upload pageable frames
-    directly, the CUDA driver staging them itself).
+    copy pageable frames into pinned memory (``0``: upload pageable frames
+    directly, the CUDA driver staging them itself).  The defaults were the
+    fastest on an H200 host (1080p frames: 4775 frames/s with frames not
+    reused, against 3909 with 2 threads and 3 slots and ~4250-4600 with 4-8
+    threads, where the copies compete with the uploads for host memory
+    bandwidth; 3041 with frames reused).
+
+    A pinned frame is uploaded in place.  ``frames_reused=True`` (the safe
+    default) is for producers that may write into a frame's memory once the
+    next frame is asked for, such as a decoder cycling through its own pinned
+    buffers: each pinned frame's upload is waited for before the next frame is
+    taken, which leaves the copy engine idle between frames (about 25 us per
+    ~115 us 1080p upload on an H200).  Pass ``False`` when the frames' memory
+    is not written while the pipeline runs (a list of frames, or a new array
+    per frame): uploads then run back to back, the pipeline keeps each frame
+    alive until its upload is done, and up to ``n_staging`` pageable frames
+    are copied into staging at once, a whole frame per thread.  With
+    ``frames_reused=True`` a pageable frame is copied, in row chunks over the
+    threads, before the next one is asked for.
     """
 
     size: tuple[int, int]
@@ -51,8 +69,9 @@ class PipelineOptions:
     interpolation: str = "bilinear"
     letterbox: bool = False
     pad: float = 114
-    n_staging: int = 3
-    copy_threads: int = 2
+    n_staging: int = 4
+    copy_threads: int = 3
+    frames_reused: bool = True
 
     def __post_init__(self) -> None:
         size = self.size if isinstance(self.size, tuple | list) else (self.size, self.size)
@@ -64,6 +83,9 @@ class PipelineOptions:
             v = getattr(self, name)
             if not isinstance(v, int | numpy.integer) or isinstance(v, bool) or v < lo:
                 raise ValueError(f"Pipeline: {name} must be an int >= {lo}, got {v!r}")
+        if not isinstance(self.frames_reused, bool):
+            raise ValueError(f"Pipeline: frames_reused must be True or False, "
+                             f"got {self.frames_reused!r}")
 
     def kernel_kwargs(self) -> dict[str, Any]:
         kw = dict(interpolation=self.interpolation, mean=self.mean, std=self.std,
@@ -94,7 +116,8 @@ class _Slot:
     __slots__ = ("borrowed", "dev", "host", "uploaded", "used")
 
     def __init__(self) -> None:
-        self.borrowed = False  # the upload reads the caller's pinned frame in place
+        # the caller's pinned frame that the upload reads in place, kept alive until it is done
+        self.borrowed: numpy.ndarray | None = None
         self.host: numpy.ndarray | None = None
         self.dev: Any = None
         self.uploaded: Event | None = None  # H2D done (copy stream)
@@ -113,7 +136,8 @@ class Pipeline:
     **options
         See :class:`PipelineOptions` (``mean``, ``std``, ``scale``,
         ``src_format``, ``out_format``, ``layout``, ``dtype``,
-        ``interpolation``, ``letterbox``, ``pad``, ``n_staging``).
+        ``interpolation``, ``letterbox``, ``pad``, ``n_staging``,
+        ``copy_threads``, ``frames_reused``).
 
     Notes
     -----
@@ -144,57 +168,73 @@ class Pipeline:
         self.letterbox_info: image.Letterbox | None = None
         self.frames = 0  # frames processed so far
         self._pool: Any = None  # threads of the staging copy, made on first use
+        self._copying: list[Any] = []  # the host copy in flight (futures of its chunks)
 
     # ----------------------------------------------------------------- stages
-    def _upload(self, k: int, frame: numpy.ndarray) -> Any:
-        """Frame -> (pinned staging k ->) device frame k on the copy stream."""
+    def _upload(self, k: int, frame: numpy.ndarray) -> Callable[[], Any]:
+        """Frame -> (pinned staging k ->) device frame k on the copy stream.
+
+        Returns ``finish()``, which gives device frame k once its upload is
+        queued.  A pageable frame is copied into pinned staging by the copy
+        threads meanwhile, so the caller's work between the two calls (the
+        previous frame's kernel, handing a batch to the consumer) overlaps that
+        host copy; ``finish`` waits for it, then queues the upload.
+        """
         from . import memory  # noqa: PLC0415
 
         s = self._slots[k]
         if s.uploaded is not None:
             s.uploaded.synchronize()  # back-pressure: staging k's last upload must be done
+        s.borrowed = None
         if s.dev is None or s.dev.shape != frame.shape:
             s.host = None
             with self.copy_stream:
                 s.dev = _ops.CREATION["empty"](frame.shape, dtype=frame.dtype)
         pinned = _is_pinned(frame)
-        direct = pinned or self.options.copy_threads == 0  # 0: the driver stages pageable frames
-        if not direct:
-            if s.host is None:
-                s.host = memory.empty_pinned(frame.shape, frame.dtype)
-            self._host_copy(s.host, frame)
+        if pinned or self.options.copy_threads == 0:  # 0: the driver stages pageable frames
+            self._send(s, frame)
+            # A pinned frame is read in place until its upload is done: held until then,
+            # and with frames_reused, waited for before the next frame is asked for.
+            s.borrowed = frame if pinned else None
+            return lambda: s.dev
+        if s.host is None:
+            s.host = memory.empty_pinned(frame.shape, frame.dtype)
+        copying = self._host_copy(s.host, frame)
+        self._copying.extend(copying)
+
+        def finish() -> Any:
+            for f in copying:
+                f.result()
+            self._send(s, s.host)
+            return s.dev
+
+        return finish
+
+    def _send(self, s: _Slot, host: numpy.ndarray) -> None:
         if s.used is not None:
             self.copy_stream.wait(s.used)  # the kernel still reading dev k goes first
-        _ops.copy(frame if direct else s.host, dst=s.dev, stream=self.copy_stream)
+        _ops.copy(host, dst=s.dev, stream=self.copy_stream)
         s.uploaded = self.copy_stream.record(s.uploaded or Event(timing=False))
-        # A pinned frame is read in place until its upload is done; batches() waits for
-        # that before asking for the next frame (the caller may refill this one then).
-        s.borrowed = pinned
-        return s.dev
 
-    def _host_copy(self, dst: numpy.ndarray, src: numpy.ndarray) -> None:
-        """Pageable frame -> pinned staging, split over threads (NumPy drops the GIL to copy).
+    def _host_copy(self, dst: numpy.ndarray, src: numpy.ndarray) -> list[Any]:
+        """Start copying a pageable frame into pinned staging on the copy threads (NumPy
+        drops the GIL to copy); the futures of the copy.
 
-        One thread copies a 1080p frame in ~475 us on an H200 host, four times
-        the pinned upload (~115 us).  Two threads were fastest end to end
-        (2566 frames/s against 2140 with four, 1606 with eight and ~2100 with
-        the driver staging pageable frames itself, ``copy_threads=0``): more
-        threads compete with the uploads for host memory bandwidth.
+        With ``frames_reused`` only one frame is copied at a time, split in row
+        chunks over the threads; otherwise each frame is one task and several
+        frames are copied at once (one thread copies a 1080p frame in ~500 us
+        on an H200 host, four times its pinned upload).
         """
         n = self.options.copy_threads
-        if n <= 1 or src.shape[0] < 2 * n:
-            numpy.copyto(dst, src)
-            return
         if self._pool is None:
             from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
 
-            self._pool = ThreadPoolExecutor(n - 1, thread_name_prefix="cuflow-staging")
+            self._pool = ThreadPoolExecutor(n, thread_name_prefix="cuflow-staging")
+        if not self.options.frames_reused:
+            return [self._pool.submit(numpy.copyto, dst, src)]
         step = -(-src.shape[0] // n)
-        done = [self._pool.submit(numpy.copyto, dst[i:i + step], src[i:i + step])
-                for i in range(step, src.shape[0], step)]
-        numpy.copyto(dst[:step], src[:step])  # this thread takes the first chunk
-        for f in done:
-            f.result()
+        return [self._pool.submit(numpy.copyto, dst[i:i + step], src[i:i + step])
+                for i in range(0, src.shape[0], step)]
 
     def _process(self, k: int, dev: Any, buf: Bufferizer) -> None:
         """Device frame k -> the next batch slot, one fused kernel on the compute stream."""
@@ -232,26 +272,49 @@ class Pipeline:
         / I420 with ``src_format``), for example from a video decoder.
         """
         consumer = as_stream(stream)
+        reused = self.options.frames_reused
+        # frames taken but not uploaded yet: one (its host copy overlapping the previous
+        # frame's kernel), or with frames that are not reused, up to one per staging slot
+        # (their host copies running at once)
+        ahead = 1 if reused else len(self._slots)
+        staged: collections.deque[tuple[int, Callable[[], Any]]] = collections.deque()
         buf: Bufferizer | None = None
         pending: tuple[int, Any] | None = None  # uploaded (or uploading), not yet processed
         k = 0
-        for frame in frames:
-            frame = self._check_frame(frame)
-            buf = self._bufferizer(frame.shape)
-            # Frame i+1's upload is queued before frame i's kernel (and before the
-            # consumer's work on a full batch), so the copy engine runs while they do.
-            dev = self._upload(k, frame)
+        try:
+            for frame in frames:
+                frame = self._check_frame(frame)
+                buf = self._bufferizer(frame.shape)
+                # Frame i+1's host copy runs and its upload is queued while frame i's
+                # kernel is queued (and the consumer works on a full batch).
+                staged.append((k, self._upload(k, frame)))
+                k = (k + 1) % len(self._slots)
+                if len(staged) == ahead:
+                    pending = yield from self._advance(pending, staged, buf, consumer)
+                    j = pending[0]
+                    if reused and self._slots[j].borrowed is not None:
+                        self._slots[j].uploaded.synchronize()  # before the caller refills it
+            while staged:
+                pending = yield from self._advance(pending, staged, buf, consumer)
             if pending is not None:
                 yield from self._step(pending, buf, consumer)
-            pending = (k, dev)
-            if self._slots[k].borrowed:
-                self._slots[k].uploaded.synchronize()  # before the caller refills its frame
-            k = (k + 1) % len(self._slots)
+            if buf is not None and len(buf):
+                yield buf.take(stream=consumer)
+                buf.release(stream=consumer)
+        finally:  # a consumer that stops early: no copy into staging may outlive the loop
+            for f in self._copying:
+                f.result()
+            self._copying = []
+
+    def _advance(self, pending: tuple[int, Any] | None, staged: Any, buf: Bufferizer,
+                 consumer: Any) -> Generator[Any, None, tuple[int, Any]]:
+        """Process the pending frame, then queue the upload of the oldest staged one."""
+        j, finish = staged.popleft()
         if pending is not None:
             yield from self._step(pending, buf, consumer)
-        if buf is not None and len(buf):
-            yield buf.take(stream=consumer)
-            buf.release(stream=consumer)
+        dev = finish()
+        self._copying = [f for f in self._copying if not f.done()]
+        return j, dev
 
     def _step(self, pending: tuple[int, Any], buf: Bufferizer, consumer: Any) -> Iterator[Any]:
         self._process(*pending, buf)

@@ -46,8 +46,9 @@ def main() -> None:
                    for f in decoded]
     frames = [decoded[i % 8] for i in range(args.frames)]   # stands in for a video decoder
     net = model()
+    # the frames sit in a list nothing writes to: several are staged and uploaded at once
     pipe = cuflow.Pipeline((640, 640), 16, mean=(0.485, 0.456, 0.406),
-                           std=(0.229, 0.224, 0.225))
+                           std=(0.229, 0.224, 0.225), frames_reused=False)
 
     def run() -> list[torch.Tensor]:
         outs = []

@@ -20,10 +20,12 @@ def expected(cf, frames, size, **kw):
                      for f in frames])
 
 
+@pytest.mark.parametrize("reused, threads", [(True, 3), (False, 3), (False, 1), (True, 0)])
 @pytest.mark.parametrize("n, batch", [(8, 4), (7, 3), (2, 5)])
-def test_batches_match_the_fused_op(cf, rng, n, batch):
+def test_batches_match_the_fused_op(cf, rng, n, batch, reused, threads):
     frames = host_frames(rng, n)
-    pipe = cf.Pipeline((32, 40), batch, mean=MEAN, std=STD)
+    pipe = cf.Pipeline((32, 40), batch, mean=MEAN, std=STD, frames_reused=reused,
+                       copy_threads=threads)
     got = [cf.asnumpy(b) for b in pipe.batches(frames)]
     assert [len(b) for b in got] == [batch] * (n // batch) + ([n % batch] if n % batch else [])
     want = expected(cf, frames, (32, 40), mean=MEAN, std=STD)
@@ -68,7 +70,8 @@ def test_bad_frames(cf, bad, err):
 
 @pytest.mark.parametrize("kw", [dict(size=0, batch_size=2), dict(size=(8, 8, 8), batch_size=2),
                                 dict(size=8, batch_size=0), dict(size=8, batch_size=2,
-                                                                 n_staging=1)])
+                                                                 n_staging=1),
+                                dict(size=8, batch_size=2, frames_reused=1)])
 def test_options_are_validated(cf, kw):
     with pytest.raises(ValueError, match="Pipeline"):
         cf.Pipeline(**kw)
@@ -87,3 +90,35 @@ def test_batches_feed_torch_without_a_copy(gpu_cf, rng):
         assert t.data_ptr() == b.data.ptr
         outs.append((t * 2).cpu().numpy())  # queued on torch's stream after the batch
     np.testing.assert_allclose(np.concatenate(outs), want * 2, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("pinned", [False, True])
+@pytest.mark.gpu
+def test_a_producer_that_refills_one_buffer(gpu_cf, rng, pinned):
+    """frames_reused=True: the producer writes the next frame into the buffer it just handed
+    over; every frame must still be processed as it was when it was handed over."""
+    cf = gpu_cf
+    contents = host_frames(rng, 10, h=540, w=960)
+    buf = cf.memory.empty_pinned(contents[0].shape, np.uint8) if pinned else contents[0].copy()
+
+    def producer():
+        for c in contents:
+            np.copyto(buf, c)
+            yield buf
+
+    pipe = cf.Pipeline((64, 64), 4, mean=MEAN, std=STD)
+    got = np.concatenate([cf.asnumpy(b) for b in pipe.batches(producer())])
+    np.testing.assert_allclose(got, expected(cf, contents, (64, 64), mean=MEAN, std=STD),
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("reused", [True, False])
+def test_a_consumer_that_stops_early(cf, rng, reused):
+    """Breaking out of batches() leaves no host copy running into the staging buffers."""
+    frames = host_frames(rng, 12, h=120, w=160)
+    pipe = cf.Pipeline((32, 32), 2, frames_reused=reused)
+    for _ in pipe.batches(frames):
+        break
+    assert not pipe._copying
+    got = np.concatenate([cf.asnumpy(b) for b in pipe.batches(frames[:5])])
+    np.testing.assert_allclose(got, expected(cf, frames[:5], (32, 32)), rtol=1e-5, atol=1e-5)
