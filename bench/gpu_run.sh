@@ -13,7 +13,7 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 python3 -m cuflow info | tee "$OUT/info.txt"
 if [ "$MODE" != bench ]; then
   # the full logs stay on the machine (too large to bring back); their summaries come back
-  python3 -m pytest tests -q -p no:cacheprovider -rs > /tmp/cuflow-tests.log 2>&1
+  python3 -m pytest tests -q -p no:cacheprovider -rfEs > /tmp/cuflow-tests.log 2>&1
   { grep -E "^(FAILED|ERROR)" /tmp/cuflow-tests.log; tail -3 /tmp/cuflow-tests.log; } \
     | tee "$OUT/tests-summary.log"
   if command -v compute-sanitizer >/dev/null; then

@@ -176,6 +176,26 @@ def test_private_pool_isolated_and_released():
     assert all(s["private_pool"] is None for s in pool.snapshot())
 
 
+@pytest.mark.parametrize("free_first", [False, True])
+def test_closed_graph_pool_is_released_after_its_stream_dies(free_first):
+    """A graph's private segment goes back once the graph is closed and its blocks are
+    free, even when the capture stream was destroyed first (its blocks are orphans)."""
+    be = HostBackend()
+    pool = Pool(be)
+    owner = pool.begin_private(7)
+    b = pool.alloc(3 << 20, 7)
+    pool.end_private(7)
+    pool._stream_gone(7)
+    if free_first:
+        pool.free(b)
+    pool.flush_frees()
+    pool.close_private(owner)
+    if not free_first:
+        assert pool.stats()["private_pools"] == 1  # its output is still alive
+        pool.free(b)
+    assert pool.stats()["private_pools"] == 0 and be.in_use == 0
+
+
 def test_warmup_then_no_device_allocations():
     pool = Pool(HostBackend())
     sizes = [1 << 20, 3 << 20, 5000, 70000]
@@ -278,6 +298,25 @@ def test_large_request_does_not_split_a_much_larger_block():
     assert kept.seg.keep and kept.seg.nbytes == 64 << 20
     pool.free(kept)
     assert pool.empty_cache() >= 1 and be.in_use == 0
+
+
+def test_large_segments_are_whole_granules():
+    """A backend that reserves in granules gets whole ones; the pool splits the rest."""
+
+    class Granular(HostBackend):
+        segment_granularity = 4 << 20
+
+    be = Granular()
+    pool = Pool(be)
+    a = pool.alloc(5 << 20, 0)
+    assert a.seg.nbytes == 8 << 20 and be.in_use == 8 << 20
+    b = pool.alloc(3 << 20, 0)  # the granule's rest: no new segment
+    assert b.seg is a.seg and be.device_allocs == 1
+    small = pool.alloc(1000, 0)  # small requests keep their own small segments
+    assert small.seg.nbytes == 2 << 20
+    for x in (a, b, small):
+        pool.free(x)
+    assert pool.stats()["allocated_bytes.all.current"] == 0
 
 
 @pytest.mark.parametrize("name", ["R0", "G", "S"])
@@ -437,6 +476,23 @@ class PoolMachine(RuleBasedStateMachine):
 
 PoolMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
 test_pool_state_machine = PoolMachine.TestCase
+
+
+class GranularEventBackend(EventBackend):
+    segment_granularity = 4 << 20  # large segments of whole 4 MiB granules, split by the pool
+
+
+class GranularPoolMachine(PoolMachine):
+    """The same sequences over a backend whose large segments are whole granules."""
+
+    def __init__(self):
+        super().__init__()
+        self.be = GranularEventBackend()
+        self.pool = Pool(self.be, limit=64 << 20)
+
+
+GranularPoolMachine.TestCase.settings = PoolMachine.TestCase.settings
+test_granular_pool_state_machine = GranularPoolMachine.TestCase
 
 
 # ---------------------------------------------------------------------- GPU

@@ -11,10 +11,12 @@ from a private CUDA stream-ordered pool by default
 
 What it gives over CuPy's pool (see the README for measured figures):
 
-* footprint: blocks are split and coalesced; a large request does not split a
-  cached block more than twice its size (that pins it and fragments memory) but
-  misses, and a miss returns the free segments to the driver pool, which reuses
-  them for any size;
+* footprint: blocks are split and coalesced; large segments are whole multiples
+  of 64 MiB (the driver pool reserves 32 MiB chunks and packs their rest poorly, so
+  the pool keeps the rest and splits it); a large request does not split a cached
+  block larger than twice its size or than its own segment would be (that pins
+  it and fragments memory) but misses, and a miss returns the free segments to
+  the driver pool, which reuses them for any size;
 * hot path: a freed block waits, uncoalesced, in a per-stream exact-size cache
   that the next allocation of that size takes back; frees from CuPy are queued
   by a C-level dictionary store, so finalizers never re-enter the pool;

@@ -30,6 +30,9 @@ class Backend(abc.ABC):
     name = "abstract"
     #: releasing an unused segment is cheap and lets the source reuse it for any size
     cheap_release = False
+    #: segments for large requests are rounded up to a multiple of this, so that the
+    #: pool, which can split the remainder, owns it rather than the source
+    segment_granularity = 1
     device_id = -1
     #: allocations that took new memory from the device, and releases that gave it back
     device_allocs = 0
@@ -181,6 +184,13 @@ class DriverPoolBackend(_CudaEvents):
 
     name = "driver-pool"
     cheap_release = True
+    # The driver's pool reserves whole 32 MiB chunks and packs what is left of them poorly
+    # (an H200 probe: 1 MiB reserved 32 MiB, then 40 MiB +64, then 24 MiB +32 more though
+    # 24 MiB were free in the 40's chunk), so large segments are whole multiples of its
+    # chunk, and the pool splits the rest.  Measured on traces R0 / G / S, peak reserved
+    # over peak requested: 1.14 / 1.07 / 1.39 with exact sizes, 1.29 / 1.29 / 1.11 with
+    # 32 MiB multiples, 1.14 / 1.14 / 1.11 with 64 MiB multiples.
+    segment_granularity = 64 << 20
 
     def __init__(self, device_id: int) -> None:
         super().__init__(device_id)

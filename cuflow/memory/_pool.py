@@ -15,13 +15,15 @@ Otherwise (``size`` = request rounded to 512 B, or to 128 KiB at or above
 1 MiB): the exact-size cache is flushed into the coalesced free lists, then
 take the smallest free block of the stream that is at least ``size``
 (an exact-size hit first, a whole segment before the rest of a split one; a
-request of 1 MiB or more takes at most twice its size unless the segment was
-kept by a warm-up), split off the rest when it is 512 B or more; else
+request of 1 MiB or more takes at most twice its size, or the segment a miss
+would make for it, unless the segment was kept by a warm-up), split off the
+rest when it is 512 B or more; else
 process blocks whose cross-stream uses have finished; else borrow a block
 freed on another stream by making this stream wait on an event recorded there
 (no host synchronization); else (a miss) release fully free segments when the
-backend can reuse them cheaply (all but kept ones), and get a new segment.
-Coalescing joins free neighbours of the same stream.  A block used on other streams
+backend can reuse them cheaply (all but kept ones), and get a new segment
+(for a request of 1 MiB or more, a whole number of the backend's
+``segment_granularity``).  Coalescing joins free neighbours of the same stream.  A block used on other streams
 (``record_stream``) is not reused until events recorded on those streams at
 free time have completed.
 """
@@ -357,7 +359,11 @@ class Pool:
         owner = self._capturing.get(stream) if self._capturing else None
         self._flush_quick()
         fl = self._lists.get((owner, stream))
-        most = size * LARGE_SPLIT_MAX if size >= SMALL and self.backend.cheap_release else None
+        most = None
+        if size >= SMALL and self.backend.cheap_release:
+            # at most twice the request, or the segment a miss would make for it
+            g = self.backend.segment_granularity if owner is None else 1
+            most = max(size * LARGE_SPLIT_MAX, -(-size // g) * g)
         b = fl.pop_fit(size, most) if fl is not None else None
         if b is None:
             b = self._alloc_slow(size, stream, owner, most)
@@ -429,7 +435,13 @@ class Pool:
                 self.hits[size] += 1
                 return b
         self.misses[size] += 1
-        seg_bytes = max(size, MIN_SEGMENT) if size < SMALL else size
+        if size < SMALL:
+            seg_bytes = max(size, MIN_SEGMENT)
+        elif owner is None:  # whole granules of the backend: the pool, not it, owns the rest
+            g = self.backend.segment_granularity
+            seg_bytes = -(-size // g) * g
+        else:  # a graph's private segment (cudaMalloc): exactly what the capture asks for
+            seg_bytes = size
         if self.backend.cheap_release and owner is None and not capturing:
             self._release_free_segments(kept=False)
         if self.limit is not None and self.reserved + seg_bytes > self.limit:
@@ -530,6 +542,8 @@ class Pool:
     def _insert_free(self, b: Block) -> None:
         if b.stream in self._dead:  # its stream was destroyed: reused after a device sync
             self._orphans.append(b)
+            if self._closed_private(b.seg.owner) and not self._capturing:
+                self._adopt_orphans()  # a closed graph's memory goes back now, not at some miss
             return
         fl = self._list(b.seg.owner, b.stream)
         p, n = b.prev, b.next
@@ -625,6 +639,10 @@ class Pool:
             self._orphans.extend(self._lists.pop(key).blocks())
         for seg in self._segments.values():
             seg.streams.discard(ptr)
+
+    def _closed_private(self, owner: Any) -> bool:
+        info = self._private.get(owner) if owner is not None else None
+        return info is not None and info["closed"]
 
     def _adopt_orphans(self) -> None:
         self.backend.synchronize()  # whatever the dead streams queued has finished
@@ -776,6 +794,8 @@ class Pool:
             if info is None:
                 return
             info["closed"] = True
+            if not self._capturing and any(b.seg.owner == owner for b in self._orphans):
+                self._adopt_orphans()  # blocks of its destroyed capture stream
             self._release_free_segments(owner)
             if info["segments"] == 0:
                 self._private.pop(owner, None)
