@@ -9,7 +9,9 @@
 Frame ``i + 1`` is uploaded while frame ``i`` is being processed, and batch
 ``j + 1`` is filled while the consumer works on batch ``j``.  Every hand-over
 between streams is an event; the host waits only for a staging buffer whose
-previous upload has not finished yet (back-pressure), never for the device.
+previous upload has not finished yet (back-pressure) and, with
+``frames_reused=True``, for a pinned frame's own upload before it asks for the
+next frame; never for the kernels.
 """
 
 from __future__ import annotations
