@@ -23,9 +23,9 @@ freed on another stream by making this stream wait on an event recorded there
 (no host synchronization); else (a miss) release fully free segments when the
 backend can reuse them cheaply (all but kept ones), and get a new segment
 (for a request of 1 MiB or more, a whole number of the backend's
-``segment_granularity``).  Coalescing joins free neighbours of the same stream.  A block used on other streams
-(``record_stream``) is not reused until events recorded on those streams at
-free time have completed.
+``segment_granularity``).  Coalescing joins free neighbours of the same stream.
+A block used on other streams (``record_stream``) is not reused until events
+recorded on those streams at free time have completed.
 """
 
 from __future__ import annotations
@@ -362,8 +362,7 @@ class Pool:
         most = None
         if size >= SMALL and self.backend.cheap_release:
             # at most twice the request, or the segment a miss would make for it
-            g = self.backend.segment_granularity if owner is None else 1
-            most = max(size * LARGE_SPLIT_MAX, -(-size // g) * g)
+            most = max(size * LARGE_SPLIT_MAX, self._segment_bytes(size, owner))
         b = fl.pop_fit(size, most) if fl is not None else None
         if b is None:
             b = self._alloc_slow(size, stream, owner, most)
@@ -435,13 +434,7 @@ class Pool:
                 self.hits[size] += 1
                 return b
         self.misses[size] += 1
-        if size < SMALL:
-            seg_bytes = max(size, MIN_SEGMENT)
-        elif owner is None:  # whole granules of the backend: the pool, not it, owns the rest
-            g = self.backend.segment_granularity
-            seg_bytes = -(-size // g) * g
-        else:  # a graph's private segment (cudaMalloc): exactly what the capture asks for
-            seg_bytes = size
+        seg_bytes = self._segment_bytes(size, owner)
         if self.backend.cheap_release and owner is None and not capturing:
             self._release_free_segments(kept=False)
         if self.limit is not None and self.reserved + seg_bytes > self.limit:
@@ -483,6 +476,15 @@ class Pool:
             self._private[owner]["segments"] += 1
         seg.first = Block(ptr, seg_bytes, seg, stream)
         return seg.first
+
+    def _segment_bytes(self, size: int, owner: Any) -> int:
+        """The segment a miss on a request of ``size`` bytes gets from the backend."""
+        if size < SMALL:
+            return max(size, MIN_SEGMENT)
+        if owner is not None:  # a graph's private segment (cudaMalloc): exactly the request
+            return size
+        g = self.backend.segment_granularity  # whole granules: the pool owns the rest
+        return -(-size // g) * g
 
     def _borrow(self, size: int, stream: int, most: int | None) -> Block | None:
         """A free block of another stream, with ``stream`` ordered after its last use."""
