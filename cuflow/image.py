@@ -47,7 +47,7 @@ from ._backend import get_backend
 from ._dst import bad_dst_type, bad_shape
 from ._errors import CuflowError, DstDtypeError, DstError, DstTypeError
 from ._streams import as_cupy_stream
-from .raw_kernels._registry import vec_run
+from .raw_kernels._registry import LIN_CHANNELS, VEC_CHANNELS, vec_run
 
 __all__ = ["ImageFormatError", "Letterbox", "crop_resize", "cvt_color", "denormalize", "letterbox", "normalize",
            "resize", "resize_normalize"]
@@ -262,12 +262,13 @@ def _prepare_dst(name: str, dst, shape, dtype, src_arrays):
 
 # --------------------------------------------------------------------------- launch
 _NORM = struct.Struct("=QQqqi4i4f4fi")
-_WARP = struct.Struct("=QQQQqqq16i4i4ii20f")
+_WARP = struct.Struct("=QQQQqqq4q16i4i4ii20f")
 _DENORM = struct.Struct("=QQqq3i4i4f4fi")
-_VEC = {(1, 1), (3, 3), (4, 4), (4, 3)}
 # CF_WARP_PX / CF_WARP_PX_YUV of image.cu: output pixels per thread of cf_warp for packed
-# and YUV sources (a warp covers 32 of them in a row, a block 4 rows).
+# and YUV sources (a warp covers 32 of them in a row, a block 4 rows); CF_LIN_PX and
+# CF_LIN_ROWS: cf_resize_lin's pixels per thread in a row, and rows per thread.
 _WARP_PX = {0: 2, 1: 4, 2: 4}
+_LIN_PX, _LIN_ROWS = 1, 4
 _PLANS: dict[tuple, _Plan] = {}
 _MAX_PLANS = 512
 
@@ -286,8 +287,9 @@ class _Plan:
     shape: tuple[int, ...]
     dtype: numpy.dtype
     p: dict[str, Any]   # the kernel's fields by name (the reference reads these)
-    warp: tuple         # cf_warp fields after its four pointers
+    warp: tuple         # cf_warp (and cf_resize_lin) fields after their four pointers
     warp_entry: str     # cf_warp instantiation for the source format and channels
+    lin_entry: str | None  # cf_resize_lin instantiation, when it applies
     vec: tuple | None   # cf_normalize_vec fields after its two pointers, when it applies
     vec_entry: str
     vec_tiles: int      # tiles of cf_normalize_vec (its grid: all of them, or one wave)
@@ -325,8 +327,12 @@ class _Plan:
                    (sptr, optr, *self.vec))
         else:
             B = out.shape[0] if out.ndim == 4 else 1
-            launch("image", self.warp_entry, dt,
-                   (-(-self.p["OW"] // (32 * _WARP_PX[self.src.fmt])), -(-self.p["OH"] // 4), B),
+            if self.lin_entry is not None and not sptr & 3:  # it needs 4-byte alignment
+                entry, px, rows = self.lin_entry, _LIN_PX, _LIN_ROWS
+            else:
+                entry, px, rows = self.warp_entry, _WARP_PX[self.src.fmt], 1
+            launch("image", entry, dt,
+                   (-(-self.p["OW"] // (32 * px)), -(-self.p["OH"] // (4 * rows)), B),
                    (32, 4, 1), sp, _WARP,
                    (sptr, optr, 0 if rois is None else rois.data.ptr,
                     0 if roi_frame is None else roi_frame.data.ptr, *self.warp))
@@ -383,21 +389,32 @@ def _make_plan(name, src, *, size, letterbox_pad, rois, interpolation, mean, std
         ys, yoff, *c = (v / 255 for v in yuv)
         kyuv = (ys, -yoff * 255 * ys, *c)
         kpad, sa = kpad / 255, [v * 255 for v in sa]
-    warp = (s.fstride, s.rstride, oh * ow * oc, s.H, s.W, s.C, oh, ow, oc, s.fmt, interp, nchw,
-            p["flip"], oy0, ox0, rh, rw, p["gray"], s.N, *sm, *ch, direct, p["sx"], p["sy"],
-            *sa, *sb, kpad, *gw, *kyuv)
+    choff = [c * oh * ow if nchw else c for c in ch]
+    warp = (s.fstride, s.rstride, oh * ow * oc, *choff, s.H, s.W, s.C, oh, ow, oc, s.fmt, interp,
+            nchw, p["flip"], oy0, ox0, rh, rw, p["gray"], s.N, *sm, *ch, direct, p["sx"],
+            p["sy"], *sa, *sb, kpad, *gw, *kyuv)
     vec = None
     run = vec_run(dtype)  # pixels per thread: 16-byte stores when the frame allows
     if (s.H * s.W) % run:
         run = 4
     vec_entry = f"cf_normalize_vec<{{T}},{s.C},{oc},{'{V}' if run != 4 else 4}>"
-    if (s.fmt == 0 and identity and not flip and not gray and s.dense and (s.C, oc) in _VEC
-            and (s.H * s.W) % 4 == 0):
+    if (s.fmt == 0 and identity and not flip and not gray and s.dense
+            and (s.C, oc) in VEC_CHANNELS and (s.H * s.W) % 4 == 0):
         vec = (s.H * s.W, s.N, nchw, *sm, *a, *bb, 0)
     tiles = -(-s.N * s.H * s.W // (256 * run))
+    # cf_resize_lin reads the aligned words that hold the bytes it needs, so the span from
+    # the first frame's start to the last frame's end must be 4-byte aligned (the start is
+    # checked per call)
+    end = (s.N - 1) * s.fstride + (s.H - 1) * s.rstride + s.W * s.C
+    lin = None
+    if (s.fmt == 0 and rois is None and direct and (s.C, oc) in LIN_CHANNELS and s.H >= 2
+            and s.W >= 2 and end % 4 == 0
+            and (interp == 1 or (interp == 2 and p["sx"] <= 1 and p["sy"] <= 1))):
+        # bilinear everywhere, each output channel a source channel: the fast path
+        lin = f"cf_resize_lin<{{T}},{s.C},{oc}>"
     s.arr = None  # a cached plan must not keep the first caller's frames alive
-    return _Plan(name, s, shape, dtype, p, warp, f"cf_warp<{{T}},{s.fmt},{s.C}>", vec, vec_entry,
-                 tiles, info)
+    return _Plan(name, s, shape, dtype, p, warp, f"cf_warp<{{T}},{s.fmt},{s.C}>", lin, vec,
+                 vec_entry, tiles, info)
 
 
 

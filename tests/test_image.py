@@ -300,6 +300,21 @@ def test_dst_contract(cf, rng):
     assert image.normalize(x, dst=d) is d
 
 
+def test_bilinear_plans_take_the_fast_kernel_where_it_applies(cf, rng):
+    def entry(shape, **kw):
+        _, plan = image._op("resize_normalize", cf.asarray(_frames(rng, shape)), **kw)
+        return plan.lin_entry
+
+    assert entry((2, 36, 64, 3), size=(20, 30)) == "cf_resize_lin<{T},3,3>"
+    assert entry((2, 36, 64, 4), size=(20, 30), out_format="BGR") == "cf_resize_lin<{T},4,3>"
+    assert entry((2, 36, 64, 3), size=(40, 70), interpolation="area") is not None  # upscale
+    assert entry((2, 36, 64, 3), size=(20, 30), interpolation="area") is None  # box filter
+    assert entry((2, 36, 64, 3), size=(20, 30), interpolation="nearest") is None
+    assert entry((2, 36, 64, 3), size=(20, 30), out_format="GRAY") is None
+    assert entry((1, 5, 7, 3), size=(3, 4)) is None  # 105 bytes: the end is not aligned
+    assert entry((1, 1, 8, 3), size=(3, 4)) is None  # one row: no second tap
+
+
 # ------------------------------------------------------------------ GPU against the reference
 _CASES = {
     "normalize-vec": (lambda x: x, dict(fn="normalize", shape=(3, 16, 24, 3))),
@@ -322,6 +337,19 @@ _CASES = {
                         src_format="NV12")),
     "i420-709-full": (None, dict(fn="resize_normalize", yuv=(1, 24, 34), size=(30, 40),
                                  src_format="I420", matrix="bt709", full_range=True)),
+    # cf_resize_lin's edges: outputs that end inside a block's rows and columns, flip, the
+    # 2-pixel minimum, 1 and 4 channels, area along upscaled axes; a 1-row source (cf_warp)
+    "resize-ragged-flip": (None, dict(fn="resize_normalize", shape=(2, 30, 50, 3),
+                                      size=(70, 130), flip=True, out_format="BGR")),
+    "resize-2x2": (None, dict(fn="resize_normalize", shape=(2, 2, 2, 3), size=(5, 7))),
+    "resize-gray": (None, dict(fn="resize_normalize", shape=(2, 19, 24, 1), size=(33, 9))),
+    "resize-rgba-bgra": (None, dict(fn="resize_normalize", shape=(1, 33, 70, 4), size=(40, 130),
+                                    out_format="BGRA", mean=(*MEAN, 0.5))),
+    "resize-area-up": (None, dict(fn="resize_normalize", shape=(1, 10, 12, 3), size=(23, 31),
+                                  interpolation="area")),
+    "resize-1-row": (None, dict(fn="resize_normalize", shape=(2, 1, 9, 3), size=(3, 4))),
+    "letterbox-nv12": (None, dict(fn="letterbox", yuv=(2, 36, 64), size=(41, 29),
+                                  src_format="NV12")),
 }
 
 
@@ -339,7 +367,8 @@ def test_kernel_matches_reference(gpu_cf, rng, case, layout, dtype):
     else:
         x = _frames(rng, spec.pop("shape"))
     kw = dict(mean=MEAN[:1] if spec.get("out_format") == "GRAY" or (
-        x.ndim == 4 and x.shape[-1] == 1) else MEAN, std=0.25, layout=layout, dtype=dtype, **spec)
+        x.ndim == 4 and x.shape[-1] == 1) else MEAN, std=0.25, layout=layout, dtype=dtype)
+    kw.update(spec)
     if dtype == "uint8":
         kw.update(mean=0.0, std=1.0, scale=1.0)
     size = kw.pop("size", None)
@@ -374,6 +403,20 @@ def test_large_batch_and_stream(gpu_cf, rng):
     s.synchronize()
     want = _on_numpy(image.normalize, to_host(x), mean=MEAN, std=STD)
     _close(out, want, "float32", dict(std=STD))
+
+
+@pytest.mark.gpu
+def test_unaligned_source_takes_the_general_kernel(gpu_cf, rng):
+    # cf_resize_lin reads aligned words, so a source 1 byte into a buffer goes to cf_warp
+    shape = (2, 36, 64, 3)
+    x = _frames(rng, shape)
+    buf = gpu_cf.empty(x.size + 4, dtype="uint8")
+    src = buf[1:1 + x.size].reshape(shape)
+    src[...] = gpu_cf.asarray(x)
+    assert src.data.ptr % 4 == 1
+    got = image.resize_normalize(src, (20, 30), mean=MEAN, std=STD)
+    want = _on_numpy(image.resize_normalize, x, (20, 30), mean=MEAN, std=STD)
+    _close(got, want, "float32", dict(std=STD))
 
 
 # ------------------------------------------------------------------ torchvision
