@@ -407,9 +407,9 @@ def _make_plan(name, src, *, size, letterbox_pad, rois, interpolation, mean, std
     # checked per call)
     end = (s.N - 1) * s.fstride + (s.H - 1) * s.rstride + s.W * s.C
     lin = None
-    if (s.fmt == 0 and rois is None and direct and (s.C, oc) in LIN_CHANNELS and s.H >= 2
-            and s.W >= 2 and end % 4 == 0
-            and (interp == 1 or (interp == 2 and p["sx"] <= 1 and p["sy"] <= 1))):
+    if (s.fmt == 0 and direct and (s.C, oc) in LIN_CHANNELS and s.H >= 2 and s.W >= 2
+            and end % 4 == 0 and (interp == 1 or (interp == 2 and rois is None
+                                                   and p["sx"] <= 1 and p["sy"] <= 1))):
         # bilinear everywhere, each output channel a source channel: the fast path
         lin = f"cf_resize_lin<{{T}},{s.C},{oc}>"
     s.arr = None  # a cached plan must not keep the first caller's frames alive
@@ -766,8 +766,16 @@ def denormalize(src, *, mean=0.0, std=1.0, scale=1 / 255, layout="NCHW", src_for
 
         total = N * H * W
         sm = src_map + [0] * (4 - len(src_map))
-        launch("image", "cf_denormalize", src.dtype.name,
-               (min((total + 255) // 256, 2**31 - 1), 1, 1), (256, 1, 1), as_cupy_stream(stream).ptr,
-               _DENORM, (x.data.ptr, out.data.ptr, H * W, N, C, oc, p["nchw"], *sm, *a, *bb, 0))
+        fields = (x.data.ptr, out.data.ptr, H * W, N, C, oc, p["nchw"], *sm, *a, *bb, 0)
+        sp = as_cupy_stream(stream).ptr
+        if ((H * W) % 4 == 0 and N <= 65535 and (C, oc) in VEC_CHANNELS
+                and not (x.data.ptr | out.data.ptr) & 15):
+            # four pixels per thread with vector loads and word stores
+            launch("image", f"cf_denormalize_vec<{{T}},{C},{oc}>", src.dtype.name,
+                   (-(-H * W // 1024), N, 1), (256, 1, 1), sp, _DENORM, fields)
+        else:
+            launch("image", "cf_denormalize", src.dtype.name,
+                   (min((total + 255) // 256, 2**31 - 1), 1, 1), (256, 1, 1), sp, _DENORM,
+                   fields)
     return out
 

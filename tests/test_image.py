@@ -313,6 +313,9 @@ def test_bilinear_plans_take_the_fast_kernel_where_it_applies(cf, rng):
     assert entry((2, 36, 64, 3), size=(20, 30), out_format="GRAY") is None
     assert entry((1, 5, 7, 3), size=(3, 4)) is None  # 105 bytes: the end is not aligned
     assert entry((1, 1, 8, 3), size=(3, 4)) is None  # one row: no second tap
+    boxes = cf.asarray(np.array([[1, 2, 30, 20], [-3, 0, 70, 40]], np.float32))
+    assert entry((2, 36, 64, 3), size=(8, 8), rois=boxes) == "cf_resize_lin<{T},3,3>"
+    assert entry((2, 36, 64, 3), size=(8, 8), rois=boxes, interpolation="area") is None
 
 
 # ------------------------------------------------------------------ GPU against the reference
@@ -403,6 +406,24 @@ def test_large_batch_and_stream(gpu_cf, rng):
     s.synchronize()
     want = _on_numpy(image.normalize, to_host(x), mean=MEAN, std=STD)
     _close(out, want, "float32", dict(std=STD))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize(("src_format", "out_format"), [
+    ("RGB", "RGB"), ("RGB", "BGR"), ("RGBA", "BGR"), ("RGBA", "BGRA"), ("GRAY", "GRAY")])
+@pytest.mark.parametrize("hw", [(6, 10), (5, 9)])  # four pixels per thread, and not
+def test_denormalize_matches_reference(gpu_cf, rng, layout, dtype, src_format, out_format, hw):
+    C = {"RGB": 3, "RGBA": 4, "GRAY": 1}[src_format]
+    oc = len(out_format) if out_format != "GRAY" else 1
+    shape = (3, C, *hw) if layout == "NCHW" else (3, *hw, C)
+    x = rng.uniform(-3, 3, shape).astype(dtype)  # beyond [0, 255] once denormalized
+    kw = dict(mean=tuple(rng.uniform(0.2, 0.6, C)), std=tuple(rng.uniform(0.1, 0.3, C)),
+              layout=layout, src_format=src_format, out_format=out_format)
+    got = image.denormalize(gpu_cf.asarray(x), dst=_poisoned(gpu_cf, (3, *hw, oc), "uint8"), **kw)
+    want = _on_numpy(image.denormalize, x, **kw)
+    _close(got, want, "uint8", {})
 
 
 @pytest.mark.gpu

@@ -103,7 +103,9 @@ REGISTRY: dict[str, KernelSpec] = {
                           for c, oc in VEC_CHANNELS for r in VEC_RUNS)
             + tuple((f"cf_warp<{{T}},{fmt},{c}>", IMAGE_OUT) for fmt, c in WARP_SOURCES)
             + tuple((f"cf_resize_lin<{{T}},{c},{oc}>", IMAGE_OUT) for c, oc in LIN_CHANNELS)
-            + (("cf_denormalize", ("float16", "float32")),),
+            + (("cf_denormalize", ("float16", "float32")),)
+            + tuple((f"cf_denormalize_vec<{{T}},{c},{oc}>", ("float16", "float32"))
+                    for c, oc in VEC_CHANNELS),
         ),
     )
 }

@@ -18,7 +18,8 @@
 //     format and channel count.
 // cf_resize_lin<T, C, OC>  cf_warp's commonest case on its own: bilinear
 //     from packed frames, each output channel a source channel (resize,
-//     resize_normalize, letterbox); word loads, taps kept across rows.
+//     resize_normalize, letterbox, crop_resize); word loads, taps kept
+//     across rows.
 //
 // Conventions (torchvision / PyTorch, so results can be checked against it):
 //   bilinear: src = (dst + 0.5) * scale - 0.5, clamped below at 0 (as
@@ -568,8 +569,8 @@ __device__ __forceinline__ P* opaque(P* x) {
 // i0 (the second is i0 + 1, always inside: at the far edge, where the
 // coordinate clamps to n - 1, i0 is n - 2 with weight 1 on the second cell,
 // the same value exactly) and the second cell's weight.  Needs n >= 2.
-__device__ __forceinline__ int lin_tap(float d, float scale, int n, float& w1) {
-    const float s = fminf(lin_src(d, scale, 0.0f), (float)(n - 1));
+__device__ __forceinline__ int lin_tap(float d, float scale, float origin, int n, float& w1) {
+    const float s = fminf(lin_src(d, scale, origin), (float)(n - 1));
     int i0 = (int)s;
     w1 = s - (float)i0;
     if (i0 >= n - 1) {
@@ -610,7 +611,7 @@ __device__ __forceinline__ void fetch2(const unsigned char* row, int x, float* p
     }
 }
 
-// cf_warp's bilinear case for packed sources without regions of interest,
+// cf_warp's bilinear case for packed sources (regions of interest included),
 // where each output channel is a source channel (WarpParams.direct) and the
 // source is at least 2 x 2 and starts and ends 4-byte aligned: a thread keeps
 // its PX columns' horizontal taps in registers and walks ROWS output rows (4
@@ -622,7 +623,8 @@ template <typename T, int C, int OC, bool NCHW>
 __device__ __forceinline__ void lin_image(const WarpParams& p) {
     constexpr int PX = CF_LIN_PX;
     const int b = blockIdx.z;
-    const unsigned char* frame = opaque(p.src + (long long)b * p.src_fstride);
+    const Geo g = geometry(p, b);
+    const unsigned char* frame = opaque(g.frame);
     const int ox = blockIdx.x * (32 * PX) + threadIdx.x;
     int xi[PX];
     float xw[PX];
@@ -632,7 +634,7 @@ __device__ __forceinline__ void lin_image(const WarpParams& p) {
         int lx = ox + 32 * k - p.ox0;
         xin[k] = lx >= 0 && lx < p.rw;
         if (p.flip) lx = p.rw - 1 - lx;
-        xi[k] = lin_tap((float)lx, p.sx, p.W, xw[k]);
+        xi[k] = lin_tap((float)lx, g.sx, g.x0, p.W, xw[k]);
     }
     float pv[OC];  // the padding, converted once
 #pragma unroll
@@ -650,7 +652,7 @@ __device__ __forceinline__ void lin_image(const WarpParams& p) {
         const int ly = oy - p.oy0;
         const bool yin = ly >= 0 && ly < p.rh;
         float h1 = 0.0f;
-        const int y0 = lin_tap((float)ly, p.sy, p.H, h1);
+        const int y0 = lin_tap((float)ly, g.sy, g.y0, p.H, h1);
         const float h0 = 1.0f - h1;
         const unsigned char* const ra = frame + (long long)y0 * p.src_rstride;
         const unsigned char* const rb = ra + p.src_rstride;
@@ -726,5 +728,86 @@ __global__ void cf_denormalize(const DenormParams p) {
             const long long at = p.nchw ? (f * p.C + sc) * p.npix + px : i * p.C + sc;
             q[c] = Out<unsigned char>::cvt(In<T>::f(src[at]) * p.a[c] + p.b[c]);
         }
+    }
+}
+
+// Byte of v rounded half to even and clamped to [0, 255], as Out<unsigned char>::cvt,
+// without the conversion pipe: adding 1.5 * 2^23 leaves round(v) in the low mantissa bits.
+__device__ __forceinline__ unsigned int u8_rn(float v) {
+    return __float_as_uint(__fadd_rn(fminf(fmaxf(v, 0.0f), 255.0f), 12582912.0f)) & 0xffu;
+}
+
+// n values of T from 16-byte (float) or 8-byte (half) aligned memory, n a multiple of 4.
+template <typename T, int N>
+__device__ __forceinline__ void load_vals(const T* q, float* v) {
+    if constexpr (sizeof(T) == 4) {
+#pragma unroll
+        for (int i = 0; i < N / 4; ++i) {
+            const float4 f = __ldg(reinterpret_cast<const float4*>(q) + i);
+            v[4 * i] = f.x; v[4 * i + 1] = f.y; v[4 * i + 2] = f.z; v[4 * i + 3] = f.w;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < N / 4; ++i) {
+            const uint2 h = __ldg(reinterpret_cast<const uint2*>(q) + i);
+            const unsigned int w[2] = {h.x, h.y};
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                cf_half x;
+                x.bits = (unsigned short)(w[k >> 1] >> (16 * (k & 1)));
+                v[4 * i + k] = In<cf_half>::f(x);
+            }
+        }
+    }
+}
+
+// Four pixels per thread, frames along gridDim.y: vector loads of each channel's four
+// values (NCHW) or of the four pixels (NHWC), one to four word stores of the 4 * OC
+// output bytes.  Needs H * W a multiple of 4, src and dst 16-byte aligned; output channel
+// j reads input channel src_map[j] (C, OC as cf_normalize_vec's channel pairs).
+template <typename T, int C, int OC>
+__global__ void cf_denormalize_vec(const DenormParams p) {
+    const long long px = 4ll * (blockIdx.x * (long long)blockDim.x + threadIdx.x);
+    if (px >= p.npix) return;
+    const long long f = blockIdx.y;
+    const T* src = reinterpret_cast<const T*>(p.src);
+    float v[4][OC];  // pixel k, output channel j
+    if (p.nchw) {
+#pragma unroll
+        for (int j = 0; j < OC; ++j) {
+            float x[4];
+            load_vals<T, 4>(src + (f * p.C + p.src_map[j]) * p.npix + px, x);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) v[k][j] = x[k];
+        }
+    } else {
+        float x[4 * C];
+        load_vals<T, 4 * C>(src + (f * p.npix + px) * C, x);
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+#pragma unroll
+            for (int j = 0; j < OC; ++j) {
+                const int sc = p.src_map[j];
+                float r = x[k * C];
+#pragma unroll
+                for (int c = 1; c < C; ++c)
+                    if (sc == c) r = x[k * C + c];
+                v[k][j] = r;
+            }
+    }
+    unsigned int w[OC] = {};  // 4 * OC bytes, pixel-major
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+#pragma unroll
+        for (int j = 0; j < OC; ++j) {
+            const int i = k * OC + j;
+            w[i >> 2] |= u8_rn(v[k][j] * p.a[j] + p.b[j]) << (8 * (i & 3));
+        }
+    unsigned int* d = reinterpret_cast<unsigned int*>(p.dst + (f * p.npix + px) * OC);
+    if constexpr (OC == 4) {
+        *reinterpret_cast<uint4*>(d) = make_uint4(w[0], w[1], w[2], w[3]);
+    } else {
+#pragma unroll
+        for (int i = 0; i < OC; ++i) d[i] = w[i];
     }
 }
