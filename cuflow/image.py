@@ -718,23 +718,72 @@ def denormalize(src, *, mean=0.0, std=1.0, scale=1 / 255, layout="NCHW", src_for
     current stream).
     """
     b = get_backend()
-    name = "denormalize"
-    _choice(name, "layout", layout, _LAYOUTS)
     if not isinstance(src, b.ndarray) or src.dtype not in (numpy.float32, numpy.float16):
         raise DstTypeError(f"cuflow.image.denormalize: src must be a float32 or float16 array "
-                               f"of the active {b.name} backend, got "
-                               f"{getattr(src, 'dtype', type(src).__name__)}")
+                           f"of the active {b.name} backend, got "
+                           f"{getattr(src, 'dtype', type(src).__name__)}")
+    try:
+        key = (b, src.shape, src.strides, src.dtype, mean, std, scale, layout, src_format,
+               out_format)
+        plan = _DENORM_PLANS.get(key)
+    except TypeError:  # unhashable options (lists, arrays): no caching
+        key, plan = None, None
+    if plan is None:
+        plan = _denorm_plan(src, mean, std, scale, layout, src_format, out_format)
+        if key is not None:
+            if len(_DENORM_PLANS) >= _MAX_PLANS:
+                _DENORM_PLANS.clear()
+            _DENORM_PLANS[key] = plan
+    if not src.flags.c_contiguous:
+        src = b.xp.ascontiguousarray(src)
+    out = _prepare_dst("denormalize", dst, plan.shape, numpy.dtype(numpy.uint8), (src,))
+    if not b.is_gpu:
+        as_cupy_stream(stream)
+        x = src.reshape(plan.N, *src.shape[-3:])
+        _image_ref.denormalize(x, plan.p, out.reshape(plan.N, *plan.shape[-3:]))
+        return out
+    if out.size:
+        from .raw_kernels._launch import launch  # noqa: PLC0415
+
+        sptr, optr, sp = src.data.ptr, out.data.ptr, as_cupy_stream(stream).ptr
+        if plan.vec is not None and not (sptr | optr) & 15:
+            # four pixels per thread with vector loads and word stores
+            launch("image", plan.vec, src.dtype.name, (-(-plan.npix // 1024), plan.N, 1),
+                   (256, 1, 1), sp, _DENORM, (sptr, optr, *plan.fields))
+        else:
+            launch("image", "cf_denormalize", src.dtype.name,
+                   (min((plan.npix * plan.N + 255) // 256, 2**31 - 1), 1, 1), (256, 1, 1), sp,
+                   _DENORM, (sptr, optr, *plan.fields))
+    return out
+
+
+@dataclasses.dataclass
+class _DenormPlan:
+    """denormalize's validated layout and kernel fields, built once per shape and options."""
+
+    shape: tuple[int, ...]  # of the output
+    N: int
+    npix: int
+    p: dict[str, Any]       # the kernel's fields by name (the reference reads these)
+    fields: tuple           # cf_denormalize(_vec) fields after the two pointers
+    vec: str | None         # cf_denormalize_vec instantiation, when the frame size allows
+
+
+_DENORM_PLANS: dict[tuple, _DenormPlan] = {}
+
+
+def _denorm_plan(src, mean, std, scale, layout, src_format, out_format) -> _DenormPlan:
+    name = "denormalize"
+    _choice(name, "layout", layout, _LAYOUTS)
     if src.ndim not in (3, 4):
         raise ImageFormatError(f"cuflow.image.denormalize: src must be (N, C, H, W), (C, H, W) "
                                f"or their NHWC forms, got shape {src.shape}")
-    if not src.flags.c_contiguous:
-        src = b.xp.ascontiguousarray(src)
     batched = src.ndim == 4
-    x = src if batched else src[None]
+    shape4 = src.shape if batched else (1, *src.shape)
     if layout == "NCHW":
-        N, C, H, W = x.shape
+        N, C, H, W = shape4
     else:
-        N, H, W, C = x.shape
+        N, H, W, C = shape4
     _choice(name, "src_format", src_format, set(_CHANNELS))
     colors = _CHANNELS[src_format]
     if len(colors) != C:
@@ -754,13 +803,13 @@ def denormalize(src, *, mean=0.0, std=1.0, scale=1 / 255, layout="NCHW", src_for
     a = [sd[c] / float(scale) for c in src_map] + [1.0] * (4 - len(src_map))
     bb = [m[c] / float(scale) for c in src_map] + [0.0] * (4 - len(src_map))
     oc = len(letters)
-    shape = (N, H, W, oc) if batched else (H, W, oc)
-    out = _prepare_dst(name, dst, shape, numpy.dtype(numpy.uint8), (src,))
-    p = dict(OC=oc, nchw=int(layout == "NCHW"), src_map=src_map, a=a, b=bb)
-    if not b.is_gpu:
-        as_cupy_stream(stream)
-        _image_ref.denormalize(x, p, out.reshape(N, H, W, oc))
-        return out
+    nchw = int(layout == "NCHW")
+    sm = src_map + [0] * (4 - len(src_map))
+    vec = (f"cf_denormalize_vec<{{T}},{C},{oc}>"
+           if (H * W) % 4 == 0 and N <= 65535 and (C, oc) in VEC_CHANNELS else None)
+    return _DenormPlan((N, H, W, oc) if batched else (H, W, oc), N, H * W,
+                       dict(OC=oc, nchw=nchw, src_map=src_map, a=a, b=bb),
+                       (H * W, N, C, oc, nchw, *sm, *a, *bb, 0), vec)
     if out.size:
         from .raw_kernels._launch import launch  # noqa: PLC0415
 
