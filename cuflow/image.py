@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import numpy
@@ -269,8 +270,22 @@ _DENORM = struct.Struct("=QQqq3i4i4f4fi")
 # CF_LIN_ROWS: cf_resize_lin's pixels per thread in a row, and rows per thread.
 _WARP_PX = {0: 2, 1: 4, 2: 4}
 _LIN_PX, _LIN_ROWS = 1, 4
-_PLANS: dict[tuple, _Plan] = {}
+_PLANS: dict[tuple, Any] = {}  # _Plan and _DenormPlan, keyed by operator name and options
 _MAX_PLANS = 512
+
+
+def _cached_plan(key: tuple, build: Callable[[], Any]) -> Any:
+    """The plan cached under ``key``, else ``build()`` (cached unless ``key`` is unhashable)."""
+    try:
+        plan = _PLANS.get(key)
+    except TypeError:  # unhashable options (lists, arrays): no caching
+        return build()
+    if plan is None:
+        plan = build()
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    return plan
 
 
 @dataclasses.dataclass
@@ -444,18 +459,9 @@ def _op(name: str, src, *, size=None, letterbox_pad=False, rois=None, roi_frame=
                 std=std, scale=scale, src_format=src_format, out_format=out_format,
                 layout=layout, dtype=dtype, flip=flip, pad=pad, matrix=matrix,
                 full_range=full_range, identity_affine=identity_affine)
-    try:
-        key = (b, name, src.shape, src.strides, src.dtype,
-               None if rois is None else rois.shape, *opts.values())
-        plan = _PLANS.get(key)
-    except TypeError:  # unhashable options (lists, arrays): no caching
-        key, plan = None, None
-    if plan is None:
-        plan = _make_plan(name, src, rois=rois, **opts)
-        if key is not None:
-            if len(_PLANS) >= _MAX_PLANS:
-                _PLANS.clear()
-            _PLANS[key] = plan
+    key = (b, name, src.shape, src.strides, src.dtype, None if rois is None else rois.shape,
+           *opts.values())
+    plan = _cached_plan(key, lambda: _make_plan(name, src, rois=rois, **opts))
     return plan.run(src, rois, roi_frame, dst, stream), plan
 
 
@@ -722,18 +728,10 @@ def denormalize(src, *, mean=0.0, std=1.0, scale=1 / 255, layout="NCHW", src_for
         raise DstTypeError(f"cuflow.image.denormalize: src must be a float32 or float16 array "
                            f"of the active {b.name} backend, got "
                            f"{getattr(src, 'dtype', type(src).__name__)}")
-    try:
-        key = (b, src.shape, src.strides, src.dtype, mean, std, scale, layout, src_format,
-               out_format)
-        plan = _DENORM_PLANS.get(key)
-    except TypeError:  # unhashable options (lists, arrays): no caching
-        key, plan = None, None
-    if plan is None:
-        plan = _denorm_plan(src, mean, std, scale, layout, src_format, out_format)
-        if key is not None:
-            if len(_DENORM_PLANS) >= _MAX_PLANS:
-                _DENORM_PLANS.clear()
-            _DENORM_PLANS[key] = plan
+    key = (b, "denormalize", src.shape, src.strides, src.dtype, mean, std, scale, layout,
+           src_format, out_format)
+    plan = _cached_plan(key, lambda: _denorm_plan(src, mean, std, scale, layout, src_format,
+                                                  out_format))
     if not src.flags.c_contiguous:
         src = b.xp.ascontiguousarray(src)
     out = _prepare_dst("denormalize", dst, plan.shape, numpy.dtype(numpy.uint8), (src,))
@@ -767,9 +765,6 @@ class _DenormPlan:
     p: dict[str, Any]       # the kernel's fields by name (the reference reads these)
     fields: tuple           # cf_denormalize(_vec) fields after the two pointers
     vec: str | None         # cf_denormalize_vec instantiation, when the frame size allows
-
-
-_DENORM_PLANS: dict[tuple, _DenormPlan] = {}
 
 
 def _denorm_plan(src, mean, std, scale, layout, src_format, out_format) -> _DenormPlan:

@@ -120,9 +120,9 @@ __device__ __forceinline__ void store_run(void* dst, const void* reg) {
     }
 }
 
-// Byte (k*C + sc) of v as float, for a runtime channel sc, with static indexing only.
-template <int C>
-__device__ __forceinline__ float pick(const unsigned char* v, int k, int sc) {
+// Element (k*C + sc) of v as float, for a runtime channel sc, with static indexing only.
+template <int C, typename V>
+__device__ __forceinline__ float pick(const V* v, int k, int sc) {
     float r = (float)v[k * C];
 #pragma unroll
     for (int s = 1; s < C; ++s)
@@ -786,14 +786,7 @@ __global__ void cf_denormalize_vec(const DenormParams p) {
 #pragma unroll
         for (int k = 0; k < 4; ++k)
 #pragma unroll
-            for (int j = 0; j < OC; ++j) {
-                const int sc = p.src_map[j];
-                float r = x[k * C];
-#pragma unroll
-                for (int c = 1; c < C; ++c)
-                    if (sc == c) r = x[k * C + c];
-                v[k][j] = r;
-            }
+            for (int j = 0; j < OC; ++j) v[k][j] = pick<C>(x, k, p.src_map[j]);
     }
     unsigned int w[OC] = {};  // 4 * OC bytes, pixel-major
 #pragma unroll
