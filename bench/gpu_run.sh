@@ -10,6 +10,8 @@ OUT=${OUT:-bench/out}
 MODE=${1:-all}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+# the memory pool's compiled hot path, built here for this machine's Python
+python3 setup.py -q build_ext --inplace > "$OUT/build.log" 2>&1 || cat "$OUT/build.log"
 python3 -m cuflow info | tee "$OUT/info.txt"
 if [ "$MODE" != bench ]; then
   # the full logs stay on the machine (too large to bring back); their summaries come back

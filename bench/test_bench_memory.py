@@ -24,7 +24,7 @@ def _makers():
         torch = torch if torch.cuda.is_available() else None
     except Exception:
         torch = None
-    return _traces.allocators(cupy, torch)
+    return _traces.allocators(cupy, torch, python_hot_path=True)
 
 
 @pytest.mark.parametrize("alloc", ALLOCATORS)
@@ -46,7 +46,7 @@ def test_trace(benchmark, backend, trace, alloc):
     benchmark.extra_info.update(out)
 
 
-@pytest.mark.parametrize("alloc", ALLOCATORS[:1] + ALLOCATORS[2:])
+@pytest.mark.parametrize("alloc", ALLOCATORS[:1] + ALLOCATORS[2:] + ["cuflow, Python hot path"])
 @pytest.mark.parametrize("nbytes", [4096, 1 << 20, 64 << 20])
 def test_empty_hit_latency(benchmark, backend, nbytes, alloc):
     makers = _makers()

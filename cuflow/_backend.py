@@ -154,13 +154,17 @@ def backend_info() -> dict[str, Any]:
     Returns
     -------
     dict
-        ``backend``, ``reason``, ``numpy``, and on the CuPy backend ``cupy``,
+        ``backend``, ``reason``, ``numpy``, ``pool_hot_path`` (``compiled`` when the
+        memory pool's C hot path was built, else ``python``), and on the CuPy backend ``cupy``,
         ``device``, ``device_name``, ``compute_capability``, ``device_count``,
         ``total_memory_bytes``, ``driver_version``, ``runtime_version``.
         Querying device properties does not create a CUDA context.
     """
+    from .memory import _pool  # noqa: PLC0415
+
     b = get_backend()
-    info: dict[str, Any] = {"backend": b.name, "reason": b.reason, "numpy": numpy.__version__}
+    info: dict[str, Any] = {"backend": b.name, "reason": b.reason, "numpy": numpy.__version__,
+                            "pool_hot_path": "python" if _pool.HotAlloc is None else "compiled"}
     if b.name == "cupy":
         cp = b.xp
         rt = cp.cuda.runtime

@@ -160,7 +160,8 @@ def _pool_comparison(quick: bool) -> list[dict[str, Any]]:
                      "case": "cuflow after warmup", **{k: v for k, v in r.items()
                                                       if k != "allocator"}})
     for nbytes in (4096, 1 << 20, 64 << 20):
-        lats = _traces.empty_latency(makers, nbytes, n=5000 if quick else 20000)
+        lats = _traces.empty_latency(_traces.allocators(cupy, torch, python_hot_path=True),
+                                     nbytes, n=5000 if quick else 20000)
         ref = lats["cupy MemoryPool"]["median_us"]
         for aname, lat in lats.items():
             rows.append({"group": f"empty + free on a pool hit, {nbytes} bytes (host us)",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import random
 import threading
 
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import cuflow
-from cuflow.memory import HostBackend, Pool, round_size, size_class
+from cuflow.memory import HostBackend, Pool, _pool, round_size, size_class
 
 # --------------------------------------------------------------------- helpers
 
@@ -62,6 +63,105 @@ def assert_consistent(pool, live):
     assert st_["reserved_bytes.all.current"] == sum(s["size"] for s in pool.snapshot())
     for seg in pool.snapshot():  # blocks tile their segment exactly
         assert sum(blk["size"] for blk in seg["blocks"]) == seg["size"]
+
+
+# ------------------------------------------------------------ the hot paths
+
+
+def pytest_generate_tests(metafunc):
+    """Every test of the pool's logic runs over the compiled hot path and the Python one
+    (the GPU tests use the pool cuflow installed)."""
+    if (metafunc.definition.get_closest_marker("gpu") is None
+            and "hot_path" not in metafunc.definition.name):  # not the tests comparing them
+        metafunc.parametrize("hot_path", ["compiled", "python"], indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def hot_path(request, monkeypatch):
+    which = getattr(request, "param", "installed")
+    if which == "python":
+        monkeypatch.setattr(_pool, "HotAlloc", None)
+    elif which == "compiled":
+        if os.environ.get("CUFLOW_POOL_HOTPATH", "").strip().lower() == "python":
+            pytest.skip("CUFLOW_POOL_HOTPATH=python: the Python hot path only")
+        assert _pool.HotAlloc is not None, (
+            "the memory pool's C hot path (cuflow/memory/_hotpath.c) was not built: install "
+            "with a C compiler and Python's headers (pip install -e .), or set "
+            "CUFLOW_POOL_HOTPATH=python to test the Python one only")
+    return which
+
+
+def python_hot_path(pool):
+    """``pool`` with the Python hot path (what a build without a compiler runs)."""
+    saved, _pool.HotAlloc = _pool.HotAlloc, None
+    try:
+        pool.alloc_ptr = pool._make_alloc()
+    finally:
+        _pool.HotAlloc = saved
+    return pool
+
+
+def test_both_hot_paths_make_the_same_decisions():
+    """The same random sequence (queued frees, exact-size hits, misses, streams) gives the
+    same pointers and statistics through the compiled and the Python hot path."""
+    if _pool.HotAlloc is None:
+        pytest.fail("the compiled hot path was not built (see the hot_path fixture)")
+    rng = random.Random(7)
+    ops = [(rng.random() < 0.6, rng.choice([0, 100, 512, 5000, 70000, 3 << 20]),
+            rng.randrange(3), rng.randrange(10**6)) for _ in range(3000)]
+    results = []
+    for pool in (Pool(HostBackend()), python_hot_path(Pool(HostBackend()))):
+        segs, live, trace = {}, [], []  # where each block lies: (segment's rank, offset)
+        for is_alloc, n, stream, pick in ops:
+            if is_alloc or not live:
+                p = pool.alloc_ptr(n, stream)
+                seg = pool._live[p].seg
+                trace.append((segs.setdefault(id(seg), len(segs)), p - seg.ptr))
+                live.append(p)
+            else:
+                pool._freed[live.pop(pick % len(live))] = 0
+        s = pool.stats()
+        results.append((trace, {k: v for k, v in s.items() if k != "backend"}))
+    assert type(Pool(HostBackend()).alloc_ptr).__name__ == "HotAlloc"
+    assert results[0] == results[1]
+
+
+def test_compiled_hot_path_checks_its_arguments():
+    if _pool.HotAlloc is None:
+        pytest.fail("the compiled hot path was not built (see the hot_path fixture)")
+    pool = Pool(HostBackend())
+    with pytest.raises(TypeError, match="2 positional"):
+        pool.alloc_ptr(100)
+    with pytest.raises(TypeError, match="capsule"):
+        _pool.HotAlloc(pool, _pool.Block, "not a capsule")
+    with pytest.raises(TypeError, match="__slots__"):
+        _pool.HotAlloc(pool, type("NotABlock", (), {}))
+    lock = _pool.PoolLock()
+    with pytest.raises(RuntimeError, match="un-acquired"):
+        lock.release()
+    assert lock.acquire() and lock.acquire(False) and lock._is_owned()  # reentrant
+    lock.release()
+    lock.release()
+    assert not lock._is_owned()
+    held = threading.Event()
+    done = threading.Event()
+
+    def other():
+        with lock:
+            held.set()
+            done.wait()
+
+    t = threading.Thread(target=other)
+    t.start()
+    held.wait()
+    assert lock.acquire(False) is False  # held by the other thread
+    done.set()
+    t.join()
+    assert lock.acquire(False) is True
+    lock.release()
+    with pytest.raises(ValueError, match="negative"):
+        pool.alloc_ptr(-5, 0)
+    assert not pool._lock._is_owned()  # released on the error path
 
 
 # ----------------------------------------------------------------- the logic
@@ -478,6 +578,18 @@ PoolMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40
 test_pool_state_machine = PoolMachine.TestCase
 
 
+class PythonHotPathPoolMachine(PoolMachine):
+    """The same sequences through the Python hot path."""
+
+    def __init__(self):
+        super().__init__()
+        python_hot_path(self.pool)
+
+
+PythonHotPathPoolMachine.TestCase.settings = PoolMachine.TestCase.settings
+test_python_hot_path_pool_state_machine = PythonHotPathPoolMachine.TestCase
+
+
 class GranularEventBackend(EventBackend):
     segment_granularity = 4 << 20  # large segments of whole 4 MiB granules, split by the pool
 
@@ -519,6 +631,32 @@ def test_cupy_allocations_use_the_pool(pooled):
     del x
     assert pool.used_bytes() == used - round_size(4000)
     assert pool.stats()["backend"] == "driver-pool"
+
+
+@pytest.mark.gpu
+def test_installed_hook_runs_the_compiled_hot_path_on_the_current_stream(pooled):
+    """CuPy's hook over the pool calls the compiled hot path, which asks CuPy's C API for
+    the current stream: blocks are lent on the stream the array is made on."""
+    import cupy
+
+    from cuflow.memory import _current_stream_fn
+
+    pool = pooled.memory.get_pool()
+    assert _current_stream_fn() is not None, "CuPy no longer exports get_current_stream_ptr"
+    hot = pool._make_alloc(cupy.cuda.get_current_stream, _current_stream_fn())
+    assert type(hot).__name__ == "HotAlloc"
+    s = cupy.cuda.Stream(non_blocking=True)
+    with s:
+        x = cupy.empty(1000, cupy.float32)
+        assert pool.block_of(x.data.ptr).stream == s.ptr
+        ptr = x.data.ptr
+        del x
+        y = cupy.empty(1000, cupy.float32)  # the block just freed, handed back on its stream
+        assert y.data.ptr == ptr and pool.block_of(ptr).stream == s.ptr
+    z = cupy.empty(1000, cupy.float32)
+    assert pool.block_of(z.data.ptr).stream == cupy.cuda.get_current_stream().ptr != s.ptr
+    del y, z
+    s.synchronize()
 
 
 _WHICH_ALLOCATOR = (

@@ -3,9 +3,10 @@
 With the CuPy backend, cuflow makes its :class:`Pool` CuPy's allocator on the
 first allocation, so plain CuPy calls made by or alongside cuflow use it too;
 ``CUFLOW_POOL=off`` leaves CuPy's own pool in place, and :func:`using_pool`
-scopes a pool to a block (thread-local).  Its hit path is Python behind
-CuPy's ``PythonFunctionAllocator``, measured at 1.2-1.3x the host time of
-CuPy's Cython pool (see the README).  One pool per device; segments come
+scopes a pool to a block (thread-local).  Its hit path is C (an optional
+extension, ``_hotpath.c``; Python where it was not built) behind CuPy's
+``PythonFunctionAllocator`` (see the README for its host time against
+CuPy's Cython pool).  One pool per device; segments come
 from a private CUDA stream-ordered pool by default
 (``CUFLOW_POOL_BACKEND=driver|cudamalloc``).
 
@@ -223,7 +224,23 @@ def _make_cupy_malloc(pool: Pool) -> Callable[[int], Any]:
             pool.watch_stream(so, ptr)
 
     pool._on_new_stream = new_stream
-    return PythonFunctionAllocator(pool._make_alloc(get_stream), pool._freed.__setitem__).malloc
+    return PythonFunctionAllocator(pool._make_alloc(get_stream, _current_stream_fn()),
+                                   pool._freed.__setitem__).malloc
+
+
+def _current_stream_fn() -> Any:
+    """CuPy's C function that gives the current stream's handle, as a capsule (or ``None``).
+
+    ``cupy_backends.cuda.stream.get_current_stream_ptr`` is what CuPy's own pool
+    asks; its ``intptr_t (void)`` signature is checked before the compiled hot
+    path may call it.
+    """
+    try:
+        from cupy_backends.cuda import stream  # noqa: PLC0415
+    except ImportError:
+        return None
+    cap = getattr(stream, "__pyx_capi__", {}).get("get_current_stream_ptr")
+    return cap if cap is not None and '"intptr_t (void)"' in repr(cap) else None
 
 
 _POOLS: dict[int, Pool] = {}

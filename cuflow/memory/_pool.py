@@ -33,6 +33,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import gc
+import os
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -40,6 +41,14 @@ from typing import Any
 
 from .._errors import OutOfMemoryError
 from ._backends import Backend
+
+try:  # the compiled hot path (an optional extension: a source install without a compiler
+    # runs the same operations in Python)
+    from ._hotpath import HotAlloc, PoolLock
+except ImportError:
+    HotAlloc = PoolLock = None
+if os.environ.get("CUFLOW_POOL_HOTPATH", "").strip().lower() == "python":
+    HotAlloc = PoolLock = None
 
 __all__ = ["Block", "Pool", "round_size", "size_class"]
 
@@ -165,7 +174,7 @@ class Pool:
         self.limit = limit
         # Reentrant: a finalizer may call free() while this thread is inside the pool; the
         # slow paths set _busy and such frees then wait in _freed for the end of the operation.
-        self._lock = threading.RLock()
+        self._lock = threading.RLock() if PoolLock is None else PoolLock()
         self._busy = False
         self._live: dict[int, Block] = {}  # pointer -> lent block
         self._freed: dict[int, Any] = {}  # pointers given back, not yet processed
@@ -223,18 +232,26 @@ class Pool:
         return sum(self.hits.values()) + sum(self.misses.values())
 
     # ----------------------------------------------------------- allocation
-    def _make_alloc(self, stream_of: Callable[[], Any] | None = None
-                    ) -> Callable[[int, int], int]:
-        """The pool's hot path, as a closure over its containers (no attribute lookups).
+    def _make_alloc(self, stream_of: Callable[[], Any] | None = None,
+                    stream_fn: Any = None) -> Callable[[int, int], int]:
+        """The pool's hot path.
 
         ``alloc(nbytes, stream)`` gives the device pointer of a block of at least
-        ``nbytes`` for work on ``stream``; with ``stream_of``, the closure is
-        CuPy's ``PythonFunctionAllocator`` callback ``alloc(nbytes, device_id)``
-        and the stream is ``stream_of().ptr``.  It first processes queued frees
-        (one each, usually: back to the exact-size cache), then hands back an
-        exact-size block freed earlier on the stream; anything else goes to
-        :meth:`_alloc_miss`.
+        ``nbytes`` for work on ``stream``; with ``stream_of`` (a callable giving
+        the current stream object) or ``stream_fn`` (a capsule of a C function
+        giving the current stream's handle), it is CuPy's
+        ``PythonFunctionAllocator`` callback ``alloc(nbytes, device_id)`` on the
+        current stream.  It first processes queued frees (one each, usually: back
+        to the exact-size cache), then hands back an exact-size block freed
+        earlier on the stream; anything else goes to :meth:`_alloc_miss`.
+
+        The compiled ``_hotpath.HotAlloc`` does this when it was built (it needs
+        ``stream_fn`` for CuPy's callback); otherwise, or with
+        ``CUFLOW_POOL_HOTPATH=python``, a Python closure over the pool's
+        containers does the same operations.
         """
+        if HotAlloc is not None and (stream_of is None or stream_fn is not None):
+            return HotAlloc(self, Block, stream_fn)
         pool, quick, live, freed, hits = self, self._quick, self._live, self._freed, self.hits
         free_other, miss = self._free_locked, self._alloc_miss
         acquire, release = self._lock.acquire, self._lock.release  # cheaper than ``with``
@@ -277,7 +294,7 @@ class Pool:
                     size = (((nbytes + 511) >> 9) << 9) or 512
                 else:
                     size = (nbytes + LARGE_ROUND - 1) & ~(LARGE_ROUND - 1)
-                if not pool._slow:
+                if not pool._slow and nbytes >= 0:
                     q = quick.get(stream)
                     if q is not None:
                         lst = q.get(size)

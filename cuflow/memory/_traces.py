@@ -110,13 +110,23 @@ class _CupyAllocator:
 
 
 class _Cuflow(_CupyAllocator):
+    """cuflow's pool, with its compiled hot path (when built) or, with ``python``, the
+    Python one a build without a C compiler runs."""
+
     name = "cuflow"
 
-    def __init__(self, cupy: Any) -> None:
-        from . import DriverPoolBackend, Pool  # noqa: PLC0415
+    def __init__(self, cupy: Any, python: bool = False) -> None:
+        from . import DriverPoolBackend, Pool, _pool  # noqa: PLC0415
 
         self.cupy = cupy
         self.pool = Pool(DriverPoolBackend(cupy.cuda.runtime.getDevice()))
+        saved = _pool.HotAlloc
+        if python:
+            _pool.HotAlloc = None
+        try:
+            self.pool.malloc  # noqa: B018  (builds the hook now, with the chosen hot path)
+        finally:
+            _pool.HotAlloc = saved
 
     def empty(self, n: int) -> Any:
         return self.cupy.empty((n,), self.cupy.uint8)
@@ -220,10 +230,15 @@ class _Torch:
         self.torch.cuda.empty_cache()
 
 
-def allocators(cupy: Any, torch: Any = None) -> dict[str, Callable[[], Any]]:
+def allocators(cupy: Any, torch: Any = None, python_hot_path: bool = False
+               ) -> dict[str, Callable[[], Any]]:
+    """Makers of the compared allocators; ``python_hot_path`` adds cuflow's pool over its
+    Python hot path (for hit latency: its decisions, so its footprint, are the same)."""
     out: dict[str, Callable[[], Any]] = {
         "cuflow": lambda: _Cuflow(cupy), "cupy MemoryPool": lambda: _CupyPool(cupy),
         "cupy MemoryAsyncPool": lambda: _CupyAsync(cupy)}
+    if python_hot_path:
+        out["cuflow, Python hot path"] = lambda: _Cuflow(cupy, python=True)
     if torch is not None:
         out["torch caching allocator"] = lambda: _Torch(torch)
     return out
