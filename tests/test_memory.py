@@ -665,18 +665,16 @@ _WHICH_ALLOCATOR = (
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("env", "owner"), [(None, "PythonFunctionAllocator"),
-                                            ("off", "MemoryPool")])
+@pytest.mark.parametrize(("env", "owner"), [
+    ({}, "PythonFunctionAllocator"), ({"CUFLOW_POOL": "off"}, "MemoryPool")])
 def test_pool_is_installed_by_default_and_off_leaves_cupys(gpu_cf, env, owner):
     """By default cuflow's pool becomes CuPy's allocator on first use (CuPy's
     PythonFunctionAllocator over the pool's hook); CUFLOW_POOL=off keeps CuPy's MemoryPool."""
-    import os
     import subprocess
     import sys
 
-    e = {k: v for k, v in os.environ.items() if k != "CUFLOW_POOL"}
-    if env is not None:
-        e["CUFLOW_POOL"] = env
+    e = {k: v for k, v in os.environ.items() if k not in ("CUFLOW_POOL", "CUFLOW_POOL_HOTPATH")}
+    e.update(env)
     out = subprocess.run([sys.executable, "-c", _WHICH_ALLOCATOR], env=e, capture_output=True,
                          text=True, check=True).stdout.split()
     assert out[-1] == owner

@@ -4,9 +4,9 @@ With the CuPy backend, cuflow makes its :class:`Pool` CuPy's allocator on the
 first allocation, so plain CuPy calls made by or alongside cuflow use it too;
 ``CUFLOW_POOL=off`` leaves CuPy's own pool in place, and :func:`using_pool`
 scopes a pool to a block (thread-local).  Its hit path is C (an optional
-extension, ``_hotpath.c``; Python where it was not built) behind CuPy's
-``PythonFunctionAllocator`` (see the README for its host time against
-CuPy's Cython pool).  One pool per device; segments come
+extension, ``_hotpath.c``; a Python closure where it was not built) behind
+CuPy's ``PythonFunctionAllocator`` (see the README for both host times
+against CuPy's Cython pool).  One pool per device; segments come
 from a private CUDA stream-ordered pool by default
 (``CUFLOW_POOL_BACKEND=driver|cudamalloc``).
 
@@ -208,10 +208,14 @@ def _parse_limit_env(value: str, backend: Backend) -> int | None:
 def _make_cupy_malloc(pool: Pool) -> Callable[[int], Any]:
     """CuPy's allocator hook over ``pool``.
 
-    CuPy's ``PythonFunctionAllocator`` builds the memory objects in Cython; its
-    free callback is the pool's ``_freed.__setitem__``, a C call that queues
-    the pointer without running Python code (so it is safe from finalizers and
-    the garbage collector); the pool's next operation processes the queue.
+    CuPy's ``PythonFunctionAllocator`` builds the memory objects in Cython and
+    calls the pool's hot path (compiled where it was built; it reads the current
+    stream through CuPy's C API).  Its free callback is the pool's
+    ``_freed.__setitem__``, a C call that queues the pointer without running
+    Python code (so it is safe from finalizers and the garbage collector); the
+    pool's next operation processes the queue.  (CuPy's ``CFunctionAllocator``
+    would save a Python-level call, but CuPy 14.2 turns an exception raised in
+    its C malloc, such as the pool's out-of-memory error, into a SystemError.)
     """
     import cupy  # noqa: PLC0415
     from cupy.cuda.memory import PythonFunctionAllocator  # noqa: PLC0415

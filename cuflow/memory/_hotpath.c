@@ -31,28 +31,39 @@
 
 /* ------------------------------------------------------------------- PoolLock */
 
+/* Its state (owner, count, waiters) is guarded by the GIL, so an uncontended take or give
+ * is a few loads and stores.  A thread that finds it held by another waits on ``wake``
+ * (a PyThread lock used as a binary semaphore, initially taken) with the GIL released;
+ * the owner's last give hands the lock straight to one waiter and posts ``wake``. */
+#define HANDOFF ((unsigned long)-1)
+
 typedef struct {
     PyObject_HEAD
-    PyThread_type_lock lock;
+    PyThread_type_lock wake;
     unsigned long owner;
     unsigned long count;
+    unsigned long waiters;
 } PoolLock;
 
 static void
 lock_take(PoolLock *l)
 {
     unsigned long me = PyThread_get_thread_ident();
-    if (l->count && l->owner == me) {
+    if (l->count == 0) {
+        l->owner = me;
+        l->count = 1;
+        return;
+    }
+    if (l->owner == me) {
         l->count++;
         return;
     }
-    if (!PyThread_acquire_lock(l->lock, NOWAIT_LOCK)) {
-        Py_BEGIN_ALLOW_THREADS
-        PyThread_acquire_lock(l->lock, WAIT_LOCK);
-        Py_END_ALLOW_THREADS
-    }
-    l->owner = me;
-    l->count = 1;
+    l->waiters++;
+    Py_BEGIN_ALLOW_THREADS
+    PyThread_acquire_lock(l->wake, WAIT_LOCK);
+    Py_END_ALLOW_THREADS
+    l->waiters--;
+    l->owner = me; /* handed over with count 1 */
 }
 
 static int
@@ -63,8 +74,13 @@ lock_give(PoolLock *l)
         return -1;
     }
     if (--l->count == 0) {
-        l->owner = 0;
-        PyThread_release_lock(l->lock);
+        if (l->waiters) { /* to one waiter, which sets itself as the owner */
+            l->owner = HANDOFF;
+            l->count = 1;
+            PyThread_release_lock(l->wake);
+        }
+        else
+            l->owner = 0;
     }
     return 0;
 }
@@ -80,14 +96,8 @@ lock_acquire(PoolLock *self, PyObject *const *args, Py_ssize_t nargs)
         int blocking = PyObject_IsTrue(args[0]);
         if (blocking < 0)
             return NULL;
-        unsigned long me = PyThread_get_thread_ident();
-        if (!blocking && !(self->count && self->owner == me)) {
-            if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK))
-                Py_RETURN_FALSE;
-            self->owner = me;
-            self->count = 1;
-            Py_RETURN_TRUE;
-        }
+        if (!blocking && self->count && self->owner != PyThread_get_thread_ident())
+            Py_RETURN_FALSE;
     }
     lock_take(self);
     Py_RETURN_TRUE;
@@ -123,22 +133,20 @@ lock_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     PoolLock *self = (PoolLock *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
-    self->lock = PyThread_allocate_lock();
-    if (self->lock == NULL) {
+    self->wake = PyThread_allocate_lock();
+    if (self->wake == NULL) {
         Py_DECREF(self);
         return PyErr_NoMemory();
     }
+    PyThread_acquire_lock(self->wake, WAIT_LOCK); /* posted by a give to a waiter */
     return (PyObject *)self;
 }
 
 static void
 lock_dealloc(PoolLock *self)
 {
-    if (self->lock != NULL) {
-        if (self->count)
-            PyThread_release_lock(self->lock);
-        PyThread_free_lock(self->lock);
-    }
+    if (self->wake != NULL)
+        PyThread_free_lock(self->wake);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -312,19 +320,25 @@ to_quick(HotAlloc *self, PyObject *b, PyObject *bstream, PyObject *size)
     if (q == NULL) {
         if (PyErr_Occurred() || (q = PyDict_New()) == NULL)
             return -1;
-        int r = PyDict_SetItem(self->quick, bstream, q);
-        Py_DECREF(q); /* the cache holds it */
-        if (r < 0)
+        if (PyDict_SetItem(self->quick, bstream, q) < 0) {
+            Py_DECREF(q);
             return -1;
+        }
     }
+    else
+        Py_INCREF(q);
+    int r;
     PyObject *lst = PyDict_GetItemWithError(q, size);
     if (lst != NULL)
-        return PyList_Append(lst, b);
-    if (PyErr_Occurred() || (lst = PyList_New(1)) == NULL)
-        return -1;
-    PyList_SET_ITEM(lst, 0, Py_NewRef(b));
-    int r = PyDict_SetItem(q, size, lst);
-    Py_DECREF(lst);
+        r = PyList_Append(lst, b);
+    else if (PyErr_Occurred() || (lst = PyList_New(1)) == NULL)
+        r = -1;
+    else {
+        PyList_SET_ITEM(lst, 0, Py_NewRef(b));
+        r = PyDict_SetItem(q, size, lst);
+        Py_DECREF(lst);
+    }
+    Py_DECREF(q);
     return r;
 }
 
@@ -350,11 +364,18 @@ drain_one(HotAlloc *self, int slow, long long nbytes, PyObject *stream, PyObject
     }
     Py_INCREF(b);
     int r = -1;
+    /* strong references: a garbage collection (PyDict_New, PyList_New) may run finalizers
+     * that re-enter the pool */
     PyObject *plain = slow ? Py_False : slot(self, b, B_PLAIN);
-    PyObject *req, *bstream, *size;
+    PyObject *req = NULL, *bstream = NULL, *size = NULL;
     if (plain == NULL || (req = slot(self, b, B_REQ)) == NULL
-        || (bstream = slot(self, b, B_STREAM)) == NULL || (size = slot(self, b, B_SIZE)) == NULL)
+        || (bstream = slot(self, b, B_STREAM)) == NULL || (size = slot(self, b, B_SIZE)) == NULL) {
+        req = bstream = size = NULL;
         goto done;
+    }
+    Py_INCREF(req);
+    Py_INCREF(bstream);
+    Py_INCREF(size);
     int is_plain = plain == Py_True ? 1 : plain == Py_False ? 0 : PyObject_IsTrue(plain);
     if (is_plain < 0)
         goto done;
@@ -392,6 +413,9 @@ drain_one(HotAlloc *self, int slow, long long nbytes, PyObject *stream, PyObject
     set_slot(self, b, B_QUICK, Py_True);
     r = to_quick(self, b, bstream, size);
 done:
+    Py_XDECREF(req);
+    Py_XDECREF(bstream);
+    Py_XDECREF(size);
     Py_DECREF(b);
     Py_DECREF(ptr);
     return r;
@@ -489,13 +513,39 @@ alloc_locked(HotAlloc *self, PyObject *nbytes_obj, long long nbytes, PyObject *s
         if (hit != Py_None)
             return hit; /* a pointer, or NULL */
     }
-    PyObject *size_obj = PyLong_FromLongLong(size);
-    if (size_obj == NULL)
-        return NULL;
-    PyObject *args[3] = {size_obj, nbytes_obj, stream};
-    PyObject *r = PyObject_Vectorcall(self->miss, args, 3, NULL);
-    Py_DECREF(size_obj);
+    PyObject *size_obj = PyLong_FromLongLong(size), *r = NULL;
+    PyObject *nb = nbytes_obj != NULL ? Py_NewRef(nbytes_obj) : PyLong_FromLongLong(nbytes);
+    if (size_obj != NULL && nb != NULL) {
+        PyObject *args[3] = {size_obj, nb, stream};
+        r = PyObject_Vectorcall(self->miss, args, 3, NULL);
+    }
+    Py_XDECREF(size_obj);
+    Py_XDECREF(nb);
     return r;
+}
+
+/* alloc(nbytes, stream): ``stream`` NULL asks CuPy for the current one; ``nbytes_obj``
+ * may be NULL (made when the miss path needs it) */
+static PyObject *
+hot_alloc(HotAlloc *self, PyObject *nbytes_obj, long long nbytes, PyObject *stream)
+{
+    if (stream == NULL) {
+        intptr_t s = self->get_stream();
+        if (s == -1 && PyErr_Occurred())
+            return NULL;
+        if ((stream = PyLong_FromSsize_t((Py_ssize_t)s)) == NULL)
+            return NULL;
+    }
+    else
+        Py_INCREF(stream);
+    lock_take(self->lock);
+    PyObject *result = alloc_locked(self, nbytes_obj, nbytes, stream);
+    Py_DECREF(stream);
+    if (lock_give(self->lock) < 0) { /* only if the miss path released it: a bug */
+        Py_XDECREF(result);
+        return NULL;
+    }
+    return result;
 }
 
 static PyObject *
@@ -509,24 +559,7 @@ hot_call(HotAlloc *self, PyObject *const *args, size_t nargsf, PyObject *kwnames
     long long nbytes = PyLong_AsLongLong(args[0]);
     if (nbytes == -1 && PyErr_Occurred())
         return NULL;
-    PyObject *stream;
-    if (self->get_stream != NULL) {
-        intptr_t s = self->get_stream();
-        if (s == -1 && PyErr_Occurred())
-            return NULL;
-        if ((stream = PyLong_FromSsize_t((Py_ssize_t)s)) == NULL)
-            return NULL;
-    }
-    else
-        stream = Py_NewRef(args[1]);
-    lock_take(self->lock);
-    PyObject *result = alloc_locked(self, args[0], nbytes, stream);
-    Py_DECREF(stream);
-    if (lock_give(self->lock) < 0) { /* only if the miss path released it: a bug */
-        Py_XDECREF(result);
-        return NULL;
-    }
-    return result;
+    return hot_alloc(self, args[0], nbytes, self->get_stream != NULL ? NULL : args[1]);
 }
 
 static int

@@ -8,8 +8,10 @@ Free blocks sit in one free list per (owner, stream), indexed by size; owner
 Hot path: a freed block goes, without coalescing, to a per-stream cache of
 exact sizes (``_quick``), and an allocation of that size on that stream takes
 it back: two dictionary lookups and a list pop.  The CuPy hook frees by
-storing the pointer in ``_freed`` (a C-level ``dict.__setitem__``, safe from
-finalizers and other threads); the next pool operation drains it.
+storing the pointer in ``_freed`` (a C-level dictionary store, safe from
+finalizers and other threads); the next pool operation drains it.  The hot
+path is compiled (``_hotpath.c``: the same decisions on the same containers)
+where the extension was built, else the Python closure of :meth:`Pool._make_alloc`.
 
 Otherwise (``size`` = request rounded to 512 B, or to 128 KiB at or above
 1 MiB): the exact-size cache is flushed into the coalesced free lists, then
