@@ -513,39 +513,13 @@ alloc_locked(HotAlloc *self, PyObject *nbytes_obj, long long nbytes, PyObject *s
         if (hit != Py_None)
             return hit; /* a pointer, or NULL */
     }
-    PyObject *size_obj = PyLong_FromLongLong(size), *r = NULL;
-    PyObject *nb = nbytes_obj != NULL ? Py_NewRef(nbytes_obj) : PyLong_FromLongLong(nbytes);
-    if (size_obj != NULL && nb != NULL) {
-        PyObject *args[3] = {size_obj, nb, stream};
-        r = PyObject_Vectorcall(self->miss, args, 3, NULL);
-    }
-    Py_XDECREF(size_obj);
-    Py_XDECREF(nb);
-    return r;
-}
-
-/* alloc(nbytes, stream): ``stream`` NULL asks CuPy for the current one; ``nbytes_obj``
- * may be NULL (made when the miss path needs it) */
-static PyObject *
-hot_alloc(HotAlloc *self, PyObject *nbytes_obj, long long nbytes, PyObject *stream)
-{
-    if (stream == NULL) {
-        intptr_t s = self->get_stream();
-        if (s == -1 && PyErr_Occurred())
-            return NULL;
-        if ((stream = PyLong_FromSsize_t((Py_ssize_t)s)) == NULL)
-            return NULL;
-    }
-    else
-        Py_INCREF(stream);
-    lock_take(self->lock);
-    PyObject *result = alloc_locked(self, nbytes_obj, nbytes, stream);
-    Py_DECREF(stream);
-    if (lock_give(self->lock) < 0) { /* only if the miss path released it: a bug */
-        Py_XDECREF(result);
+    PyObject *size_obj = PyLong_FromLongLong(size);
+    if (size_obj == NULL)
         return NULL;
-    }
-    return result;
+    PyObject *args[3] = {size_obj, nbytes_obj, stream};
+    PyObject *r = PyObject_Vectorcall(self->miss, args, 3, NULL);
+    Py_DECREF(size_obj);
+    return r;
 }
 
 static PyObject *
@@ -559,7 +533,24 @@ hot_call(HotAlloc *self, PyObject *const *args, size_t nargsf, PyObject *kwnames
     long long nbytes = PyLong_AsLongLong(args[0]);
     if (nbytes == -1 && PyErr_Occurred())
         return NULL;
-    return hot_alloc(self, args[0], nbytes, self->get_stream != NULL ? NULL : args[1]);
+    PyObject *stream;
+    if (self->get_stream != NULL) { /* CuPy's callback: args[1] is the device id */
+        intptr_t s = self->get_stream();
+        if (s == -1 && PyErr_Occurred())
+            return NULL;
+        if ((stream = PyLong_FromSsize_t((Py_ssize_t)s)) == NULL)
+            return NULL;
+    }
+    else
+        stream = Py_NewRef(args[1]);
+    lock_take(self->lock);
+    PyObject *result = alloc_locked(self, args[0], nbytes, stream);
+    Py_DECREF(stream);
+    if (lock_give(self->lock) < 0) { /* only if the miss path released it: a bug */
+        Py_XDECREF(result);
+        return NULL;
+    }
+    return result;
 }
 
 static int
