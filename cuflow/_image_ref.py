@@ -2,10 +2,11 @@
 
 The NumPy backend runs these, and the GPU tests compare the kernels against
 them.  They follow the kernels step for step: the same source coordinates
-and weights (computed in float32 with the same roundings), colour conversion
-per source pixel, interpolation on the 0-255 scale, then ``v * a[c] + b[c]``
-and the cast.  The kernels contract some multiply-adds into FMAs, so values
-may differ in the last float32 bits (and a uint8 output by 1 at a .5 tie).
+and weights (computed in float32 with the same roundings), interpolation on
+the 0-255 scale (of Y and the chroma for YUV sources, converted to RGB after),
+then ``v * a[c] + b[c]`` and the cast.  The kernels contract some multiply-adds
+into FMAs, so values may differ in the last float32 bits (and a uint8 output by
+1 at a .5 tie).
 """
 
 from __future__ import annotations
@@ -14,16 +15,17 @@ from typing import Any
 
 import numpy
 
-__all__ = ["denormalize", "taps", "to_rgb", "warp"]
+__all__ = ["denormalize", "taps", "to_samples", "warp", "yuv_to_rgb"]
 
 _F = numpy.float32
 
 
-def to_rgb(frame: numpy.ndarray, fmt: int, H: int, W: int, yuv) -> numpy.ndarray:
-    """(H, W, C) float32 on the 0-255 scale from one packed, NV12 (1) or I420 (2) frame."""
+def to_samples(frame: numpy.ndarray, fmt: int, H: int, W: int) -> numpy.ndarray:
+    """(H, W, C) float32 that the kernels resample, from one packed, NV12 (1) or I420 (2)
+    frame: the packed channels on the 0-255 scale, or Y and the chroma minus 128 with the
+    chroma upsampled by replication."""
     if fmt == 0:
         return frame.astype(_F)
-    ys, yoff, rv, gu, gv, bu = (_F(c) for c in yuv)
     Y = frame[:H].astype(_F)
     if fmt == 1:
         uv = frame[H:H + H // 2].reshape(H // 2, W // 2, 2).astype(_F)
@@ -35,7 +37,14 @@ def to_rgb(frame: numpy.ndarray, fmt: int, H: int, W: int, yuv) -> numpy.ndarray
         V = flat[q:2 * q].reshape(H // 2, W // 2).astype(_F)
     U = numpy.repeat(numpy.repeat(U, 2, 0), 2, 1) - _F(128)
     V = numpy.repeat(numpy.repeat(V, 2, 0), 2, 1) - _F(128)
-    yy = (Y - yoff) * ys
+    return numpy.stack([Y, U, V], axis=-1)
+
+
+def yuv_to_rgb(v: numpy.ndarray, yuv) -> numpy.ndarray:
+    """Resampled (Y, U - 128, V - 128) (..., 3) -> RGB on the 0-255 scale, clamped."""
+    ys, yoff, rv, gu, gv, bu = (_F(c) for c in yuv)
+    yy = (v[..., 0] - yoff) * ys
+    U, V = v[..., 1], v[..., 2]
     rgb = numpy.stack([yy + rv * V, yy - gu * U - gv * V, yy + bu * U], axis=-1)
     return numpy.clip(rgb, _F(0), _F(255))
 
@@ -107,7 +116,7 @@ def warp(frames: list[numpy.ndarray], p: dict[str, Any], out: numpy.ndarray) -> 
     oy0, ox0, rh, rw = p["oy0"], p["ox0"], p["rh"], p["rw"]
     a = numpy.asarray(p["a"][:OC], _F)
     b = numpy.asarray(p["b"][:OC], _F)
-    rgb = [to_rgb(f, p["fmt"], H, W, p["yuv"]) for f in frames]
+    samples = [to_samples(f, p["fmt"], H, W) for f in frames]
     rois = p.get("rois")
     uniform = None
     for n in range(out.shape[0]):
@@ -115,16 +124,18 @@ def warp(frames: list[numpy.ndarray], p: dict[str, Any], out: numpy.ndarray) -> 
             x1, y1, x2, y2 = (_F(v) for v in rois[n])
             sx, sy = (x2 - x1) / _F(rw), (y2 - y1) / _F(rh)
             fi = 0 if p.get("roi_frame") is None else int(p["roi_frame"][n])
-            img = rgb[min(max(fi, 0), len(rgb) - 1)]
+            img = samples[min(max(fi, 0), len(samples) - 1)]
             t = (taps(rh, H, sy, y1, p["interp"]), taps(rw, W, sx, x1, p["interp"]), sx, sy)
         else:
-            img = rgb[n]
+            img = samples[n]
             if uniform is None:
                 sx, sy = _F(p["sx"]), _F(p["sy"])
                 uniform = (taps(rh, H, sy, 0.0, p["interp"]), taps(rw, W, sx, 0.0, p["interp"]),
                            sx, sy)
             t = uniform
         region = _sample(img, t[0], t[1], p["interp"], t[2], t[3])
+        if p["fmt"]:
+            region = yuv_to_rgb(region, p["yuv"])
         if p["flip"]:
             region = region[:, ::-1]
         if p["gray"]:

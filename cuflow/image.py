@@ -26,7 +26,11 @@ bilinear samples at ``(dst + 0.5) * in / out - 0.5`` clamped to the frame;
 nearest at ``floor(dst * in / out)``; ``area`` averages the source box with
 fractional edge weights (OpenCV's INTER_AREA) and is bilinear along an axis
 that is upscaled.  Sizes are ``(height, width)``.  uint8 outputs are rounded
-half to even and clamped; float outputs are not clamped.
+half to even and clamped; float outputs are not clamped.  YUV frames are
+resampled as Y, U and V, the chroma upsampled to the luma grid by replication,
+then converted to RGB and clamped to its range once per output pixel: the same
+as converting the frame first and resampling its RGB, except near colours
+outside the RGB range, which are clamped after resampling rather than before.
 
 Tolerances (checked by the tests): float32 outputs match the NumPy reference
 within ``1e-3 * max|a|`` (``a = scale / std``, the 0-255-scale step), float16
@@ -48,7 +52,7 @@ from ._backend import get_backend
 from ._dst import bad_dst_type, bad_shape
 from ._errors import CuflowError, DstDtypeError, DstError, DstTypeError
 from ._streams import as_cupy_stream
-from .raw_kernels._registry import LIN_CHANNELS, VEC_CHANNELS, vec_run
+from .raw_kernels._registry import LIN_SOURCES, VEC_CHANNELS, vec_run
 
 __all__ = ["ImageFormatError", "Letterbox", "crop_resize", "cvt_color", "denormalize", "letterbox", "normalize",
            "resize", "resize_normalize"]
@@ -419,14 +423,17 @@ def _make_plan(name, src, *, size, letterbox_pad, rois, interpolation, mean, std
     tiles = -(-s.N * s.H * s.W // (256 * run))
     # cf_resize_lin reads the aligned words that hold the bytes it needs, so the span from
     # the first frame's start to the last frame's end must be 4-byte aligned (the start is
-    # checked per call)
+    # checked per call); it reads NV12 chroma pairs from the start of a word, so every row
+    # must start aligned (YUV frames are contiguous: a width divisible by 4), and takes
+    # row offsets within an NV12 frame as 32-bit
     end = (s.N - 1) * s.fstride + (s.H - 1) * s.rstride + s.W * s.C
+    aligned = (s.W % 4 == 0 and s.fstride < 1 << 31) if s.fmt else end % 4 == 0
     lin = None
-    if (s.fmt == 0 and direct and (s.C, oc) in LIN_CHANNELS and s.H >= 2 and s.W >= 2
-            and end % 4 == 0 and (interp == 1 or (interp == 2 and rois is None
-                                                   and p["sx"] <= 1 and p["sy"] <= 1))):
+    if (direct and (s.fmt, s.C, oc) in LIN_SOURCES and s.H >= 2 and s.W >= 2 and aligned
+            and (interp == 1 or (interp == 2 and rois is None
+                                 and p["sx"] <= 1 and p["sy"] <= 1))):
         # bilinear everywhere, each output channel a source channel: the fast path
-        lin = f"cf_resize_lin<{{T}},{s.C},{oc}>"
+        lin = f"cf_resize_lin<{{T}},{s.fmt},{s.C},{oc}>"
     s.arr = None  # a cached plan must not keep the first caller's frames alive
     return _Plan(name, s, shape, dtype, p, warp, f"cf_warp<{{T}},{s.fmt},{s.C}>", lin, vec,
                  vec_entry, tiles, info)

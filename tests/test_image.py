@@ -305,8 +305,8 @@ def test_bilinear_plans_take_the_fast_kernel_where_it_applies(cf, rng):
         _, plan = image._op("resize_normalize", cf.asarray(_frames(rng, shape)), **kw)
         return plan.lin_entry
 
-    assert entry((2, 36, 64, 3), size=(20, 30)) == "cf_resize_lin<{T},3,3>"
-    assert entry((2, 36, 64, 4), size=(20, 30), out_format="BGR") == "cf_resize_lin<{T},4,3>"
+    assert entry((2, 36, 64, 3), size=(20, 30)) == "cf_resize_lin<{T},0,3,3>"
+    assert entry((2, 36, 64, 4), size=(20, 30), out_format="BGR") == "cf_resize_lin<{T},0,4,3>"
     assert entry((2, 36, 64, 3), size=(40, 70), interpolation="area") is not None  # upscale
     assert entry((2, 36, 64, 3), size=(20, 30), interpolation="area") is None  # box filter
     assert entry((2, 36, 64, 3), size=(20, 30), interpolation="nearest") is None
@@ -314,8 +314,15 @@ def test_bilinear_plans_take_the_fast_kernel_where_it_applies(cf, rng):
     assert entry((1, 5, 7, 3), size=(3, 4)) is None  # 105 bytes: the end is not aligned
     assert entry((1, 1, 8, 3), size=(3, 4)) is None  # one row: no second tap
     boxes = cf.asarray(np.array([[1, 2, 30, 20], [-3, 0, 70, 40]], np.float32))
-    assert entry((2, 36, 64, 3), size=(8, 8), rois=boxes) == "cf_resize_lin<{T},3,3>"
+    assert entry((2, 36, 64, 3), size=(8, 8), rois=boxes) == "cf_resize_lin<{T},0,3,3>"
     assert entry((2, 36, 64, 3), size=(8, 8), rois=boxes, interpolation="area") is None
+    # NV12 reads its chroma pairs from word starts: rows must start aligned
+    assert entry((2, 54, 64), size=(20, 30), src_format="NV12") == "cf_resize_lin<{T},1,3,3>"
+    assert entry((2, 54, 64), size=(20, 30), src_format="NV12",
+                 out_format="BGR") == "cf_resize_lin<{T},1,3,3>"
+    assert entry((2, 54, 66), size=(20, 30), src_format="NV12") is None
+    assert entry((2, 54, 64), size=(20, 30), src_format="NV12", out_format="GRAY") is None
+    assert entry((2, 54, 64), size=(20, 30), src_format="I420") is None
 
 
 # ------------------------------------------------------------------ GPU against the reference
@@ -353,6 +360,12 @@ _CASES = {
     "resize-1-row": (None, dict(fn="resize_normalize", shape=(2, 1, 9, 3), size=(3, 4))),
     "letterbox-nv12": (None, dict(fn="letterbox", yuv=(2, 36, 64), size=(41, 29),
                                   src_format="NV12")),
+    # NV12 on cf_resize_lin: odd and even taps (chroma pairs across a word), flip, the
+    # far edges, BGR, BT.709 full range, upscaling
+    "nv12-lin-down": (None, dict(fn="resize_normalize", yuv=(2, 38, 52), size=(17, 19),
+                                 src_format="NV12", flip=True, out_format="BGR")),
+    "nv12-lin-up": (None, dict(fn="resize_normalize", yuv=(1, 10, 12), size=(23, 37),
+                               src_format="NV12", matrix="bt709", full_range=True)),
 }
 
 

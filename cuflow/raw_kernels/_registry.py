@@ -82,10 +82,10 @@ VEC_RUNS = ("4", "{V}")
 #: (format, channels) cf_warp is instantiated for: packed 1, 3 or 4 channels,
 #: NV12 and I420 (which sample as 3 channels).
 WARP_SOURCES = ((0, 1), (0, 3), (0, 4), (1, 3), (2, 3))
-#: (channels, output channels) of cf_resize_lin, cf_warp's bilinear case for
-#: packed sources when each output channel is a source channel (the same
-#: channel pairs as the identity-geometry kernel).
-LIN_CHANNELS = VEC_CHANNELS
+#: (format, channels, output channels) of cf_resize_lin, cf_warp's bilinear
+#: case when each output channel is a source channel: packed sources with the
+#: identity-geometry kernel's channel pairs, and NV12 to three channels.
+LIN_SOURCES = tuple((0, c, oc) for c, oc in VEC_CHANNELS) + ((1, 3, 3),)
 
 _BINARY = ("cf_add", "cf_subtract", "cf_multiply", "cf_maximum", "cf_minimum")
 REGISTRY: dict[str, KernelSpec] = {
@@ -102,7 +102,8 @@ REGISTRY: dict[str, KernelSpec] = {
             entries=tuple((f"cf_normalize_vec<{{T}},{c},{oc},{r}>", IMAGE_OUT)
                           for c, oc in VEC_CHANNELS for r in VEC_RUNS)
             + tuple((f"cf_warp<{{T}},{fmt},{c}>", IMAGE_OUT) for fmt, c in WARP_SOURCES)
-            + tuple((f"cf_resize_lin<{{T}},{c},{oc}>", IMAGE_OUT) for c, oc in LIN_CHANNELS)
+            + tuple((f"cf_resize_lin<{{T}},{fmt},{c},{oc}>", IMAGE_OUT)
+                    for fmt, c, oc in LIN_SOURCES)
             + (("cf_denormalize", ("float16", "float32")),)
             + tuple((f"cf_denormalize_vec<{{T}},{c},{oc}>", ("float16", "float32"))
                     for c, oc in VEC_CHANNELS),

@@ -16,10 +16,10 @@
 //     pixels (PX per thread, by source kind), grid (ceil(OW / (32 * PX)),
 //     ceil(OH / 4), B), so no thread divides.  Templated on the source
 //     format and channel count.
-// cf_resize_lin<T, C, OC>  cf_warp's commonest case on its own: bilinear
-//     from packed frames, each output channel a source channel (resize,
-//     resize_normalize, letterbox, crop_resize); word loads, taps kept
-//     across rows.
+// cf_resize_lin<T, FMT, C, OC>  cf_warp's commonest case on its own:
+//     bilinear from packed or NV12 frames, each output channel a source
+//     channel (resize, resize_normalize, letterbox, crop_resize); word loads,
+//     taps kept across rows.
 //
 // Conventions (torchvision / PyTorch, so results can be checked against it):
 //   bilinear: src = (dst + 0.5) * scale - 0.5, clamped below at 0 (as
@@ -32,6 +32,10 @@
 //   With regions of interest the box [x1, x2) x [y1, y2) (source pixels,
 //   continuous) is resampled to the output; coordinates are clamped to the
 //   frame, so boxes that leave it repeat the border pixels.
+// YUV sources are resampled as Y, U, V (chroma upsampled by replication) and
+// converted to RGB after, once per output pixel: the same as converting every
+// source pixel first, except that the conversion's clamp applies to the
+// resampled value.
 // Values are computed in float on the 0-255 scale (0-1 for YUV sources, whose
 // output coefficients the host scales to match), then out = v * a[c] + b[c];
 // unsigned char outputs are rounded half to even and clamped to [0, 255].
@@ -287,7 +291,12 @@ __device__ __forceinline__ Row<FMT> src_row(const WarpParams& p, const unsigned 
     return r;
 }
 
-// Source pixel x of row r as C floats on the 0-255 scale (RGB for YUV sources).
+// Source pixel x of row r as C floats: packed channels on the 0-255 scale, or for
+// YUV sources Y on the 0-255 scale and the chroma minus 128 (chroma upsampled by
+// replication).  YUV is resampled as such and converted to RGB once per output
+// pixel (yuv_to_rgb): the conversion is affine up to its clamp, so this is
+// converting each source pixel then resampling, with the clamp applied to the
+// resampled value.
 template <int FMT, int C>
 __device__ __forceinline__ void fetch(const WarpParams& p, const Row<FMT>& r, int x, float* out) {
     if constexpr (FMT == 0) {
@@ -295,22 +304,26 @@ __device__ __forceinline__ void fetch(const WarpParams& p, const Row<FMT>& r, in
 #pragma unroll
         for (int c = 0; c < C; ++c) out[c] = u8f(__ldg(q + c));
     } else {
-        const float Y = u8f(__ldg(r.l + x));
-        float u, v;  // chroma minus 128
+        out[0] = u8f(__ldg(r.l + x));
         if constexpr (FMT == 1) {
-            u = u8f_c(__ldg(r.u + (x & ~1)));
-            v = u8f_c(__ldg(r.u + (x & ~1) + 1));
+            out[1] = u8f_c(__ldg(r.u + (x & ~1)));
+            out[2] = u8f_c(__ldg(r.u + (x & ~1) + 1));
         } else {
-            u = u8f_c(__ldg(r.u + (x >> 1)));
-            v = u8f_c(__ldg(r.v + (x >> 1)));
+            out[1] = u8f_c(__ldg(r.u + (x >> 1)));
+            out[2] = u8f_c(__ldg(r.v + (x >> 1)));
         }
-        // on the 0-1 scale (the host divided the coefficients by 255 and folded the luma
-        // offset): each clamp is the free saturation of a multiply-add
-        const float yy = fmaf(Y, p.yuv[0], p.yuv[1]);
-        out[0] = __saturatef(fmaf(p.yuv[2], v, yy));
-        out[1] = __saturatef(fmaf(-p.yuv[4], v, fmaf(-p.yuv[3], u, yy)));
-        out[2] = __saturatef(fmaf(p.yuv[5], u, yy));
     }
+}
+
+// Resampled (Y, U - 128, V - 128) -> RGB in place, on the 0-1 scale (the host divided
+// the coefficients by 255 and folded the luma offset): each clamp is the free
+// saturation of a multiply-add.
+__device__ __forceinline__ void yuv_to_rgb(const WarpParams& p, float* v) {
+    const float yy = fmaf(v[0], p.yuv[0], p.yuv[1]);
+    const float u = v[1], w = v[2];
+    v[0] = __saturatef(fmaf(p.yuv[2], w, yy));
+    v[1] = __saturatef(fmaf(-p.yuv[4], w, fmaf(-p.yuv[3], u, yy)));
+    v[2] = __saturatef(fmaf(p.yuv[5], u, yy));
 }
 
 // v[sc] for a runtime sc in [0, 4) without dynamic register indexing.
@@ -475,6 +488,7 @@ __device__ __forceinline__ void warp_row(const WarpParams& p, const Geo& g, int 
 #pragma unroll
             for (int c = 0; c < C; ++c) acc[c] *= inv;
         }
+        if constexpr (FMT != 0) yuv_to_rgb(p, acc);
         if (p.direct) {
 #pragma unroll
             for (int c = 0; c < C && c < 4; ++c) v[c] = acc[c];
@@ -543,9 +557,11 @@ cf_warp(const WarpParams p) {
 }
 
 // ------------------------------------------------------------------ bilinear fast path
-// Tuning (H200, resize 1080p -> 640x640 batch 8, one run): 1 pixel per thread along a
-// row x 4 rows took 29.4 us, 1 x 2 29.7, 2 x 2 30.2 (cf_warp: 31.8); at 2 x 2, 8 or 12
-// resident blocks per SM instead of 10 took 31.6 and 32.3 us.
+// Tuning (H200, 1080p -> 640x640 batch 8, bench/results): 1 pixel per thread along a row
+// x 4 rows took 29.4 us for resize, 1 x 2 29.7, 2 x 2 30.2 (cf_warp: 31.8).  With NV12
+// on this kernel (session 12, one run), 12 resident blocks per SM against 10 took resize
+// from 30.2 to 29.1 us and NV12 from 27.6 to 26.5 (8: 30.7, 29.1); 2 x 2, 2 x 4 and 1 x 8
+// were slower for both.
 #ifndef CF_LIN_PX
 #define CF_LIN_PX 1
 #endif
@@ -553,7 +569,7 @@ cf_warp(const WarpParams p) {
 #define CF_LIN_ROWS 4
 #endif
 #ifndef CF_LIN_MINB
-#define CF_LIN_MINB 10
+#define CF_LIN_MINB 12
 #endif
 
 // x, opaque to the optimizer: a pointer computed once stays a pointer (NVCC
@@ -611,15 +627,61 @@ __device__ __forceinline__ void fetch2(const unsigned char* row, int x, float* p
     }
 }
 
-// cf_warp's bilinear case for packed sources (regions of interest included),
+// An NV12 column: what reading source pixels x and x + 1 (x + 1 < W) of a luma row
+// and of its interleaved chroma row takes, when every row starts 4-byte aligned.  Set
+// up once per thread; a row then costs two word loads (four when x & 3 == 3).
+struct Nv12Col {
+    unsigned int off;    // x & ~3: the word holding luma byte x, and chroma pair x & ~1
+    unsigned int shift;  // 8 * (x & 3): luma bytes x, x + 1 from the low bits
+    bool two;            // x & 3 == 3: luma x + 1 and chroma pair x + 1 start the next word
+    unsigned int su0, sv0, su1, sv1;  // byte_perm selectors of the chroma of x and x + 1
+};
+__device__ __forceinline__ Nv12Col nv12_col(int x) {
+    Nv12Col c;
+    c.off = (unsigned int)x & ~3u;
+    c.shift = 8u * (x & 3);
+    c.two = (x & 3) == 3;
+    const int k0 = x & 2;                                   // chroma pair of x in its word
+    const int k1 = c.two ? 0 : (x & 1) ? (k0 ^ 2) : k0;     // pair of x + 1 (next word if two)
+    c.su0 = 0x7650u | k0;
+    c.sv0 = 0x7650u | (k0 + 1);
+    c.su1 = 0x7650u | k1;
+    c.sv1 = 0x7650u | (k1 + 1);
+    return c;
+}
+// Byte (selected by a byte_perm selector 0x7650 | k) minus 128, as a float (exact).
+__device__ __forceinline__ float chroma_f(unsigned int w, unsigned int sel) {
+    return __uint_as_float(__byte_perm(w, 0x4B000000u, sel)) - 8388736.0f;
+}
+// Source pixels x and x + 1 as Y, U - 128, V - 128 each, from the words at lw (luma row,
+// c.off in) and uw (chroma row, c.off in).
+__device__ __forceinline__ void fetch2_nv12(const unsigned int* lw, const unsigned int* uw,
+                                            const Nv12Col& c, float* p0, float* p1) {
+    const unsigned int l0 = __ldg(lw), u0 = __ldg(uw);
+    unsigned int l1 = 0u, u1 = u0;
+    if (c.two) {
+        l1 = __ldg(lw + 1);
+        u1 = __ldg(uw + 1);
+    }
+    const unsigned int y = __funnelshift_r(l0, l1, c.shift);
+    p0[0] = byte_f(y, 0);
+    p1[0] = byte_f(y, 1);
+    p0[1] = chroma_f(u0, c.su0);
+    p0[2] = chroma_f(u0, c.sv0);
+    p1[1] = chroma_f(u1, c.su1);
+    p1[2] = chroma_f(u1, c.sv1);
+}
+
+// cf_warp's bilinear case for packed and NV12 sources (regions of interest included),
 // where each output channel is a source channel (WarpParams.direct) and the
-// source is at least 2 x 2 and starts and ends 4-byte aligned: a thread keeps
+// source is at least 2 x 2 and starts and ends 4-byte aligned (NV12: every row
+// does, and a frame is below 2^31 bytes): a thread keeps
 // its PX columns' horizontal taps in registers and walks ROWS output rows (4
 // apart); a pixel costs two row addresses, the word loads of its two pairs of
 // taps and the arithmetic, and its stores are 32-bit offsets from the image.
 // Same fields, same results as cf_warp (letterbox region, padding and flip
 // included).  Block (32, 4); grid (ceil(OW / (32 * PX)), ceil(OH / (4 * ROWS)), B).
-template <typename T, int C, int OC, bool NCHW>
+template <typename T, int FMT, int C, int OC, bool NCHW>
 __device__ __forceinline__ void lin_image(const WarpParams& p) {
     constexpr int PX = CF_LIN_PX;
     const int b = blockIdx.z;
@@ -635,6 +697,15 @@ __device__ __forceinline__ void lin_image(const WarpParams& p) {
         xin[k] = lx >= 0 && lx < p.rw;
         if (p.flip) lx = p.rw - 1 - lx;
         xi[k] = lin_tap((float)lx, g.sx, g.x0, p.W, xw[k]);
+    }
+    Nv12Col col[FMT == 1 ? PX : 1];
+    const unsigned char* fcol[FMT == 1 ? PX : 1];  // NV12: the frame, at the column's word
+    if constexpr (FMT == 1) {
+#pragma unroll
+        for (int k = 0; k < PX; ++k) {
+            col[k] = nv12_col(xi[k]);
+            fcol[k] = opaque(frame + col[k].off);
+        }
     }
     float pv[OC];  // the padding, converted once
 #pragma unroll
@@ -656,6 +727,12 @@ __device__ __forceinline__ void lin_image(const WarpParams& p) {
         const float h0 = 1.0f - h1;
         const unsigned char* const ra = frame + (long long)y0 * p.src_rstride;
         const unsigned char* const rb = ra + p.src_rstride;
+        // NV12 (frames below 2^31 bytes, the host checks): 32-bit offsets of luma row y0
+        // and of the chroma rows of y0 and y0 + 1
+        const unsigned int rs = (unsigned int)p.src_rstride;
+        const unsigned int lo = (unsigned int)y0 * rs;
+        const unsigned int co = (unsigned int)(p.H + (y0 >> 1)) * rs;
+        const unsigned int cstep = (y0 & 1) ? rs : 0u;
 #pragma unroll
         for (int k = 0; k < PX; ++k) {
             if (ox + 32 * k >= p.OW) break;
@@ -663,12 +740,22 @@ __device__ __forceinline__ void lin_image(const WarpParams& p) {
             if (yin && xin[k]) {
                 const float w1 = xw[k], w0 = 1.0f - w1;
                 float p00[C], p01[C], p10[C], p11[C];
-                fetch2<C>(ra, xi[k], p00, p01);
-                fetch2<C>(rb, xi[k], p10, p11);
+                if constexpr (FMT == 0) {
+                    fetch2<C>(ra, xi[k], p00, p01);
+                    fetch2<C>(rb, xi[k], p10, p11);
+                } else {
+                    const unsigned int* const l = reinterpret_cast<const unsigned int*>(fcol[k] + lo);
+                    const unsigned int* const u = reinterpret_cast<const unsigned int*>(fcol[k] + co);
+                    fetch2_nv12(l, u, col[k], p00, p01);
+                    fetch2_nv12(l + rs / 4, u + cstep / 4, col[k], p10, p11);
+                }
+                float acc[C];
 #pragma unroll
-                for (int j = 0; j < OC; ++j)
-                    v[j] = (h0 * (w0 * p00[j] + w1 * p01[j]) + h1 * (w0 * p10[j] + w1 * p11[j]))
-                           * p.a[j] + p.b[j];
+                for (int c = 0; c < C; ++c)
+                    acc[c] = h0 * (w0 * p00[c] + w1 * p01[c]) + h1 * (w0 * p10[c] + w1 * p11[c]);
+                if constexpr (FMT != 0) yuv_to_rgb(p, acc);
+#pragma unroll
+                for (int j = 0; j < OC; ++j) v[j] = acc[j] * p.a[j] + p.b[j];
             } else {
 #pragma unroll
                 for (int j = 0; j < OC; ++j) v[j] = pv[j];
@@ -680,12 +767,12 @@ __device__ __forceinline__ void lin_image(const WarpParams& p) {
     }
 }
 
-template <typename T, int C, int OC>
+template <typename T, int FMT, int C, int OC>
 __global__ void __launch_bounds__(128, CF_LIN_MINB) cf_resize_lin(const WarpParams p) {
     if (p.nchw)
-        lin_image<T, C, OC, true>(p);
+        lin_image<T, FMT, C, OC, true>(p);
     else
-        lin_image<T, C, OC, false>(p);
+        lin_image<T, FMT, C, OC, false>(p);
 }
 
 // ------------------------------------------------------------------ denormalize
