@@ -559,9 +559,10 @@ cf_warp(const WarpParams p) {
 // ------------------------------------------------------------------ bilinear fast path
 // Tuning (H200, 1080p -> 640x640 batch 8, bench/results): 1 pixel per thread along a row
 // x 4 rows took 29.4 us for resize, 1 x 2 29.7, 2 x 2 30.2 (cf_warp: 31.8).  With NV12
-// on this kernel (session 12, one run), 12 resident blocks per SM against 10 took resize
-// from 30.2 to 29.1 us and NV12 from 27.6 to 26.5 (8: 30.7, 29.1); 2 x 2, 2 x 4 and 1 x 8
-// were slower for both.
+// on this kernel (session 12), 12 resident blocks per SM against 10 took resize from
+// 30.2 to 29.1 us and NV12 from 27.6 to 26.5 (8: 30.7, 29.1); 2 x 2, 2 x 4 and 1 x 8 were
+// slower for both.  In a second run, 14 against 12 took resize from 29.6 to 28.3 us and
+// NV12 from 26.8 to 25.7 (float16 out: 24.6 to 25.1); 16 was the same as 14.
 #ifndef CF_LIN_PX
 #define CF_LIN_PX 1
 #endif
@@ -569,7 +570,7 @@ cf_warp(const WarpParams p) {
 #define CF_LIN_ROWS 4
 #endif
 #ifndef CF_LIN_MINB
-#define CF_LIN_MINB 12
+#define CF_LIN_MINB 14
 #endif
 
 // x, opaque to the optimizer: a pointer computed once stays a pointer (NVCC
