@@ -25,9 +25,11 @@ if [ "$MODE" != bench ]; then
       -k "not torchvision" > /tmp/cuflow-memcheck.log 2>&1
     echo "compute-sanitizer memcheck exit: $?" | tee -a "$OUT/sanitizer.log"
     tail -4 /tmp/cuflow-memcheck.log | tee -a "$OUT/sanitizer.log"
-    # racecheck for the kernel that stages tiles in shared memory (cf_normalize_vec)
+    # racecheck for the kernels that use shared memory: cf_normalize_vec stages tiles there,
+    # cf_resize_lin its block's vertical taps
     compute-sanitizer --tool racecheck --error-exitcode 9 \
-      python3 -m pytest tests/test_image.py -q -p no:cacheprovider -x -k "vec or large_batch" 2>&1 \
+      python3 -m pytest tests/test_image.py -q -p no:cacheprovider -x \
+      -k "vec or large_batch or resize or letterbox or nv12 or crop" 2>&1 \
       | tail -4 | tee -a "$OUT/sanitizer.log"
     echo "compute-sanitizer racecheck exit: ${PIPESTATUS[0]}" | tee -a "$OUT/sanitizer.log"
   fi

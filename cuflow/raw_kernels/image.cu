@@ -562,7 +562,12 @@ cf_warp(const WarpParams p) {
 // on this kernel (session 12), 12 resident blocks per SM against 10 took resize from
 // 30.2 to 29.1 us and NV12 from 27.6 to 26.5 (8: 30.7, 29.1); 2 x 2, 2 x 4 and 1 x 8 were
 // slower for both.  In a second run, 14 against 12 took resize from 29.6 to 28.3 us and
-// NV12 from 26.8 to 25.7 (float16 out: 24.6 to 25.1); 16 was the same as 14.
+// NV12 from 26.8 to 25.7 (float16 out: 24.6 to 25.1); 16 was the same as 14.  Computing
+// the vertical taps once per block (rowtab) took NV12 to float16 from 25.0 to 23.3 us
+// and crop_resize from 24.0-25.0 to 22.8, the rest unchanged; with it, 2, 3 and 5 rows
+// per thread were no better than 4 over all cases.  At 14 blocks (32 registers) the NV12
+// instantiation keeps 16 bytes on the stack; 12 blocks (40 registers, none) ran NV12 at
+// 26.6 us against 25.7.
 #ifndef CF_LIN_PX
 #define CF_LIN_PX 1
 #endif
@@ -635,7 +640,7 @@ struct Nv12Col {
     unsigned int off;    // x & ~3: the word holding luma byte x, and chroma pair x & ~1
     unsigned int shift;  // 8 * (x & 3): luma bytes x, x + 1 from the low bits
     bool two;            // x & 3 == 3: luma x + 1 and chroma pair x + 1 start the next word
-    unsigned int su0, sv0, su1, sv1;  // byte_perm selectors of the chroma of x and x + 1
+    unsigned int s0, s1;  // byte_perm selectors of the U of x and of x + 1 (V: the next byte)
 };
 __device__ __forceinline__ Nv12Col nv12_col(int x) {
     Nv12Col c;
@@ -644,10 +649,8 @@ __device__ __forceinline__ Nv12Col nv12_col(int x) {
     c.two = (x & 3) == 3;
     const int k0 = x & 2;                                   // chroma pair of x in its word
     const int k1 = c.two ? 0 : (x & 1) ? (k0 ^ 2) : k0;     // pair of x + 1 (next word if two)
-    c.su0 = 0x7650u | k0;
-    c.sv0 = 0x7650u | (k0 + 1);
-    c.su1 = 0x7650u | k1;
-    c.sv1 = 0x7650u | (k1 + 1);
+    c.s0 = 0x7650u | k0;
+    c.s1 = 0x7650u | k1;
     return c;
 }
 // Byte (selected by a byte_perm selector 0x7650 | k) minus 128, as a float (exact).
@@ -667,10 +670,10 @@ __device__ __forceinline__ void fetch2_nv12(const unsigned int* lw, const unsign
     const unsigned int y = __funnelshift_r(l0, l1, c.shift);
     p0[0] = byte_f(y, 0);
     p1[0] = byte_f(y, 1);
-    p0[1] = chroma_f(u0, c.su0);
-    p0[2] = chroma_f(u0, c.sv0);
-    p1[1] = chroma_f(u1, c.su1);
-    p1[2] = chroma_f(u1, c.sv1);
+    p0[1] = chroma_f(u0, c.s0);
+    p0[2] = chroma_f(u0, c.s0 + 1);
+    p1[1] = chroma_f(u1, c.s1);
+    p1[2] = chroma_f(u1, c.s1 + 1);
 }
 
 // cf_warp's bilinear case for packed and NV12 sources (regions of interest included),
@@ -678,8 +681,9 @@ __device__ __forceinline__ void fetch2_nv12(const unsigned int* lw, const unsign
 // source is at least 2 x 2 and starts and ends 4-byte aligned (NV12: every row
 // does, and a frame is below 2^31 bytes): a thread keeps
 // its PX columns' horizontal taps in registers and walks ROWS output rows (4
-// apart); a pixel costs two row addresses, the word loads of its two pairs of
-// taps and the arithmetic, and its stores are 32-bit offsets from the image.
+// apart), whose vertical taps the block computes once into shared memory; a pixel
+// costs two row addresses, the word loads of its two pairs of taps and the
+// arithmetic, and its stores are 32-bit offsets from the image.
 // Same fields, same results as cf_warp (letterbox region, padding and flip
 // included).  Block (32, 4); grid (ceil(OW / (32 * PX)), ceil(OH / (4 * ROWS)), B).
 template <typename T, int FMT, int C, int OC, bool NCHW>
@@ -708,23 +712,34 @@ __device__ __forceinline__ void lin_image(const WarpParams& p) {
             fcol[k] = opaque(frame + col[k].off);
         }
     }
-    float pv[OC];  // the padding, converted once
-#pragma unroll
-    for (int j = 0; j < OC; ++j) pv[j] = p.pad * p.a[j] + p.b[j];
     // 32-bit element offsets within the output image (the host checks that it has fewer
     // than 2^31 elements): the thread's first pixel of its first row, then uniform steps
     T* const img = opaque(reinterpret_cast<T*>(p.dst) + (long long)b * p.dst_fstride);
-    int oy = blockIdx.y * (4 * CF_LIN_ROWS) + threadIdx.y;
+    // The block's rows' vertical taps, computed once per block instead of once per warp:
+    // the first source row (bit 31 set when the row is outside the region) and its weight.
+    constexpr int BROWS = 4 * CF_LIN_ROWS;
+    static_assert(BROWS <= 32, "the first warp fills the row table");
+    __shared__ int2 rowtab[BROWS];
+    const int oyb = blockIdx.y * BROWS;
+    if (threadIdx.y == 0 && threadIdx.x < BROWS) {
+        const int ly = oyb + threadIdx.x - p.oy0;
+        float h1 = 0.0f;
+        const int y0 = lin_tap((float)ly, g.sy, g.y0, p.H, h1);
+        rowtab[threadIdx.x] = make_int2(ly >= 0 && ly < p.rh ? y0 : y0 | (int)0x80000000u,
+                                        __float_as_int(h1));
+    }
+    __syncthreads();
+    int oy = oyb + threadIdx.y;
     unsigned int e = NCHW ? oy * p.OW + ox : (oy * p.OW + ox) * OC;
     const unsigned int rstep = 4u * p.OW * (NCHW ? 1 : OC);  // elements between a thread's rows
     constexpr int pstride = NCHW ? 32 : 32 * OC;              // and between its pixels
-    const int oyend = min(p.OH, oy + 4 * CF_LIN_ROWS);
+    const int oyend = min(p.OH, oy + BROWS);
 #pragma unroll 1
     for (; oy < oyend; oy += 4, e += rstep) {
-        const int ly = oy - p.oy0;
-        const bool yin = ly >= 0 && ly < p.rh;
-        float h1 = 0.0f;
-        const int y0 = lin_tap((float)ly, g.sy, g.y0, p.H, h1);
+        const int2 rt = rowtab[oy - oyb];
+        const bool yin = rt.x >= 0;
+        const int y0 = rt.x & 0x7fffffff;
+        const float h1 = __int_as_float(rt.y);
         const float h0 = 1.0f - h1;
         const unsigned char* const ra = frame + (long long)y0 * p.src_rstride;
         const unsigned char* const rb = ra + p.src_rstride;
@@ -759,7 +774,7 @@ __device__ __forceinline__ void lin_image(const WarpParams& p) {
                 for (int j = 0; j < OC; ++j) v[j] = acc[j] * p.a[j] + p.b[j];
             } else {
 #pragma unroll
-                for (int j = 0; j < OC; ++j) v[j] = pv[j];
+                for (int j = 0; j < OC; ++j) v[j] = p.pad * p.a[j] + p.b[j];
             }
 #pragma unroll
             for (int j = 0; j < OC; ++j)
