@@ -5,8 +5,8 @@ them.  They follow the kernels step for step: the same source coordinates
 and weights (computed in float32 with the same roundings), interpolation on
 the 0-255 scale (of Y and the chroma for YUV sources, converted to RGB after),
 then ``v * a[c] + b[c]`` and the cast.  The kernels contract some multiply-adds
-into FMAs, so values may differ in the last float32 bits (and a uint8 output by
-1 at a .5 tie).
+into FMAs, and ``cf_resize_lin`` interpolates as ``a + w1 * (b - a)``, so values
+may differ in the last float32 bits (and a uint8 output by 1 at a .5 tie).
 """
 
 from __future__ import annotations

@@ -258,12 +258,6 @@ __device__ __forceinline__ float u8f(unsigned char v) { return (float)(unsigned 
 __device__ __forceinline__ float u8f_c(unsigned char v) {
     return __uint_as_float(0x4B000000u | v) - 8388736.0f;
 }
-// Byte k (0-3) of a word as a float: a byte permute puts it under the exponent of 2^23,
-// then 2^23 is subtracted (exact).  An integer and an FMA-pipe instruction, no
-// conversion (H200, bench/results: faster than a conversion in cf_resize_lin).
-__device__ __forceinline__ float byte_f(unsigned int w, int k) {
-    return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7650u | k)) - 8388608.0f;
-}
 
 // The start of source row y: the packed or luma row, and for YUV the chroma
 // row(s) it uses (NV12: the interleaved UV row; I420: the U and V rows).
@@ -621,16 +615,28 @@ __device__ __forceinline__ void load_span(const unsigned char* a, unsigned int* 
     for (int j = 0; j < (N + 3) / 4; ++j) s[j] = __funnelshift_r(w[j], w[j + 1], 8 * o);
 }
 
-// Packed source pixels x and x + 1 of row `row` as C floats each, with word loads.
+// 2^23 + byte k of w (selector 0x7650 | k) as a float: a byte permute puts the byte
+// under the exponent of 2^23, no conversion instruction (H200, bench/results: faster
+// than a conversion in cf_resize_lin).  The difference of two is exact, and less 2^23
+// (2^23 + 128 for chroma, centred) it is the byte.
+__device__ __forceinline__ float raw_f(unsigned int w, unsigned int sel) {
+    return __uint_as_float(__byte_perm(w, 0x4B000000u, sel));
+}
+// (a + w1 * (b - a)) - k for two raw_f values: the interpolation along x in one
+// multiply-add, after two exact subtractions.
+__device__ __forceinline__ float lerp_raw(float a, float b, float w1, float k) {
+    return fmaf(w1, b - a, a - k);
+}
+// One packed row at a thread's column: source pixels x and x + 1 of `row`, read as the
+// words that hold them, interpolated along x (w1: the weight of x + 1), C floats.
 template <int C>
-__device__ __forceinline__ void fetch2(const unsigned char* row, int x, float* p0, float* p1) {
+__device__ __forceinline__ void packed_row(const unsigned char* row, int x, float w1, float* out) {
     unsigned int s[(2 * C + 3) / 4];
     load_span<2 * C>(row + x * C, s);
 #pragma unroll
-    for (int c = 0; c < C; ++c) {
-        p0[c] = byte_f(s[c >> 2], c & 3);
-        p1[c] = byte_f(s[(C + c) >> 2], (C + c) & 3);
-    }
+    for (int c = 0; c < C; ++c)
+        out[c] = lerp_raw(raw_f(s[c >> 2], 0x7650u | (c & 3)),
+                          raw_f(s[(C + c) >> 2], 0x7650u | ((C + c) & 3)), w1, 8388608.0f);
 }
 
 // An NV12 column: what reading source pixels x and x + 1 (x + 1 < W) of a luma row
@@ -653,14 +659,10 @@ __device__ __forceinline__ Nv12Col nv12_col(int x) {
     c.s1 = 0x7650u | k1;
     return c;
 }
-// Byte (selected by a byte_perm selector 0x7650 | k) minus 128, as a float (exact).
-__device__ __forceinline__ float chroma_f(unsigned int w, unsigned int sel) {
-    return __uint_as_float(__byte_perm(w, 0x4B000000u, sel)) - 8388736.0f;
-}
-// Source pixels x and x + 1 as Y, U - 128, V - 128 each, from the words at lw (luma row,
-// c.off in) and uw (chroma row, c.off in).
-__device__ __forceinline__ void fetch2_nv12(const unsigned int* lw, const unsigned int* uw,
-                                            const Nv12Col& c, float* p0, float* p1) {
+// One NV12 row at a thread's column, from the words at lw (luma) and uw (chroma), both at
+// the column's word: Y, U - 128 and V - 128 interpolated along x (w1: the weight of x + 1).
+__device__ __forceinline__ void nv12_row(const unsigned int* lw, const unsigned int* uw,
+                                         const Nv12Col& c, float w1, float* out) {
     const unsigned int l0 = __ldg(lw), u0 = __ldg(uw);
     unsigned int l1 = 0u, u1 = u0;
     if (c.two) {
@@ -668,12 +670,9 @@ __device__ __forceinline__ void fetch2_nv12(const unsigned int* lw, const unsign
         u1 = __ldg(uw + 1);
     }
     const unsigned int y = __funnelshift_r(l0, l1, c.shift);
-    p0[0] = byte_f(y, 0);
-    p1[0] = byte_f(y, 1);
-    p0[1] = chroma_f(u0, c.s0);
-    p0[2] = chroma_f(u0, c.s0 + 1);
-    p1[1] = chroma_f(u1, c.s1);
-    p1[2] = chroma_f(u1, c.s1 + 1);
+    out[0] = lerp_raw(raw_f(y, 0x7650u), raw_f(y, 0x7651u), w1, 8388608.0f);
+    out[1] = lerp_raw(raw_f(u0, c.s0), raw_f(u1, c.s1), w1, 8388736.0f);
+    out[2] = lerp_raw(raw_f(u0, c.s0 | 1u), raw_f(u1, c.s1 | 1u), w1, 8388736.0f);
 }
 
 // cf_warp's bilinear case for packed and NV12 sources (regions of interest included),
@@ -682,10 +681,11 @@ __device__ __forceinline__ void fetch2_nv12(const unsigned int* lw, const unsign
 // does, and a frame is below 2^31 bytes): a thread keeps
 // its PX columns' horizontal taps in registers and walks ROWS output rows (4
 // apart), whose vertical taps the block computes once into shared memory; a pixel
-// costs two row addresses, the word loads of its two pairs of taps and the
-// arithmetic, and its stores are 32-bit offsets from the image.
-// Same fields, same results as cf_warp (letterbox region, padding and flip
-// included).  Block (32, 4); grid (ceil(OW / (32 * PX)), ceil(OH / (4 * ROWS)), B).
+// costs the word loads of its two pairs of taps, one multiply-add per channel and
+// pair (a + w1 * (b - a) on exact differences) and one per channel between the rows,
+// and its stores are 32-bit offsets from the image.  Same fields and results as
+// cf_warp up to float rounding (letterbox region, padding and flip included).
+// Block (32, 4); grid (ceil(OW / (32 * PX)), ceil(OH / (4 * ROWS)), B).
 template <typename T, int FMT, int C, int OC, bool NCHW>
 __device__ __forceinline__ void lin_image(const WarpParams& p) {
     constexpr int PX = CF_LIN_PX;
@@ -704,29 +704,38 @@ __device__ __forceinline__ void lin_image(const WarpParams& p) {
         xi[k] = lin_tap((float)lx, g.sx, g.x0, p.W, xw[k]);
     }
     Nv12Col col[FMT == 1 ? PX : 1];
-    const unsigned char* fcol[FMT == 1 ? PX : 1];  // NV12: the frame, at the column's word
+    const unsigned int* fcol[FMT == 1 ? PX : 1];  // NV12: the frame, at the column's word
     if constexpr (FMT == 1) {
 #pragma unroll
         for (int k = 0; k < PX; ++k) {
             col[k] = nv12_col(xi[k]);
-            fcol[k] = opaque(frame + col[k].off);
+            fcol[k] = opaque(reinterpret_cast<const unsigned int*>(frame + col[k].off));
         }
     }
     // 32-bit element offsets within the output image (the host checks that it has fewer
     // than 2^31 elements): the thread's first pixel of its first row, then uniform steps
     T* const img = opaque(reinterpret_cast<T*>(p.dst) + (long long)b * p.dst_fstride);
     // The block's rows' vertical taps, computed once per block instead of once per warp:
-    // the first source row (bit 31 set when the row is outside the region) and its weight.
+    // the first source row (packed: its index; NV12: the word offsets of luma row y0 and
+    // of the chroma rows of y0 and y0 + 1, frames being below 2^31 bytes) and the weight
+    // of the second, its sign bit set when the output row is outside the region.
     constexpr int BROWS = 4 * CF_LIN_ROWS;
     static_assert(BROWS <= 32, "the first warp fills the row table");
-    __shared__ int2 rowtab[BROWS];
+    __shared__ int4 rowtab[BROWS];
     const int oyb = blockIdx.y * BROWS;
+    const unsigned int rs4 = (unsigned int)p.src_rstride / 4u;  // NV12: words per row
     if (threadIdx.y == 0 && threadIdx.x < BROWS) {
         const int ly = oyb + threadIdx.x - p.oy0;
         float h1 = 0.0f;
         const int y0 = lin_tap((float)ly, g.sy, g.y0, p.H, h1);
-        rowtab[threadIdx.x] = make_int2(ly >= 0 && ly < p.rh ? y0 : y0 | (int)0x80000000u,
-                                        __float_as_int(h1));
+        const int hw = __float_as_int(h1) | (ly >= 0 && ly < p.rh ? 0 : (int)0x80000000u);
+        if constexpr (FMT == 0)
+            rowtab[threadIdx.x] = make_int4(y0, 0, 0, hw);
+        else
+            rowtab[threadIdx.x] = make_int4((int)((unsigned int)y0 * rs4),
+                                            (int)((unsigned int)(p.H + (y0 >> 1)) * rs4),
+                                            (int)((unsigned int)(p.H + ((y0 + 1) >> 1)) * rs4),
+                                            hw);
     }
     __syncthreads();
     int oy = oyb + threadIdx.y;
@@ -736,46 +745,37 @@ __device__ __forceinline__ void lin_image(const WarpParams& p) {
     const int oyend = min(p.OH, oy + BROWS);
 #pragma unroll 1
     for (; oy < oyend; oy += 4, e += rstep) {
-        const int2 rt = rowtab[oy - oyb];
-        const bool yin = rt.x >= 0;
-        const int y0 = rt.x & 0x7fffffff;
-        const float h1 = __int_as_float(rt.y);
-        const float h0 = 1.0f - h1;
-        const unsigned char* const ra = frame + (long long)y0 * p.src_rstride;
-        const unsigned char* const rb = ra + p.src_rstride;
-        // NV12 (frames below 2^31 bytes, the host checks): 32-bit offsets of luma row y0
-        // and of the chroma rows of y0 and y0 + 1
-        const unsigned int rs = (unsigned int)p.src_rstride;
-        const unsigned int lo = (unsigned int)y0 * rs;
-        const unsigned int co = (unsigned int)(p.H + (y0 >> 1)) * rs;
-        const unsigned int cstep = (y0 & 1) ? rs : 0u;
+        const int4 rt = rowtab[oy - oyb];
+        const bool yin = rt.w >= 0;
+        const float h1 = __int_as_float(rt.w & 0x7fffffff);
+        const unsigned char* const ra = frame + (long long)rt.x * p.src_rstride;  // packed
 #pragma unroll
         for (int k = 0; k < PX; ++k) {
             if (ox + 32 * k >= p.OW) break;
-            float v[OC];
-            if (yin && xin[k]) {
-                const float w1 = xw[k], w0 = 1.0f - w1;
-                float p00[C], p01[C], p10[C], p11[C];
+            // yin is the same for the whole warp (one output row), so this branch does not
+            // diverge; where xin is false the taps are still inside the frame
+            float acc[C];
+#pragma unroll
+            for (int c = 0; c < C; ++c) acc[c] = p.pad;
+            if (yin) {
+                float top[C], bot[C], t[C];
                 if constexpr (FMT == 0) {
-                    fetch2<C>(ra, xi[k], p00, p01);
-                    fetch2<C>(rb, xi[k], p10, p11);
+                    packed_row<C>(ra, xi[k], xw[k], top);
+                    packed_row<C>(ra + p.src_rstride, xi[k], xw[k], bot);
                 } else {
-                    const unsigned int* const l = reinterpret_cast<const unsigned int*>(fcol[k] + lo);
-                    const unsigned int* const u = reinterpret_cast<const unsigned int*>(fcol[k] + co);
-                    fetch2_nv12(l, u, col[k], p00, p01);
-                    fetch2_nv12(l + rs / 4, u + cstep / 4, col[k], p10, p11);
+                    const unsigned int* const fc = fcol[k];
+                    nv12_row(fc + rt.x, fc + rt.y, col[k], xw[k], top);
+                    nv12_row(fc + rt.x + rs4, fc + rt.z, col[k], xw[k], bot);
                 }
-                float acc[C];
 #pragma unroll
-                for (int c = 0; c < C; ++c)
-                    acc[c] = h0 * (w0 * p00[c] + w1 * p01[c]) + h1 * (w0 * p10[c] + w1 * p11[c]);
-                if constexpr (FMT != 0) yuv_to_rgb(p, acc);
+                for (int c = 0; c < C; ++c) t[c] = fmaf(h1, bot[c] - top[c], top[c]);
+                if constexpr (FMT != 0) yuv_to_rgb(p, t);
 #pragma unroll
-                for (int j = 0; j < OC; ++j) v[j] = acc[j] * p.a[j] + p.b[j];
-            } else {
-#pragma unroll
-                for (int j = 0; j < OC; ++j) v[j] = p.pad * p.a[j] + p.b[j];
+                for (int c = 0; c < C; ++c) acc[c] = xin[k] ? t[c] : p.pad;
             }
+            float v[OC];
+#pragma unroll
+            for (int j = 0; j < OC; ++j) v[j] = acc[j] * p.a[j] + p.b[j];
 #pragma unroll
             for (int j = 0; j < OC; ++j)
                 put(img + (e + (unsigned int)p.choff[j] + k * pstride), Out<T>::cvt(v[j]));
