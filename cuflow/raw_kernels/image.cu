@@ -559,9 +559,9 @@ cf_warp(const WarpParams p) {
 // NV12 from 26.8 to 25.7 (float16 out: 24.6 to 25.1); 16 was the same as 14.  Computing
 // the vertical taps once per block (rowtab) took NV12 to float16 from 25.0 to 23.3 us
 // and crop_resize from 24.0-25.0 to 22.8, the rest unchanged; with it, 2, 3 and 5 rows
-// per thread were no better than 4 over all cases.  At 14 blocks (32 registers) the NV12
-// instantiation keeps 16 bytes on the stack; 12 blocks (40 registers, none) ran NV12 at
-// 26.6 us against 25.7.
+// per thread were no better than 4 over all cases.  At 14 blocks a thread has 32
+// registers; no instantiation spills (12 blocks, 40 registers, ran NV12 at 26.6 us
+// against 25.7 when that one still did).
 #ifndef CF_LIN_PX
 #define CF_LIN_PX 1
 #endif
