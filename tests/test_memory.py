@@ -52,6 +52,32 @@ def check(b, byte):
     assert data == bytes([byte]) * b.req, f"block at {b.ptr:#x} corrupted"
 
 
+class DeviceBytes:
+    """fill / check / copy / set for blocks of device memory, each on the block's stream
+    (asynchronous, as a kernel's use would be), checks read back and wait."""
+
+    def __init__(self):
+        import cupy
+
+        self.rt = cupy.cuda.runtime
+
+    def set(self, ptr, byte, n, stream):
+        self.rt.memsetAsync(ptr, byte, n, stream)
+
+    def fill(self, b, byte):
+        self.set(b.ptr, byte, b.req, b.stream)
+
+    def check(self, b, byte):
+        host = np.empty(b.req, np.uint8)
+        self.rt.memcpyAsync(host.ctypes.data, b.ptr, b.req, self.rt.memcpyDeviceToHost,
+                            b.stream)
+        self.rt.streamSynchronize(b.stream)
+        assert (host == byte).all(), f"device block at {b.ptr:#x} corrupted"
+
+    def copy(self, dst, src, n, stream):
+        self.rt.memcpyAsync(dst, src, n, self.rt.memcpyDeviceToDevice, stream)
+
+
 def assert_consistent(pool, live):
     """Live blocks never overlap; the pool's counters match them."""
     spans = sorted((b.ptr, b.ptr + b.size) for b in live)
@@ -465,7 +491,11 @@ def test_limit_env_parsing():
 
 
 def test_threads_never_share_a_block():
-    pool = Pool(HostBackend())
+    stress_threads(Pool(HostBackend()), fill, check)
+
+
+def stress_threads(pool, fill, check):
+    """8 threads allocating, filling, checking and freeing at once on one pool."""
     errors = []
 
     def worker(seed):
@@ -508,6 +538,29 @@ class PoolMachine(RuleBasedStateMachine):
         self.live = []  # (block, byte)
         self.counter = 0
 
+    # what the rules do to memory and streams (host memory here; DevicePoolMachine's
+    # device memory below)
+    def fill(self, b, byte):
+        fill(b, byte)
+
+    def check(self, b, byte):
+        check(b, byte)
+
+    def move(self, nb, b, n, byte):
+        """nb takes b's first n bytes, and byte after them."""
+        ctypes.memmove(nb.ptr, b.ptr, n)
+        ctypes.memset(nb.ptr + n, byte, nb.req - n)
+
+    def stream(self, i):
+        return i
+
+    def use(self, b, byte, stream):
+        """Work on another stream uses b."""
+        self.pool.record_stream(b, stream)
+
+    def complete(self):
+        self.be.finish_all()
+
     def _pattern(self):
         self.counter = (self.counter + 1) % 251
         return self.counter + 1
@@ -516,18 +569,18 @@ class PoolMachine(RuleBasedStateMachine):
           stream=st.integers(0, 2))
     def allocate(self, size, stream):
         try:
-            b = self.pool.alloc(size, stream)
+            b = self.pool.alloc(size, self.stream(stream))
         except cuflow.OutOfMemoryError:
             return
         byte = self._pattern()
-        fill(b, byte)
+        self.fill(b, byte)
         self.live.append((b, byte))
 
     @precondition(lambda self: self.live)
     @rule(i=st.integers(0, 10**6))
     def free(self, i):
         b, byte = self.live.pop(i % len(self.live))
-        check(b, byte)
+        self.check(b, byte)
         self.pool.free(b)
 
     @precondition(lambda self: self.live)
@@ -536,7 +589,7 @@ class PoolMachine(RuleBasedStateMachine):
         """Free the way CuPy's hook does: queue the pointer; the next allocation processes
         it (and hands the block straight back when it asks for the same size)."""
         b, byte = self.live.pop(i % len(self.live))
-        check(b, byte)
+        self.check(b, byte)
         self.pool._freed[b.ptr] = 0
 
     @precondition(lambda self: self.live)
@@ -548,20 +601,18 @@ class PoolMachine(RuleBasedStateMachine):
         except cuflow.OutOfMemoryError:
             self.live.append((b, byte))
             return
-        n = min(b.req, nb.req)
-        ctypes.memmove(nb.ptr, b.ptr, n)
+        self.move(nb, b, min(b.req, nb.req), byte)
         self.pool.free(b)
-        ctypes.memset(nb.ptr + n, byte, nb.req - n)
         self.live.append((nb, byte))
 
     @precondition(lambda self: self.live)
     @rule(i=st.integers(0, 10**6), stream=st.integers(0, 2))
     def use_on_stream(self, i, stream):
-        self.pool.record_stream(self.live[i % len(self.live)][0], stream)
+        self.use(*self.live[i % len(self.live)], self.stream(stream))
 
     @rule()
     def events_complete(self):
-        self.be.finish_all()
+        self.complete()
 
     @rule()
     def empty_cache(self):
@@ -570,7 +621,7 @@ class PoolMachine(RuleBasedStateMachine):
     @invariant()
     def intact(self):
         for b, byte in self.live:
-            check(b, byte)
+            self.check(b, byte)
         assert_consistent(self.pool, [b for b, _ in self.live])
 
 
@@ -605,6 +656,55 @@ class GranularPoolMachine(PoolMachine):
 
 GranularPoolMachine.TestCase.settings = PoolMachine.TestCase.settings
 test_granular_pool_state_machine = GranularPoolMachine.TestCase
+
+
+class DevicePoolMachine(PoolMachine):
+    """The same sequences on device memory from the driver's pool, over the legacy stream
+    and two others: patterns are written and read back on each block's stream, and a use
+    on another stream is a write of the block's pattern in flight there."""
+
+    def __init__(self):
+        import cupy
+
+        super().__init__()
+        self.dev = DeviceBytes()
+        self.streams = [None, cupy.cuda.Stream(non_blocking=True),
+                        cupy.cuda.Stream(non_blocking=True)]
+        self.be = cuflow.memory.DriverPoolBackend(self.dev.rt.getDevice())
+        self.pool = Pool(self.be, limit=256 << 20)
+
+    def fill(self, b, byte):
+        self.dev.fill(b, byte)
+
+    def check(self, b, byte):
+        self.dev.check(b, byte)
+
+    def move(self, nb, b, n, byte):
+        self.dev.copy(nb.ptr, b.ptr, n, b.stream)  # nb is on b's stream
+        self.dev.set(nb.ptr + n, byte, nb.req - n, nb.stream)
+
+    def stream(self, i):
+        return 0 if i == 0 else self.streams[i].ptr
+
+    def use(self, b, byte, stream):
+        self.dev.set(b.ptr, byte, b.req, stream)
+        super().use(b, byte, stream)
+
+    def complete(self):
+        self.dev.rt.deviceSynchronize()
+
+    def teardown(self):
+        for b, byte in self.live:
+            self.check(b, byte)
+            self.pool.free(b)
+        self.dev.rt.deviceSynchronize()
+        self.pool.empty_cache()
+        self.be.trim()
+
+
+DevicePoolMachine.TestCase.settings = settings(max_examples=30, stateful_step_count=40,
+                                               deadline=None)
+test_device_pool_state_machine = pytest.mark.gpu(DevicePoolMachine.TestCase)
 
 
 # ---------------------------------------------------------------------- GPU
@@ -693,6 +793,18 @@ def test_destroyed_stream_blocks_are_adopted():
     assert all(k[1] != 5 for k in pool._lists) and not pool._orphans
     pool.free(b)
     assert pool.empty_cache() >= 1
+
+
+@pytest.mark.gpu
+def test_threads_never_share_a_device_block(gpu_cf):
+    dev = DeviceBytes()
+    pool = Pool(gpu_cf.memory.DriverPoolBackend(dev.rt.getDevice()))
+    try:
+        stress_threads(pool, dev.fill, dev.check)
+    finally:
+        dev.rt.deviceSynchronize()
+        pool.empty_cache()
+        pool.backend.trim()
 
 
 @pytest.mark.gpu
