@@ -16,7 +16,7 @@ python3 -m cuflow info | tee "$OUT/info.txt"
 if [ "$MODE" != bench ]; then
   # the full logs stay on the machine (too large to bring back); their summaries come back
   python3 -m pytest tests -q -p no:cacheprovider -rfEs > /tmp/cuflow-tests.log 2>&1
-  { grep -E "^(FAILED|ERROR)" /tmp/cuflow-tests.log; tail -3 /tmp/cuflow-tests.log; } \
+  { grep -a -E "^(FAILED|ERROR)" /tmp/cuflow-tests.log; tail -3 /tmp/cuflow-tests.log; } \
     | tee "$OUT/tests-summary.log"
   if command -v compute-sanitizer >/dev/null; then
     # memcheck over cuflow's own kernels (CuPy's allocator would hide overruns inside its pool)

@@ -52,6 +52,7 @@ from ._backend import get_backend
 from ._dst import bad_dst_type, bad_shape
 from ._errors import CuflowError, DstDtypeError, DstError, DstTypeError
 from ._streams import as_cupy_stream
+from .raw_kernels import _launch  # its launch is looked up per call (cuflow.debug wraps it)
 from .raw_kernels._registry import LIN_SOURCES, VEC_CHANNELS, vec_run
 
 __all__ = ["ImageFormatError", "Letterbox", "crop_resize", "cvt_color", "denormalize", "letterbox", "normalize",
@@ -116,6 +117,9 @@ _IDENTITY = {n: _Affine((1.0,) * n, (0.0,) * n) for n in (1, 3, 4)}
 
 
 def _size(name: str, size) -> tuple[int, int]:
+    if type(size) is tuple and len(size) == 2 and type(size[0]) is int \
+            and type(size[1]) is int and 0 < size[0] <= 65535 and 0 < size[1]:
+        return size  # the common case, checked without conversions
     if isinstance(size, int | numpy.integer):
         size = (size, size)
     try:
@@ -271,9 +275,11 @@ _WARP = struct.Struct("=QQQQqqq4q16i4i4ii20f")
 _DENORM = struct.Struct("=QQqq3i4i4f4fi")
 # CF_WARP_PX / CF_WARP_PX_YUV of image.cu: output pixels per thread of cf_warp for packed
 # and YUV sources (a warp covers 32 of them in a row, a block 4 rows); CF_LIN_PX and
-# CF_LIN_ROWS: cf_resize_lin's pixels per thread in a row, and rows per thread.
+# CF_LIN_ROWS: cf_resize_lin's pixels per thread in a row, and rows per thread;
+# CF_NV12_ROWS: cf_resize_nv12's rows per thread (it has two columns per thread).
 _WARP_PX = {0: 2, 1: 4, 2: 4}
 _LIN_PX, _LIN_ROWS = 1, 4
+_NV12_ROWS = 2
 _PLANS: dict[tuple, Any] = {}  # _Plan and _DenormPlan, keyed by operator name and options
 _MAX_PLANS = 512
 
@@ -309,10 +315,15 @@ class _Plan:
     warp: tuple         # cf_warp (and cf_resize_lin) fields after their four pointers
     warp_entry: str     # cf_warp instantiation for the source format and channels
     lin_entry: str | None  # cf_resize_lin instantiation, when it applies
+    lin_pairs: bool     # cf_resize_nv12 applies (when dst is aligned to two elements)
     vec: tuple | None   # cf_normalize_vec fields after its two pointers, when it applies
     vec_entry: str
     vec_tiles: int      # tiles of cf_normalize_vec (its grid: all of them, or one wave)
     info: Any = None    # Letterbox for letterbox()
+
+    def __post_init__(self):
+        self.dt = self.dtype.name  # numpy computes the name on every access
+        self.pair_align = 2 * self.dtype.itemsize
 
     def run(self, src, rois, roi_frame, dst, stream):
         b = get_backend()
@@ -331,30 +342,31 @@ class _Plan:
             return out
         if out.size == 0:
             return out
-        from .raw_kernels._launch import launch, one_wave  # noqa: PLC0415
-
         sp = as_cupy_stream(stream).ptr
         sptr, optr = src.data.ptr, out.data.ptr
-        dt = self.dtype.name
+        dt = self.dt
         if self.vec is not None and not (sptr & 15 or optr & 15):
             # Persistent blocks prefetch their next tile; float32 output (4 bytes written per
             # byte read) ran faster with a block per tile on an H200 (bench/results).
             tiles = self.vec_tiles
-            grid = (tiles if dt == "float32" else min(tiles, one_wave("image", self.vec_entry, dt,
-                                                                       256)), 1, 1)
-            launch("image", self.vec_entry, dt, grid, (256, 1, 1), sp, _NORM,
-                   (sptr, optr, *self.vec))
+            grid = (tiles if dt == "float32"
+                    else min(tiles, _launch.one_wave("image", self.vec_entry, dt, 256)), 1, 1)
+            _launch.launch("image", self.vec_entry, dt, grid, (256, 1, 1), sp, _NORM,
+                           (sptr, optr, *self.vec))
         else:
             B = out.shape[0] if out.ndim == 4 else 1
             if self.lin_entry is not None and not sptr & 3:  # it needs 4-byte alignment
-                entry, px, rows = self.lin_entry, _LIN_PX, _LIN_ROWS
+                if self.lin_pairs and not optr % self.pair_align:
+                    entry, cols, rows = "cf_resize_nv12<{T}>", 64, 4 * _NV12_ROWS
+                else:
+                    entry, cols, rows = self.lin_entry, 32 * _LIN_PX, 4 * _LIN_ROWS
             else:
-                entry, px, rows = self.warp_entry, _WARP_PX[self.src.fmt], 1
-            launch("image", entry, dt,
-                   (-(-self.p["OW"] // (32 * px)), -(-self.p["OH"] // (4 * rows)), B),
-                   (32, 4, 1), sp, _WARP,
-                   (sptr, optr, 0 if rois is None else rois.data.ptr,
-                    0 if roi_frame is None else roi_frame.data.ptr, *self.warp))
+                entry, cols, rows = self.warp_entry, 32 * _WARP_PX[self.src.fmt], 4
+            _launch.launch("image", entry, dt,
+                           (-(-self.p["OW"] // cols), -(-self.p["OH"] // rows), B),
+                           (32, 4, 1), sp, _WARP,
+                           (sptr, optr, 0 if rois is None else rois.data.ptr,
+                            0 if roi_frame is None else roi_frame.data.ptr, *self.warp))
         return out
 
 
@@ -434,9 +446,13 @@ def _make_plan(name, src, *, size, letterbox_pad, rois, interpolation, mean, std
                                  and p["sx"] <= 1 and p["sy"] <= 1))):
         # bilinear everywhere, each output channel a source channel: the fast path
         lin = f"cf_resize_lin<{{T}},{s.fmt},{s.C},{oc}>"
+    # cf_resize_nv12 stores two adjacent columns at once and reads 8 bytes from at most
+    # W - 8: NV12 with an even output width (so every pair starts at an even element)
+    pairs = lin is not None and s.fmt == 1 and ow % 2 == 0 and s.W >= 8
     s.arr = None  # a cached plan must not keep the first caller's frames alive
-    return _Plan(name, s, shape, dtype, p, warp, f"cf_warp<{{T}},{s.fmt},{s.C}>", lin, vec,
-                 vec_entry, tiles, info)
+    return _Plan(name, s, shape, dtype, p, warp, f"cf_warp<{{T}},{s.fmt},{s.C}>", lin, pairs,
+                 vec, vec_entry, tiles, info)
+
 
 
 
@@ -462,13 +478,14 @@ def _op(name: str, src, *, size=None, letterbox_pad=False, rois=None, roi_frame=
     b = get_backend()
     if not isinstance(src, b.ndarray):
         _parse_src(name, src, src_format)  # raises the type error
-    opts = dict(size=size, letterbox_pad=letterbox_pad, interpolation=interpolation, mean=mean,
-                std=std, scale=scale, src_format=src_format, out_format=out_format,
-                layout=layout, dtype=dtype, flip=flip, pad=pad, matrix=matrix,
-                full_range=full_range, identity_affine=identity_affine)
     key = (b, name, src.shape, src.strides, src.dtype, None if rois is None else rois.shape,
-           *opts.values())
-    plan = _cached_plan(key, lambda: _make_plan(name, src, rois=rois, **opts))
+           size, letterbox_pad, interpolation, mean, std, scale, src_format, out_format, layout,
+           dtype, flip, pad, matrix, full_range, identity_affine)
+    plan = _cached_plan(key, lambda: _make_plan(
+        name, src, rois=rois, size=size, letterbox_pad=letterbox_pad,
+        interpolation=interpolation, mean=mean, std=std, scale=scale, src_format=src_format,
+        out_format=out_format, layout=layout, dtype=dtype, flip=flip, pad=pad, matrix=matrix,
+        full_range=full_range, identity_affine=identity_affine))
     return plan.run(src, rois, roi_frame, dst, stream), plan
 
 
@@ -748,17 +765,15 @@ def denormalize(src, *, mean=0.0, std=1.0, scale=1 / 255, layout="NCHW", src_for
         _image_ref.denormalize(x, plan.p, out.reshape(plan.N, *plan.shape[-3:]))
         return out
     if out.size:
-        from .raw_kernels._launch import launch  # noqa: PLC0415
-
         sptr, optr, sp = src.data.ptr, out.data.ptr, as_cupy_stream(stream).ptr
         if plan.vec is not None and not (sptr | optr) & 15:
             # four pixels per thread with vector loads and word stores
-            launch("image", plan.vec, src.dtype.name, (-(-plan.npix // 1024), plan.N, 1),
-                   (256, 1, 1), sp, _DENORM, (sptr, optr, *plan.fields))
+            _launch.launch("image", plan.vec, plan.dt, (-(-plan.npix // 1024), plan.N, 1),
+                           (256, 1, 1), sp, _DENORM, (sptr, optr, *plan.fields))
         else:
-            launch("image", "cf_denormalize", src.dtype.name,
-                   (min((plan.npix * plan.N + 255) // 256, 2**31 - 1), 1, 1), (256, 1, 1), sp,
-                   _DENORM, (sptr, optr, *plan.fields))
+            _launch.launch("image", "cf_denormalize", plan.dt,
+                           (min((plan.npix * plan.N + 255) // 256, 2**31 - 1), 1, 1),
+                           (256, 1, 1), sp, _DENORM, (sptr, optr, *plan.fields))
     return out
 
 
@@ -772,6 +787,7 @@ class _DenormPlan:
     p: dict[str, Any]       # the kernel's fields by name (the reference reads these)
     fields: tuple           # cf_denormalize(_vec) fields after the two pointers
     vec: str | None         # cf_denormalize_vec instantiation, when the frame size allows
+    dt: str                 # the input's dtype name (the kernels' instantiation)
 
 
 def _denorm_plan(src, mean, std, scale, layout, src_format, out_format) -> _DenormPlan:
@@ -811,22 +827,5 @@ def _denorm_plan(src, mean, std, scale, layout, src_format, out_format) -> _Deno
            if (H * W) % 4 == 0 and N <= 65535 and (C, oc) in VEC_CHANNELS else None)
     return _DenormPlan((N, H, W, oc) if batched else (H, W, oc), N, H * W,
                        dict(OC=oc, nchw=nchw, src_map=src_map, a=a, b=bb),
-                       (H * W, N, C, oc, nchw, *sm, *a, *bb, 0), vec)
-    if out.size:
-        from .raw_kernels._launch import launch  # noqa: PLC0415
-
-        total = N * H * W
-        sm = src_map + [0] * (4 - len(src_map))
-        fields = (x.data.ptr, out.data.ptr, H * W, N, C, oc, p["nchw"], *sm, *a, *bb, 0)
-        sp = as_cupy_stream(stream).ptr
-        if ((H * W) % 4 == 0 and N <= 65535 and (C, oc) in VEC_CHANNELS
-                and not (x.data.ptr | out.data.ptr) & 15):
-            # four pixels per thread with vector loads and word stores
-            launch("image", f"cf_denormalize_vec<{{T}},{C},{oc}>", src.dtype.name,
-                   (-(-H * W // 1024), N, 1), (256, 1, 1), sp, _DENORM, fields)
-        else:
-            launch("image", "cf_denormalize", src.dtype.name,
-                   (min((total + 255) // 256, 2**31 - 1), 1, 1), (256, 1, 1), sp, _DENORM,
-                   fields)
-    return out
+                       (H * W, N, C, oc, nchw, *sm, *a, *bb, 0), vec, src.dtype.name)
 

@@ -325,6 +325,19 @@ def test_bilinear_plans_take_the_fast_kernel_where_it_applies(cf, rng):
     assert entry((2, 54, 64), size=(20, 30), src_format="I420") is None
 
 
+def test_nv12_plans_take_the_two_column_kernel_for_even_widths(cf, rng):
+    def pairs(shape, size, **kw):
+        _, plan = image._op("resize_normalize", cf.asarray(_frames(rng, shape)), size=size,
+                            src_format="NV12", **kw)
+        return plan.lin_pairs
+
+    assert pairs((2, 54, 64), (20, 30))
+    assert pairs((2, 54, 64), (20, 30), flip=True, layout="NHWC", dtype="uint8")
+    assert not pairs((2, 54, 64), (20, 31))  # a pair would start at an odd element
+    assert not pairs((2, 9, 4), (3, 2))  # 4 columns: no 8 bytes from W - 8
+    assert not pairs((2, 54, 64), (20, 30), out_format="GRAY")  # not cf_resize_lin
+
+
 # ------------------------------------------------------------------ GPU against the reference
 _CASES = {
     "normalize-vec": (lambda x: x, dict(fn="normalize", shape=(3, 16, 24, 3))),
@@ -366,6 +379,17 @@ _CASES = {
                                  src_format="NV12", flip=True, out_format="BGR")),
     "nv12-lin-up": (None, dict(fn="resize_normalize", yuv=(1, 10, 12), size=(23, 37),
                                src_format="NV12", matrix="bt709", full_range=True)),
+    # NV12 on cf_resize_nv12 (even output widths): a pair's taps in one 8-byte window
+    # (up to ~3x down) or not (4.8x down: each column reads its own), flip, upscaling, the
+    # letterbox's padding, outputs that end inside a block's rows and columns
+    "nv12-pair-down": (None, dict(fn="resize_normalize", yuv=(2, 38, 52), size=(17, 18),
+                                  src_format="NV12", flip=True, out_format="BGR")),
+    "nv12-pair-5x": (None, dict(fn="resize_normalize", yuv=(1, 40, 96), size=(9, 20),
+                                src_format="NV12")),
+    "nv12-pair-up": (None, dict(fn="resize_normalize", yuv=(1, 10, 12), size=(23, 70),
+                                src_format="NV12", matrix="bt709", full_range=True)),
+    "letterbox-nv12-pair": (None, dict(fn="letterbox", yuv=(2, 36, 64), size=(41, 30),
+                                       src_format="NV12")),
 }
 
 
@@ -389,9 +413,10 @@ def test_kernel_matches_reference(gpu_cf, rng, case, layout, dtype):
         kw.update(mean=0.0, std=1.0, scale=1.0)
     size = kw.pop("size", None)
     args = (size,) if size is not None else ()
-    r = fn(gpu_cf.asarray(x), *args, **kw)
-    got = r[0] if isinstance(r, tuple) else r
     want = _on_numpy(fn, x, *args, **kw)
+    want = want[0] if isinstance(want, tuple) else want
+    r = fn(gpu_cf.asarray(x), *args, dst=_poisoned(gpu_cf, want.shape, dtype), **kw)
+    got = r[0] if isinstance(r, tuple) else r
     _close(got, want, dtype, kw)
 
 
@@ -408,6 +433,24 @@ def test_crop_resize_matches_reference(gpu_cf, rng, interpolation):
     got = image.crop_resize(gpu_cf.asarray(x), gpu_cf.asarray(boxes), (13, 11),
                             frame_index=gpu_cf.asarray(fidx), **kw)
     want = _on_numpy(image.crop_resize, x, boxes, (13, 11), frame_index=fidx, **kw)
+    _close(got, want, "float32", kw)
+
+
+@pytest.mark.gpu
+def test_crop_resize_nv12_matches_reference(gpu_cf, rng):
+    # boxes from 4x down to upscaled, partly outside the frame, on cf_resize_nv12 (an even
+    # output width): each box's warps share their words or not
+    x = _frames(rng, (3, 72, 64))  # NV12, 48 x 64
+    k = 9
+    xy = rng.uniform(-10, 50, (k, 2))
+    wh = rng.uniform(1, 60, (k, 2))
+    boxes = np.concatenate([xy, xy + wh], 1).astype(np.float32)
+    fidx = rng.integers(0, 3, k).astype(np.int32)
+    kw = dict(mean=MEAN, std=STD, src_format="NV12")
+    got = image.crop_resize(gpu_cf.asarray(x), gpu_cf.asarray(boxes), (13, 12),
+                            frame_index=gpu_cf.asarray(fidx),
+                            dst=_poisoned(gpu_cf, (k, 3, 13, 12), "float32"), **kw)
+    want = _on_numpy(image.crop_resize, x, boxes, (13, 12), frame_index=fidx, **kw)
     _close(got, want, "float32", kw)
 
 
@@ -437,6 +480,24 @@ def test_denormalize_matches_reference(gpu_cf, rng, layout, dtype, src_format, o
     got = image.denormalize(gpu_cf.asarray(x), dst=_poisoned(gpu_cf, (3, *hw, oc), "uint8"), **kw)
     want = _on_numpy(image.denormalize, x, **kw)
     _close(got, want, "uint8", {})
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "uint8"])
+def test_nv12_pairs_fall_back_for_a_dst_not_aligned_to_two_elements(gpu_cf, rng, dtype):
+    # cf_resize_nv12 stores two elements at once; a dst one element into a buffer takes
+    # cf_resize_lin (and the result is the same)
+    x = _frames(rng, (2, 54, 64))
+    shape = (2, 3, 20, 30)
+    buf = _poisoned(gpu_cf, (int(np.prod(shape)) + 1,), dtype)
+    dst = buf[1:].reshape(shape)
+    assert dst.data.ptr % (2 * dst.itemsize)
+    kw = dict(mean=MEAN, std=STD) if dtype != "uint8" else dict(mean=0.0, std=1.0, scale=1.0)
+    got = image.resize_normalize(gpu_cf.asarray(x), (20, 30), src_format="NV12", dtype=dtype,
+                                 dst=dst, **kw)
+    assert got is dst
+    want = _on_numpy(image.resize_normalize, x, (20, 30), src_format="NV12", dtype=dtype, **kw)
+    _close(got, want, dtype, kw)
 
 
 @pytest.mark.gpu

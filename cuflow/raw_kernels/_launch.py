@@ -30,6 +30,16 @@ class _Arg(threading.local):
 
 
 _ARG = _Arg()
+_DRIVER: list[Any] = []
+
+
+def _driver() -> Any:
+    """CuPy's driver module (imported on first use: ``import cuflow`` does not need CuPy)."""
+    if not _DRIVER:
+        from cupy_backends.cuda.api import driver  # noqa: PLC0415
+
+        _DRIVER.append(driver)
+    return _DRIVER[0]
 _PTRS: dict[tuple[str, str, str, int], int] = {}
 
 
@@ -73,8 +83,7 @@ def launch(kernel: str, entry: str, dtype: str, grid: tuple[int, int, int],
     Raises :class:`~cuflow.CudaError` (the driver's error as ``__cause__``)
     when the launch fails.
     """
-    from cupy_backends.cuda.api import driver  # noqa: PLC0415
-
+    driver = _driver()
     fp = _function(kernel, entry, dtype)
     a = _ARG
     fmt.pack_into(a.buf, 0, *fields)

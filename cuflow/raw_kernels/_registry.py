@@ -104,6 +104,7 @@ REGISTRY: dict[str, KernelSpec] = {
             + tuple((f"cf_warp<{{T}},{fmt},{c}>", IMAGE_OUT) for fmt, c in WARP_SOURCES)
             + tuple((f"cf_resize_lin<{{T}},{fmt},{c},{oc}>", IMAGE_OUT)
                     for fmt, c, oc in LIN_SOURCES)
+            + (("cf_resize_nv12<{T}>", IMAGE_OUT),)
             + (("cf_denormalize", ("float16", "float32")),)
             + tuple((f"cf_denormalize_vec<{{T}},{c},{oc}>", ("float16", "float32"))
                     for c, oc in VEC_CHANNELS),

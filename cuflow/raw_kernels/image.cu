@@ -20,6 +20,9 @@
 //     bilinear from packed or NV12 frames, each output channel a source
 //     channel (resize, resize_normalize, letterbox, crop_resize); word loads,
 //     taps kept across rows.
+// cf_resize_nv12<T>  cf_resize_lin's NV12 case for even output widths: two
+//     adjacent output columns per thread, which share their loads when their
+//     taps are close (downscales up to about 3x), one store per channel and pair.
 //
 // Conventions (torchvision / PyTorch, so results can be checked against it):
 //   bilinear: src = (dst + 0.5) * scale - 0.5, clamped below at 0 (as
@@ -675,6 +678,32 @@ __device__ __forceinline__ void nv12_row(const unsigned int* lw, const unsigned 
     out[2] = lerp_raw(raw_f(u0, c.s0 | 1u), raw_f(u1, c.s1 | 1u), w1, 8388736.0f);
 }
 
+// The vertical taps of a block's BROWS output rows from oyb, computed once per block by
+// its first warp (instead of once per warp): the first source row (packed: its index;
+// NV12: the word offsets of luma row y0 and of the chroma rows of y0 and y0 + 1, frames
+// being below 2^31 bytes) and the weight of the second, its sign bit set when the output
+// row is outside the region.  Ends with the block's barrier.
+template <int FMT, int BROWS>
+__device__ __forceinline__ void lin_rowtab(const WarpParams& p, const Geo& g, int oyb,
+                                           int4* rowtab) {
+    static_assert(BROWS <= 32, "the first warp fills the row table");
+    if (threadIdx.y == 0 && threadIdx.x < BROWS) {
+        const unsigned int rs4 = (unsigned int)p.src_rstride / 4u;
+        const int ly = oyb + threadIdx.x - p.oy0;
+        float h1 = 0.0f;
+        const int y0 = lin_tap((float)ly, g.sy, g.y0, p.H, h1);
+        const int hw = __float_as_int(h1) | (ly >= 0 && ly < p.rh ? 0 : (int)0x80000000u);
+        if constexpr (FMT == 0)
+            rowtab[threadIdx.x] = make_int4(y0, 0, 0, hw);
+        else
+            rowtab[threadIdx.x] = make_int4((int)((unsigned int)y0 * rs4),
+                                            (int)((unsigned int)(p.H + (y0 >> 1)) * rs4),
+                                            (int)((unsigned int)(p.H + ((y0 + 1) >> 1)) * rs4),
+                                            hw);
+    }
+    __syncthreads();
+}
+
 // cf_warp's bilinear case for packed and NV12 sources (regions of interest included),
 // where each output channel is a source channel (WarpParams.direct) and the
 // source is at least 2 x 2 and starts and ends 4-byte aligned (NV12: every row
@@ -715,29 +744,11 @@ __device__ __forceinline__ void lin_image(const WarpParams& p) {
     // 32-bit element offsets within the output image (the host checks that it has fewer
     // than 2^31 elements): the thread's first pixel of its first row, then uniform steps
     T* const img = opaque(reinterpret_cast<T*>(p.dst) + (long long)b * p.dst_fstride);
-    // The block's rows' vertical taps, computed once per block instead of once per warp:
-    // the first source row (packed: its index; NV12: the word offsets of luma row y0 and
-    // of the chroma rows of y0 and y0 + 1, frames being below 2^31 bytes) and the weight
-    // of the second, its sign bit set when the output row is outside the region.
     constexpr int BROWS = 4 * CF_LIN_ROWS;
-    static_assert(BROWS <= 32, "the first warp fills the row table");
     __shared__ int4 rowtab[BROWS];
     const int oyb = blockIdx.y * BROWS;
     const unsigned int rs4 = (unsigned int)p.src_rstride / 4u;  // NV12: words per row
-    if (threadIdx.y == 0 && threadIdx.x < BROWS) {
-        const int ly = oyb + threadIdx.x - p.oy0;
-        float h1 = 0.0f;
-        const int y0 = lin_tap((float)ly, g.sy, g.y0, p.H, h1);
-        const int hw = __float_as_int(h1) | (ly >= 0 && ly < p.rh ? 0 : (int)0x80000000u);
-        if constexpr (FMT == 0)
-            rowtab[threadIdx.x] = make_int4(y0, 0, 0, hw);
-        else
-            rowtab[threadIdx.x] = make_int4((int)((unsigned int)y0 * rs4),
-                                            (int)((unsigned int)(p.H + (y0 >> 1)) * rs4),
-                                            (int)((unsigned int)(p.H + ((y0 + 1) >> 1)) * rs4),
-                                            hw);
-    }
-    __syncthreads();
+    lin_rowtab<FMT, BROWS>(p, g, oyb, rowtab);
     int oy = oyb + threadIdx.y;
     unsigned int e = NCHW ? oy * p.OW + ox : (oy * p.OW + ox) * OC;
     const unsigned int rstep = 4u * p.OW * (NCHW ? 1 : OC);  // elements between a thread's rows
@@ -789,6 +800,250 @@ __global__ void __launch_bounds__(128, CF_LIN_MINB) cf_resize_lin(const WarpPara
         lin_image<T, FMT, C, OC, true>(p);
     else
         lin_image<T, FMT, C, OC, false>(p);
+}
+
+// cf_resize_nv12 (session 13, H200, 8 x 1080p NV12 -> 8 x 3 x 640 x 640 float32, CUDA
+// events with the GPU kept busy): 21.6-21.8 us for 4 rows per thread without the
+// prefetch, 21.0-21.2 for 2 rows with it (cf_resize_lin: 24.6-24.8); 4 rows with the
+// prefetch spill at 12 resident blocks and ran 21.8-22.9 at 8 or 10; 3 rows at 10 blocks
+// 22.6.  Staging each block's source window in shared memory (cp.async) first ran
+// cf_resize_lin slower (NV12 28.5 us against 25.2), as did skipping the second chroma row when it is the
+// first (22.4 against 21.6: its loads then wait for a branch), and taking the column
+// pairs' setup from a table built by the host (21.1-21.3).
+#ifndef CF_NV12_ROWS
+#define CF_NV12_ROWS 2
+#endif
+#ifndef CF_NV12_MINB
+#define CF_NV12_MINB 12
+#endif
+
+// Two adjacent output elements in one store (q aligned to both).
+__device__ __forceinline__ void put2(float* q, float v0, float v1) {
+#if CF_STREAM_STORES
+    __stcs(reinterpret_cast<float2*>(q), make_float2(v0, v1));
+#else
+    *reinterpret_cast<float2*>(q) = make_float2(v0, v1);
+#endif
+}
+__device__ __forceinline__ void put2(cf_half* q, cf_half v0, cf_half v1) {
+    const unsigned int w = v0.bits | (unsigned int)v1.bits << 16;
+#if CF_STREAM_STORES
+    __stcs(reinterpret_cast<unsigned int*>(q), w);
+#else
+    *reinterpret_cast<unsigned int*>(q) = w;
+#endif
+}
+__device__ __forceinline__ void put2(unsigned char* q, unsigned char v0, unsigned char v1) {
+    const unsigned short w = (unsigned short)(v0 | v1 << 8);
+#if CF_STREAM_STORES
+    __stcs(reinterpret_cast<unsigned short*>(q), w);
+#else
+    *reinterpret_cast<unsigned short*>(q) = w;
+#endif
+}
+
+// byte_perm selector gathering U, V of source column x and of x + 1 (bytes 0-3) from the
+// 8 bytes of two chroma words from byte `base` of the row (x - base + 3 < 8).
+__device__ __forceinline__ unsigned int chroma_sel(unsigned int x, unsigned int base) {
+    const unsigned int k0 = (x & ~1u) - base, k1 = ((x + 1u) & ~1u) - base;
+    return k0 | (k0 + 1u) << 4 | k1 << 8 | (k1 + 1u) << 12;
+}
+
+// A thread of cf_resize_nv12: its column pair's words, selectors and weights, and its
+// walk down its rows (SHARE: the pair's columns read the same words).
+template <typename T, bool NCHW>
+struct Nv12Pair {
+    const WarpParams& p;
+    const int4* rowtab;             // the block's rows (lin_rowtab)
+    const unsigned int* fa;         // the frame at the first column's base byte
+    const unsigned int* fb;         // and at the second's (the same when shared)
+    unsigned int rs4;               // words per source row
+    unsigned int ysel, ysb;         // Y of the pair (of the first column when not shared),
+                                    // of the second column
+    unsigned int csa, csb;          // U, V of each column's two taps
+    float xw[2];                    // the second taps' weights
+    bool xin[2];                    // the columns are inside the region
+    T* img;
+
+    // The words of output row rt: the luma and chroma pairs of its top source row, then of
+    // its bottom one (then the same from fb when not shared).
+    template <bool SHARE>
+    __device__ __forceinline__ void fetch(const int4& rt, unsigned int* w) const {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const unsigned int lr = rt.x + i * rs4, cr = i ? rt.z : rt.y;
+            w[4 * i] = __ldg(fa + lr);
+            w[4 * i + 1] = __ldg(fa + lr + 1);
+            w[4 * i + 2] = __ldg(fa + cr);
+            w[4 * i + 3] = __ldg(fa + cr + 1);
+            if constexpr (!SHARE) {
+                w[8 + 4 * i] = __ldg(fb + lr);
+                w[8 + 4 * i + 1] = __ldg(fb + lr + 1);
+                w[8 + 4 * i + 2] = __ldg(fb + cr);
+                w[8 + 4 * i + 3] = __ldg(fb + cr + 1);
+            }
+        }
+    }
+
+    // RGB of both columns (0-1 scale) from the words and the row's weight.
+    template <bool SHARE>
+    __device__ __forceinline__ void pixels(const int4& rt, const unsigned int* w,
+                                           float (*t)[3]) const {
+        const float h1 = __int_as_float(rt.w & 0x7fffffff);
+        float r[2][2][3];  // [top, bottom][column][Y, U, V]
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const unsigned int* const q = w + 4 * i;
+            unsigned int y = __byte_perm(q[0], q[1], ysel), ua = __byte_perm(q[2], q[3], csa), ub;
+            if constexpr (SHARE) {
+                ub = __byte_perm(q[2], q[3], csb);
+            } else {
+                y = __byte_perm(y, __byte_perm(q[8], q[9], ysb), 0x5410);
+                ub = __byte_perm(q[10], q[11], csb);
+            }
+            r[i][0][0] = lerp_raw(raw_f(y, 0x7650u), raw_f(y, 0x7651u), xw[0], 8388608.0f);
+            r[i][1][0] = lerp_raw(raw_f(y, 0x7652u), raw_f(y, 0x7653u), xw[1], 8388608.0f);
+            r[i][0][1] = lerp_raw(raw_f(ua, 0x7650u), raw_f(ua, 0x7652u), xw[0], 8388736.0f);
+            r[i][0][2] = lerp_raw(raw_f(ua, 0x7651u), raw_f(ua, 0x7653u), xw[0], 8388736.0f);
+            r[i][1][1] = lerp_raw(raw_f(ub, 0x7650u), raw_f(ub, 0x7652u), xw[1], 8388736.0f);
+            r[i][1][2] = lerp_raw(raw_f(ub, 0x7651u), raw_f(ub, 0x7653u), xw[1], 8388736.0f);
+        }
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+#pragma unroll
+            for (int c = 0; c < 3; ++c) t[k][c] = fmaf(h1, r[1][k][c] - r[0][k][c], r[0][k][c]);
+            yuv_to_rgb(p, t[k]);
+        }
+    }
+
+    // The pair's outputs at element e of the image (the pad value outside the region).
+    __device__ __forceinline__ void store(unsigned int e, const int4& rt,
+                                          const float (*t)[3]) const {
+        T v[2][3];
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+            const bool in = rt.w >= 0 && xin[k];
+#pragma unroll
+            for (int j = 0; j < 3; ++j)
+                v[k][j] = Out<T>::cvt((in ? t[k][j] : p.pad) * p.a[j] + p.b[j]);
+        }
+        if constexpr (NCHW) {
+#pragma unroll
+            for (int j = 0; j < 3; ++j)
+                put2(img + (e + (unsigned int)p.choff[j]), v[0][j], v[1][j]);
+        } else {  // slot j is channel choff[j] of a pixel (a permutation of 0, 1, 2)
+            T o[2][3];
+#pragma unroll
+            for (int k = 0; k < 2; ++k)
+#pragma unroll
+                for (int c = 0; c < 3; ++c)
+                    o[k][c] = p.choff[0] == c ? v[k][0] : p.choff[1] == c ? v[k][1] : v[k][2];
+            put2(img + e, o[0][0], o[0][1]);
+            put2(img + e + 2, o[0][2], o[1][0]);
+            put2(img + e + 4, o[1][1], o[1][2]);
+        }
+    }
+
+    // Output rows oy0, oy0 + 4, ... below oyend (elements e0, e0 + rstep, ...); the block's
+    // rows start at oyb.
+    template <bool SHARE>
+    __device__ __forceinline__ void rows(int oy0, int oyb, int oyend, unsigned int e0,
+                                         unsigned int rstep) const {
+        if constexpr (SHARE) {
+            // the rows unrolled, each row's loads issued before the previous row's arithmetic
+            unsigned int w[2][8];
+            int4 rt[2];
+            rt[0] = rowtab[oy0 - oyb];
+            if (rt[0].w >= 0) fetch<true>(rt[0], w[0]);  // the same for the whole warp (one row)
+#pragma unroll
+            for (int i = 0; i < CF_NV12_ROWS; ++i) {
+                const int cur = i & 1, nxt = cur ^ 1;
+                if (oy0 + 4 * i >= oyend) break;
+                if (i + 1 < CF_NV12_ROWS && oy0 + 4 * (i + 1) < oyend) {
+                    rt[nxt] = rowtab[oy0 - oyb + 4 * (i + 1)];
+                    if (rt[nxt].w >= 0) fetch<true>(rt[nxt], w[nxt]);
+                }
+                float t[2][3];
+                if (rt[cur].w >= 0) pixels<true>(rt[cur], w[cur], t);
+                store(e0 + i * rstep, rt[cur], t);
+            }
+        } else {  // twice the words: a row at a time
+            unsigned int e = e0;
+#pragma unroll 1
+            for (int oy = oy0; oy < oyend; oy += 4, e += rstep) {
+                const int4 rt = rowtab[oy - oyb];
+                float t[2][3];
+                if (rt.w >= 0) {  // the same for the whole warp (one output row)
+                    unsigned int w[16];
+                    fetch<false>(rt, w);
+                    pixels<false>(rt, w, t);
+                }
+                store(e, rt, t);
+            }
+        }
+    }
+};
+
+// cf_resize_lin's NV12 case with two adjacent output columns per thread (block (32, 4),
+// grid (ceil(OW / 64), ceil(OH / (4 * CF_NV12_ROWS)), B); OW even, W >= 8 and a multiple
+// of 4, dst aligned to two elements).  A thread reads each row's luma and chroma as two
+// words from a base byte at most W - 8: when the taps of both its columns fall in those 8
+// bytes for the whole warp (downscales up to about 3x, flip and regions included), both
+// columns read the same two words (else each column reads its own); byte permutes
+// gather Y and UV of each column's pair of taps.  Against cf_resize_lin, a pixel shares a
+// row's table entry, loop and address arithmetic with its neighbour and half of its
+// loads, and the pair is one store per channel.  Same fields and results as cf_resize_lin.
+template <typename T, bool NCHW>
+__device__ __forceinline__ void nv12_pairs(const WarpParams& p) {
+    constexpr int BROWS = 4 * CF_NV12_ROWS;
+    __shared__ int4 rowtab[BROWS];
+    const int b = blockIdx.z;
+    const Geo g = geometry(p, b);
+    const int oyb = blockIdx.y * BROWS;
+    lin_rowtab<1, BROWS>(p, g, oyb, rowtab);
+    const int ox = blockIdx.x * 64 + 2 * threadIdx.x;  // columns ox, ox + 1
+    if (ox >= p.OW) return;
+    Nv12Pair<T, NCHW> t{p, rowtab};
+    int xi[2];
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        int lx = ox + k - p.ox0;
+        t.xin[k] = lx >= 0 && lx < p.rw;
+        if (p.flip) lx = p.rw - 1 - lx;
+        xi[k] = lin_tap((float)lx, g.sx, g.x0, p.W, t.xw[k]);
+    }
+    const int lo = min(xi[0], xi[1]), hi = max(xi[0], xi[1]);
+    const int base = min(lo & ~3, p.W - 8);
+    // the warp's lanes that have not returned all share words, or none does
+    const bool share = __all_sync(__activemask(), hi + 1 - base <= 7);
+    const int ba = share ? base : min(xi[0] & ~3, p.W - 8);
+    const int bb = share ? base : min(xi[1] & ~3, p.W - 8);
+    const unsigned int oa = xi[0] - ba, ob = xi[1] - bb;
+    t.ysb = ob | (ob + 1u) << 4;
+    t.ysel = (oa | (oa + 1u) << 4) | (share ? t.ysb << 8 : 0u);
+    t.csa = chroma_sel(xi[0], ba);
+    t.csb = chroma_sel(xi[1], bb);
+    const unsigned char* const frame = opaque(g.frame);
+    t.fa = opaque(reinterpret_cast<const unsigned int*>(frame + ba));
+    t.fb = opaque(reinterpret_cast<const unsigned int*>(frame + bb));
+    t.rs4 = (unsigned int)p.src_rstride / 4u;
+    t.img = opaque(reinterpret_cast<T*>(p.dst) + (long long)b * p.dst_fstride);
+    const int oy0 = oyb + threadIdx.y;
+    const unsigned int e0 = NCHW ? oy0 * p.OW + ox : (oy0 * p.OW + ox) * 3;
+    const unsigned int rstep = 4u * p.OW * (NCHW ? 1 : 3);
+    const int oyend = min(p.OH, oyb + BROWS);
+    if (share)  // the same for the whole warp
+        t.template rows<true>(oy0, oyb, oyend, e0, rstep);
+    else
+        t.template rows<false>(oy0, oyb, oyend, e0, rstep);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(128, CF_NV12_MINB) cf_resize_nv12(const WarpParams p) {
+    if (p.nchw)
+        nv12_pairs<T, true>(p);
+    else
+        nv12_pairs<T, false>(p);
 }
 
 // ------------------------------------------------------------------ denormalize
