@@ -92,8 +92,15 @@ template <> struct Vec<16> { typedef uint4 type; };
 // fewer blocks, for wider runs), minimum resident blocks and pixels per thread
 // of cf_warp for packed and for YUV sources (cuflow/image.py sizes its grid
 // with the same pixels per thread, _WARP_PX).
+// cf_normalize_vec at 1080p x 8 to float32 (session 13, H200): 8 resident blocks (32
+// registers, no spill) ran 64.0 us against 64.9-65.0 for 6 (91.0% of the floor against
+// 89.7%); for 24-byte runs (float16 and uint8 outputs) 5 is best: 6 and 7 spill (44.2 and
+// 48.1 us against 41.6), 4 ran 41.8.
 #ifndef CF_NORM_MINB
-#define CF_NORM_MINB 6
+#define CF_NORM_MINB 8
+#endif
+#ifndef CF_NORM_MINB24
+#define CF_NORM_MINB24 5
 #endif
 #ifndef CF_WARP_PX
 #define CF_WARP_PX 2
@@ -184,7 +191,7 @@ __device__ __forceinline__ void convert_tile(const NormParams& p, const unsigned
 // float and half), else 4; runs never cross frames because the pixels per frame are a
 // multiple of R.
 template <typename T, int C, int OC, int R>
-__global__ void __launch_bounds__(256, C * R <= 12 ? CF_NORM_MINB : C * R <= 24 ? 5 : 4)
+__global__ void __launch_bounds__(256, C * R <= 12 ? CF_NORM_MINB : C * R <= 24 ? CF_NORM_MINB24 : 4)
     cf_normalize_vec(const NormParams p) {
     constexpr int TPX = 256 * R;
     constexpr int TB = TPX * C;
