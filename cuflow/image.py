@@ -454,8 +454,6 @@ def _make_plan(name, src, *, size, letterbox_pad, rois, interpolation, mean, std
                  vec, vec_entry, tiles, info)
 
 
-
-
 def _slots(src_map, C, gray, a, b):
     """cf_warp's output slots: when the output channels are a permutation of the first
     source channels, slot j carries source channel j to output channel ``ch[j]`` (with that

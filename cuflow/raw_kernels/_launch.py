@@ -40,6 +40,8 @@ def _driver() -> Any:
 
         _DRIVER.append(driver)
     return _DRIVER[0]
+
+
 _PTRS: dict[tuple[str, str, str, int], int] = {}
 
 
