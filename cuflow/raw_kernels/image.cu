@@ -79,6 +79,7 @@ struct NormParams {
 };
 
 template <int NB> struct Vec;  // NB bytes moved by one load/store
+template <> struct Vec<2> { typedef unsigned short type; };
 template <> struct Vec<4> { typedef unsigned int type; };
 template <> struct Vec<8> { typedef uint2 type; };
 template <> struct Vec<16> { typedef uint4 type; };
@@ -120,7 +121,7 @@ template <> struct Vec<16> { typedef uint4 type; };
 
 template <int BYTES>
 __device__ __forceinline__ void store_run(void* dst, const void* reg) {
-    constexpr int NB = (BYTES % 16 == 0) ? 16 : (BYTES % 8 == 0) ? 8 : 4;
+    constexpr int NB = (BYTES % 16 == 0) ? 16 : (BYTES % 8 == 0) ? 8 : (BYTES % 4 == 0) ? 4 : 2;
     typedef typename Vec<NB>::type V;
     V* d = reinterpret_cast<V*>(dst);
     const V* s = reinterpret_cast<const V*>(reg);
@@ -825,28 +826,10 @@ __global__ void __launch_bounds__(128, CF_LIN_MINB) cf_resize_lin(const WarpPara
 #endif
 
 // Two adjacent output elements in one store (q aligned to both).
-__device__ __forceinline__ void put2(float* q, float v0, float v1) {
-#if CF_STREAM_STORES
-    __stcs(reinterpret_cast<float2*>(q), make_float2(v0, v1));
-#else
-    *reinterpret_cast<float2*>(q) = make_float2(v0, v1);
-#endif
-}
-__device__ __forceinline__ void put2(cf_half* q, cf_half v0, cf_half v1) {
-    const unsigned int w = v0.bits | (unsigned int)v1.bits << 16;
-#if CF_STREAM_STORES
-    __stcs(reinterpret_cast<unsigned int*>(q), w);
-#else
-    *reinterpret_cast<unsigned int*>(q) = w;
-#endif
-}
-__device__ __forceinline__ void put2(unsigned char* q, unsigned char v0, unsigned char v1) {
-    const unsigned short w = (unsigned short)(v0 | v1 << 8);
-#if CF_STREAM_STORES
-    __stcs(reinterpret_cast<unsigned short*>(q), w);
-#else
-    *reinterpret_cast<unsigned short*>(q) = w;
-#endif
+template <typename T>
+__device__ __forceinline__ void put2(T* q, T v0, T v1) {
+    alignas(2 * sizeof(T)) T o[2] = {v0, v1};
+    store_run<2 * sizeof(T)>(q, o);
 }
 
 // byte_perm selector gathering U, V of source column x and of x + 1 (bytes 0-3) from the
