@@ -1,10 +1,12 @@
-"""The one compiled part of cuflow: the memory pool's hot path (optional).
+"""cuflow's two compiled parts, both optional: the memory pool's hot path and the
+elementwise fast path's launcher.
 
 Everything else is in pyproject.toml.  Without a C compiler the install goes on
-and the pool runs the same operations in Python.
+and both run the same operations in Python.
 """
 
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("cuflow.memory._hotpath", ["cuflow/memory/_hotpath.c"],
-                             optional=True)])
+                             optional=True),
+                   Extension("cuflow._ewlaunch", ["cuflow/_ewlaunch.c"], optional=True)])

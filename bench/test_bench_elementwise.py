@@ -35,3 +35,27 @@ def test_elementwise(gpu_bench, copy_tbps, benchmark, lib, op, n):
     nbytes = (3 if op != "negative" else 2) * x.nbytes
     gpu_bench(fn, number=max(10, min(2000, int(2e9 // (n * 12)))), rounds=10,
               nbytes=nbytes, copy_tbps=copy_tbps)
+
+
+# The launch path alone: the compiled launcher (_ewlaunch.c, what pip install builds) against
+# the Python one (what runs without a C compiler), beside CuPy, on a host-bound small add.
+@pytest.mark.parametrize("launch", ["compiled", "python", "cupy"])
+def test_add_dst_launch_path(gpu_bench, benchmark, monkeypatch, launch):
+    import cupy
+
+    from cuflow import _elementwise, _ops
+
+    benchmark.group = "add(a, b, dst=c) 100x100 float32, launch path (us/call)"
+    a = cuflow.testing.random_array((100, 100), "float32")
+    b = cuflow.testing.random_array((100, 100), "float32")
+    c = cuflow.empty_like(a)
+    if launch == "cupy":
+        pa, pb, pc = (v.view(cupy.ndarray) for v in (a, b, c))
+        fn = lambda: cupy.add(pa, pb, out=pc)  # noqa: E731
+    else:
+        if launch == "compiled" and _elementwise._L is None:
+            pytest.skip("the _ewlaunch extension was not built")
+        if launch == "python":
+            monkeypatch.setattr(_ops, "_ew_binary", _elementwise._py_binary)
+        fn = lambda: cuflow.add(a, b, dst=c)  # noqa: E731
+    gpu_bench(fn, number=2000, rounds=15)

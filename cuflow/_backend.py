@@ -155,11 +155,14 @@ def backend_info() -> dict[str, Any]:
     -------
     dict
         ``backend``, ``reason``, ``numpy``, ``pool_hot_path`` (``compiled`` when the
-        memory pool's C hot path was built, else ``python``), and on the CuPy backend ``cupy``,
+        memory pool's C hot path was built, else ``python``), and on the CuPy backend
+        ``elementwise_launch`` (``compiled`` when the elementwise fast path launches from C,
+        ``python`` when from Python, ``off`` with ``CUFLOW_FAST=0``), ``cupy``,
         ``device``, ``device_name``, ``compute_capability``, ``device_count``,
         ``total_memory_bytes``, ``driver_version``, ``runtime_version``.
         Querying device properties does not create a CUDA context.
     """
+    from . import _elementwise  # noqa: PLC0415
     from .memory import _pool  # noqa: PLC0415
 
     b = get_backend()
@@ -172,6 +175,8 @@ def backend_info() -> dict[str, Any]:
         props = rt.getDeviceProperties(dev)
         name = props["name"]
         info.update(
+            elementwise_launch=("off" if not _elementwise.enabled
+                                else "python" if _elementwise._L is None else "compiled"),
             cupy=cp.__version__,
             device=dev,
             device_name=name.decode() if isinstance(name, bytes) else str(name),

@@ -147,38 +147,37 @@ def _fast_operators(base):
     """``a + b`` & co. through :mod:`cuflow._elementwise` when it applies, else CuPy's operator."""
     from . import _elementwise as ew  # noqa: PLC0415
 
-    binary, unary = ew.binary, ew.unary
     ops = {}
     for mname, op in _FAST_BINARY_OPS.items():
-        ops[mname] = _fast_binop(ew, binary, ew.KERNELS[op], getattr(base, mname), base,
-                                 mname.startswith("__i"))
+        ops[mname] = _fast_binop(ew, ew.KERNELS[op], getattr(base, mname), mname.startswith("__i"))
         ops[mname].__name__ = mname
     for mname, op in _FAST_UNARY_OPS.items():
-        ops[mname] = _fast_unop(ew, unary, ew.KERNELS[op], getattr(base, mname))
+        ops[mname] = _fast_unop(ew, ew.KERNELS[op], getattr(base, mname))
         ops[mname].__name__ = mname
     return ops
 
 
-def _fast_binop(ew, binary, k, base_fn, base, inplace):
+# ew.binary / ew.unary are looked up per call: binding the backend may swap in the compiled ones
+def _fast_binop(ew, k, base_fn, inplace):
     if inplace:
         def op(self, other):
-            if ew.enabled and isinstance(other, base) and binary(k, self, other, self) is not None:
+            if ew.enabled and ew.binary(k, self, other, self) is not None:
                 return self
             return base_fn(self, other)
     else:
         def op(self, other):
-            if ew.enabled and isinstance(other, base):
-                r = binary(k, self, other, None)
+            if ew.enabled:
+                r = ew.binary(k, self, other, None)
                 if r is not None:
                     return r
             return base_fn(self, other)
     return op
 
 
-def _fast_unop(ew, unary, k, base_fn):
+def _fast_unop(ew, k, base_fn):
     def op(self):
         if ew.enabled:
-            r = unary(k, self, None)
+            r = ew.unary(k, self, None)
             if r is not None:
                 return r
         return base_fn(self)

@@ -247,10 +247,8 @@ def _make_binary(name):
     fk = _elementwise.KERNELS.get(name)
 
     def f(src, other, dst=None, *, out=None, stream=None, casting="same_kind", dtype=None):
-        if (_FAST and fk is not None and out is None and dtype is None and stream is None
-                and (type(src) is _D or type(src) is _nd)
-                and (type(other) is _D or type(other) is _nd)):
-            r = _ew_binary(fk, src, other, dst)
+        if _FAST and fk is not None and out is None and dtype is None and stream is None:
+            r = _ew_binary(fk, src, other, dst)  # None unless two CuPy arrays (and more)
             if r is not None:
                 return r
         if _B is None:
@@ -286,8 +284,7 @@ def _make_unary(name):
     fk = _elementwise.KERNELS.get(name)
 
     def f(src, dst=None, *, out=None, stream=None, casting="same_kind", dtype=None):
-        if (_FAST and fk is not None and out is None and dtype is None and stream is None
-                and (type(src) is _D or type(src) is _nd)):
+        if _FAST and fk is not None and out is None and dtype is None and stream is None:
             r = _ew_unary(fk, src, dst)
             if r is not None:
                 return r
@@ -1005,9 +1002,11 @@ def asnumpy(a, stream=None, order="C", out=None, blocking=True):
 def _bind(b):
     """Bind this module to backend ``b`` (called once by ``_backend.get_backend``)."""
     global _B, _xp, _nd, _D, _GPU, _UNOWNED, _MULTI, _FAST, wrap, _maybe_overlap
+    global _ew_binary, _ew_unary
     _B, _xp, _nd, _D, _GPU = b, b.xp, b.ndarray, b.darray, b.is_gpu
     _elementwise._bind(b)
     _FAST = _elementwise.enabled
+    _ew_binary, _ew_unary = _elementwise.binary, _elementwise.unary
     _MULTI = b.device_count > 1
     if _GPU:
         _UNOWNED = b.xp.cuda.memory.UnownedMemory

@@ -38,6 +38,57 @@ def _inputs(gpu_cf, rng, n, dtype, with_nan=True):
     return a, b
 
 
+def _impls(kind):
+    """The active fast path (the compiled launcher where built) and the Python one."""
+    return [getattr(_elementwise, kind), getattr(_elementwise, "_py_" + kind)]
+
+
+def test_compiled_launcher_is_active_where_built(gpu_cf):
+    import cupy
+
+    try:
+        import cuflow._ewlaunch  # noqa: F401
+    except ImportError:
+        pytest.skip("the _ewlaunch extension was not built")
+    if cupy.cuda.runtime.getDeviceCount() > 1:
+        assert _elementwise._L is None  # several GPUs: the Python path checks devices
+        return
+    assert _elementwise._L is not None and _elementwise.binary == _elementwise._L.binary
+    a = random_array((5,), "float32")
+    _elementwise.binary(_elementwise.KERNELS["add"], a, a, None)  # loads: sets the grid cap
+    assert _elementwise._L.max_grid == _elementwise._max_grid > 0
+
+
+def test_failed_launch_raises_the_driver_error(gpu_cf):
+    from cupy_backends.cuda.api.driver import CUDADriverError
+
+    with pytest.raises(CUDADriverError, match="CUDA_ERROR_INVALID_VALUE"):
+        _elementwise._launch_failed(1)
+
+
+@pytest.mark.parametrize("kind", ["active", "python"])
+def test_launches_go_to_the_current_stream(gpu_cf, rng, kind):
+    """Captured on a stream, the launch joins the graph: nothing runs until it is launched."""
+    import cupy
+
+    cf = gpu_cf
+    binary = _elementwise.binary if kind == "active" else _elementwise._py_binary
+    ha = random_array((1 << 16,), "float32", rng, host=True)
+    a = cf.asarray(ha)
+    dst = poisoned(a.shape, "float32")
+    before = to_host(dst)
+    cf.synchronize()
+    s = cupy.cuda.Stream(non_blocking=True)
+    with s:
+        s.begin_capture()
+        assert binary(_elementwise.KERNELS["add"], a, a, dst) is dst
+        g = s.end_capture()
+    np.testing.assert_array_equal(to_host(dst).view(np.uint32), before.view(np.uint32))
+    g.launch(stream=s)
+    s.synchronize()
+    np.testing.assert_array_equal(to_host(dst), ha + ha)
+
+
 def _fast_applies(name, dtype):
     return not (name == "divide" and np.dtype(dtype).kind != "f")
 
@@ -53,8 +104,11 @@ def test_binary_matches_cupy(gpu_cf, rng, name, dtype):
         ref = getattr(cupy, name)(a.view(cupy.ndarray), b.view(cupy.ndarray))
         with np.errstate(all="ignore"):
             k = _elementwise.KERNELS[name]
-            direct = _elementwise.binary(k, a, b, None)
-            assert (direct is not None) == _fast_applies(name, dtype)
+            for impl in _impls("binary"):
+                direct = impl(k, a, b, None)
+                assert (direct is not None) == _fast_applies(name, dtype)
+                if direct is not None:
+                    _assert_bits(direct, ref)
             _assert_bits(getattr(cf, name)(a, b), ref)
             dst = poisoned((n,), ref.dtype)
             assert getattr(cf, name)(a, b, dst=dst) is dst
@@ -70,7 +124,10 @@ def test_unary_matches_cupy(gpu_cf, rng, name, dtype):
     for n in SIZES:
         a, _ = _inputs(cf, rng, n, dtype)
         ref = getattr(cupy, name)(a.view(cupy.ndarray))
-        assert _elementwise.unary(_elementwise.KERNELS[name], a, None) is not None
+        for impl in _impls("unary"):
+            dst = poisoned((n,), dtype)
+            assert impl(_elementwise.KERNELS[name], a, dst) is dst
+            _assert_bits(dst, ref)
         _assert_bits(getattr(cf, name)(a), ref)
         dst = poisoned((n,), dtype)
         assert getattr(cf, name)(a, dst=dst) is dst

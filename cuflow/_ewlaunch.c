@@ -1,0 +1,379 @@
+/* The elementwise fast path's launch in C: cuflow._elementwise._py_binary / _py_unary,
+ * decision for decision, without the Python bytecode around cuLaunchKernel.  An optional
+ * extension: without a C compiler (or on a free-threaded build) the Python functions run.
+ *
+ * Launcher(darray, ndarray, stream_fn, launch, fail) has two methods:
+ *   binary(kernel, a, b, dst) and unary(kernel, a, dst)
+ * which return the result array (``dst`` when given), or None when the fast path does not
+ * apply (the caller then takes CuPy's path): any argument may be passed, only arrays of
+ * exactly the types ``darray`` and ``ndarray`` are launched on.  ``kernel`` is an _elementwise.Kernel: its
+ * ``ptrs`` dict maps dtype.num to a CUfunction, and ``kernel.load(dtype)`` fills a miss.
+ *   - stream_fn: a capsule of ``intptr_t (*)(void)`` (CuPy's
+ *     cupy_backends.cuda.stream.get_current_stream_ptr, the current stream);
+ *   - launch: the address of the driver's cuLaunchKernel;
+ *   - fail(status): raises the driver error of a failed launch.
+ * The attribute ``max_grid`` caps the grid (0: not known yet, set by Kernel.load).
+ * Kernel parameters live on the C stack, so concurrent threads never share them.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <structmember.h> /* PyMemberDef (Python < 3.12) */
+
+#ifdef Py_GIL_DISABLED
+#error "the launcher reads dicts with borrowed references under the GIL; free-threaded builds run the Python functions"
+#endif
+
+#define BLOCK 256 /* threads per block: _elementwise._BLOCK */
+
+typedef intptr_t (*stream_fn)(void);
+typedef int (*launch_fn)(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                         unsigned by, unsigned bz, unsigned shared, void *stream,
+                         void **params, void **extra);
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *darray, *ndarray, *owner, *fail;
+    stream_fn get_stream;
+    launch_fn launch;
+    Py_ssize_t max_grid;
+} Launcher;
+
+static PyObject *s_dtype, *s_contig, *s_shape, *s_size, *s_data, *s_ptr, *s_num, *s_itemsize,
+    *s_ptrs, *s_load;
+
+/* getattr(o, name) as a C integer; -1 with an exception set on failure */
+static long long
+attr_ll(PyObject *o, PyObject *name)
+{
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL)
+        return -1;
+    long long r = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return r;
+}
+
+/* o.data.ptr; 0 with an exception set on failure */
+static unsigned long long
+data_ptr(PyObject *o)
+{
+    PyObject *d = PyObject_GetAttr(o, s_data);
+    if (d == NULL)
+        return 0;
+    PyObject *p = PyObject_GetAttr(d, s_ptr);
+    Py_DECREF(d);
+    if (p == NULL)
+        return 0;
+    unsigned long long r = PyLong_AsUnsignedLongLong(p);
+    Py_DECREF(p);
+    return r;
+}
+
+/* 1 when o._c_contiguous is True, 0 when not, -1 on error */
+static int
+contiguous(PyObject *o)
+{
+    PyObject *v = PyObject_GetAttr(o, s_contig);
+    if (v == NULL)
+        return -1;
+    int r = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return r;
+}
+
+/* 1 when o.shape == shape, 0 when not, -1 on error */
+static int
+same_shape(PyObject *o, PyObject *shape)
+{
+    PyObject *s = PyObject_GetAttr(o, s_shape);
+    if (s == NULL)
+        return -1;
+    int r = PyObject_RichCompareBool(s, shape, Py_EQ);
+    Py_DECREF(s);
+    return r;
+}
+
+/* [x, x + nb) and [y, y + nb) overlap without being the same range */
+static int
+partial_overlap(unsigned long long x, unsigned long long y, unsigned long long nb)
+{
+    return x != y && x < y + nb && y < x + nb;
+}
+
+/* The shared body of binary (nin 2) and unary (nin 1); in[1] is ignored for unary. */
+static PyObject *
+run(Launcher *self, int nin, PyObject *k, PyObject *const *in, PyObject *dst)
+{
+    PyObject *a = in[0], *b = in[nin - 1];
+    for (int i = 0; i < nin; i++) /* CuPy arrays only: scalars, host arrays, subclasses: None */
+        if (Py_TYPE(in[i]) != (PyTypeObject *)self->darray
+            && Py_TYPE(in[i]) != (PyTypeObject *)self->ndarray)
+            Py_RETURN_NONE;
+    PyObject *shape = NULL, *c = NULL, *dt = PyObject_GetAttr(a, s_dtype);
+    if (dt == NULL)
+        return NULL;
+    int ok = 1;
+    if (nin == 2) {
+        PyObject *bdt = PyObject_GetAttr(b, s_dtype);
+        if (bdt == NULL)
+            goto error;
+        ok = bdt == dt;
+        Py_DECREF(bdt);
+    }
+    for (int i = 0; ok && i < nin; i++)
+        if ((ok = contiguous(in[i])) < 0)
+            goto error;
+    if (!ok)
+        goto none;
+    if ((shape = PyObject_GetAttr(a, s_shape)) == NULL)
+        goto error;
+    if (nin == 2 && (ok = same_shape(b, shape)) <= 0)
+        goto done;
+
+    /* the kernel for this dtype (0: none, CuPy's path) */
+    long long num = attr_ll(dt, s_num);
+    if (num == -1 && PyErr_Occurred())
+        goto error;
+    PyObject *ptrs = PyObject_GetAttr(k, s_ptrs);
+    if (ptrs == NULL)
+        goto error;
+    PyObject *key = PyLong_FromLongLong(num);
+    PyObject *fo = key == NULL ? NULL : PyDict_GetItemWithError(ptrs, key); /* borrowed */
+    Py_XINCREF(fo);
+    Py_XDECREF(key);
+    Py_DECREF(ptrs);
+    if (fo == NULL) {
+        if (PyErr_Occurred() || (fo = PyObject_CallMethodOneArg(k, s_load, dt)) == NULL)
+            goto error;
+    }
+    void *fp = PyLong_AsVoidPtr(fo);
+    Py_DECREF(fo);
+    if (fp == NULL) {
+        if (PyErr_Occurred())
+            goto error;
+        goto none;
+    }
+
+    long long n = attr_ll(a, s_size), itemsize = attr_ll(dt, s_itemsize);
+    if ((n == -1 || itemsize == -1) && PyErr_Occurred())
+        goto error;
+    unsigned long long p[3];
+    for (int i = 0; i < nin; i++)
+        if ((p[i] = data_ptr(in[i])) == 0 && PyErr_Occurred())
+            goto error;
+    unsigned long long nb = (unsigned long long)n * (unsigned long long)itemsize;
+    if (dst == Py_None) {
+        PyObject *args[] = {shape, dt};
+        if ((c = PyObject_Vectorcall(self->darray, args, 2, NULL)) == NULL)
+            goto error;
+    }
+    else {
+        PyTypeObject *td = Py_TYPE(dst);
+        if (td != (PyTypeObject *)self->darray && td != (PyTypeObject *)self->ndarray)
+            goto none;
+        PyObject *ddt = PyObject_GetAttr(dst, s_dtype);
+        if (ddt == NULL)
+            goto error;
+        ok = ddt == dt;
+        Py_DECREF(ddt);
+        if (!ok || (ok = contiguous(dst)) <= 0 || (ok = same_shape(dst, shape)) <= 0)
+            goto done;
+        c = Py_NewRef(dst);
+    }
+    p[nin] = data_ptr(c);
+    if (p[nin] == 0 && PyErr_Occurred())
+        goto error;
+    if (dst != Py_None)
+        for (int i = 0; i < nin; i++)
+            if (in[i] != dst && partial_overlap(p[nin], p[i], nb))
+                goto none; /* CuPy's path copies the input first */
+
+    if (n > 0) {
+        void *args[4];
+        for (int i = 0; i <= nin; i++)
+            args[i] = &p[i];
+        args[nin + 1] = &n;
+        unsigned long long g = (((nb + 15) >> 4) + BLOCK - 1) >> 8;
+        if (self->max_grid > 0 && g > (unsigned long long)self->max_grid)
+            g = (unsigned long long)self->max_grid;
+        void *stream = (void *)self->get_stream();
+        int status;
+        Py_BEGIN_ALLOW_THREADS
+        status = self->launch(fp, (unsigned)g, 1, 1, BLOCK, 1, 1, 0, stream, args, NULL);
+        Py_END_ALLOW_THREADS
+        if (status != 0) {
+            PyObject *st = PyLong_FromLong(status);
+            PyObject *r = st == NULL ? NULL : PyObject_CallOneArg(self->fail, st);
+            Py_XDECREF(st);
+            if (r != NULL) { /* fail() must raise */
+                Py_DECREF(r);
+                PyErr_Format(PyExc_RuntimeError, "cuLaunchKernel failed with status %d", status);
+            }
+            goto error;
+        }
+    }
+    Py_DECREF(dt);
+    Py_DECREF(shape);
+    return c;
+none:
+    ok = 0;
+done:
+    Py_DECREF(dt);
+    Py_XDECREF(shape);
+    Py_XDECREF(c);
+    if (ok < 0)
+        return NULL;
+    Py_RETURN_NONE;
+error:
+    Py_DECREF(dt);
+    Py_XDECREF(shape);
+    Py_XDECREF(c);
+    return NULL;
+}
+
+static PyObject *
+launcher_binary(Launcher *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "binary(kernel, a, b, dst) takes 4 arguments, got %zd",
+                     nargs);
+        return NULL;
+    }
+    return run(self, 2, args[0], args + 1, args[3]);
+}
+
+static PyObject *
+launcher_unary(Launcher *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "unary(kernel, a, dst) takes 3 arguments, got %zd", nargs);
+        return NULL;
+    }
+    return run(self, 1, args[0], args + 1, args[2]);
+}
+
+static PyMethodDef launcher_methods[] = {
+    {"binary", (PyCFunction)(void (*)(void))launcher_binary, METH_FASTCALL,
+     "binary(kernel, a, b, dst) -> result or None: kernel(a, b) into dst (or a new darray)"},
+    {"unary", (PyCFunction)(void (*)(void))launcher_unary, METH_FASTCALL,
+     "unary(kernel, a, dst) -> result or None: kernel(a) into dst (or a new darray)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef launcher_members[] = {
+    {"max_grid", T_PYSSIZET, offsetof(Launcher, max_grid), 0,
+     "most blocks per launch (0: no cap)"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyObject *
+launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"darray", "ndarray", "stream_fn", "launch", "fail", NULL};
+    PyObject *darray, *ndarray, *fn, *launch, *fail;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!O!OO:Launcher", kwlist, &PyType_Type,
+                                     &darray, &PyType_Type, &ndarray, &PyCapsule_Type, &fn,
+                                     &launch, &fail))
+        return NULL;
+    stream_fn get_stream = (stream_fn)PyCapsule_GetPointer(fn, PyCapsule_GetName(fn));
+    if (get_stream == NULL)
+        return NULL;
+    void *lp = PyLong_AsVoidPtr(launch);
+    if (lp == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "Launcher: launch must be a non-zero address");
+        return NULL;
+    }
+    if (!PyCallable_Check(fail)) {
+        PyErr_Format(PyExc_TypeError, "Launcher: fail must be callable, got %R", fail);
+        return NULL;
+    }
+    Launcher *self = (Launcher *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->darray = Py_NewRef(darray);
+    self->ndarray = Py_NewRef(ndarray);
+    self->owner = Py_NewRef(fn);
+    self->fail = Py_NewRef(fail);
+    self->get_stream = get_stream;
+    self->launch = (launch_fn)lp;
+    self->max_grid = 0;
+    return (PyObject *)self;
+}
+
+static int
+launcher_traverse(Launcher *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->darray);
+    Py_VISIT(self->ndarray);
+    Py_VISIT(self->owner);
+    Py_VISIT(self->fail);
+    return 0;
+}
+
+static int
+launcher_clear(Launcher *self)
+{
+    Py_CLEAR(self->darray);
+    Py_CLEAR(self->ndarray);
+    Py_CLEAR(self->owner);
+    Py_CLEAR(self->fail);
+    return 0;
+}
+
+static void
+launcher_dealloc(Launcher *self)
+{
+    PyObject_GC_UnTrack(self);
+    launcher_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject LauncherType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cuflow._ewlaunch.Launcher",
+    .tp_doc = "Launcher(darray, ndarray, stream_fn, launch, fail): the elementwise fast path's "
+              "binary and unary launches in C",
+    .tp_basicsize = sizeof(Launcher),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = launcher_new,
+    .tp_dealloc = (destructor)launcher_dealloc,
+    .tp_traverse = (traverseproc)launcher_traverse,
+    .tp_clear = (inquiry)launcher_clear,
+    .tp_methods = launcher_methods,
+    .tp_members = launcher_members,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_ewlaunch",
+    "The elementwise fast path's launches in C (Launcher).", -1, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__ewlaunch(void)
+{
+#define INTERN(v, s) if ((v = PyUnicode_InternFromString(s)) == NULL) return NULL
+    INTERN(s_dtype, "dtype");
+    INTERN(s_contig, "_c_contiguous");
+    INTERN(s_shape, "shape");
+    INTERN(s_size, "size");
+    INTERN(s_data, "data");
+    INTERN(s_ptr, "ptr");
+    INTERN(s_num, "num");
+    INTERN(s_itemsize, "itemsize");
+    INTERN(s_ptrs, "ptrs");
+    INTERN(s_load, "load");
+#undef INTERN
+    if (PyType_Ready(&LauncherType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "Launcher", (PyObject *)&LauncherType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,287 @@
+"""The elementwise fast path's decisions and launch parameters, without a GPU.
+
+One test body runs on both implementations, the compiled ``_ewlaunch.Launcher``
+and the Python functions it mirrors (``_elementwise._py_binary``/``_py_unary``),
+over stand-in arrays and a recording ``cuLaunchKernel``: which calls take the
+fast path, which fall back (``None``), and what is launched (kernel, grid,
+block, stream, parameters).  GPU results are checked bit for bit against CuPy in
+``test_elementwise.py``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from cuflow import _elementwise as ew
+
+STREAM = 0x5EED
+_next_ptr = itertools.count(1 << 40, 1 << 32)
+
+
+class _Data:
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+
+class FakeND:
+    """Stands for cupy.ndarray: the attributes the fast path reads."""
+
+    def __init__(self, shape, dtype, ptr=None, contiguous=True):
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        self.size = math.prod(self.shape)
+        self._c_contiguous = contiguous
+        self.data = _Data(next(_next_ptr) if ptr is None else ptr)
+
+
+class FakeD(FakeND):
+    """Stands for cuflow.darray: ``FakeD(shape, dtype)`` allocates, as the fast path calls it."""
+
+
+class FakeKernel:
+    """An _elementwise.Kernel: ``ptrs`` by dtype.num, ``load`` on a miss."""
+
+    def __init__(self, fp=0xF00, missing=()):
+        self.fp = fp
+        self.missing = set(missing)
+        self.ptrs = {}
+        self.loads = []
+
+    def load(self, dt):
+        self.loads.append(dt)
+        p = 0 if dt.num in self.missing else self.fp
+        self.ptrs[dt.num] = p
+        return p
+
+
+class Recorder:
+    """Launches seen: (function, grid x, block x, stream, the kernel's 8-byte parameters)."""
+
+    def __init__(self):
+        self.calls = []
+        self.status = 0
+        self.nparams = 0
+
+
+_LAUNCH_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7,
+                             ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
+_STREAM_T = ctypes.CFUNCTYPE(ctypes.c_ssize_t)
+
+
+class _Failed(Exception):
+    pass
+
+
+def _fail(status):
+    raise _Failed(status)
+
+
+def _capsule(addr):
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype = ctypes.py_object
+    new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    return new(addr, None, None)
+
+
+@pytest.fixture(params=["compiled", "python"])
+def impl(request, monkeypatch):
+    """(binary, unary, recorder, set_max_grid) for the implementation of the parameter."""
+    rec = Recorder()
+    if request.param == "compiled":
+        launcher_mod = pytest.importorskip("cuflow._ewlaunch",
+                                           reason="the _ewlaunch extension was not built")
+
+        def launch(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+            vals = tuple(ctypes.c_uint64.from_address(params[i]).value
+                         for i in range(rec.nparams))
+            rec.calls.append((f, gx, (gy, gz, by, bz, shared), bx, stream, vals))
+            return rec.status
+
+        cb_launch, cb_stream = _LAUNCH_T(launch), _STREAM_T(lambda: STREAM)
+        request.addfinalizer(lambda: (cb_launch, cb_stream))  # keep the callbacks alive
+        lo = launcher_mod.Launcher(FakeD, FakeND, _capsule(ctypes.cast(cb_stream, ctypes.c_void_p)
+                                                           .value),
+                                   ctypes.cast(cb_launch, ctypes.c_void_p).value, _fail)
+
+        def set_max_grid(v):
+            lo.max_grid = v
+
+        return lo.binary, lo.unary, rec, set_max_grid
+
+    def launch(f, gx, gy, gz, bx, by, bz, shared, stream, argv, extra):
+        assert argv == ew._P.argv_ptr
+        vals = tuple(v & (1 << 64) - 1 for v in ew._P.slots[:rec.nparams])
+        rec.calls.append((f, gx, (gy, gz, by, bz, shared), bx, stream, vals))
+        if rec.status:
+            _fail(rec.status)
+
+    monkeypatch.setattr(ew, "_D", FakeD)
+    monkeypatch.setattr(ew, "_ND", FakeND)
+    monkeypatch.setattr(ew, "_MULTI", False)
+    monkeypatch.setattr(ew, "_launch", launch)
+    monkeypatch.setattr(ew, "_current_stream", lambda: _Data(STREAM))
+    monkeypatch.setattr(ew, "_max_grid", 1 << 31)
+
+    def set_max_grid(v):
+        monkeypatch.setattr(ew, "_max_grid", v or 1 << 31)
+
+    return ew._py_binary, ew._py_unary, rec, set_max_grid
+
+
+def _grid(nbytes):
+    return ((nbytes + 15) // 16 + 255) // 256
+
+
+@pytest.mark.parametrize("shape,dtype", [((100, 100), "float32"), ((7,), "uint8"),
+                                         ((3, 5, 17), "float64"), ((1 << 20,), "int16")])
+def test_binary_launch_parameters(impl, shape, dtype):
+    binary, _, rec, _ = impl
+    rec.nparams = 4
+    k = FakeKernel(fp=0xABC0)
+    a, b = FakeD(shape, dtype), FakeND(shape, dtype)
+    n = math.prod(shape)
+    c = binary(k, a, b, None)
+    assert type(c) is FakeD and c.shape == a.shape and c.dtype == a.dtype
+    dst = FakeD(shape, dtype)
+    assert binary(k, a, b, dst) is dst
+    g = _grid(n * np.dtype(dtype).itemsize)
+    assert rec.calls == [
+        (0xABC0, g, (1, 1, 1, 1, 0), 256, STREAM, (a.data.ptr, b.data.ptr, c.data.ptr, n)),
+        (0xABC0, g, (1, 1, 1, 1, 0), 256, STREAM, (a.data.ptr, b.data.ptr, dst.data.ptr, n)),
+    ]
+    assert k.loads == [np.dtype(dtype)]  # loaded on the first call, from ptrs after
+
+
+def test_unary_launch_parameters(impl):
+    _, unary, rec, _ = impl
+    rec.nparams = 3
+    k = FakeKernel()
+    a = FakeND((33, 3), "float16")
+    c = unary(k, a, None)
+    assert type(c) is FakeD and c.shape == (33, 3)
+    assert unary(k, a, a) is a  # in place
+    assert [call[-1] for call in rec.calls] == [(a.data.ptr, c.data.ptr, 99),
+                                               (a.data.ptr, a.data.ptr, 99)]
+
+
+def test_fallbacks_return_none_and_launch_nothing(impl):
+    binary, unary, rec, _ = impl
+    rec.nparams = 4
+    k = FakeKernel()
+    a = FakeD((8, 8), "float32")
+    b = FakeD((8, 8), "float32")
+    shifted = FakeD((8, 8), "float32", ptr=a.data.ptr + 4)
+    cases = {
+        "dtypes differ": (a, FakeD((8, 8), "float64"), None),
+        "a strided": (FakeD((8, 8), "float32", contiguous=False), b, None),
+        "b strided": (a, FakeD((8, 8), "float32", contiguous=False), None),
+        "shapes differ (broadcasting)": (a, FakeD((1, 8), "float32"), None),
+        "same size, other shape": (a, FakeD((4, 16), "float32"), None),
+        "dst on the host": (a, b, np.empty((8, 8), np.float32)),
+        "dst dtype": (a, b, FakeD((8, 8), "float64")),
+        "dst strided": (a, b, FakeD((8, 8), "float32", contiguous=False)),
+        "dst shape": (a, b, FakeD((64,), "float32")),
+        "dst overlaps a, shifted": (a, b, shifted),
+        "dst overlaps b, shifted": (b, a, shifted),
+        "dst is a subclass": (a, b, type("Sub", (FakeD,), {})((8, 8), "float32")),
+        "b a scalar": (a, 2.0, None),
+        "a a host array": (np.ones((8, 8), np.float32), b, None),
+        "b a subclass": (a, type("Sub", (FakeND,), {})((8, 8), "float32"), None),
+    }
+    for why, (x, y, d) in cases.items():
+        assert binary(k, x, y, d) is None, why
+    assert unary(k, a, shifted) is None
+    assert unary(k, FakeD((8, 8), "float32", contiguous=False), None) is None
+    assert unary(k, 3, None) is None
+    assert unary(k, np.ones(3), None) is None
+    assert rec.calls == []
+
+
+def test_no_instantiation_falls_back(impl):
+    binary, unary, rec, _ = impl
+    k = FakeKernel(missing={np.dtype(np.complex64).num})
+    c = FakeD((4,), np.complex64)
+    assert binary(k, c, c, None) is None
+    assert unary(k, c, None) is None
+    assert k.loads == [np.dtype(np.complex64)]  # the miss is remembered (ptrs[num] = 0)
+    assert rec.calls == []
+
+
+def test_in_place_and_aliases_launch(impl):
+    binary, _, rec, _ = impl
+    rec.nparams = 4
+    k = FakeKernel()
+    a, b = FakeD((10,), "int32"), FakeD((10,), "int32")
+    alias = FakeND((10,), "int32", ptr=a.data.ptr)  # another view of a's memory
+    assert binary(k, a, b, a) is a
+    assert binary(k, a, b, b) is b
+    assert binary(k, a, a, a) is a
+    assert binary(k, a, b, alias) is alias
+    assert [call[-1][2] for call in rec.calls] == [a.data.ptr, b.data.ptr, a.data.ptr,
+                                                   a.data.ptr]
+
+
+def test_adjacent_buffers_do_not_overlap(impl):
+    binary, _, rec, _ = impl
+    rec.nparams = 4
+    a = FakeD((16,), "float32")
+    after = FakeD((16,), "float32", ptr=a.data.ptr + 64)  # ends where the other begins
+    before = FakeD((16,), "float32", ptr=a.data.ptr - 64)
+    assert binary(FakeKernel(), a, a, after) is after
+    assert binary(FakeKernel(), a, a, before) is before
+    assert len(rec.calls) == 2
+
+
+def test_empty_arrays_launch_nothing(impl):
+    binary, unary, rec, _ = impl
+    a = FakeD((0, 3), "float32")
+    assert binary(FakeKernel(), a, a, None).shape == (0, 3)
+    assert unary(FakeKernel(), a, None).shape == (0, 3)
+    assert rec.calls == []
+
+
+def test_grid_is_capped(impl):
+    binary, _, rec, set_max_grid = impl
+    rec.nparams = 4
+    a = FakeD((1 << 24,), "float32")
+    set_max_grid(132 * 64)
+    binary(FakeKernel(), a, a, a)
+    assert rec.calls[-1][1] == 132 * 64
+    set_max_grid(1 << 30)
+    binary(FakeKernel(), a, a, a)
+    assert rec.calls[-1][1] == _grid(a.size * 4)
+
+
+def test_failed_launch_raises(impl):
+    binary, unary, rec, _ = impl
+    rec.nparams = 4
+    rec.status = 700
+    a = FakeD((5,), "float32")
+    with pytest.raises(_Failed) as e:
+        binary(FakeKernel(), a, a, None)
+    assert e.value.args == (700,)
+    rec.nparams = 3
+    with pytest.raises(_Failed):
+        unary(FakeKernel(), a, a)
+
+
+def test_compiled_launcher_checks_its_arguments():
+    launcher_mod = pytest.importorskip("cuflow._ewlaunch",
+                                       reason="the _ewlaunch extension was not built")
+    cap = _capsule(0x1000)
+    with pytest.raises(TypeError, match="fail must be callable"):
+        launcher_mod.Launcher(FakeD, FakeND, cap, 0x2000, None)
+    with pytest.raises(ValueError, match="non-zero address"):
+        launcher_mod.Launcher(FakeD, FakeND, cap, 0, _fail)
+    with pytest.raises(TypeError):
+        launcher_mod.Launcher(FakeD, FakeND, "not a capsule", 0x2000, _fail)
+    lo = launcher_mod.Launcher(FakeD, FakeND, cap, 0x2000, _fail)
+    with pytest.raises(TypeError, match="takes 4 arguments"):
+        lo.binary(FakeKernel(), FakeD((1,), "f4"), None)
+    with pytest.raises(TypeError, match="takes 3 arguments"):
+        lo.unary(FakeKernel(), FakeD((1,), "f4"))
