@@ -125,7 +125,7 @@ def _py_binary(k: Kernel, a, b, dst):
     fp = None if _MULTI else k.ptrs.get(dt.num)
     if fp is None:
         fp = k.load(dt)
-    if not fp or (_MULTI and not _same_device(a, b, dst)):
+    if not fp or (_MULTI and not _on_device(a, b)):
         return None
     n = a.size
     nb = n * dt.itemsize
@@ -137,7 +137,7 @@ def _py_binary(k: Kernel, a, b, dst):
     else:
         td = type(dst)
         if ((td is not _D and td is not _ND) or dst.dtype is not dt or not dst._c_contiguous
-                or dst.shape != shape):
+                or dst.shape != shape or (_MULTI and not _on_device(dst))):
             return None
         cp = dst.data.ptr
         if ((a is not dst and _partial_overlap(cp, ap, nb))
@@ -164,7 +164,7 @@ def _py_unary(k: Kernel, a, dst):
     fp = None if _MULTI else k.ptrs.get(dt.num)
     if fp is None:
         fp = k.load(dt)
-    if not fp or (_MULTI and not _same_device(a, a, dst)):
+    if not fp or (_MULTI and not _on_device(a)):
         return None
     shape = a.shape
     n = a.size
@@ -176,7 +176,7 @@ def _py_unary(k: Kernel, a, dst):
     else:
         td = type(dst)
         if ((td is not _D and td is not _ND) or dst.dtype is not dt or not dst._c_contiguous
-                or dst.shape != shape):
+                or dst.shape != shape or (_MULTI and not _on_device(dst))):
             return None
         cp = dst.data.ptr
         if a is not dst and _partial_overlap(cp, ap, nb):
@@ -196,13 +196,10 @@ binary = _py_binary
 unary = _py_unary
 
 
-def _same_device(a, b, dst) -> bool:
-    """``a``, ``b`` and a CuPy ``dst`` are on the current device (any other ``dst`` is
-    refused by the caller's type check)."""
+def _on_device(*arrays) -> bool:
+    """Every one of ``arrays`` is on the current device."""
     dev = _get_device()
-    return (a.data.device_id == dev and b.data.device_id == dev
-            and (dst is None or (type(dst) is not _D and type(dst) is not _ND)
-                 or dst.data.device_id == dev))
+    return all(x.data.device_id == dev for x in arrays)
 
 
 def _bind(backend) -> None:

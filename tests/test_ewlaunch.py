@@ -24,8 +24,9 @@ _next_ptr = itertools.count(1 << 40, 1 << 32)
 
 
 class _Data:
-    def __init__(self, ptr):
+    def __init__(self, ptr, device_id=0):
         self.ptr = ptr
+        self.device_id = device_id
 
 
 class FakeND:
@@ -268,6 +269,27 @@ def test_failed_launch_raises(impl):
     rec.nparams = 3
     with pytest.raises(_Failed):
         unary(FakeKernel(), a, a)
+
+
+def test_python_path_with_several_gpus_checks_devices(impl, monkeypatch):
+    """With several GPUs only the Python functions run: arrays on another device fall back."""
+    binary, unary, rec, _ = impl
+    if binary is not ew._py_binary:
+        pytest.skip("the compiled launcher is bound only with one GPU")
+    rec.nparams = 4
+    monkeypatch.setattr(ew, "_MULTI", True)
+    monkeypatch.setattr(ew, "_get_device", lambda: 0)
+    k = FakeKernel()  # with several GPUs every call asks load() (per-device pointers)
+    a, b = FakeD((8,), "float32"), FakeD((8,), "float32")
+    other = FakeD((8,), "float32")
+    other.data.device_id = 1
+    assert binary(k, a, other, None) is None
+    assert binary(k, a, b, other) is None
+    assert binary(k, a, b, np.empty(8, np.float32)) is None  # a host dst: refused, not an error
+    assert unary(k, other, None) is None
+    assert rec.calls == []
+    assert binary(k, a, b, None) is not None
+    assert len(rec.calls) == 1
 
 
 def test_compiled_launcher_checks_its_arguments():
