@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import random
 import threading
@@ -320,6 +321,136 @@ def test_closed_graph_pool_is_released_after_its_stream_dies(free_first):
         assert pool.stats()["private_pools"] == 1  # its output is still alive
         pool.free(b)
     assert pool.stats()["private_pools"] == 0 and be.in_use == 0
+
+
+class CaptureBackend(EventBackend):
+    """Fake streams that may be capturing a graph, with CUDA's rules: while any stream
+    captures, nothing frees device memory or synchronizes the device, and no event is
+    recorded on or awaited by a capturing stream outside the captured work; events are
+    recorded on and awaited by existing streams only (``streams``, when the test sets it)."""
+
+    def __init__(self, capacity=None):
+        super().__init__(capacity)
+        self.capturing = set()
+        self.streams = None
+        self.syncs = 0
+
+    def _legal(self, what, stream=None):
+        bad = self.capturing if stream is None else self.capturing & {stream}
+        assert not bad, f"{what} while stream(s) {sorted(bad)} capture a graph"
+        assert stream is None or self.streams is None or stream in self.streams, (
+            f"{what} on stream {stream}, which does not exist")
+
+    def free(self, ptr, nbytes, stream):
+        self._legal("a device free")
+        super().free(ptr, nbytes, stream)
+
+    def synchronize(self):
+        self._legal("a device synchronize")
+        self.syncs += 1
+        self.finish_all()
+
+    def record(self, stream):
+        self._legal("an event record", stream)
+        return super().record(stream)
+
+    def wait(self, stream, event):
+        self._legal("an event wait", stream)
+        super().wait(stream, event)
+
+
+def begin_capture(pool, be, stream):
+    be.capturing.add(stream)
+    return pool.begin_private(stream)
+
+
+def end_capture(pool, be, stream):
+    be.capturing.discard(stream)  # CUDA ends the capture, then cuflow.graph tells the pool
+    pool.end_private(stream)
+
+
+@pytest.mark.parametrize("stream_dies", [False, True])
+def test_closed_graph_memory_freed_during_a_capture_goes_back_when_it_ends(stream_dies):
+    """A closed graph's last array freed while another graph captures (a garbage collection
+    can do that at any time): nothing is freed during the capture, and the memory goes back
+    when it ends, also when the first graph's stream was destroyed (its blocks are orphans)."""
+    be = CaptureBackend()
+    pool = Pool(be)
+    g1 = begin_capture(pool, be, 7)
+    out = pool.alloc(3 << 20, 7)
+    end_capture(pool, be, 7)
+    pool.close_private(g1)
+    if stream_dies:
+        pool._stream_gone(7)
+    g2 = begin_capture(pool, be, 8)
+    pool.free(out)
+    tmp = pool.alloc(1000, 8)  # the capture goes on
+    assert pool.stats()["private_pools"] == 2
+    end_capture(pool, be, 8)
+    assert pool.stats()["private_pools"] == 1  # g1's segment went back
+    pool.close_private(g2)
+    pool.free(tmp)
+    assert pool.stats()["private_pools"] == 0 and be.in_use == 0
+
+
+def test_graph_closed_during_a_capture_goes_back_when_it_ends():
+    """Closing a graph while another captures (its ``__del__`` may run then) frees nothing
+    until the capture ends; nor does ``empty_cache``.  A graph that allocated nothing is
+    forgotten at once."""
+    be = CaptureBackend()
+    pool = Pool(be)
+    g1 = begin_capture(pool, be, 7)
+    pool.free(pool.alloc(3 << 20, 7))
+    end_capture(pool, be, 7)
+    nothing = begin_capture(pool, be, 9)
+    end_capture(pool, be, 9)
+    g2 = begin_capture(pool, be, 8)
+    pool.close_private(g1)
+    pool.close_private(nothing)
+    assert pool.stats()["private_pools"] == 2  # g1 (waiting for the capture's end) and g2
+    assert pool.empty_cache() == 0
+    end_capture(pool, be, 8)
+    pool.close_private(g2)
+    assert pool.stats()["private_pools"] == 0 and be.in_use == 0
+
+
+class FakeStream:
+    """Stands for a CuPy stream object: the pool watches its life through a weak reference."""
+
+
+def test_dead_streams_block_never_goes_to_a_new_stream_with_its_handle():
+    """CUDA may give a destroyed stream's handle to a new stream.  A block lent on the old
+    stream and freed after that may still be in use by the old stream's work: it is reused
+    only after a device synchronize, never through the new stream's cache."""
+    be = CaptureBackend()
+    pool = Pool(be)
+    streams = {}
+    pool._on_new_stream = lambda ptr: pool.watch_stream(streams[ptr], ptr)
+    streams[7] = FakeStream()
+    old = pool.alloc(1 << 20, 7)
+    del streams[7]  # destroyed (its work may still run)
+    streams[7] = FakeStream()  # a new stream with the same handle
+    pool.alloc(1000, 7)  # its first allocation: the pool learns both facts
+    pool.free(old)
+    again = pool.alloc(1 << 20, 7)
+    assert again.ptr != old.ptr or be.syncs > 0
+
+
+def test_block_used_by_a_dead_stream_waits_for_a_device_synchronize():
+    """A block used on a stream that was destroyed since: no event can be recorded on that
+    stream any more, so the block is reused after a device synchronize."""
+    be = CaptureBackend()
+    be.streams = {0, 7}
+    pool = Pool(be)
+    streams = {7: FakeStream()}
+    pool._on_new_stream = lambda ptr: pool.watch_stream(streams[ptr], ptr)
+    b = pool.alloc(1 << 20, 0)
+    pool.record_stream(b, 7, streams[7])
+    del streams[7]
+    be.streams.discard(7)
+    pool.free(b)
+    again = pool.alloc(1 << 20, 0)
+    assert again.ptr != b.ptr or be.syncs > 0
 
 
 def test_warmup_then_no_device_allocations():
@@ -658,6 +789,86 @@ GranularPoolMachine.TestCase.settings = PoolMachine.TestCase.settings
 test_granular_pool_state_machine = GranularPoolMachine.TestCase
 
 
+class GraphPoolMachine(PoolMachine):
+    """The same sequences with graphs: captures begin and end on streams 1 and 2 (their
+    allocations go to private pools), graphs are closed at any time (during other captures
+    too), and streams are destroyed, a new one sometimes getting the dead one's handle.
+    CUDA's rules hold throughout (see CaptureBackend), and with no capture running a closed
+    graph's memory is back once none of it is lent or waits for another stream's work."""
+
+    def __init__(self):
+        super().__init__()
+        self.be = CaptureBackend()
+        self.pool = Pool(self.be, limit=64 << 20)
+        self.handles = [0, 11, 12]  # stream i's handle (1 and 2 would be CUDA's default ones)
+        self.objs = {11: FakeStream(), 12: FakeStream()}  # handle -> the live stream
+        self.pool._on_new_stream = lambda h: self.pool.watch_stream(self.objs[h], h)
+        self.be.streams = {0, 11, 12}
+        self.next_handle = 13
+        self.capturing = {}  # stream index -> private pool
+        self.graphs = []  # private pools of ended captures, not closed
+
+    def stream(self, i):
+        return self.handles[i]
+
+    def use(self, b, byte, stream):
+        self.pool.record_stream(b, stream, self.objs.get(stream))
+
+    @precondition(lambda self: self.live)
+    @rule(i=st.integers(0, 10**6), size=st.integers(1, 3 << 20))
+    def resize(self, i, size):
+        b, byte = self.live[i % len(self.live)]
+        if b.stream == _pool.DEAD_STREAM:  # a dead stream's block: resized on stream 0
+            self.live[i % len(self.live)] = (b, byte)
+            return
+        super().resize(i, size)
+
+    @rule(i=st.integers(1, 2))
+    def begin_capture(self, i):
+        if i not in self.capturing:
+            self.capturing[i] = begin_capture(self.pool, self.be, self.handles[i])
+
+    @precondition(lambda self: self.capturing)
+    @rule(k=st.integers(0, 1))
+    def end_capture(self, k):
+        i = sorted(self.capturing)[k % len(self.capturing)]
+        end_capture(self.pool, self.be, self.handles[i])
+        self.graphs.append(self.capturing.pop(i))
+
+    @precondition(lambda self: self.graphs)
+    @rule(k=st.integers(0, 10**6))
+    def close_graph(self, k):
+        self.pool.close_private(self.graphs.pop(k % len(self.graphs)))
+
+    @rule(i=st.integers(1, 2), reuse=st.booleans())
+    def stream_dies(self, i, reuse):
+        if i in self.capturing:  # a capturing stream is alive
+            return
+        h = self.handles[i]
+        del self.objs[h]  # its finalizer tells the pool
+        self.be.streams.discard(h)
+        if not reuse:
+            h = self.handles[i] = self.next_handle
+            self.next_handle += 1
+        self.objs[h] = FakeStream()
+        self.be.streams.add(h)
+
+    @invariant()
+    def closed_graphs_released(self):
+        if self.capturing:
+            return
+        self.pool.flush_frees()
+        held = {b.seg.owner for b in list(self.pool._live.values()) + self.pool._pending}
+        for owner, info in self.pool._private.items():
+            assert not info["closed"] or owner in held, (
+                f"closed graph {owner}'s memory is free but not released")
+
+
+GraphPoolMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=50,
+                                              deadline=None)
+test_graph_pool_state_machine = GraphPoolMachine.TestCase
+
+
 class DevicePoolMachine(PoolMachine):
     """The same sequences on device memory from the driver's pool, over the legacy stream
     and two others: patterns are written and read back on each block's stream, and a use
@@ -846,6 +1057,9 @@ def test_graph_replay_never_overwrites_live_arrays(pooled):
     import cupy
 
     cf = gpu_cf
+    pool = cf.memory.get_pool()
+    gc.collect()  # earlier tests' graphs held by reference cycles go now, not during this one
+    before = pool.stats()["private_pools"]
     x = cf.asarray(np.arange(1 << 16, dtype=np.float32))
     with cf.graph.capture() as g:
         tmp = cf.multiply(x, x)  # allocated inside the capture
@@ -861,11 +1075,40 @@ def test_graph_replay_never_overwrites_live_arrays(pooled):
         assert float(a.min()) == 5.0 and float(a.max()) == 5.0
     xs = np.arange(1 << 16, dtype=np.float32)
     np.testing.assert_array_equal(cf.asnumpy(y), xs * xs + xs)
-    pool = cf.memory.get_pool()
-    assert pool.stats()["private_pools"] >= 1
+    assert pool.stats()["private_pools"] == before + 1
     g.close()
     del y
-    assert pool.stats()["private_pools"] == 0
+    assert pool.stats()["private_pools"] == before
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stream_dies", [False, True])
+def test_closed_graph_array_freed_during_another_capture(pooled, stream_dies):
+    """A closed graph's last array freed while another graph captures (a garbage collection
+    can do that at any time): the capture is not disturbed, and the memory goes back when it
+    ends, also after the first graph's capture stream was destroyed."""
+    cf = pooled
+    pool = cf.memory.get_pool()
+    gc.collect()
+    before = pool.stats()["private_pools"]
+    xs = np.arange(1 << 16, dtype=np.float32)
+    x = cf.asarray(xs)
+    with cf.graph.capture() as g1:
+        out = cf.multiply(x, x)
+    g1.close()
+    if stream_dies:
+        del g1
+    with cf.graph.capture() as g2:
+        y = cf.add(x, x)
+        del out
+        z = cf.add(y, x)  # the pool runs while capturing
+    assert pool.stats()["private_pools"] == before + 1
+    g2.replay()
+    g2.stream.synchronize()
+    np.testing.assert_array_equal(cf.asnumpy(z), 3 * xs)
+    g2.close()
+    del y, z
+    assert pool.stats()["private_pools"] == before
 
 
 @pytest.mark.gpu

@@ -378,7 +378,7 @@ def record_stream(array: Any, stream: Any) -> None:
         block = pool.block_of(ptr)
         if block is not None:
             s = as_cupy_stream(stream)
-            pool.record_stream(block, 0 if s is None else s.ptr)
+            pool.record_stream(block, 0 if s is None else s.ptr, s)
             return
     # not from a cuflow pool (CUFLOW_POOL=off, or memory CuPy did not allocate)
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import gc
+import itertools
 import os
 import threading
 from collections import defaultdict
@@ -62,6 +63,12 @@ SPLIT_MIN = 512
 #: block of at most this many times its size; otherwise it misses, and the miss releases the
 #: free segments to the backend (splitting much larger blocks pins them and fragments memory)
 LARGE_SPLIT_MAX = 2
+
+
+#: the stream of a block whose stream was destroyed (its orphans, and blocks lent on it): CUDA
+#: may hand the handle to a new stream, which must not inherit them (the dead stream's work
+#: may still run); they are reused on stream 0 after a device synchronize
+DEAD_STREAM = -1
 
 
 def round_size(n: int) -> int:
@@ -185,6 +192,7 @@ class Pool:
         self._lists: dict[tuple[Any, int], _FreeList] = {}
         self._segments: dict[int, Segment] = {}
         self._pending: list[Block] = []
+        self._deferred: list[Block] = []  # freed during a capture, used on a capturing stream
         self._capturing: dict[int, Any] = {}  # stream -> private owner id
         self._private: dict[Any, dict[str, Any]] = {}
         self._next_owner = 1
@@ -195,7 +203,6 @@ class Pool:
         self._warming = False  # segments made now are kept (reserve / warmup / replay)
         self._watched: set[int] = set()
         self._on_new_stream: Callable[[int], None] | None = None  # set by the CuPy glue
-        self._dead: set[int] = set()
         self._orphans: list[Block] = []
         self.hits: defaultdict[int, int] = defaultdict(int)
         self.misses: defaultdict[int, int] = defaultdict(int)
@@ -400,7 +407,7 @@ class Pool:
             b.size = size
             self._list(b.seg.owner, r.stream).push(r)
         b.free = False
-        b.plain = b.seg.owner is None and b.stream not in self._dead
+        b.plain = b.seg.owner is None
         b.req = nbytes
         self.allocated += b.size
         self.requested += nbytes
@@ -437,7 +444,7 @@ class Pool:
         # device memory (both are illegal during capture): no orphan adoption,
         # no segment release, no waiting on pending frees.
         capturing = bool(self._capturing)
-        if self._pending and not capturing and self._process_pending():
+        if (self._pending or self._deferred) and not capturing and self._process_pending():
             b = self._list(owner, stream).pop_fit(size, most)
             if b is not None:
                 self.hits[size] += 1
@@ -508,8 +515,8 @@ class Pool:
     def _borrow(self, size: int, stream: int, most: int | None) -> Block | None:
         """A free block of another stream, with ``stream`` ordered after its last use."""
         for (o, s), fl in self._lists.items():
-            if o is not None or s == stream:
-                continue
+            if o is not None or s == stream or s in self._capturing:
+                continue  # (an event recorded on a capturing stream would be captured)
             b = fl.pop_fit(size, most)
             if b is not None:
                 ev = self.backend.record(s)
@@ -543,11 +550,8 @@ class Pool:
         if self._recording is not None:
             self._recording.append(("f", b.ptr, 0, 0))
         if b.uses:
-            self.pending_bytes += b.size
-            b.events = [self.backend.record(s) for s in b.uses]
-            b.uses = None
-            self._pending.append(b)
-        elif b.seg.owner is None and b.stream not in self._dead:
+            self._await_uses(b)
+        elif b.seg.owner is None and b.stream != DEAD_STREAM:
             q = self._quick.get(b.stream)
             if q is None:
                 q = self._quick[b.stream] = {}
@@ -560,8 +564,27 @@ class Pool:
         else:
             self._insert_free(b)
 
+    def _await_uses(self, b: Block) -> None:
+        """Hold freed ``b`` until the work of the other streams that used it is done."""
+        self.pending_bytes += b.size
+        if self._capturing and (DEAD_STREAM in b.uses or not b.uses.isdisjoint(self._capturing)):
+            b.events = ()  # no event or synchronize may happen now: done after the capture
+            self._deferred.append(b)
+        else:
+            b.events = self._events_after(b.uses)
+            b.uses = None
+            self._pending.append(b)
+
+    def _events_after(self, streams: set[int]) -> list[Any]:
+        """Events after the work queued so far on ``streams`` (no capture may be running); a
+        destroyed stream's work is waited for by a device synchronize instead."""
+        if DEAD_STREAM in streams:
+            self.backend.synchronize()
+            return []
+        return [self.backend.record(s) for s in streams]
+
     def _insert_free(self, b: Block) -> None:
-        if b.stream in self._dead:  # its stream was destroyed: reused after a device sync
+        if b.stream == DEAD_STREAM:  # reused after a device synchronize
             self._orphans.append(b)
             if self._closed_private(b.seg.owner) and not self._capturing:
                 self._adopt_orphans()  # a closed graph's memory goes back now, not at some miss
@@ -584,14 +607,20 @@ class Pool:
             if n.next is not None:
                 n.next.prev = b
         fl.push(b)
-        owner = b.seg.owner
-        if owner is not None and b.prev is None and b.next is None:
-            info = self._private.get(owner)
-            if info is not None and info["closed"]:
-                self._release_segment(b, fl)
+        # a closed graph's whole free segment goes back, except while a graph is being captured
+        # (freeing device memory is illegal then: end_private releases it)
+        if b.prev is None and b.next is None and self._closed_private(b.seg.owner) \
+                and not self._capturing:
+            self._release_segment(b, fl)
 
     def _process_pending(self, wait: bool = False) -> bool:
-        """Move blocks whose cross-stream events completed to the free lists."""
+        """Move blocks whose cross-stream events completed to the free lists (no capture may
+        be running)."""
+        for b in self._deferred:  # freed during a capture: their events can be recorded now
+            b.events = self._events_after(b.uses)
+            b.uses = None
+        self._pending += self._deferred
+        self._deferred = []
         done_any = False
         keep = []
         for b in self._pending:
@@ -616,10 +645,15 @@ class Pool:
     def _update_slow(self) -> None:
         self._slow = bool(self._capturing or self._gone or self._recording is not None)
 
-    def record_stream(self, b: Block, stream: int) -> None:
-        """Mark ``b`` as used on ``stream`` (PyTorch's ``record_stream``)."""
+    def record_stream(self, b: Block, stream: int, stream_obj: Any = None) -> None:
+        """Mark ``b`` as used on ``stream`` (PyTorch's ``record_stream``); the pool watches
+        ``stream_obj``, the stream's object, to learn when it is destroyed."""
         if stream != b.stream:
             with self._lock:
+                if self._gone and not self._busy:
+                    self._drain()  # a destroyed stream with this handle is forgotten first
+                if stream_obj is not None and stream > 2 and stream not in self._watched:
+                    self.watch_stream(stream_obj, stream)
                 if b.uses is None:
                     b.uses = set()
                 b.plain = False
@@ -633,7 +667,6 @@ class Pool:
 
         with self._lock:
             self._watched.add(ptr)
-            self._dead.discard(ptr)  # CUDA may hand a destroyed stream's handle out again
         try:
             weakref.finalize(stream_obj, self._stream_gone, ptr)
         except TypeError:
@@ -648,18 +681,24 @@ class Pool:
         """Cached blocks of a destroyed stream become orphans (no event can be recorded on a
         dead stream), reused on the default stream after a device synchronize."""
         self._watched.discard(ptr)
-        self._dead.add(ptr)
-        for b in self._live.values():  # their frees must not reach the exact-size cache
-            if b.stream == ptr:
+        for b in itertools.chain(self._live.values(), self._pending, self._deferred):
+            if b.stream == ptr:  # its free goes to the orphans, whatever new stream gets ptr
                 b.plain = False
-        for by_size in self._quick.pop(ptr, {}).values():
-            for b in by_size:
-                b.quick = False
-                self._orphans.append(b)
+                b.stream = DEAD_STREAM
+            if b.uses and ptr in b.uses:  # likewise when it used the dead stream
+                b.uses.discard(ptr)
+                b.uses.add(DEAD_STREAM)
+        orphans = [b for by_size in self._quick.pop(ptr, {}).values() for b in by_size]
         for key in [k for k in self._lists if k[1] == ptr]:
-            self._orphans.extend(self._lists.pop(key).blocks())
+            orphans += self._lists.pop(key).blocks()
+        for b in orphans:
+            b.quick = False
+            b.stream = DEAD_STREAM
+        self._orphans += orphans
         for seg in self._segments.values():
             seg.streams.discard(ptr)
+            if seg.stream == ptr:
+                seg.stream = DEAD_STREAM
 
     def _closed_private(self, owner: Any) -> bool:
         info = self._private.get(owner) if owner is not None else None
@@ -670,7 +709,7 @@ class Pool:
         orphans, self._orphans = self._orphans, []
         for b in orphans:
             b.stream = 0
-            if b.seg.stream in self._dead:
+            if b.seg.stream == DEAD_STREAM:
                 b.seg.stream = 0
             b.seg.streams.add(0)
             self._insert_free(b)
@@ -679,7 +718,7 @@ class Pool:
     def _release_segment(self, b: Block, fl: _FreeList) -> None:
         seg = b.seg
         fl.remove(b)
-        for s in seg.streams - self._dead:  # order the release after every stream that used it
+        for s in seg.streams:  # order the release after every stream that used it
             if s != b.stream:
                 ev = self.backend.record(s)
                 if ev is not None:
@@ -720,8 +759,14 @@ class Pool:
                 self._busy = False
 
     def empty_cache(self) -> int:
-        """Return every fully free segment to the backend; the number released."""
+        """Return every fully free segment to the backend; the number released.
+
+        While a graph is being captured nothing can be released (freeing device
+        memory would invalidate the capture): it then releases nothing and returns 0.
+        """
         with self._lock:
+            if self._capturing:
+                return 0
             self._settle()
             self._process_pending()
             if self._orphans:
@@ -803,23 +848,42 @@ class Pool:
             return owner
 
     def end_private(self, stream: int) -> None:
+        """The capture on ``stream`` ended; with no capture left, closed graphs' memory that
+        became free meanwhile goes back."""
         with self._lock:
             self._capturing.pop(stream, None)
             self._update_slow()
+            if not self._capturing and not self._busy:
+                self._drain()
+                self._process_pending()
+                self._release_closed()
 
     def close_private(self, owner: int) -> None:
-        """The graph that owns ``owner`` is gone: release its segments once they are free."""
+        """The graph that owns ``owner`` is gone: release its segments once they are free
+        (if a graph is being captured, when the capture ends)."""
         with self._lock:
             self._settle()
             info = self._private.get(owner)
             if info is None:
                 return
             info["closed"] = True
-            if not self._capturing and any(b.seg.owner == owner for b in self._orphans):
-                self._adopt_orphans()  # blocks of its destroyed capture stream
-            self._release_free_segments(owner)
             if info["segments"] == 0:
-                self._private.pop(owner, None)
+                del self._private[owner]
+            elif not self._capturing:
+                self._release_closed()
+
+    def _release_closed(self) -> None:
+        """Give back the free segments of closed private pools (no capture may be running)."""
+        closed = [o for o, info in self._private.items() if info["closed"]]
+        if not closed:
+            return
+        if any(self._closed_private(b.seg.owner) for b in self._orphans):
+            self._adopt_orphans()  # blocks of a destroyed capture stream
+        for owner in closed:
+            self._release_free_segments(owner)
+            info = self._private.get(owner)
+            if info is not None and info["segments"] == 0:
+                del self._private[owner]
 
     # ------------------------------------------------------------- reporting
     def stats(self) -> dict[str, Any]:
@@ -852,7 +916,7 @@ class Pool:
                 "num_segment_alloc": self.num_segment_alloc,
                 "num_segment_free": self.num_segment_free,
                 "num_cross_stream_reuse": self.num_cross_stream,
-                "num_pending_cross_stream": len(self._pending),
+                "num_pending_cross_stream": len(self._pending) + len(self._deferred),
                 "private_pools": len(self._private),
                 "cache_hits": sum(self.hits.values()),
                 "cache_misses": sum(self.misses.values()),
