@@ -418,6 +418,22 @@ class FakeStream:
     """Stands for a CuPy stream object: the pool watches its life through a weak reference."""
 
 
+def test_queued_free_after_its_use_stream_died_records_no_event_there():
+    """The hot paths process queued frees (CuPy's hook queues them) before anything else:
+    a stream destroyed meanwhile is forgotten first, so no event is recorded on it."""
+    be = CaptureBackend()
+    be.streams = {0, 7}
+    pool = Pool(be)
+    streams = {7: FakeStream()}
+    b = pool.alloc(1 << 20, 0)
+    pool.record_stream(b, 7, streams[7])
+    del streams[7]
+    be.streams.discard(7)
+    pool._freed[b.ptr] = None
+    again = pool.alloc(1 << 20, 0)
+    assert again.ptr != b.ptr or be.syncs > 0
+
+
 def test_dead_streams_block_never_goes_to_a_new_stream_with_its_handle():
     """CUDA may give a destroyed stream's handle to a new stream.  A block lent on the old
     stream and freed after that may still be in use by the old stream's work: it is reused
@@ -1109,6 +1125,32 @@ def test_closed_graph_array_freed_during_another_capture(pooled, stream_dies):
     g2.close()
     del y, z
     assert pool.stats()["private_pools"] == before
+
+
+@pytest.mark.gpu
+def test_record_stream_on_a_stream_destroyed_before_the_free(pooled, monkeypatch):
+    """record_stream watches the stream it is given: when the stream is destroyed before the
+    array's free, the free waits for the device instead of recording an event on it."""
+    import cupy
+
+    cf = pooled
+    be = cf.memory.get_pool().backend
+    calls = []
+    sync, record = be.synchronize, be.record
+    monkeypatch.setattr(be, "synchronize", lambda: (calls.append("sync"), sync())[1])
+    monkeypatch.setattr(be, "record", lambda st: (calls.append(st), record(st))[1])
+    a = cupy.full((1 << 20,), 1.0, cupy.float32)
+    s = cupy.cuda.Stream(non_blocking=True)
+    handle = s.ptr
+    with s:
+        a *= 2.0  # work on s that uses a
+    cf.memory.record_stream(a, s)
+    del s  # destroyed, its work perhaps still queued
+    del a
+    b = cupy.empty((1 << 20,), cupy.float32)  # the pool processes the free
+    b.fill(3.0)
+    assert float(b.sum()) == 3.0 * (1 << 20)
+    assert "sync" in calls and handle not in calls
 
 
 @pytest.mark.gpu

@@ -367,7 +367,9 @@ def record_stream(array: Any, stream: Any) -> None:
     """Mark ``array`` as used on ``stream``: its memory is not reused until that work is done.
 
     PyTorch's ``Tensor.record_stream``.  Needed when an array allocated on one
-    stream is read or written by work queued on another and then freed.
+    stream is read or written by work queued on another and then freed.  The
+    pool learns when a CuPy (or cuflow) stream is destroyed; a PyTorch or
+    cuda.core stream must outlive the array's free.
     """
     from .._streams import as_cupy_stream  # noqa: PLC0415
 
@@ -378,7 +380,12 @@ def record_stream(array: Any, stream: Any) -> None:
         block = pool.block_of(ptr)
         if block is not None:
             s = as_cupy_stream(stream)
-            pool.record_stream(block, 0 if s is None else s.ptr, s)
+            # the pool watches the life of streams CuPy owns (an ExternalStream made here for
+            # a PyTorch or cuda.core stream would die at once, though that stream lives on)
+            import cupy  # noqa: PLC0415  (a pool block: CuPy is there)
+
+            owned = None if isinstance(s, cupy.cuda.ExternalStream) else s
+            pool.record_stream(block, 0 if s is None else s.ptr, owned)
             return
     # not from a cuflow pool (CUFLOW_POOL=off, or memory CuPy did not allocate)
 

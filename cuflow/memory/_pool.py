@@ -544,6 +544,12 @@ class Pool:
             self._busy = False
 
     def _free_locked(self, b: Block) -> None:
+        if self._gone:  # (the hot paths process queued frees first) destroyed streams first
+            while self._gone:
+                ptr = self._gone.pop()
+                self._forget_stream(ptr)
+                self._forget_block(b, ptr)  # (no longer in _live)
+            self._update_slow()
         self.allocated -= b.size
         self.requested -= b.req
         b.free = True
@@ -682,12 +688,7 @@ class Pool:
         dead stream), reused on the default stream after a device synchronize."""
         self._watched.discard(ptr)
         for b in itertools.chain(self._live.values(), self._pending, self._deferred):
-            if b.stream == ptr:  # its free goes to the orphans, whatever new stream gets ptr
-                b.plain = False
-                b.stream = DEAD_STREAM
-            if b.uses and ptr in b.uses:  # likewise when it used the dead stream
-                b.uses.discard(ptr)
-                b.uses.add(DEAD_STREAM)
+            self._forget_block(b, ptr)
         orphans = [b for by_size in self._quick.pop(ptr, {}).values() for b in by_size]
         for key in [k for k in self._lists if k[1] == ptr]:
             orphans += self._lists.pop(key).blocks()
@@ -699,6 +700,17 @@ class Pool:
             seg.streams.discard(ptr)
             if seg.stream == ptr:
                 seg.stream = DEAD_STREAM
+
+    @staticmethod
+    def _forget_block(b: Block, ptr: int) -> None:
+        """A lent or pending block of (or used by) the destroyed stream ``ptr``: its free
+        goes to the orphans, whatever new stream CUDA gives the handle."""
+        if b.stream == ptr:
+            b.plain = False
+            b.stream = DEAD_STREAM
+        if b.uses and ptr in b.uses:
+            b.uses.discard(ptr)
+            b.uses.add(DEAD_STREAM)
 
     def _closed_private(self, owner: Any) -> bool:
         info = self._private.get(owner) if owner is not None else None

@@ -30,25 +30,24 @@ class _Arg(threading.local):
 
 
 _ARG = _Arg()
-_DRIVER: list[Any] = []
+_CUDA: list[Any] = []
 
 
-def _driver() -> Any:
-    """CuPy's driver module (imported on first use: ``import cuflow`` does not need CuPy)."""
-    if not _DRIVER:
-        from cupy_backends.cuda.api import driver  # noqa: PLC0415
+def _cuda() -> tuple[Any, Any]:
+    """CuPy's driver and runtime modules (imported on first use: ``import cuflow`` does not
+    need CuPy; a launch costs a few microseconds of host time, so no import per call)."""
+    if not _CUDA:
+        from cupy_backends.cuda.api import driver, runtime  # noqa: PLC0415
 
-        _DRIVER.append(driver)
-    return _DRIVER[0]
+        _CUDA[:] = [(driver, runtime)]
+    return _CUDA[0]
 
 
 _PTRS: dict[tuple[str, str, str, int], int] = {}
 
 
 def _function(kernel: str, entry: str, dtype: str) -> int:
-    from cupy_backends.cuda.api import runtime  # noqa: PLC0415
-
-    key = (kernel, entry, dtype, runtime.getDevice())
+    key = (kernel, entry, dtype, _cuda()[1].getDevice())
     fp = _PTRS.get(key)
     if fp is None:
         fp = _PTRS[key] = get_function(kernel, entry, dtype).kernel.ptr
@@ -64,8 +63,7 @@ def one_wave(kernel: str, entry: str, dtype: str, block_threads: int) -> int:
     For persistent kernels that stride over their work: launching exactly
     this many keeps every SM full with no second, partial wave.
     """
-    from cupy_backends.cuda.api import driver, runtime  # noqa: PLC0415
-
+    driver, runtime = _cuda()
     dev = runtime.getDevice()
     key = (kernel, entry, dtype, block_threads, dev)
     n = _WAVES.get(key)
@@ -85,7 +83,7 @@ def launch(kernel: str, entry: str, dtype: str, grid: tuple[int, int, int],
     Raises :class:`~cuflow.CudaError` (the driver's error as ``__cause__``)
     when the launch fails.
     """
-    driver = _driver()
+    driver = _cuda()[0]
     fp = _function(kernel, entry, dtype)
     a = _ARG
     fmt.pack_into(a.buf, 0, *fields)
