@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import itertools
 import os
 import random
 import threading
@@ -833,11 +834,9 @@ class GraphPoolMachine(PoolMachine):
     @precondition(lambda self: self.live)
     @rule(i=st.integers(0, 10**6), size=st.integers(1, 3 << 20))
     def resize(self, i, size):
-        b, byte = self.live[i % len(self.live)]
-        if b.stream == _pool.DEAD_STREAM:  # a dead stream's block: resized on stream 0
-            self.live[i % len(self.live)] = (b, byte)
-            return
-        super().resize(i, size)
+        b = self.live[i % len(self.live)][0]
+        if b.stream != _pool.DEAD_STREAM:  # a dead stream's block has no stream to resize on
+            super().resize(i, size)
 
     @rule(i=st.integers(1, 2))
     def begin_capture(self, i):
@@ -873,8 +872,8 @@ class GraphPoolMachine(PoolMachine):
     def closed_graphs_released(self):
         if self.capturing:
             return
-        self.pool.flush_frees()
-        held = {b.seg.owner for b in list(self.pool._live.values()) + self.pool._pending}
+        held = {b.seg.owner for b in  # lent (queued frees included) or waiting for events
+                itertools.chain(self.pool._live.values(), self.pool._pending)}
         for owner, info in self.pool._private.items():
             assert not info["closed"] or owner in held, (
                 f"closed graph {owner}'s memory is free but not released")
