@@ -533,9 +533,7 @@ class Pool:
         """Process queued frees and destroyed streams (under the lock, not re-entered)."""
         self._busy = True
         try:
-            while self._gone:
-                self._forget_stream(self._gone.pop())
-            self._update_slow()
+            self._forget_gone()
             freed, live = self._freed, self._live
             while freed:
                 ptr, _ = freed.popitem()
@@ -543,13 +541,19 @@ class Pool:
         finally:
             self._busy = False
 
+    def _forget_gone(self, freeing: Block | None = None) -> None:
+        """Process the queued stream destructions; ``freeing`` is a block being freed (out of
+        ``_live`` already: the hot paths process queued frees before anything else)."""
+        while self._gone:
+            ptr = self._gone.pop()
+            self._forget_stream(ptr)
+            if freeing is not None:
+                self._forget_block(freeing, ptr)
+        self._update_slow()
+
     def _free_locked(self, b: Block) -> None:
-        if self._gone:  # (the hot paths process queued frees first) destroyed streams first
-            while self._gone:
-                ptr = self._gone.pop()
-                self._forget_stream(ptr)
-                self._forget_block(b, ptr)  # (no longer in _live)
-            self._update_slow()
+        if self._gone:
+            self._forget_gone(b)
         self.allocated -= b.size
         self.requested -= b.req
         b.free = True
