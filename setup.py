@@ -9,4 +9,4 @@ from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("cuflow.memory._hotpath", ["cuflow/memory/_hotpath.c"],
                              optional=True),
-                   Extension("cuflow._ewlaunch", ["cuflow/_ewlaunch.c"], optional=True)])
+                   Extension("cuflow.core._ewlaunch", ["cuflow/core/_ewlaunch.c"], optional=True)])

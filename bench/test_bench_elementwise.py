@@ -43,7 +43,7 @@ def test_elementwise(gpu_bench, copy_tbps, benchmark, lib, op, n):
 def test_add_dst_launch_path(gpu_bench, benchmark, monkeypatch, launch):
     import cupy
 
-    from cuflow import _elementwise, _ops
+    from cuflow.core import _fastpath as _elementwise, _ops
 
     benchmark.group = "add(a, b, dst=c) 100x100 float32, launch path (us/call)"
     a = cuflow.testing.random_array((100, 100), "float32")

@@ -1,6 +1,6 @@
 """cuflow's pool against CuPy's MemoryPool / MemoryAsyncPool and PyTorch's allocator.
 
-Traces R0, G, S (defined in ``cuflow.memory._traces``): footprint (peak
+Traces R0, G, S (defined in ``cuflow.bench._traces``): footprint (peak
 reserved over peak requested), device allocations in steady state, host time
 per operation.  Then ``empty`` + free latency on a pool hit.
 """
@@ -11,7 +11,7 @@ import functools
 
 import pytest
 
-from cuflow.memory import _traces
+from cuflow.bench import _traces
 
 ALLOCATORS = ["cuflow", "cuflow after warmup", "cupy MemoryPool", "cupy MemoryAsyncPool",
               "torch caching allocator"]

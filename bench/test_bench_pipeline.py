@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 import cuflow
-from cuflow import _bench_pipeline as bp
+from cuflow.bench import _pipeline as bp
 
 
 def _torch():

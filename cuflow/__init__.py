@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import numpy as _np
 
-from . import _ops
-from ._backend import backend_info, get_backend, set_backend
-from ._bufferizer import Bufferizer, BufferizerError
-from ._pipeline import Pipeline, PipelineOptions
+from .core import _ops
+from .core._runtime import backend_info, get_backend, set_backend
+from .pipeline._bufferizer import Bufferizer, BufferizerError
+from .pipeline._pipeline import Pipeline, PipelineOptions
 from ._errors import (
     BackendError,
     CudaError,
@@ -34,7 +34,7 @@ from ._forward import forward as _forward
 from ._instrument import annotate
 from ._instrument import from_environment as _instrument_from_env
 from ._forward import install_submodules as _install_submodules
-from ._ops import (
+from .core._ops import (
     around,
     as_darray,
     asarray,
@@ -56,7 +56,7 @@ from ._ops import (
     stack,
     transpose,
 )
-from ._streams import Event, Stream, current_stream, streams, synchronize
+from .core._streams import Event, Stream, current_stream, streams, synchronize
 
 __version__ = "0.1.0"
 

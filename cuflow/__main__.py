@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         for k, v in cuflow.backend_info().items():
             print(f"{k:20s} {v}")
         return 0
-    from ._headline import format_table, run_headline  # noqa: PLC0415
+    from .bench._headline import format_table, run_headline  # noqa: PLC0415
 
     if args.from_json:
         if not args.plot:
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             json.dump(result, f, indent=1)
         print(f"\nwrote {args.json}")
     if args.plot:
-        from ._plot import plot  # noqa: PLC0415
+        from .bench._plot import plot  # noqa: PLC0415
 
         plot(result, args.plot)
         print(f"wrote {args.plot}")

@@ -14,7 +14,7 @@ import sys
 import types
 from typing import Any
 
-from ._backend import get_backend
+from .core._runtime import get_backend
 
 __all__ = ["forward", "ForwardModule", "install_submodules"]
 
@@ -22,7 +22,7 @@ _cache: dict[tuple[str, str, str], Any] = {}
 
 
 def _wrap_function(fn):
-    from ._ops import _wrap_view  # noqa: PLC0415
+    from .core._ops import _wrap_view  # noqa: PLC0415
 
     @functools.wraps(fn)
     def w(*args, **kwargs):

@@ -114,7 +114,7 @@ class annotate(contextlib.ContextDecorator):  # noqa: N801 (a function-like name
 
 # ------------------------------------------------------------------ sync debug
 def _device_sync(label: str, when: str) -> None:
-    from ._backend import get_backend  # noqa: PLC0415
+    from .core._runtime import get_backend  # noqa: PLC0415
 
     b = get_backend()
     if not b.is_gpu:
@@ -179,8 +179,9 @@ def _targets() -> list[tuple[Any, str, str, int, Callable[..., Any]]]:
     """(owner, attribute, label, colour, wrapper maker) of everything instrumented."""
     import cuflow  # noqa: PLC0415
 
-    from . import _backend, image  # noqa: PLC0415
-    from ._bufferizer import Bufferizer  # noqa: PLC0415
+    from . import image  # noqa: PLC0415
+    from .core import _runtime as _backend  # noqa: PLC0415
+    from .pipeline._bufferizer import Bufferizer  # noqa: PLC0415
     from .raw_kernels import _launch  # noqa: PLC0415
 
     out = []

@@ -39,7 +39,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from ._backend import get_backend
+from .core._runtime import get_backend
 from ._errors import BackendError, CuflowError
 
 __all__ = ["CapturedFunction", "Graph", "GraphCaptureError", "capture", "graphed"]
@@ -68,7 +68,7 @@ class Graph:
         if self._graph is None:
             raise BackendError("cuflow.graph: nothing to replay (the capture failed, the graph "
                                "was closed, or the NumPy backend has no graphs)")
-        from ._streams import as_cupy_stream  # noqa: PLC0415
+        from .core._streams import as_cupy_stream  # noqa: PLC0415
 
         s = self.stream if stream is None else as_cupy_stream(stream)
         self._graph.launch(stream=s)
@@ -114,7 +114,7 @@ def _capture_block(stream: Any = None, _what: str = "the block"):
     if not b.is_gpu:
         yield Graph(None, None, None)
         return
-    from ._streams import as_cupy_stream  # noqa: PLC0415
+    from .core._streams import as_cupy_stream  # noqa: PLC0415
 
     s = b.xp.cuda.Stream(non_blocking=True) if stream is None else as_cupy_stream(stream)
     with _private_memory(s) as (pool, owner):
@@ -245,7 +245,7 @@ class CapturedFunction:
         self._captured = True
         if not b.is_gpu:
             return
-        from . import _ops  # noqa: PLC0415
+        from .core import _ops  # noqa: PLC0415
 
         s = b.xp.cuda.Stream(non_blocking=True)
         s.wait_event(b.xp.cuda.get_current_stream().record())  # the examples are ready
@@ -270,7 +270,7 @@ class CapturedFunction:
         if len(inputs) != len(self.inputs):
             raise TypeError(f"cuflow.graph: {self._name} was captured with {len(self.inputs)} "
                             f"argument(s), called with {len(inputs)}")
-        from ._streams import as_cupy_stream  # noqa: PLC0415
+        from .core._streams import as_cupy_stream  # noqa: PLC0415
 
         s = as_cupy_stream(stream)
         for i, (x, static) in enumerate(zip(inputs, self.inputs, strict=True)):

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 import numpy
 
-from ._backend import get_backend
+from .core._runtime import get_backend
 from .raw_kernels import REGISTRY, KernelSpec, get_function
 
 __all__ = ["REGISTRY", "KernelSpec", "warmup"]

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 import cuflow
-from cuflow._bench_pipeline import gpu_activity
+from cuflow.bench._pipeline import gpu_activity
 
 
 def model() -> torch.nn.Module:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cuflow import _elementwise
+from cuflow.core import _fastpath as _elementwise
 from cuflow.testing import poisoned, random_array, to_host
 
 pytestmark = pytest.mark.gpu
@@ -47,7 +47,7 @@ def test_compiled_launcher_is_active_where_built(gpu_cf):
     import cupy
 
     try:
-        import cuflow._ewlaunch  # noqa: F401
+        import cuflow.core._ewlaunch  # noqa: F401
     except ImportError:
         pytest.skip("the _ewlaunch extension was not built")
     if cupy.cuda.runtime.getDeviceCount() > 1:

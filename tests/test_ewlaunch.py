@@ -17,7 +17,7 @@ import math
 import numpy as np
 import pytest
 
-from cuflow import _elementwise as ew
+from cuflow.core import _fastpath as ew
 
 STREAM = 0x5EED
 _next_ptr = itertools.count(1 << 40, 1 << 32)
@@ -94,7 +94,7 @@ def impl(request, monkeypatch):
     """(binary, unary, recorder, set_max_grid) for the implementation of the parameter."""
     rec = Recorder()
     if request.param == "compiled":
-        launcher_mod = pytest.importorskip("cuflow._ewlaunch",
+        launcher_mod = pytest.importorskip("cuflow.core._ewlaunch",
                                            reason="the _ewlaunch extension was not built")
 
         def launch(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
@@ -293,7 +293,7 @@ def test_python_path_with_several_gpus_checks_devices(impl, monkeypatch):
 
 
 def test_compiled_launcher_checks_its_arguments():
-    launcher_mod = pytest.importorskip("cuflow._ewlaunch",
+    launcher_mod = pytest.importorskip("cuflow.core._ewlaunch",
                                        reason="the _ewlaunch extension was not built")
     cap = _capsule(0x1000)
     with pytest.raises(TypeError, match="fail must be callable"):

@@ -597,7 +597,7 @@ def test_large_segments_are_whole_granules():
 def test_issue_traces_footprint_on_host_memory(name):
     """The placement policy on the issue's traces, with a backend that reuses released
     memory perfectly: what the pool itself holds stays near the live bytes."""
-    from cuflow.memory import _traces
+    from cuflow.bench import _traces
 
     class AddressOnly(HostBackend):  # addresses and accounting, no host memory behind them
         next_ptr = 1 << 40

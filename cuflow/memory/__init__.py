@@ -149,7 +149,7 @@ class Pool(_CorePool):
 def _stream_ptr(stream: Any) -> int | None:
     if stream is None or isinstance(stream, int):
         return stream
-    from .._streams import as_cupy_stream  # noqa: PLC0415
+    from ..core._streams import as_cupy_stream  # noqa: PLC0415
 
     s = as_cupy_stream(stream)
     return None if s is None else s.ptr
@@ -273,7 +273,7 @@ def get_pool(device: int | None = None) -> Pool:
     On the NumPy backend a host-memory pool is returned, so code that reads
     statistics runs unchanged.
     """
-    from .._backend import get_backend  # noqa: PLC0415
+    from ..core._runtime import get_backend  # noqa: PLC0415
 
     b = get_backend()
     if not b.is_gpu:
@@ -320,7 +320,7 @@ def _install(backend: Any) -> None:
 @contextlib.contextmanager
 def using_pool(pool: Pool):
     """Route this thread's CuPy allocations to ``pool`` inside the block (thread-local)."""
-    from .._backend import get_backend  # noqa: PLC0415
+    from ..core._runtime import get_backend  # noqa: PLC0415
 
     b = get_backend()
     if not b.is_gpu:
@@ -371,7 +371,7 @@ def record_stream(array: Any, stream: Any) -> None:
     pool learns when a CuPy (or cuflow) stream is destroyed; a PyTorch or
     cuda.core stream must outlive the array's free.
     """
-    from .._streams import as_cupy_stream  # noqa: PLC0415
+    from ..core._streams import as_cupy_stream  # noqa: PLC0415
 
     ptr = getattr(getattr(getattr(array, "data", None), "mem", None), "ptr", None)
     if ptr is None:
@@ -414,7 +414,7 @@ def warmup(fn: Callable[..., Any], *largest_inputs: Any, pool: Pool | None = Non
     pool : Pool, optional
         The pool to prepare (default: the current device's); ``fn`` runs with it.
     """
-    from .._backend import get_backend  # noqa: PLC0415
+    from ..core._runtime import get_backend  # noqa: PLC0415
 
     if pool is None:
         pool = get_pool()
@@ -445,7 +445,7 @@ def empty_pinned(shape: Any, dtype: Any = numpy.float32) -> numpy.ndarray:
     out again while a copy from it (``cuflow.asarray(x, stream=...)``, ``set``)
     is still in flight.  On the NumPy backend this is ``numpy.empty``.
     """
-    from .._backend import get_backend  # noqa: PLC0415
+    from ..core._runtime import get_backend  # noqa: PLC0415
 
     dt = numpy.dtype(dtype)
     shape = (shape,) if isinstance(shape, int) else tuple(shape)

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy
 
-from .._backend import get_backend
+from ..core._runtime import get_backend
 from ._timer import Timing, copy_bandwidth_tbps, device_time_us, host_time_us
 
 __all__ = ["random_array", "poisoned", "to_host", "assert_equal_host", "Timing", "host_time_us",

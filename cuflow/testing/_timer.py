@@ -40,7 +40,7 @@ class Timing:
 
 
 def _sync():
-    from .._streams import synchronize  # noqa: PLC0415
+    from ..core._streams import synchronize  # noqa: PLC0415
 
     synchronize()
 
@@ -77,7 +77,7 @@ def device_time_us(fn: Callable[[], object], *, number: int = 10, repeat: int = 
     back unless the host launches them slower than the GPU runs them (then
     the figure is the host's rate, as a pipeline of such calls would see).
     """
-    from .._streams import Event  # noqa: PLC0415
+    from ..core._streams import Event  # noqa: PLC0415
 
     for _ in range(warmup):
         fn()

@@ -14,8 +14,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ._backend import get_backend
-from ._errors import CuflowError
+from ._runtime import get_backend
+from .._errors import CuflowError
 
 __all__ = ["Stream", "Event", "current_stream", "synchronize", "streams", "as_cupy_stream"]
 

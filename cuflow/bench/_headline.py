@@ -12,7 +12,7 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from .testing._timer import copy_bandwidth_tbps, device_time_us, host_time_us
+from ..testing._timer import copy_bandwidth_tbps, device_time_us, host_time_us
 
 __all__ = ["run_headline"]
 
@@ -130,11 +130,11 @@ def run_headline(quick: bool = False) -> dict[str, Any]:
                 pct_of_copy_bw=round(100 * floor_us / v, 1))
     if gpu:
         rows += _elementwise_sweep(cf, quick, bw)
-        from ._bench_image import image_rows  # noqa: PLC0415
+        from ._image import image_rows  # noqa: PLC0415
 
         rows += image_rows(cf, quick, bw, _interleaved, device_time_us, _torch())
         rows += _pool_comparison(quick)
-        from ._bench_pipeline import pipeline_rows  # noqa: PLC0415
+        from ._pipeline import pipeline_rows  # noqa: PLC0415
 
         # last: its GPU activity traces leave CUPTI attached to the process (see there)
         rows += pipeline_rows(cf, quick, bw, device_time_us, host_time_us, _torch())
@@ -145,7 +145,7 @@ def _pool_comparison(quick: bool) -> list[dict[str, Any]]:
     """cuflow's pool against CuPy's pools and PyTorch's on the issue's traces, and hit latency."""
     import cupy  # noqa: PLC0415
 
-    from .memory import _traces  # noqa: PLC0415
+    from . import _traces  # noqa: PLC0415
 
     torch = _torch()
     makers = _traces.allocators(cupy, torch)

@@ -23,9 +23,10 @@ from typing import Any
 
 import numpy
 
-from . import _ops, image
+from .. import image
+from ..core import _ops
 from ._bufferizer import Bufferizer
-from ._streams import Event, Stream, as_stream
+from ..core._streams import Event, Stream, as_stream
 
 __all__ = ["Pipeline", "PipelineOptions"]
 
@@ -100,7 +101,7 @@ class PipelineOptions:
 
 def _is_pinned(a: numpy.ndarray) -> bool:
     """Whether ``a``'s memory is page-locked (CUDA host memory): then it is uploaded in place."""
-    from ._backend import get_backend  # noqa: PLC0415
+    from ..core._runtime import get_backend  # noqa: PLC0415
 
     b = get_backend()
     if not b.is_gpu or not a.flags.c_contiguous:
@@ -182,7 +183,7 @@ class Pipeline:
         previous frame's kernel, handing a batch to the consumer) overlaps that
         host copy; ``finish`` waits for it, then queues the upload.
         """
-        from . import memory  # noqa: PLC0415
+        from .. import memory  # noqa: PLC0415
 
         s = self._slots[k]
         if s.uploaded is not None:

@@ -33,7 +33,7 @@ def image_rows(cf, quick: bool, copy_tbps: float, interleaved, device_time_us,
     import cupy  # noqa: PLC0415
     import cupyx.scipy.ndimage as ndi  # noqa: PLC0415
 
-    from . import image  # noqa: PLC0415
+    from .. import image  # noqa: PLC0415
 
     rows: list[dict[str, Any]] = []
     rng = numpy.random.default_rng(7)

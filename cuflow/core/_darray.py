@@ -145,7 +145,7 @@ _FAST_UNARY_OPS = {"__neg__": "negative", "__abs__": "absolute"}
 
 def _fast_operators(base):
     """``a + b`` & co. through :mod:`cuflow._elementwise` when it applies, else CuPy's operator."""
-    from . import _elementwise as ew  # noqa: PLC0415
+    from . import _fastpath as ew  # noqa: PLC0415
 
     ops = {}
     for mname, op in _FAST_BINARY_OPS.items():

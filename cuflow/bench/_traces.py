@@ -116,7 +116,7 @@ class _Cuflow(_CupyAllocator):
     name = "cuflow"
 
     def __init__(self, cupy: Any, python: bool = False) -> None:
-        from . import DriverPoolBackend, Pool, _pool  # noqa: PLC0415
+        from ..memory import DriverPoolBackend, Pool, _pool  # noqa: PLC0415
 
         self.cupy = cupy
         self.pool = Pool(DriverPoolBackend(cupy.cuda.runtime.getDevice()))
@@ -289,7 +289,7 @@ def warmup_for(trace: str) -> Callable[[Any], None]:
     """cuflow's documented warm-up for each trace: the largest input once."""
 
     def run(alloc: Any) -> None:
-        from . import warmup  # noqa: PLC0415
+        from ..memory import warmup  # noqa: PLC0415
 
         pool = alloc.pool
         with alloc.cupy.cuda.using_allocator(pool.malloc):

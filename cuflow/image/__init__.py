@@ -47,13 +47,14 @@ from typing import Any
 
 import numpy
 
-from . import _image_ref, _ops
-from ._backend import get_backend
-from ._dst import bad_dst_type, bad_shape
-from ._errors import CuflowError, DstDtypeError, DstError, DstTypeError
-from ._streams import as_cupy_stream
-from .raw_kernels import _launch  # its launch is looked up per call (cuflow.debug wraps it)
-from .raw_kernels._registry import LIN_SOURCES, VEC_CHANNELS, vec_run
+from . import _reference as _image_ref
+from ..core import _ops
+from ..core._runtime import get_backend
+from ..core._contract import bad_dst_type, bad_shape
+from .._errors import CuflowError, DstDtypeError, DstError, DstTypeError
+from ..core._streams import as_cupy_stream
+from ..raw_kernels import _launch  # its launch is looked up per call (cuflow.debug wraps it)
+from ..raw_kernels._registry import LIN_SOURCES, VEC_CHANNELS, vec_run
 
 __all__ = ["ImageFormatError", "Letterbox", "crop_resize", "cvt_color", "denormalize", "letterbox", "normalize",
            "resize", "resize_normalize"]

@@ -27,7 +27,7 @@ import struct
 import threading
 from typing import Any
 
-from .raw_kernels import get_function
+from ..raw_kernels import get_function
 
 __all__ = ["BINARY", "UNARY", "binary", "unary", "enabled"]
 
@@ -237,7 +237,7 @@ def _compiled_launcher(darray, ndarray):
         from ._ewlaunch import Launcher  # noqa: PLC0415
     except ImportError:
         return None
-    from .memory import _current_stream_fn  # noqa: PLC0415
+    from ..memory import _current_stream_fn  # noqa: PLC0415
 
     stream_fn = _current_stream_fn()
     try:

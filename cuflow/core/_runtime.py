@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy
 
-from ._errors import BackendError
+from .._errors import BackendError
 
 __all__ = ["Backend", "get_backend", "backend_info", "set_backend"]
 
@@ -125,10 +125,10 @@ def _install(b: Backend) -> Backend:
 
     _ops._bind(b)
     if b.is_gpu:
-        from . import memory  # noqa: PLC0415
+        from .. import memory  # noqa: PLC0415
 
         memory._install(b)
-    from . import _instrument  # noqa: PLC0415
+    from .. import _instrument  # noqa: PLC0415
 
     _instrument.on_backend_bound()
     return b
@@ -162,8 +162,8 @@ def backend_info() -> dict[str, Any]:
         ``total_memory_bytes``, ``driver_version``, ``runtime_version``.
         Querying device properties does not create a CUDA context.
     """
-    from . import _elementwise  # noqa: PLC0415
-    from .memory import _pool  # noqa: PLC0415
+    from . import _fastpath as _elementwise  # noqa: PLC0415
+    from ..memory import _pool  # noqa: PLC0415
 
     b = get_backend()
     info: dict[str, Any] = {"backend": b.name, "reason": b.reason, "numpy": numpy.__version__,

@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy
 
-from . import _dst, _elementwise
-from ._dst import bad_dst_type, broadcast_result, check_dst, fix_overlap, resolve_out
-from ._errors import CudaError, DstDtypeError, DstError, DstTypeError, OutOfMemoryError
+from . import _contract as _dst, _fastpath as _elementwise
+from ._contract import bad_dst_type, broadcast_result, check_dst, fix_overlap, resolve_out
+from .._errors import CudaError, DstDtypeError, DstError, DstTypeError, OutOfMemoryError
 from ._streams import as_cupy_stream, as_stream
 
 # Bound by _bind(): the backend, its module, base array type and darray type.
@@ -348,7 +348,7 @@ def _make_multi_out(name, nin):
 
 def _ensure():
     """Choose and bind the backend on first use (a no-op afterwards)."""
-    from ._backend import get_backend  # noqa: PLC0415
+    from ._runtime import get_backend  # noqa: PLC0415
 
     get_backend()
 

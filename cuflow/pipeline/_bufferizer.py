@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy
 
-from . import _ops
-from ._backend import get_backend
-from ._errors import CuflowError
-from ._streams import Event, Stream, as_cupy_stream, as_stream
+from ..core import _ops
+from ..core._runtime import get_backend
+from .._errors import CuflowError
+from ..core._streams import Event, Stream, as_cupy_stream, as_stream
 
 __all__ = ["Bufferizer", "BufferizerError"]
 

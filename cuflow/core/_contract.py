@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy
 
-from ._errors import DstDtypeError, DstError, DstShapeError, DstTypeError
+from .._errors import DstDtypeError, DstError, DstShapeError, DstTypeError
 
 __all__ = ["resolve_out", "check_dst", "reduced_shape", "fix_overlap", "span"]
 

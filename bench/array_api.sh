@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Python array API conformance (data-apis/array-api-tests) against cuflow.
+# Usage, from the repository root:
+#   ARRAY_API_TESTS_DIR=/path/to/array-api-tests bash bench/array_api.sh [pytest args...]
+# Env: ARRAY_API_TESTS_MODULE (default cuflow; e.g. array_api_compat.numpy for a
+# reference run), CUFLOW_BACKEND (default numpy), MAX_EXAMPLES (default 100, the
+# suite's own default), OUT_LOG (default stdout), PYTHON (default python3).
+# Extra args go to pytest; test paths written array_api_tests/... are taken inside
+# ARRAY_API_TESTS_DIR, and without any the whole suite runs. Give option values
+# with '=' (--junitxml=FILE). E.g. the CPU-CI subset:
+#   bash bench/array_api.sh --junitxml=/tmp/aapi.xml \
+#     array_api_tests/test_signatures.py array_api_tests/test_has_names.py
+set -uo pipefail
+
+DIR=${ARRAY_API_TESTS_DIR:-}
+if [ -z "$DIR" ] || [ ! -d "$DIR/array_api_tests" ]; then
+  cat >&2 <<'EOF'
+array-api-tests not found: set ARRAY_API_TESTS_DIR to a checkout with its spec submodule:
+  git clone --recurse-submodules https://github.com/data-apis/array-api-tests
+  pip install -r array-api-tests/requirements.txt array-api-compat
+EOF
+  exit 2
+fi
+# the suite reads the spec signatures from the submodule; without it collection fails
+if [ ! -d "$DIR/array-api/src/array_api_stubs" ]; then
+  echo "$DIR/array-api (submodule) is missing: git -C $DIR submodule update --init" >&2
+  exit 2
+fi
+DIR=$(cd "$DIR" && pwd)
+
+export ARRAY_API_TESTS_MODULE=${ARRAY_API_TESTS_MODULE:-cuflow}
+# pin the spec version: the suite would otherwise follow xp.__array_api_version__,
+# which differs between the modules compared (and cuflow may not define it)
+export ARRAY_API_TESTS_VERSION=2025.12
+export CUFLOW_BACKEND=${CUFLOW_BACKEND:-numpy}
+# a fresh Hypothesis example database: saved failures from an earlier run would be
+# replayed first and make runs differ; and nothing lands in ./.hypothesis
+if [ -z "${HYPOTHESIS_STORAGE_DIRECTORY:-}" ]; then
+  HYPOTHESIS_STORAGE_DIRECTORY=$(mktemp -d)
+  trap 'rm -rf "$HYPOTHESIS_STORAGE_DIRECTORY"' EXIT
+fi
+export HYPOTHESIS_STORAGE_DIRECTORY
+
+# With no selection run the whole suite; relative selections are taken as paths
+# inside the suite so the command reads the same from any checkout location.
+args=()
+have_sel=0
+for a in "$@"; do
+  if [[ $a == array_api_tests* ]]; then args+=("$DIR/$a"); have_sel=1
+  else args+=("$a"); fi
+done
+[ $have_sel = 1 ] || args=("$DIR/array_api_tests" "${args[@]}")
+
+[ -n "${OUT_LOG:-}" ] && exec > "$OUT_LOG" 2>&1
+# --rootdir/-c: the suite's pytest.ini and conftest.py (its options, e.g. --max-examples),
+#   never this repository's pytest settings;
+# -p no:cacheprovider: writes nothing into either tree;
+# --hypothesis-seed=0: the same examples on every run, so runs are comparable;
+# --continue-on-collection-errors: a module that fails at import (e.g. one that calls
+#   xp.__array_namespace_info__() at collection) must not abort the whole run.
+"${PYTHON:-python3}" -m pytest -c "$DIR/pytest.ini" --rootdir "$DIR" -p no:cacheprovider \
+  --max-examples="${MAX_EXAMPLES:-100}" --hypothesis-seed=0 --continue-on-collection-errors \
+  -q -rfE \
+  "${args[@]}"
