@@ -16,7 +16,8 @@ from __future__ import annotations
 import numpy as _np
 
 from .core import _ops
-from .core._runtime import backend_info, get_backend, set_backend
+from ._info import backend_info
+from .core._runtime import get_backend, set_backend
 from .pipeline._bufferizer import Bufferizer, BufferizerError
 from .pipeline._pipeline import Pipeline, PipelineOptions
 from ._errors import (

@@ -26,6 +26,11 @@ from collections.abc import Callable
 from typing import Any
 
 from ._errors import CudaError
+from .core._runtime import get_backend, on_select
+from . import image
+from .core import _runtime as _backend
+from .pipeline._bufferizer import Bufferizer
+from .raw_kernels import _launch
 
 __all__ = ["annotate", "set_nvtx", "set_sync"]
 
@@ -114,7 +119,6 @@ class annotate(contextlib.ContextDecorator):  # noqa: N801 (a function-like name
 
 # ------------------------------------------------------------------ sync debug
 def _device_sync(label: str, when: str) -> None:
-    from .core._runtime import get_backend  # noqa: PLC0415
 
     b = get_backend()
     if not b.is_gpu:
@@ -179,10 +183,6 @@ def _targets() -> list[tuple[Any, str, str, int, Callable[..., Any]]]:
     """(owner, attribute, label, colour, wrapper maker) of everything instrumented."""
     import cuflow  # noqa: PLC0415
 
-    from . import image  # noqa: PLC0415
-    from .core import _runtime as _backend  # noqa: PLC0415
-    from .pipeline._bufferizer import Bufferizer  # noqa: PLC0415
-    from .raw_kernels import _launch  # noqa: PLC0415
 
     out = []
     for name in cuflow.__all__:
@@ -196,7 +196,7 @@ def _targets() -> list[tuple[Any, str, str, int, Callable[..., Any]]]:
     for name in _BUFFERIZER_METHODS:
         out.append((Bufferizer, name, f"cuflow.Bufferizer.{name}", _COLORS["Bufferizer"],
                     _wrap))
-    b = _backend._backend
+    b = _backend._current
     if b is not None:
         for name in _DARRAY_METHODS:
             if hasattr(b.darray, name):
@@ -242,8 +242,8 @@ def set_sync(enabled: bool) -> None:
     _refresh()
 
 
-def on_backend_bound() -> None:
-    """Called when the darray class exists: wrap its methods too if a switch is on."""
+def _on_select(rt: Any) -> None:
+    """A new runtime has a new darray class: wrap its methods too if a switch is on."""
     if _NVTX or _SYNC:
         _refresh()
 
@@ -255,3 +255,6 @@ def from_environment() -> None:
         set_nvtx(True)
     if os.environ.get("CUFLOW_SYNC_DEBUG", "").lower() in on:
         set_sync(True)
+
+
+on_select(_on_select)

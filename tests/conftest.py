@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import cuflow
-from cuflow.core._runtime import _probe_cupy
+from cuflow.core._runtime import probe_cupy as _probe_cupy
 
 _CUPY, _NGPU, _WHY = _probe_cupy()
 HAVE_GPU = _NGPU > 0

@@ -121,17 +121,16 @@ def impl(request, monkeypatch):
         if rec.status:
             _fail(rec.status)
 
-    monkeypatch.setattr(ew, "_D", FakeD)
-    monkeypatch.setattr(ew, "_ND", FakeND)
-    monkeypatch.setattr(ew, "_MULTI", False)
-    monkeypatch.setattr(ew, "_launch", launch)
-    monkeypatch.setattr(ew, "_current_stream", lambda: _Data(STREAM))
-    monkeypatch.setattr(ew, "_max_grid", 1 << 31)
+    path = ew.FastPath(FakeND, 1, None, get_device=lambda: 0,
+                       current_stream=lambda: _Data(STREAM), launch=launch,
+                       sm_count=lambda dev: 1 << 25)
+    path.darray = FakeD
+    path.max_grid = 1 << 31
 
     def set_max_grid(v):
-        monkeypatch.setattr(ew, "_max_grid", v or 1 << 31)
+        path.max_grid = v or 1 << 31
 
-    return ew._py_binary, ew._py_unary, rec, set_max_grid
+    return path._py_binary, path._py_unary, rec, set_max_grid
 
 
 def _grid(nbytes):
@@ -274,11 +273,11 @@ def test_failed_launch_raises(impl):
 def test_python_path_with_several_gpus_checks_devices(impl, monkeypatch):
     """With several GPUs only the Python functions run: arrays on another device fall back."""
     binary, unary, rec, _ = impl
-    if binary is not ew._py_binary:
+    path = getattr(binary, "__self__", None)
+    if not isinstance(path, ew.FastPath):
         pytest.skip("the compiled launcher is bound only with one GPU")
     rec.nparams = 4
-    monkeypatch.setattr(ew, "_MULTI", True)
-    monkeypatch.setattr(ew, "_get_device", lambda: 0)
+    path.multi = True
     k = FakeKernel()  # with several GPUs every call asks load() (per-device pointers)
     a, b = FakeD((8,), "float32"), FakeD((8,), "float32")
     other = FakeD((8,), "float32")

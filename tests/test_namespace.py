@@ -20,7 +20,7 @@ def _run(code, **env):
 
 def test_import_does_not_import_cupy_or_choose_a_backend():
     r = _run("import sys, cuflow; import cuflow.core._runtime as b; "
-             "print('cupy' in sys.modules, b._backend is None)")
+             "print('cupy' in sys.modules, b._current is None)")
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["False", "True"]
 

@@ -1,26 +1,44 @@
-"""The ``dst=`` contract, checked before any launch.
+"""The output contract: one check of ``dst=`` for every op family.
 
-* ``dst`` must be an array of the active backend (a darray, or a plain CuPy /
-  NumPy array of that backend), on the current device;
-* the result shape must equal ``dst.shape``: outputs are never broadcast;
-* the result dtype must cast to ``dst.dtype`` under ``casting``
-  (NumPy's ``same_kind`` unless the op says otherwise);
-* an input that shares memory with ``dst`` is fine when it is ``dst`` itself
-  (or has exactly its layout) for elementwise ops; any other overlap is
-  resolved by reading a private copy of that input first.  That copy is the
-  one case where ``dst=`` allocates.
+Every op that takes ``dst=`` (ufuncs, reductions, transforms, image operators,
+the Bufferizer, fused ops) calls :func:`prepare_out` before it launches, and
+raises nothing of its own about ``dst``.  The compiled fast path
+(``_ewlaunch.c``) takes only the cases this contract accepts unchanged, and
+hands every other case back to it, so both paths give the same result or the
+same error.
+
+The rules:
+
+* ``dst`` is an array of the active backend (a darray, or a plain CuPy / NumPy
+  array of that backend), on the current device;
+* the result shape equals ``dst.shape``: outputs are never broadcast;
+* the result dtype casts to ``dst.dtype`` under ``casting`` (NumPy's
+  ``same_kind`` unless the op says otherwise; ``"no"`` for kernels that write
+  ``dst`` directly);
+* ``dst`` is C-contiguous where the op's kernel writes it linearly;
+* an input that shares memory with ``dst`` is fine when it is ``dst`` itself (or
+  has exactly its layout) for elementwise ops; any other overlap is resolved by
+  reading a private copy of that input first (the one case where ``dst=``
+  allocates), or refused for kernels that cannot take a copy.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any, Literal
+
 import numpy
 
 from .._errors import DstDtypeError, DstError, DstShapeError, DstTypeError
+from ._runtime import runtime
 
-__all__ = ["resolve_out", "check_dst", "reduced_shape", "fix_overlap", "span"]
+__all__ = ["prepare_out", "resolve_out", "check_casting", "reduced_shape", "broadcast_shape",
+           "may_share", "span"]
+
+Overlap = Literal["elementwise", "copy", "refuse"]
 
 
-def resolve_out(dst, out, name):
+def resolve_out(dst: Any, out: Any, name: str) -> Any:
     """Merge ``dst=`` and its NumPy spelling ``out=`` (giving both is an error)."""
     if out is None:
         return dst
@@ -33,47 +51,139 @@ def resolve_out(dst, out, name):
     return out
 
 
-def bad_dst_type(name, dst, nd, backend):
-    raise DstTypeError(
-        f"cuflow.{name}: dst must be an array of the active {backend} backend "
-        f"({nd.__module__}.{nd.__name__} or cuflow.darray), got "
-        f"{type(dst).__module__}.{type(dst).__name__}")
+def prepare_out(name: str, dst: Any, shape: Sequence[int], dtype: Any = None, *,
+                inputs: Sequence[Any] = (), casting: str = "same_kind",
+                overlap: Overlap = "copy", contiguous: bool = False,
+                ufunc: bool = False) -> tuple:
+    """Check ``dst`` against the result of op ``name``; return the inputs to read.
 
+    Parameters
+    ----------
+    name : str
+        The op, as the user calls it (``"add"``, ``"image.normalize"``).
+    dst : array
+        The output the caller gave.
+    shape : tuple of int
+        The result shape; ``dst.shape`` must equal it.
+    dtype : dtype, optional
+        The result dtype; it must cast to ``dst.dtype`` under ``casting``.  With
+        ``ufunc=True``, the ``dtype=`` the ufunc computes in (None: NumPy's type
+        resolution of ``inputs``).
+    inputs : sequence
+        The arrays the op reads (scalars and None pass through unchanged).
+    casting : str
+        NumPy's casting rule for writing the result into ``dst``.
+    overlap : {"elementwise", "copy", "refuse"}
+        What an input that shares memory with ``dst`` gets: ``"elementwise"``
+        keeps an input with exactly ``dst``'s layout (in place) and copies any
+        other; ``"copy"`` copies every overlapping input; ``"refuse"`` raises.
+    contiguous : bool
+        ``dst`` must be C-contiguous.
+    ufunc : bool
+        The op is the NumPy ufunc ``name``: the dtype rule is NumPy's, for
+        ``inputs`` computed into ``dst`` under ``casting`` (checked on host
+        stand-ins, so a mixed-dtype or scalar op gets exactly NumPy's answer).
 
-def bad_shape(name, shape, dst):
-    raise DstShapeError(
-        f"cuflow.{name}: dst.shape must equal the result shape {tuple(shape)} "
-        f"(an output is never broadcast), got dst.shape={tuple(dst.shape)}")
+    Returns
+    -------
+    tuple
+        ``inputs``, with private copies of the ones that overlap ``dst``.
 
-
-def check_dtype(name, dtype, dst, casting):
-    """Raise unless a result of ``dtype`` may be written into ``dst`` under ``casting``."""
-    if dst.dtype != dtype and not numpy.can_cast(dtype, dst.dtype, casting):
+    Raises
+    ------
+    DstTypeError, DstShapeError, DstDtypeError, DstError
+    """
+    rt = runtime()
+    nd = rt.ndarray
+    if not isinstance(dst, nd):
+        raise DstTypeError(
+            f"cuflow.{name}: dst must be an array of the active {rt.name} backend "
+            f"({nd.__module__}.{nd.__name__} or cuflow.darray), got "
+            f"{type(dst).__module__}.{type(dst).__name__}")
+    shape = tuple(shape)
+    if dst.shape != shape:
+        raise DstShapeError(
+            f"cuflow.{name}: dst.shape must equal the result shape {shape} "
+            f"(an output is never broadcast), got dst.shape={tuple(dst.shape)}")
+    if ufunc:
+        if casting != "same_kind" or dtype is not None or any(
+                isinstance(x, nd) and x.dtype != dst.dtype for x in inputs):
+            check_casting(name, inputs, dst, casting, dtype)
+    elif dtype is not None and dst.dtype != dtype and not numpy.can_cast(dtype, dst.dtype,
+                                                                           casting):
+        if casting == "no":
+            raise DstDtypeError(
+                f"cuflow.{name}: dst.dtype must be {numpy.dtype(dtype)} (the kernel writes it "
+                f"directly), got {dst.dtype}")
         raise DstDtypeError(
             f"cuflow.{name}: cannot write a {numpy.dtype(dtype)} result into dst of dtype "
             f"{dst.dtype} under casting={casting!r}; use a dst of dtype {numpy.dtype(dtype)} "
             "or a more permissive casting= ('no' < 'equiv' < 'safe' < 'same_kind' < 'unsafe')")
+    if contiguous and not dst.flags.c_contiguous:
+        raise DstError(f"cuflow.{name}: dst must be C-contiguous (strides {dst.strides} for "
+                       f"shape {dst.shape})")
+    if rt.device_count > 1:
+        dev = rt.current_device()
+        if dst.data.device_id != dev:
+            raise DstError(
+                f"cuflow.{name}: dst is on device {dst.data.device_id} but the current device "
+                f"is {dev}; use the same device for inputs and dst")
+    return tuple(_resolve_overlap(rt, name, x, dst, overlap) for x in inputs)
 
 
-def check_dst(name, dst, shape, dtype, casting, nd, backend):
-    """Full dst check for the non-hot paths (reductions, transforms)."""
-    if not isinstance(dst, nd):
-        bad_dst_type(name, dst, nd, backend)
-    if dst.shape != tuple(shape):
-        bad_shape(name, shape, dst)
-    if dtype is not None:
-        check_dtype(name, dtype, dst, casting)
+def _resolve_overlap(rt: Any, name: str, x: Any, dst: Any, overlap: Overlap) -> Any:
+    if x is dst:
+        if overlap == "refuse":
+            _refuse(name)
+        return x if overlap == "elementwise" else x.copy()
+    if not isinstance(x, rt.ndarray) or not may_share(x, dst):
+        return x
+    if overlap == "elementwise" and (rt.data_ptr(x) == rt.data_ptr(dst)
+                                     and x.strides == dst.strides and x.shape == dst.shape):
+        return x  # same elements in the same places: in place is safe
+    if overlap == "refuse":
+        _refuse(name)
+    return x.copy()
 
 
-def reduced_shape(name, shape, axis, keepdims):
+def _refuse(name: str):
+    raise DstError(f"cuflow.{name}: dst overlaps an input; the kernel reads inputs while "
+                   "writing dst, so use a separate output array")
+
+
+def check_casting(name: str, inputs: Sequence[Any], dst: Any, casting: str, dtype: Any) -> None:
+    """NumPy's casting rules for a ufunc ``name`` writing into ``dst``, on host stand-ins."""
+    nd = runtime().ndarray
+    probe = [numpy.ones((), x.dtype) if isinstance(x, nd) else x for x in inputs]
+    try:
+        with numpy.errstate(all="ignore"):
+            getattr(numpy, name)(*probe, out=numpy.empty((), dst.dtype), casting=casting,
+                                 dtype=dtype)
+    except TypeError as e:
+        kinds = ", ".join(str(getattr(x, "dtype", type(x).__name__)) for x in inputs)
+        raise DstDtypeError(
+            f"cuflow.{name}: inputs ({kinds}) cannot be computed into dst of dtype "
+            f"{dst.dtype} under casting={casting!r}"
+            + (f" with dtype={dtype}" if dtype is not None else "") + f": {e}") from e
+
+
+def broadcast_shape(name: str, *shapes: Sequence[int]) -> tuple[int, ...]:
+    """The broadcast of ``shapes``; a :class:`DstShapeError` when they do not broadcast."""
+    try:
+        return numpy.broadcast_shapes(*shapes)
+    except ValueError as e:
+        raise DstShapeError(f"cuflow.{name}: inputs do not broadcast together: "
+                            f"{', '.join(str(tuple(s)) for s in shapes)}") from e
+
+
+def reduced_shape(name: str, shape: Sequence[int], axis: Any, keepdims: bool) -> tuple[int, ...]:
     """Shape of a reduction of ``shape`` over ``axis``."""
     nd = len(shape)
     if axis is None:
         axes = set(range(nd))
     else:
-        ax = axis if isinstance(axis, tuple) else (axis,)
         axes = set()
-        for a in ax:
+        for a in axis if isinstance(axis, tuple) else (axis,):
             a = int(a)
             if not -nd <= a < nd:
                 raise numpy.exceptions.AxisError(
@@ -84,18 +194,7 @@ def reduced_shape(name, shape, axis, keepdims):
     return tuple(n for i, n in enumerate(shape) if i not in axes)
 
 
-def broadcast_result(name, dst, *shapes):
-    """Raise unless the broadcast of ``shapes`` is exactly ``dst.shape``."""
-    try:
-        shape = numpy.broadcast_shapes(*shapes)
-    except ValueError as e:
-        raise DstShapeError(f"cuflow.{name}: inputs do not broadcast together: "
-                            f"{', '.join(str(tuple(s)) for s in shapes)}") from e
-    if shape != dst.shape:
-        bad_shape(name, shape, dst)
-
-
-def span(a, ptr):
+def span(a: Any, ptr: int) -> tuple[int, int]:
     """Byte range ``[lo, hi)`` that ``a`` (data pointer ``ptr``) can touch."""
     lo = hi = ptr
     for n, s in zip(a.shape, a.strides):
@@ -108,12 +207,18 @@ def span(a, ptr):
     return lo, hi + a.itemsize
 
 
-def fix_overlap(x, dst, xptr, dptr, elementwise):
-    """Return ``x``, or a private copy when it overlaps ``dst`` in a way that could be read wrongly."""
-    if elementwise and xptr == dptr and x.strides == dst.strides and x.shape == dst.shape:
-        return x  # same elements in the same places: in place is safe
-    xlo, xhi = span(x, xptr)
-    dlo, dhi = span(dst, dptr)
-    if xhi <= dlo or dhi <= xlo:
-        return x
-    return x.copy()
+def may_share(x: Any, dst: Any) -> bool:
+    """True when ``x`` and ``dst`` may touch the same bytes (exact for one-segment spans)."""
+    if x is dst:
+        return True
+    rt = runtime()
+    if rt.is_gpu:
+        xm, dm = x.data.mem, dst.data.mem
+        # distinct pool allocations never overlap; unowned memory (DLPack, views of
+        # foreign pointers) may alias anything, so it takes the span test
+        if xm is not dm and type(xm) is not rt.unowned and type(dm) is not rt.unowned:
+            return False
+        xlo, xhi = span(x, x.data.ptr)
+        dlo, dhi = span(dst, dst.data.ptr)
+        return not (xhi <= dlo or dhi <= xlo)
+    return bool(numpy.may_share_memory(x, dst))

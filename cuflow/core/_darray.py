@@ -7,18 +7,34 @@ backend it subclasses ``numpy.ndarray``.  The class adds no per-instance state
 an O(1) ``__class__`` switch, not a copy.
 
 The methods that produce new arrays take Dolphin's ``dst=`` (``astype``,
-``copy``, ``flatten`` and the reductions); everything else is inherited.
+``copy``, ``flatten`` and the reductions) and call the namespace function of the
+same name, the one place their ``dst=`` contract is checked; everything else
+is inherited.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy
 
-from . import _ops
+from ._fastpath import KERNELS
 
-__all__ = ["make_darray_class"]
+__all__ = ["make_darray_class", "REDUCTION_METHODS"]
+
+#: the reductions that are also darray methods (with ``dst=`` and ``stream=``)
+REDUCTION_METHODS = ("sum", "mean", "min", "max", "argmin", "argmax", "prod", "std", "var",
+                     "any", "all")
+
+
+def _ns() -> Any:
+    """The cuflow namespace, which darray's producing methods call (array API dispatch).
+
+    The namespace sits above this module, so it is reached the way any array
+    API consumer reaches it, through ``__array_namespace__``, not by an import.
+    """
+    return sys.modules["cuflow"]
 
 # Methods of the base class whose results CuPy/NumPy return as the base type
 # and that cuflow re-classes to darray (O(1)).  Reductions and the Dolphin
@@ -30,8 +46,12 @@ _RECLASS_METHODS = (
 )
 
 
-def make_darray_class(base: type, backend: str) -> type:
-    """Build the ``darray`` class for ``base`` (``cupy.ndarray`` or ``numpy.ndarray``)."""
+def make_darray_class(base: type, backend: str, fast: Any = None) -> type:
+    """Build the ``darray`` class for ``base`` (``cupy.ndarray`` or ``numpy.ndarray``).
+
+    ``fast`` is the runtime's elementwise fast path, which the Python operators
+    (``a + b`` & co.) take when it applies.
+    """
     base_astype, base_copy = base.astype, base.copy
     ns: dict[str, Any] = {"__slots__": (), "__module__": "cuflow", "__qualname__": "darray"}
     ns["__doc__"] = (
@@ -51,8 +71,8 @@ def make_darray_class(base: type, backend: str) -> type:
         if isinstance(order, base):  # Dolphin's positional dst
             order, dst = "K", order
         if dst is None and out is None and stream is None and casting is None:
-            return _ops.wrap(base_astype(self, dtype, order=order, copy=copy))
-        return _ops.astype(self, dtype, dst, out=out, order=order,
+            return _wrap(base_astype(self, dtype, order=order, copy=copy))
+        return _ns().astype(self, dtype, dst, out=out, order=order,
                            casting="unsafe" if casting is None else casting, copy=copy,
                            stream=stream)
 
@@ -66,8 +86,8 @@ def make_darray_class(base: type, backend: str) -> type:
         if isinstance(order, base):
             order, dst = "C", order
         if dst is None and out is None and stream is None:
-            return _ops.wrap(base_copy(self, order))
-        return _ops.copy(self, dst, out=out, order=order, stream=stream)
+            return _wrap(base_copy(self, order))
+        return _ns().copy(self, dst, out=out, order=order, stream=stream)
 
     def flatten(self, order="C", *, dst=None, out=None, stream=None):
         """1-D copy; with ``dst`` (Dolphin: ``flatten(dst)``) written there and ``dst`` returned.
@@ -78,16 +98,24 @@ def make_darray_class(base: type, backend: str) -> type:
         """
         if isinstance(order, base):
             order, dst = "C", order
-        return _ops.flatten(self, dst, out=out, order=order, stream=stream)
+        return _ns().flatten(self, dst, out=out, order=order, stream=stream)
 
     def to_numpy(self, *, stream=None):
         """Copy to a new ``numpy.ndarray`` (alias of ``get()``; blocks until the data is on the host)."""
-        return _ops.asnumpy(self, stream=stream)
+        return _ns().asnumpy(self, stream=stream)
 
-    ns.update(astype=astype, copy=copy, flatten=flatten, to_numpy=to_numpy)
+    def __array_namespace__(self, /, *, api_version=None):
+        """The cuflow namespace (array API)."""
+        ns_mod = _ns()
+        if api_version is not None and api_version not in ns_mod.__array_api_versions__:
+            raise ValueError(f"cuflow implements array API versions "
+                             f"{ns_mod.__array_api_versions__}, not {api_version!r}")
+        return ns_mod
 
-    for rname, fn in _ops.REDUCTIONS.items():
-        ns[rname] = fn  # the module-level function doubles as the method (self is ``a``)
+    ns.update(astype=astype, copy=copy, flatten=flatten, to_numpy=to_numpy,
+              __array_namespace__=__array_namespace__)
+    for rname in REDUCTION_METHODS:
+        ns[rname] = _reduction_method(rname)
 
     if backend == "cupy":
         base_getitem = base.__getitem__
@@ -105,11 +133,15 @@ def make_darray_class(base: type, backend: str) -> type:
             s = getattr(self, "_cf_stream", None)
             consumer = kwargs.get("stream")
             if s is not None and consumer != -1:
-                _ops._order_consumer_after(s, consumer)
+                # make the consumer's stream wait for the work queued so far on s
+                ev = s.record()
+                sys.modules["cupy"].cuda.runtime.streamWaitEvent(
+                    0 if consumer is None else int(consumer), ev.ptr, 0)
             return base_dlpack(self, **kwargs)
 
         ns.update(__getitem__=__getitem__, __dlpack__=__dlpack__)
-        ns.update(_fast_operators(base))
+        if fast is not None:
+            ns.update(_fast_operators(base, fast))
     else:
         base_getitem = base.__getitem__
 
@@ -133,6 +165,27 @@ def make_darray_class(base: type, backend: str) -> type:
             ns[mname] = _reclass_method(getattr(base, mname), mname)
 
     cls = type("darray", (base,), ns)
+
+    if backend == "cupy":
+        def _wrap(r):
+            t = type(r)
+            if t is base:
+                r.__class__ = cls
+                return r
+            if t is tuple or t is list:
+                return t(_wrap(x) for x in r)
+            return r
+    else:
+        def _wrap(r):
+            t = type(r)
+            if t is base:
+                return r.view(cls)
+            if isinstance(r, numpy.generic):
+                return numpy.asarray(r).view(cls)
+            if t is tuple or t is list:
+                return t(_wrap(x) for x in r)
+            return r
+    cls._cf_wrap = staticmethod(_wrap)
     return cls
 
 
@@ -143,50 +196,55 @@ _FAST_BINARY_OPS = {"__add__": "add", "__sub__": "subtract", "__mul__": "multipl
 _FAST_UNARY_OPS = {"__neg__": "negative", "__abs__": "absolute"}
 
 
-def _fast_operators(base):
-    """``a + b`` & co. through :mod:`cuflow._elementwise` when it applies, else CuPy's operator."""
-    from . import _fastpath as ew  # noqa: PLC0415
-
+def _fast_operators(base, fast):
+    """``a + b`` & co. through the runtime's fast path when it applies, else CuPy's operator."""
     ops = {}
     for mname, op in _FAST_BINARY_OPS.items():
-        ops[mname] = _fast_binop(ew, ew.KERNELS[op], getattr(base, mname), mname.startswith("__i"))
+        ops[mname] = _fast_binop(fast, KERNELS[op], getattr(base, mname), mname.startswith("__i"))
         ops[mname].__name__ = mname
     for mname, op in _FAST_UNARY_OPS.items():
-        ops[mname] = _fast_unop(ew, ew.KERNELS[op], getattr(base, mname))
+        ops[mname] = _fast_unop(fast, KERNELS[op], getattr(base, mname))
         ops[mname].__name__ = mname
     return ops
 
 
-# ew.binary / ew.unary are looked up per call: binding the backend may swap in the compiled ones
-def _fast_binop(ew, k, base_fn, inplace):
+# fast.binary / fast.unary are looked up per call: binding the darray swaps in the compiled ones
+def _fast_binop(fast, k, base_fn, inplace):
     if inplace:
         def op(self, other):
-            if ew.enabled and ew.binary(k, self, other, self) is not None:
+            if fast.binary(k, self, other, self) is not None:
                 return self
             return base_fn(self, other)
     else:
         def op(self, other):
-            if ew.enabled:
-                r = ew.binary(k, self, other, None)
-                if r is not None:
-                    return r
+            r = fast.binary(k, self, other, None)
+            if r is not None:
+                return r
             return base_fn(self, other)
     return op
 
 
-def _fast_unop(ew, k, base_fn):
+def _fast_unop(fast, k, base_fn):
     def op(self):
-        if ew.enabled:
-            r = ew.unary(k, self, None)
-            if r is not None:
-                return r
+        r = fast.unary(k, self, None)
+        if r is not None:
+            return r
         return base_fn(self)
     return op
 
 
+def _reduction_method(name):
+    def method(self, *args, **kwargs):
+        return getattr(_ns(), name)(self, *args, **kwargs)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"``cuflow.{name}(self, ...)``: the reduction with ``dst=`` and ``stream=``."
+    return method
+
+
 def _reclass_method(fn, name):
     def method(self, *args, **kwargs):
-        return _ops.wrap(fn(self, *args, **kwargs))
+        return type(self)._cf_wrap(fn(self, *args, **kwargs))
 
     method.__name__ = name
     method.__doc__ = fn.__doc__

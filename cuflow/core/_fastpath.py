@@ -17,7 +17,8 @@ ufunc path unchanged, so results and errors are CuPy's there.
 Results are bit-identical to CuPy's ufuncs: the kernels use the same
 expressions and CuPy compiles them with the same options.
 
-Only the CuPy backend uses this module; :func:`_bind` switches it on.
+The runtime builds one :class:`FastPath` for the CuPy backend (none for NumPy,
+or with ``CUFLOW_FAST=0``) and ops ask it for ``binary`` / ``unary``.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ from __future__ import annotations
 import ctypes
 import struct
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from ..raw_kernels import get_function
 
-__all__ = ["BINARY", "UNARY", "binary", "unary", "enabled"]
+__all__ = ["BINARY", "UNARY", "KERNELS", "FastPath", "make_fast_path"]
 
 #: cuflow function name -> entry point in elementwise.cu
 BINARY = {"add": "cf_add", "subtract": "cf_subtract", "multiply": "cf_multiply",
@@ -38,15 +40,6 @@ BINARY = {"add": "cf_add", "subtract": "cf_subtract", "multiply": "cf_multiply",
 UNARY = {"negative": "cf_negative", "absolute": "cf_absolute", "abs": "cf_absolute"}
 
 _BLOCK = 256  # threads per block (BLOCK in _ewlaunch.c)
-_D: Any = None
-_ND: Any = None
-_L: Any = None  # the compiled Launcher, when built and bound
-_MULTI = False
-_get_device: Any = None
-_current_stream: Any = None
-_launch: Any = None
-_max_grid = 0  # set on the first kernel load (reads the SM count)
-enabled = False
 
 
 class _Params(threading.local):
@@ -65,29 +58,27 @@ _pack4 = struct.Struct("=QQQq").pack_into
 
 
 class Kernel:
-    """One entry point of elementwise.cu; function pointers per (device, dtype), loaded lazily."""
+    """One entry point of elementwise.cu; function pointers per (device, dtype), loaded lazily.
 
-    __slots__ = ("by_dev", "entry", "ptrs")
+    ``ptrs`` holds the current device's pointers (what the compiled launcher reads);
+    ``load`` fills a miss.  The active :class:`FastPath` resets them when it is built.
+    """
+
+    __slots__ = ("by_dev", "entry", "ptrs", "path")
 
     def __init__(self, entry: str) -> None:
         self.entry = entry
         self.ptrs: dict[int, int] = {}
         self.by_dev: dict[int, dict[int, int]] = {}
+        self.path: FastPath | None = None
 
     def load(self, dt) -> int:
         """Function pointer for dtype ``dt`` (0 when the kernel has no such instantiation)."""
-        global _max_grid
-        dev = _get_device()
-        if not _max_grid:
-            from cupy_backends.cuda.api import runtime  # noqa: PLC0415
-
-            # at most 64 blocks of 256 threads per SM, the grid-stride loop covering the rest
-            # (H200, 2160x3840 float32 add: 88.8% of copy bandwidth against 87.4% with 16)
-            _max_grid = 64 * max(1, runtime.deviceGetAttribute(16, dev))  # 16: SM count
-            if _L is not None:
-                _L.max_grid = _max_grid
+        path = self.path
+        dev = path.get_device()
+        path.set_max_grid(dev)
         ptrs = self.by_dev.setdefault(dev, {})
-        if not _MULTI:
+        if not path.multi:
             self.ptrs = ptrs
         p = ptrs.get(dt.num)
         if p is None:
@@ -110,136 +101,143 @@ def _partial_overlap(x: int, y: int, nbytes: int) -> bool:
     return x != y and x < y + nbytes and y < x + nbytes
 
 
-def _py_binary(k: Kernel, a, b, dst):
-    """``k(a, b)`` into ``dst`` (or a new darray); ``None`` when the fast path does not apply."""
-    ta = type(a)
-    tb = type(b)
-    if (ta is not _D and ta is not _ND) or (tb is not _D and tb is not _ND):
-        return None  # scalars, host arrays, other subclasses
-    dt = a.dtype
-    if b.dtype is not dt or not (a._c_contiguous and b._c_contiguous):
-        return None
-    shape = a.shape
-    if b.shape != shape:
-        return None
-    fp = None if _MULTI else k.ptrs.get(dt.num)
-    if fp is None:
-        fp = k.load(dt)
-    if not fp or (_MULTI and not _on_device(a, b)):
-        return None
-    n = a.size
-    nb = n * dt.itemsize
-    ap = a.data.ptr
-    bp = b.data.ptr
-    if dst is None:
-        c = _D(shape, dt)
-        cp = c.data.ptr
-    else:
-        td = type(dst)
-        if ((td is not _D and td is not _ND) or dst.dtype is not dt or not dst._c_contiguous
-                or dst.shape != shape or (_MULTI and not _on_device(dst))):
+class FastPath:
+    """The launcher of one CuPy runtime: ``binary`` and ``unary``, compiled where built.
+
+    ``binary(kernel, a, b, dst)`` / ``unary(kernel, a, dst)`` return the result
+    (``dst`` when given), or None when the fast path does not apply.
+    """
+
+    def __init__(self, ndarray: type, device_count: int, stream_fn: Any, *,
+                 get_device: Callable[[], int], current_stream: Callable[[], Any],
+                 launch: Callable[..., Any], sm_count: Callable[[int], int]) -> None:
+        self.ndarray = ndarray
+        self.darray: type = ndarray
+        self.multi = device_count > 1
+        self.stream_fn = stream_fn
+        self.get_device = get_device
+        self.current_stream = current_stream
+        self.launch = launch
+        self.sm_count = sm_count
+        self.max_grid = 0  # set on the first kernel load (reads the SM count)
+        self.compiled: Any = None
+        self.binary: Callable[..., Any] = self._py_binary
+        self.unary: Callable[..., Any] = self._py_unary
+        for k in KERNELS.values():
+            k.ptrs, k.by_dev, k.path = {}, {}, self
+
+    def bind(self, darray: type) -> None:
+        """Results are ``darray``s; the compiled launcher takes over where it was built."""
+        self.darray = darray
+        if not self.multi:  # the compiled launcher assumes one device (no per-call device check)
+            self.compiled = _compiled_launcher(darray, self.ndarray, self.stream_fn)
+            if self.compiled is not None:
+                self.binary, self.unary = self.compiled.binary, self.compiled.unary
+
+    def set_max_grid(self, dev: int) -> None:
+        if not self.max_grid:
+            # at most 64 blocks of 256 threads per SM, the grid-stride loop covering the rest
+            # (bench/test_bench_elementwise.py, large add: the fastest cap)
+            self.max_grid = 64 * max(1, self.sm_count(dev))
+            if self.compiled is not None:
+                self.compiled.max_grid = self.max_grid
+
+    def on_device(self, *arrays) -> bool:
+        """Every one of ``arrays`` is on the current device."""
+        dev = self.get_device()
+        return all(x.data.device_id == dev for x in arrays)
+
+    def _py_binary(self, k: Kernel, a, b, dst):
+        """``k(a, b)`` into ``dst`` (or a new darray); ``None`` when the fast path does not apply."""
+        ta = type(a)
+        tb = type(b)
+        D, ND = self.darray, self.ndarray
+        if (ta is not D and ta is not ND) or (tb is not D and tb is not ND):
+            return None  # scalars, host arrays, other subclasses
+        dt = a.dtype
+        if b.dtype is not dt or not (a._c_contiguous and b._c_contiguous):
             return None
-        cp = dst.data.ptr
-        if ((a is not dst and _partial_overlap(cp, ap, nb))
-                or (b is not dst and _partial_overlap(cp, bp, nb))):
-            return None  # partial overlap: CuPy's path copies the input first
-        c = dst
-    if n:
-        p = _P
-        _pack4(p.slots, 0, ap, bp, cp, n)
-        g = ((nb + 15) >> 4) + _BLOCK - 1 >> 8
-        _launch(fp, g if g < _max_grid else _max_grid, 1, 1, _BLOCK, 1, 1, 0,
-                _current_stream().ptr, p.argv_ptr, 0)
-    return c
-
-
-def _py_unary(k: Kernel, a, dst):
-    """``k(a)`` into ``dst`` (or a new darray); ``None`` when the fast path does not apply."""
-    ta = type(a)
-    if ta is not _D and ta is not _ND:
-        return None
-    dt = a.dtype
-    if not a._c_contiguous:
-        return None
-    fp = None if _MULTI else k.ptrs.get(dt.num)
-    if fp is None:
-        fp = k.load(dt)
-    if not fp or (_MULTI and not _on_device(a)):
-        return None
-    shape = a.shape
-    n = a.size
-    nb = n * dt.itemsize
-    ap = a.data.ptr
-    if dst is None:
-        c = _D(shape, dt)
-        cp = c.data.ptr
-    else:
-        td = type(dst)
-        if ((td is not _D and td is not _ND) or dst.dtype is not dt or not dst._c_contiguous
-                or dst.shape != shape or (_MULTI and not _on_device(dst))):
+        shape = a.shape
+        if b.shape != shape:
             return None
-        cp = dst.data.ptr
-        if a is not dst and _partial_overlap(cp, ap, nb):
+        fp = None if self.multi else k.ptrs.get(dt.num)
+        if fp is None:
+            fp = k.load(dt)
+        if not fp or (self.multi and not self.on_device(a, b)):
             return None
-        c = dst
-    if n:
-        p = _P
-        _pack3(p.slots, 0, ap, cp, n)
-        g = ((nb + 15) >> 4) + _BLOCK - 1 >> 8
-        _launch(fp, g if g < _max_grid else _max_grid, 1, 1, _BLOCK, 1, 1, 0,
-                _current_stream().ptr, p.argv_ptr, 0)
-    return c
+        n = a.size
+        nb = n * dt.itemsize
+        ap = a.data.ptr
+        bp = b.data.ptr
+        if dst is None:
+            c = self.darray(shape, dt)
+            cp = c.data.ptr
+        else:
+            td = type(dst)
+            if ((td is not self.darray and td is not self.ndarray) or dst.dtype is not dt
+                    or not dst._c_contiguous or dst.shape != shape
+                    or (self.multi and not self.on_device(dst))):
+                return None
+            cp = dst.data.ptr
+            if ((a is not dst and _partial_overlap(cp, ap, nb))
+                    or (b is not dst and _partial_overlap(cp, bp, nb))):
+                return None  # partial overlap: CuPy's path copies the input first
+            c = dst
+        if n:
+            p = _P
+            _pack4(p.slots, 0, ap, bp, cp, n)
+            g = ((nb + 15) >> 4) + _BLOCK - 1 >> 8
+            mg = self.max_grid
+            self.launch(fp, g if g < mg else mg, 1, 1, _BLOCK, 1, 1, 0,
+                        self.current_stream().ptr, p.argv_ptr, 0)
+        return c
+
+    def _py_unary(self, k: Kernel, a, dst):
+        """``k(a)`` into ``dst`` (or a new darray); ``None`` when the fast path does not apply."""
+        ta = type(a)
+        if ta is not self.darray and ta is not self.ndarray:
+            return None
+        dt = a.dtype
+        if not a._c_contiguous:
+            return None
+        fp = None if self.multi else k.ptrs.get(dt.num)
+        if fp is None:
+            fp = k.load(dt)
+        if not fp or (self.multi and not self.on_device(a)):
+            return None
+        shape = a.shape
+        n = a.size
+        nb = n * dt.itemsize
+        ap = a.data.ptr
+        if dst is None:
+            c = self.darray(shape, dt)
+            cp = c.data.ptr
+        else:
+            td = type(dst)
+            if ((td is not self.darray and td is not self.ndarray) or dst.dtype is not dt
+                    or not dst._c_contiguous or dst.shape != shape
+                    or (self.multi and not self.on_device(dst))):
+                return None
+            cp = dst.data.ptr
+            if a is not dst and _partial_overlap(cp, ap, nb):
+                return None
+            c = dst
+        if n:
+            p = _P
+            _pack3(p.slots, 0, ap, cp, n)
+            g = ((nb + 15) >> 4) + _BLOCK - 1 >> 8
+            mg = self.max_grid
+            self.launch(fp, g if g < mg else mg, 1, 1, _BLOCK, 1, 1, 0,
+                        self.current_stream().ptr, p.argv_ptr, 0)
+        return c
 
 
-#: the active implementations (the compiled Launcher's methods once bound, where built)
-binary = _py_binary
-unary = _py_unary
-
-
-def _on_device(*arrays) -> bool:
-    """Every one of ``arrays`` is on the current device."""
-    dev = _get_device()
-    return all(x.data.device_id == dev for x in arrays)
-
-
-def _bind(backend) -> None:
-    """Switch the fast path on for the CuPy backend (off for NumPy or ``CUFLOW_FAST=0``)."""
-    global _D, _ND, _L, _MULTI, _get_device, _current_stream, _launch, _max_grid, enabled
-    global binary, unary
-    import os  # noqa: PLC0415
-
-    _L = None
-    binary, unary = _py_binary, _py_unary
-    enabled = backend.is_gpu and os.environ.get("CUFLOW_FAST", "1") != "0"
-    if not enabled:
-        return
-    cupy = backend.xp
-    from cupy_backends.cuda.api import driver, runtime  # noqa: PLC0415
-
-    _D, _ND = backend.darray, backend.ndarray
-    _MULTI = backend.device_count > 1
-    _get_device = runtime.getDevice
-    _current_stream = cupy.cuda.get_current_stream
-    _launch = driver.launchKernel
-    _max_grid = 0
-    for k in KERNELS.values():
-        k.ptrs = {}
-        k.by_dev = {}
-    if not _MULTI:  # the compiled launcher assumes one device (no per-call device check)
-        _L = _compiled_launcher(_D, _ND)
-        if _L is not None:
-            binary, unary = _L.binary, _L.unary
-
-
-def _compiled_launcher(darray, ndarray):
+def _compiled_launcher(darray, ndarray, stream_fn):
     """``_ewlaunch.Launcher`` over the driver's ``cuLaunchKernel``; ``None`` where not built."""
     try:
-        from ._ewlaunch import Launcher  # noqa: PLC0415
+        from ._ewlaunch import Launcher  # noqa: PLC0415  (optional extension)
     except ImportError:
         return None
-    from ..memory import _current_stream_fn  # noqa: PLC0415
-
-    stream_fn = _current_stream_fn()
     try:
         # the driver CuPy loaded (the same soname: dlopen returns the loaded library)
         launch = ctypes.cast(ctypes.CDLL("libcuda.so.1").cuLaunchKernel, ctypes.c_void_p).value
@@ -252,6 +250,16 @@ def _compiled_launcher(darray, ndarray):
 
 def _launch_failed(status: int) -> None:
     """Raise CuPy's driver error for a failed ``cuLaunchKernel`` (the compiled launcher's)."""
-    from cupy_backends.cuda.api import driver  # noqa: PLC0415
+    from cupy_backends.cuda.api import driver  # noqa: PLC0415  (optional dependency)
 
     raise driver.CUDADriverError(status)
+
+
+def make_fast_path(ndarray: type, device_count: int, stream_fn: Any) -> FastPath:
+    """The fast path of a CuPy runtime (its ``bind`` takes the darray type)."""
+    import cupy  # noqa: PLC0415  (optional dependency)
+    from cupy_backends.cuda.api import driver, runtime  # noqa: PLC0415  (optional dependency)
+
+    return FastPath(ndarray, device_count, stream_fn, get_device=runtime.getDevice,
+                    current_stream=cupy.cuda.get_current_stream, launch=driver.launchKernel,
+                    sm_count=lambda dev: runtime.deviceGetAttribute(16, dev))  # 16: SM count

@@ -20,7 +20,9 @@ from typing import Any
 import numpy
 
 from . import _contract as _dst, _fastpath as _elementwise
-from ._contract import bad_dst_type, broadcast_result, check_dst, fix_overlap, resolve_out
+from ._contract import broadcast_shape, check_casting, may_share, prepare_out, resolve_out
+from ._contract import reduced_shape
+from ._runtime import on_select, runtime, UFUNC_NAMES
 from .._errors import CudaError, DstDtypeError, DstError, DstTypeError, OutOfMemoryError
 from ._streams import as_cupy_stream, as_stream
 
@@ -33,13 +35,9 @@ _GPU = False
 _UNOWNED: Any = None
 _MULTI = False
 _FAST = False  # cuflow's own elementwise kernels (CuPy backend)
-_ew_binary = _elementwise.binary
-_ew_unary = _elementwise.unary
+_ew_binary = None
+_ew_unary = None
 
-# numpy ufunc names: the elementwise API, the same on both backends.
-UFUNC_NAMES = tuple(sorted(
-    n for n in dir(numpy)
-    if isinstance(getattr(numpy, n), numpy.ufunc) and getattr(numpy, n).signature is None))
 REDUCTION_NAMES = ("sum", "mean", "min", "max", "argmin", "argmax", "prod", "std", "var",
                    "any", "all")
 _UF: dict[str, Any] = {}
@@ -137,96 +135,16 @@ def _shape(x):
     return x.shape if isinstance(x, _nd) else ()
 
 
-def _check_dst_device(name, dst):
-    if _MULTI and dst.device.id != _xp.cuda.runtime.getDevice():
-        raise _dst.DstError(
-            f"cuflow.{name}: dst is on device {dst.device.id} but the current device is "
-            f"{_xp.cuda.runtime.getDevice()}; use the same device for inputs and dst")
-
-
-def _maybe_overlap_cupy(x, dst):
-    """Resolve overlap of input ``x`` with ``dst`` (fast exit for distinct allocations)."""
-    xd = x.data
-    dd = dst.data
-    if xd.mem is not dd.mem and type(xd.mem) is not _UNOWNED and type(dd.mem) is not _UNOWNED:
-        return x
-    return fix_overlap(x, dst, xd.ptr, dd.ptr, True)
-
-
-def _maybe_overlap_numpy(x, dst):
-    if not numpy.may_share_memory(x, dst):
-        return x
-    return fix_overlap(x, dst, x.__array_interface__["data"][0],
-                       dst.__array_interface__["data"][0], True)
-
-
-_maybe_overlap = _maybe_overlap_numpy
-
-
-def _check_casting(name, ins, dst, casting, dtype):
-    """NumPy's casting rules for a ufunc writing into ``dst``, checked on host stand-ins."""
-    probe = [numpy.ones((), x.dtype) if isinstance(x, _nd) else x for x in ins]
-    try:
-        with numpy.errstate(all="ignore"):
-            getattr(numpy, name)(*probe, out=numpy.empty((), dst.dtype), casting=casting,
-                                 dtype=dtype)
-    except TypeError as e:
-        raise DstDtypeError(
-            f"cuflow.{name}: inputs ({', '.join(str(getattr(x, 'dtype', type(x).__name__)) for x in ins)}) "
-            f"cannot be computed into dst of dtype {dst.dtype} under casting={casting!r}"
-            + (f" with dtype={dtype}" if dtype is not None else "") + f": {e}") from e
-
-
-def _prep_binary(name, a, b, dst, casting, dtype):
-    """Validate ``dst`` for an elementwise binary op; return the inputs to read."""
+def _prep_ufunc(name, ins, dst, casting, dtype):
+    """The output contract for an elementwise op; return the inputs to read."""
     if not isinstance(dst, _nd):
-        bad_dst_type(name, dst, _nd, _B.name)
-    shp = dst.shape
-    ddt = dst.dtype
-    ta = isinstance(a, _nd)
-    tb = isinstance(b, _nd)
-    if (ta and a.shape != shp) or (tb and b.shape != shp) or (not ta and not tb and shp != ()):
-        broadcast_result(name, dst, _shape(a), _shape(b))
-    if (casting != "same_kind" or dtype is not None or (ta and a.dtype != ddt)
-            or (tb and b.dtype != ddt)):
-        _check_casting(name, (a, b), dst, casting, dtype)
-    if _MULTI:
-        _check_dst_device(name, dst)
-    if _GPU:  # inline fast exit: distinct pool allocations never overlap
-        dm = dst.data.mem
-        td = type(dm) is _UNOWNED
-        if ta and a is not dst:
-            am = a.data.mem
-            if am is dm or td or type(am) is _UNOWNED:
-                a = fix_overlap(a, dst, a.data.ptr, dst.data.ptr, True)
-        if tb and b is not dst:
-            bm = b.data.mem
-            if bm is dm or td or type(bm) is _UNOWNED:
-                b = fix_overlap(b, dst, b.data.ptr, dst.data.ptr, True)
-        return a, b
-    if ta and a is not dst:
-        a = _maybe_overlap(a, dst)
-    if tb and b is not dst:
-        b = _maybe_overlap(b, dst)
-    return a, b
-
-
-def _prep_unary(name, a, dst, casting, dtype):
-    if not isinstance(dst, _nd):
-        bad_dst_type(name, dst, _nd, _B.name)
-    ta = isinstance(a, _nd)
-    if ta:
-        if a.shape != dst.shape:
-            broadcast_result(name, dst, a.shape)
-    elif dst.shape != ():
-        broadcast_result(name, dst, ())
-    if casting != "same_kind" or dtype is not None or (ta and a.dtype != dst.dtype):
-        _check_casting(name, (a,), dst, casting, dtype)
-    if _MULTI:
-        _check_dst_device(name, dst)
-    if ta and a is not dst:
-        a = _maybe_overlap(a, dst)
-    return a
+        prepare_out(name, dst, ())  # raises DstTypeError
+    shape = dst.shape
+    if any(isinstance(x, _nd) and x.shape != shape for x in ins) or (
+            shape != () and not any(isinstance(x, _nd) for x in ins)):
+        shape = broadcast_shape(name, *(_shape(x) for x in ins))
+    return prepare_out(name, dst, shape, dtype, inputs=ins, casting=casting,
+                       overlap="elementwise", ufunc=True)
 
 
 def _ufunc_doc(name, nin, nout):
@@ -265,7 +183,7 @@ def _make_binary(name):
                 else:
                     r = uf(src, other, casting=casting, dtype=dtype)
                 return r if type(r) is _D else wrap(r)
-            src, other = _prep_binary(name, src, other, dst, casting, dtype)
+            src, other = _prep_ufunc(name, (src, other), dst, casting, dtype)
             if dtype is None and casting == "same_kind":
                 if _GPU:
                     uf(src, other, dst)  # positional out: CuPy parses no kwargs dict
@@ -302,7 +220,7 @@ def _make_unary(name):
                 else:
                     r = uf(src, casting=casting, dtype=dtype)
                 return r if type(r) is _D else wrap(r)
-            src = _prep_unary(name, src, dst, casting, dtype)
+            src, = _prep_ufunc(name, (src,), dst, casting, dtype)
             if dtype is None and casting == "same_kind":
                 uf(src, out=dst)
             else:
@@ -332,12 +250,12 @@ def _make_multi_out(name, nin):
             if dst is None:
                 return wrap(uf(*args, casting=casting, dtype=dtype))
             if not (isinstance(dst, tuple | list) and len(dst) == 2):
-                raise _dst.DstError(f"cuflow.{name}: dst must be a pair of arrays, got {dst!r}")
+                raise DstError(f"cuflow.{name}: dst must be a pair of arrays, got {dst!r}")
             shape = numpy.broadcast_shapes(*(_shape(a) for a in args))
             ins = list(args)
             for d in dst:
-                check_dst(name, d, shape, None, casting, _nd, _B.name)
-                ins = [_maybe_overlap(a, d) if isinstance(a, _nd) else a for a in ins]
+                ins = list(prepare_out(name, d, shape, None, casting=casting, inputs=ins,
+                                       overlap="elementwise"))
             uf(*ins, out=tuple(dst), casting=casting, dtype=dtype)
             return tuple(dst)
         except Exception as e:
@@ -348,9 +266,7 @@ def _make_multi_out(name, nin):
 
 def _ensure():
     """Choose and bind the backend on first use (a no-op afterwards)."""
-    from ._runtime import get_backend  # noqa: PLC0415
-
-    get_backend()
+    runtime()
 
 
 def _missing(name):
@@ -446,11 +362,9 @@ def _reduce(name, a, axis, dtype, dst, keepdims, ddof, stream):
     try:
         if dst is None:
             return wrap(base(a, **kw))
-        shape = _dst.reduced_shape(name, a.shape, axis, keepdims)
+        shape = reduced_shape(name, a.shape, axis, keepdims)
         rdt = _reduction_dtype(name, a.dtype, dtype)
-        check_dst(name, dst, shape, rdt, "same_kind", _nd, _B.name)
-        if _MULTI:
-            _check_dst_device(name, dst)
+        prepare_out(name, dst, shape, rdt, casting="same_kind")
         if _may_share(a, dst):
             a = a.copy()  # never reduce into memory that is still being read
         if _GPU and name == "min":
@@ -513,17 +427,7 @@ def _make_reduction(name):
     return f
 
 
-def _may_share(x, dst):
-    if x is dst:
-        return True
-    if _GPU:
-        xd, dd = x.data, dst.data
-        if xd.mem is not dd.mem and type(xd.mem) is not _UNOWNED and type(dd.mem) is not _UNOWNED:
-            return False
-        xlo, xhi = _dst.span(x, xd.ptr)
-        dlo, dhi = _dst.span(dst, dd.ptr)
-        return not (xhi <= dlo or dhi <= xlo)
-    return numpy.may_share_memory(x, dst)
+_may_share = may_share
 
 
 _BASE_RED: dict[str, Any] = {}
@@ -533,9 +437,7 @@ REDUCTIONS = {n: _make_reduction(n) for n in REDUCTION_NAMES}
 # -------------------------------------------------------------------- transforms
 def _copy_into(name, dst, src, casting, dtype=None):
     """Validated ``copyto(dst, src)`` where ``src`` has exactly the result shape."""
-    check_dst(name, dst, src.shape, src.dtype if dtype is None else dtype, casting, _nd, _B.name)
-    if _MULTI:
-        _check_dst_device(name, dst)
+    prepare_out(name, dst, src.shape, src.dtype if dtype is None else dtype, casting=casting)
     if src is not dst and _may_share(src, dst):
         if src.shape == dst.shape and src.strides == dst.strides and _ptr(src) == _ptr(dst):
             if dst.dtype == src.dtype:
@@ -578,7 +480,7 @@ def copy(a, dst=None, *, out=None, order="K", casting="same_kind", stream=None):
 
 def _upload(a, dst, stream):
     """Host ``a`` -> device ``dst`` (same shape and dtype; ``dst`` C-contiguous)."""
-    check_dst("copy", dst, a.shape, a.dtype, "no", _nd, _B.name)
+    prepare_out("copy", dst, a.shape, a.dtype, casting="no")
     if not dst.flags.c_contiguous:
         raise DstError("cuflow.copy: a host-to-device copy needs a C-contiguous dst, got "
                        f"strides {dst.strides} for shape {dst.shape}")
@@ -632,7 +534,7 @@ def flatten(a, dst=None, *, out=None, order="C", stream=None):
     try:
         if dst is None:
             return wrap(_nd.flatten(a, order))
-        check_dst("flatten", dst, (a.size,), a.dtype, "same_kind", _nd, _B.name)
+        prepare_out("flatten", dst, (a.size,), a.dtype)
         # A 1-D array reshapes to any shape as a view, so this never allocates.
         _copy_into("flatten", dst.reshape(a.shape, order=order), a, "same_kind")
         return dst
@@ -709,9 +611,7 @@ def _join(name, arrays, axis, dst, dtype, casting, stream, stack):
         probe = [numpy.lib.stride_tricks.as_strided(numpy.zeros((), a.dtype), s, (0,) * len(s))
                  for a, s in zip(arrays, shapes)]
         res = np_fn(probe, axis=axis, dtype=dtype, casting=casting)  # host-side shape/dtype oracle
-        check_dst(name, dst, res.shape, res.dtype, casting, _nd, _B.name)
-        if _MULTI:
-            _check_dst_device(name, dst)
+        prepare_out(name, dst, res.shape, res.dtype, casting=casting)
         arrays = [a.copy() if _may_share(a, dst) else a for a in arrays]
         fn(arrays, axis=axis, out=dst, dtype=dtype, casting=casting)
         return dst
@@ -794,14 +694,8 @@ def _general(name, np_fn, xp_name, arrays, dst, stream, elementwise=False, **kw)
             if not (isinstance(a, _nd) or numpy.isscalar(a) or a is None):
                 _bad_input(name, a)
         shape, dt = _shape_oracle(name, np_fn, *arrays, **kw)
-        check_dst(name, dst, shape, dt, "same_kind", _nd, _B.name)
-        if _MULTI:
-            _check_dst_device(name, dst)
-        if elementwise:
-            arrays = [_maybe_overlap(a, dst) if isinstance(a, _nd) else a for a in arrays]
-        else:
-            arrays = [a.copy() if isinstance(a, _nd) and _may_share(a, dst) else a
-                      for a in arrays]
+        arrays = prepare_out(name, dst, shape, dt, inputs=arrays,
+                             overlap="elementwise" if elementwise else "copy")
         fn(*arrays, out=dst, **kw)
         return dst
     except Exception as e:
@@ -1001,19 +895,19 @@ def asnumpy(a, stream=None, order="C", out=None, blocking=True):
 
 def _bind(b):
     """Bind this module to backend ``b`` (called once by ``_backend.get_backend``)."""
-    global _B, _xp, _nd, _D, _GPU, _UNOWNED, _MULTI, _FAST, wrap, _maybe_overlap
+    global _B, _xp, _nd, _D, _GPU, _UNOWNED, _MULTI, _FAST, wrap
     global _ew_binary, _ew_unary
     _B, _xp, _nd, _D, _GPU = b, b.xp, b.ndarray, b.darray, b.is_gpu
-    _elementwise._bind(b)
-    _FAST = _elementwise.enabled
-    _ew_binary, _ew_unary = _elementwise.binary, _elementwise.unary
+    _FAST = b.fast is not None
+    if _FAST:
+        _ew_binary, _ew_unary = b.fast.binary, b.fast.unary
     _MULTI = b.device_count > 1
     if _GPU:
         _UNOWNED = b.xp.cuda.memory.UnownedMemory
-        wrap, _maybe_overlap = _wrap_cupy, _maybe_overlap_cupy
+        wrap = _wrap_cupy
     else:
         _UNOWNED = None
-        wrap, _maybe_overlap = _wrap_numpy, _maybe_overlap_numpy
+        wrap = _wrap_numpy
     _UF.clear()
     for n in UFUNC_NAMES:
         u = getattr(b.xp, n, None)
@@ -1023,3 +917,6 @@ def _bind(b):
     _BASE_RED.clear()
     for n in REDUCTION_NAMES:
         _BASE_RED[n] = getattr(b.ndarray, n)
+
+
+on_select(_bind)

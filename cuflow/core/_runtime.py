@@ -1,4 +1,12 @@
-"""Backend selection: CuPy (the product) or NumPy (CPU fallback and test oracle).
+"""The runtime: the one object that says what cuflow runs on.
+
+:func:`runtime` returns the active :class:`Runtime`: the array module (CuPy,
+the product, or NumPy, the CPU fallback and test oracle), its array types, the
+device count, the current device and stream, the elementwise launcher and the
+CUDA error types.  Every module asks for it at the moment it needs it; no
+module writes into another.  Subsystems that keep per-backend state (the
+memory pool, instrumentation) subscribe with :func:`on_select` and are told
+when a runtime becomes active.
 
 Nothing here runs at ``import cuflow``: the backend is chosen on first need
 (the first array, stream or ``darray`` access), so importing cuflow never
@@ -12,6 +20,7 @@ from __future__ import annotations
 import os
 import threading
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -19,15 +28,22 @@ from typing import Any
 import numpy
 
 from .._errors import BackendError
+from ._darray import make_darray_class
+from ._fastpath import FastPath, make_fast_path
 
-__all__ = ["Backend", "get_backend", "backend_info", "set_backend"]
+__all__ = ["Runtime", "runtime", "get_backend", "set_backend", "on_select", "probe_cupy"]
 
 _VALID = ("cupy", "numpy")
 
+#: every NumPy ufunc with a plain (non-generalized) signature: cuflow's elementwise API
+UFUNC_NAMES = tuple(sorted(
+    n for n in dir(numpy)
+    if isinstance(getattr(numpy, n), numpy.ufunc) and getattr(numpy, n).signature is None))
 
-@dataclass(frozen=True)
-class Backend:
-    """The active array backend.
+
+@dataclass(frozen=True, eq=False)
+class Runtime:
+    """The active backend and everything cuflow asks of it.
 
     Attributes
     ----------
@@ -42,6 +58,16 @@ class Backend:
         Number of visible CUDA devices (0 on the NumPy backend).
     reason : str
         Why this backend was chosen.
+    cuda_errors, oom_errors : tuple of type
+        The backend's CUDA and out-of-memory exception types.
+    unowned : type or None
+        CuPy's ``UnownedMemory`` (memory cuflow's pool did not hand out).
+    fast : FastPath or None
+        The elementwise launcher (CuPy backend, unless ``CUFLOW_FAST=0``).
+    ufuncs : dict
+        The backend's ufunc for each name of :data:`UFUNC_NAMES` it has.
+    stream_ptr_fn : capsule or None
+        CuPy's C function that returns the current stream's handle.
     """
 
     name: str
@@ -50,22 +76,73 @@ class Backend:
     darray: type
     device_count: int
     reason: str
-    cuda_errors: tuple = field(default=())
-    oom_errors: tuple = field(default=())
+    cuda_errors: tuple = ()
+    oom_errors: tuple = ()
+    unowned: Any = None
+    fast: FastPath | None = None
+    ufuncs: dict = field(default_factory=dict)
+    stream_ptr_fn: Any = None
+    current_device: Callable[[], int] = field(default=lambda: 0)
 
     @property
     def is_gpu(self) -> bool:
         return self.name == "cupy"
 
+    def current_stream(self) -> Any:
+        """CuPy's current stream (None on the NumPy backend)."""
+        return self.xp.cuda.get_current_stream() if self.name == "cupy" else None
+
+    def data_ptr(self, x: Any) -> int:
+        """Address of ``x``'s first element."""
+        return x.data.ptr if self.name == "cupy" else x.__array_interface__["data"][0]
+
+    def wrap(self, r: Any) -> Any:
+        """A result of the backend as darray(s): O(1), no copy (tuples and lists too)."""
+        t = type(r)
+        if t is self.ndarray:
+            if self.name == "cupy":
+                r.__class__ = self.darray  # same layout, no new object
+                return r
+            return r.view(self.darray)
+        if t is tuple or t is list:
+            return t(self.wrap(x) for x in r)
+        if self.name == "numpy" and isinstance(r, numpy.generic):
+            return numpy.asarray(r).view(self.darray)  # CuPy returns 0-d arrays, never scalars
+        return r
+
+    def as_darray(self, x: Any) -> Any:
+        """``x`` (an array of the backend) as a darray, without copying or mutating ``x``."""
+        return x if isinstance(x, self.darray) else x.view(self.darray)
+
 
 _lock = threading.Lock()
-_backend: Backend | None = None
+_current: Runtime | None = None
+_hooks: list[Callable[[Runtime], None]] = []
 
 
-def _probe_cupy() -> tuple[ModuleType | None, int, str]:
+def runtime() -> Runtime:
+    """Return the active runtime, choosing the backend on the first call."""
+    rt = _current
+    if rt is None:
+        with _lock:
+            rt = _current if _current is not None else _activate(_select())
+    return rt
+
+
+get_backend = runtime  # the public name (``cuflow.get_backend``)
+
+
+def on_select(hook: Callable[[Runtime], None]) -> None:
+    """Call ``hook(rt)`` whenever a runtime becomes active (now too, if one is)."""
+    _hooks.append(hook)
+    if _current is not None:
+        hook(_current)
+
+
+def probe_cupy() -> tuple[ModuleType | None, int, str]:
     """Import CuPy and count devices without creating a context."""
     try:
-        import cupy  # noqa: PLC0415
+        import cupy  # noqa: PLC0415  (optional dependency)
     except Exception as exc:  # ImportError, or a broken install
         return None, 0, f"CuPy is not importable ({type(exc).__name__}: {exc})"
     try:
@@ -77,118 +154,78 @@ def _probe_cupy() -> tuple[ModuleType | None, int, str]:
     return cupy, n, f"CuPy {cupy.__version__} with {n} GPU(s)"
 
 
-def _make(name: str, cupy: ModuleType | None, n: int, reason: str) -> Backend:
-    from ._darray import make_darray_class  # noqa: PLC0415
+def _stream_ptr_fn() -> Any:
+    """CuPy's C function that gives the current stream's handle, as a capsule (or ``None``).
 
-    if name == "cupy":
-        assert cupy is not None
-        from cupy_backends.cuda.api import driver, runtime  # noqa: PLC0415
+    ``cupy_backends.cuda.stream.get_current_stream_ptr`` is what CuPy's own pool
+    asks; its ``intptr_t (void)`` signature is checked before compiled code may
+    call it.
+    """
+    try:
+        from cupy_backends.cuda import stream  # noqa: PLC0415  (optional dependency)
+    except ImportError:
+        return None
+    cap = getattr(stream, "__pyx_capi__", {}).get("get_current_stream_ptr")
+    return cap if cap is not None and '"intptr_t (void)"' in repr(cap) else None
 
-        cuda_errors = (runtime.CUDARuntimeError, driver.CUDADriverError)
-        oom = (cupy.cuda.memory.OutOfMemoryError,)
-        return Backend("cupy", cupy, cupy.ndarray, make_darray_class(cupy.ndarray, "cupy"),
-                       n, reason, cuda_errors, oom)
-    return Backend("numpy", numpy, numpy.ndarray, make_darray_class(numpy.ndarray, "numpy"),
-                   0, reason, (), ())
+
+def _make(name: str, cupy: ModuleType | None, n: int, reason: str) -> Runtime:
+    if name == "numpy":
+        darray = make_darray_class(numpy.ndarray, "numpy", None)
+        return Runtime("numpy", numpy, numpy.ndarray, darray, 0, reason,
+                       ufuncs={u: getattr(numpy, u) for u in UFUNC_NAMES})
+    assert cupy is not None
+    from cupy_backends.cuda.api import driver, runtime as cuda_rt  # noqa: PLC0415
+
+    stream_fn = _stream_ptr_fn()
+    fast = None
+    if os.environ.get("CUFLOW_FAST", "1") != "0":
+        fast = make_fast_path(cupy.ndarray, n, stream_fn)
+    darray = make_darray_class(cupy.ndarray, "cupy", fast)
+    if fast is not None:
+        fast.bind(darray)
+    return Runtime(
+        "cupy", cupy, cupy.ndarray, darray, n, reason,
+        cuda_errors=(cuda_rt.CUDARuntimeError, driver.CUDADriverError),
+        oom_errors=(cupy.cuda.memory.OutOfMemoryError,),
+        unowned=cupy.cuda.memory.UnownedMemory, fast=fast,
+        ufuncs={u: getattr(cupy, u) for u in UFUNC_NAMES if hasattr(cupy, u)},
+        stream_ptr_fn=stream_fn, current_device=cuda_rt.getDevice)
 
 
-def _select() -> Backend:
+def _select() -> Runtime:
     forced = os.environ.get("CUFLOW_BACKEND", "").strip().lower()
     if forced and forced not in _VALID:
-        raise BackendError(
-            f"CUFLOW_BACKEND must be one of {_VALID}, got {forced!r}")
+        raise BackendError(f"CUFLOW_BACKEND must be one of {_VALID}, got {forced!r}")
     if forced == "numpy":
         return _make("numpy", None, 0, "forced by CUFLOW_BACKEND=numpy")
-    cupy, n, why = _probe_cupy()
+    cupy, n, why = probe_cupy()
     if n > 0:
         return _make("cupy", cupy, n, why if not forced else f"forced by CUFLOW_BACKEND=cupy; {why}")
     if forced == "cupy":
         raise BackendError(f"CUFLOW_BACKEND=cupy but {why}")
     warnings.warn(f"cuflow: using the NumPy backend (slow, CPU only): {why}",
-                  RuntimeWarning, stacklevel=3)
+                  RuntimeWarning, stacklevel=4)
     return _make("numpy", None, 0, why)
 
 
-def get_backend() -> Backend:
-    """Return the active backend, choosing it on first call."""
-    b = _backend
-    if b is None:
-        with _lock:
-            b = _backend if _backend is not None else _install(_select())
-    return b
+def _activate(rt: Runtime) -> Runtime:
+    global _current
+    _current = rt
+    for hook in _hooks:
+        hook(rt)
+    return rt
 
 
-def _install(b: Backend) -> Backend:
-    global _backend
-    _backend = b
-    from . import _ops  # noqa: PLC0415
-
-    _ops._bind(b)
-    if b.is_gpu:
-        from .. import memory  # noqa: PLC0415
-
-        memory._install(b)
-    from .. import _instrument  # noqa: PLC0415
-
-    _instrument.on_backend_bound()
-    return b
-
-
-def set_backend(name: str) -> Backend:
+def set_backend(name: str) -> Runtime:
     """Switch backend (tests and notebooks only; arrays of the old backend stay as they are)."""
     name = name.strip().lower()
     if name not in _VALID:
         raise BackendError(f"backend must be one of {_VALID}, got {name!r}")
     with _lock:
         if name == "numpy":
-            return _install(_make("numpy", None, 0, "set_backend('numpy')"))
-        cupy, n, why = _probe_cupy()
+            return _activate(_make("numpy", None, 0, "set_backend('numpy')"))
+        cupy, n, why = probe_cupy()
         if n < 1:
             raise BackendError(f"cannot use the CuPy backend: {why}")
-        return _install(_make("cupy", cupy, n, why))
-
-
-def backend_info() -> dict[str, Any]:
-    """Describe the active backend and device.
-
-    Returns
-    -------
-    dict
-        ``backend``, ``reason``, ``numpy``, ``pool_hot_path`` (``compiled`` when the
-        memory pool's C hot path was built, else ``python``), and on the CuPy backend
-        ``elementwise_launch`` (``compiled`` when the elementwise fast path launches from C,
-        ``python`` when from Python, ``off`` with ``CUFLOW_FAST=0``), ``cupy``,
-        ``device``, ``device_name``, ``compute_capability``, ``device_count``,
-        ``total_memory_bytes``, ``driver_version``, ``runtime_version``.
-        Querying device properties does not create a CUDA context.
-    """
-    from . import _fastpath as _elementwise  # noqa: PLC0415
-    from ..memory import _pool  # noqa: PLC0415
-
-    b = get_backend()
-    info: dict[str, Any] = {"backend": b.name, "reason": b.reason, "numpy": numpy.__version__,
-                            "pool_hot_path": "python" if _pool.HotAlloc is None else "compiled"}
-    if b.name == "cupy":
-        cp = b.xp
-        rt = cp.cuda.runtime
-        dev = cp.cuda.runtime.getDevice()
-        props = rt.getDeviceProperties(dev)
-        name = props["name"]
-        info.update(
-            elementwise_launch=("off" if not _elementwise.enabled
-                                else "python" if _elementwise._L is None else "compiled"),
-            cupy=cp.__version__,
-            device=dev,
-            device_name=name.decode() if isinstance(name, bytes) else str(name),
-            compute_capability=f"{props['major']}.{props['minor']}",
-            device_count=b.device_count,
-            total_memory_bytes=int(props["totalGlobalMem"]),
-            multiprocessors=int(props["multiProcessorCount"]),
-            driver_version=_fmt_cuda_version(rt.driverGetVersion()),
-            runtime_version=_fmt_cuda_version(rt.runtimeGetVersion()),
-        )
-    return info
-
-
-def _fmt_cuda_version(v: int) -> str:
-    return f"{v // 1000}.{(v % 1000) // 10}"
+        return _activate(_make("cupy", cupy, n, why))

@@ -11,13 +11,15 @@ resolve it with :func:`as_cupy_stream`.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
 from ._runtime import get_backend
 from .._errors import CuflowError
 
-__all__ = ["Stream", "Event", "current_stream", "synchronize", "streams", "as_cupy_stream"]
+__all__ = ["Stream", "Event", "current_stream", "synchronize", "streams", "as_cupy_stream",
+           "as_stream", "use_stream"]
 
 
 class Stream:
@@ -224,3 +226,9 @@ def streams(n: int, non_blocking: bool = True, priority: int | None = None) -> l
     if not isinstance(n, int) or n < 0:
         raise ValueError(f"streams(n) needs a non-negative int, got {n!r}")
     return [Stream(non_blocking=non_blocking, priority=priority) for _ in range(n)]
+
+
+def use_stream(stream: Any) -> Any:
+    """A context that makes ``stream`` current for the block (nothing to do when None)."""
+    s = as_cupy_stream(stream) if stream is not None else None
+    return contextlib.nullcontext() if s is None else s

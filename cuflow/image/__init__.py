@@ -50,7 +50,7 @@ import numpy
 from . import _reference as _image_ref
 from ..core import _ops
 from ..core._runtime import get_backend
-from ..core._contract import bad_dst_type, bad_shape
+from ..core._contract import prepare_out
 from .._errors import CuflowError, DstDtypeError, DstError, DstTypeError
 from ..core._streams import as_cupy_stream
 from ..raw_kernels import _launch  # its launch is looked up per call (cuflow.debug wraps it)
@@ -248,25 +248,8 @@ def _prepare_dst(name: str, dst, shape, dtype, src_arrays):
     b = get_backend()
     if dst is None:
         return b.xp.empty(shape, dtype).view(b.darray)
-    if not isinstance(dst, b.ndarray):
-        bad_dst_type(f"image.{name}", dst, b.ndarray, b.name)
-    if dst.shape != tuple(shape):
-        bad_shape(f"image.{name}", shape, dst)
-    if dst.dtype != dtype:
-        raise DstDtypeError(f"cuflow.image.{name}: dst.dtype must be {numpy.dtype(dtype)} (the "
-                            f"kernel writes it directly), got {dst.dtype}")
-    if not dst.flags.c_contiguous:
-        raise DstError(f"cuflow.image.{name}: dst must be C-contiguous (strides "
-                       f"{dst.strides} for shape {dst.shape})")
-    if b.is_gpu and dst.data.device_id != b.xp.cuda.runtime.getDevice():
-        raise DstError(f"cuflow.image.{name}: dst is on device {dst.data.device_id}, the "
-                       f"current device is {b.xp.cuda.runtime.getDevice()}")
-    for x in src_arrays:
-        if x is None:
-            continue
-        if _ops._may_share(x, dst):
-            raise DstError(f"cuflow.image.{name}: dst overlaps an input; the kernel reads "
-                           "inputs while writing dst, so use a separate output array")
+    prepare_out(f"image.{name}", dst, shape, dtype, inputs=src_arrays, casting="no",
+                overlap="refuse", contiguous=True)
     return dst
 
 

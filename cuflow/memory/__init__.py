@@ -46,8 +46,10 @@ from typing import Any
 import numpy
 
 from ._backends import Backend, CudaMallocBackend, DriverPoolBackend, HostBackend
-from ._pool import Block, round_size, size_class
+from ._pool import Block, _fmt, round_size, size_class
 from ._pool import Pool as _CorePool
+from ..core._streams import as_cupy_stream
+from ..core._runtime import get_backend, on_select, runtime
 
 __all__ = [
     "Pool", "Backend", "DriverPoolBackend", "CudaMallocBackend", "HostBackend",
@@ -149,16 +151,9 @@ class Pool(_CorePool):
 def _stream_ptr(stream: Any) -> int | None:
     if stream is None or isinstance(stream, int):
         return stream
-    from ..core._streams import as_cupy_stream  # noqa: PLC0415
 
     s = as_cupy_stream(stream)
     return None if s is None else s.ptr
-
-
-def _fmt(n: Any) -> str:
-    from ._pool import _fmt as f  # noqa: PLC0415
-
-    return f(n)
 
 
 def _limit_bytes(size: int | None, fraction: float | None, backend: Backend) -> int | None:
@@ -228,23 +223,8 @@ def _make_cupy_malloc(pool: Pool) -> Callable[[int], Any]:
             pool.watch_stream(so, ptr)
 
     pool._on_new_stream = new_stream
-    return PythonFunctionAllocator(pool._make_alloc(get_stream, _current_stream_fn()),
+    return PythonFunctionAllocator(pool._make_alloc(get_stream, runtime().stream_ptr_fn),
                                    pool._freed.__setitem__).malloc
-
-
-def _current_stream_fn() -> Any:
-    """CuPy's C function that gives the current stream's handle, as a capsule (or ``None``).
-
-    ``cupy_backends.cuda.stream.get_current_stream_ptr`` is what CuPy's own pool
-    asks; its ``intptr_t (void)`` signature is checked before the compiled hot
-    path may call it.
-    """
-    try:
-        from cupy_backends.cuda import stream  # noqa: PLC0415
-    except ImportError:
-        return None
-    cap = getattr(stream, "__pyx_capi__", {}).get("get_current_stream_ptr")
-    return cap if cap is not None and '"intptr_t (void)"' in repr(cap) else None
 
 
 _POOLS: dict[int, Pool] = {}
@@ -273,7 +253,6 @@ def get_pool(device: int | None = None) -> Pool:
     On the NumPy backend a host-memory pool is returned, so code that reads
     statistics runs unchanged.
     """
-    from ..core._runtime import get_backend  # noqa: PLC0415
 
     b = get_backend()
     if not b.is_gpu:
@@ -290,7 +269,11 @@ def get_pool(device: int | None = None) -> Pool:
 
 
 def _install(backend: Any) -> None:
-    """Make cuflow's pool CuPy's allocator (lazily: no CUDA call until the first allocation)."""
+    """Make cuflow's pool CuPy's allocator (lazily: no CUDA call until the first allocation).
+
+    Called by the runtime (:func:`~cuflow.core._runtime.on_select`) whenever a
+    backend becomes active.
+    """
     global _INSTALLED
     if _INSTALLED or not backend.is_gpu:
         return
@@ -320,7 +303,6 @@ def _install(backend: Any) -> None:
 @contextlib.contextmanager
 def using_pool(pool: Pool):
     """Route this thread's CuPy allocations to ``pool`` inside the block (thread-local)."""
-    from ..core._runtime import get_backend  # noqa: PLC0415
 
     b = get_backend()
     if not b.is_gpu:
@@ -371,7 +353,6 @@ def record_stream(array: Any, stream: Any) -> None:
     pool learns when a CuPy (or cuflow) stream is destroyed; a PyTorch or
     cuda.core stream must outlive the array's free.
     """
-    from ..core._streams import as_cupy_stream  # noqa: PLC0415
 
     ptr = getattr(getattr(getattr(array, "data", None), "mem", None), "ptr", None)
     if ptr is None:
@@ -414,7 +395,6 @@ def warmup(fn: Callable[..., Any], *largest_inputs: Any, pool: Pool | None = Non
     pool : Pool, optional
         The pool to prepare (default: the current device's); ``fn`` runs with it.
     """
-    from ..core._runtime import get_backend  # noqa: PLC0415
 
     if pool is None:
         pool = get_pool()
@@ -445,7 +425,6 @@ def empty_pinned(shape: Any, dtype: Any = numpy.float32) -> numpy.ndarray:
     out again while a copy from it (``cuflow.asarray(x, stream=...)``, ``set``)
     is still in flight.  On the NumPy backend this is ``numpy.empty``.
     """
-    from ..core._runtime import get_backend  # noqa: PLC0415
 
     dt = numpy.dtype(dtype)
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
@@ -474,3 +453,6 @@ def _sizes_of(shapes_or_nbytes: Iterable[Any], dtype: Any) -> list[int]:
             shp = (s,) if isinstance(s, int | numpy.integer) else tuple(s)
             out.append(int(numpy.prod(shp, dtype=numpy.int64)) * dt.itemsize)
     return out
+
+
+on_select(_install)
