@@ -43,8 +43,6 @@ def test_elementwise(gpu_bench, copy_tbps, benchmark, lib, op, n):
 def test_add_dst_launch_path(gpu_bench, benchmark, monkeypatch, launch):
     import cupy
 
-    from cuflow.core import _fastpath as _elementwise, _ops
-
     benchmark.group = "add(a, b, dst=c) 100x100 float32, launch path (us/call)"
     a = cuflow.testing.random_array((100, 100), "float32")
     b = cuflow.testing.random_array((100, 100), "float32")
@@ -53,9 +51,10 @@ def test_add_dst_launch_path(gpu_bench, benchmark, monkeypatch, launch):
         pa, pb, pc = (v.view(cupy.ndarray) for v in (a, b, c))
         fn = lambda: cupy.add(pa, pb, out=pc)  # noqa: E731
     else:
-        if launch == "compiled" and _elementwise._L is None:
+        fast = cuflow.get_backend().fast
+        if launch == "compiled" and fast.compiled is None:
             pytest.skip("the _ewlaunch extension was not built")
         if launch == "python":
-            monkeypatch.setattr(_ops, "_ew_binary", _elementwise._py_binary)
+            monkeypatch.setattr(fast, "binary", fast._py_binary)
         fn = lambda: cuflow.add(a, b, dst=c)  # noqa: E731
     gpu_bench(fn, number=2000, rounds=15)

@@ -5,6 +5,8 @@
 * :class:`Stream` / :class:`Event` are context managers and objects.
 * ``import cuflow as cp`` runs CuPy code: names cuflow does not define are
   forwarded to CuPy, with array results returned as darrays.
+* The namespace follows the Python array API standard (version
+  ``__array_api_version__``): ``x.__array_namespace__()`` is this module.
 
 Importing cuflow imports neither CuPy nor touches the GPU; the backend (CuPy
 when a GPU is usable, else NumPy with a warning, or ``CUFLOW_BACKEND``) is
@@ -13,74 +15,56 @@ chosen on first use.
 
 from __future__ import annotations
 
+import sys as _sys
+
 import numpy as _np
 
-from .core import _ops
-from ._info import backend_info
-from .core._runtime import get_backend, set_backend
-from .pipeline._bufferizer import Bufferizer, BufferizerError
-from .pipeline._pipeline import Pipeline, PipelineOptions
+from . import debug, graph, image, kernels, memory, testing
 from ._errors import (
-    BackendError,
-    CudaError,
-    CuflowError,
-    DstDtypeError,
-    DstError,
-    DstShapeError,
-    DstTypeError,
-    KernelCompileError,
-    OutOfMemoryError,
+    BackendError, CudaError, CuflowError, DstDtypeError, DstError, DstShapeError, DstTypeError,
+    KernelCompileError, OutOfMemoryError,
 )
 from ._forward import forward as _forward
+from ._forward import install_submodules as _install_submodules
+from ._info import backend_info
 from ._instrument import annotate
 from ._instrument import from_environment as _instrument_from_env
-from ._forward import install_submodules as _install_submodules
-from .core._ops import (
-    around,
-    as_darray,
-    asarray,
-    ascontiguousarray,
-    asnumpy,
-    astype,
-    array,
-    clip,
-    concatenate,
-    copy,
-    cumprod,
-    cumsum,
-    dot,
-    flatten,
-    from_dlpack,
-    matmul,
-    ravel,
-    reshape,
-    stack,
-    transpose,
+from .core import (  # noqa: A004
+    add, subtract, multiply, divide, true_divide, floor_divide, remainder, mod, fmod, divmod,
+    power, pow, float_power, negative, positive, absolute, abs, fabs, sign, reciprocal, square,
+    sqrt, cbrt, maximum, minimum, fmax, fmin, heaviside, gcd, lcm, copysign, nextafter,
+    spacing, ldexp, frexp, modf, hypot, rint, floor, ceil, trunc, conjugate, conj, exp, exp2,
+    expm1, log, log2, log10, log1p, logaddexp, logaddexp2, sin, cos, tan, arcsin, asin, arccos,
+    acos, arctan, atan, arctan2, atan2, sinh, cosh, tanh, arcsinh, asinh, arccosh, acosh,
+    arctanh, atanh, deg2rad, rad2deg, degrees, radians, equal, not_equal, less, less_equal,
+    greater, greater_equal, logical_and, logical_or, logical_xor, logical_not, bitwise_and,
+    bitwise_or, bitwise_xor, invert, bitwise_invert, bitwise_not, left_shift,
+    bitwise_left_shift, right_shift, bitwise_right_shift, bitwise_count, isfinite, isinf,
+    isnan, isnat, signbit, sum, prod, mean, std, var, min, max, argmin, argmax, any, all,
+    empty, zeros, ones, full, empty_like, zeros_like, ones_like, full_like, arange, linspace,
+    eye, identity, asarray, array, from_dlpack, asnumpy, as_darray, copy, astype, flatten,
+    ravel, reshape, transpose, ascontiguousarray, concatenate, stack, matmul, dot, clip,
+    around, round, cumsum, cumprod,
 )
-from .core._streams import Event, Stream, current_stream, streams, synchronize
+from .core import Event, Stream, current_stream, get_backend, set_backend, streams, synchronize
+from .core._info import (
+    __array_namespace_info__, can_cast, finfo, iinfo, isdtype, result_type,
+)
+from .pipeline import Bufferizer, BufferizerError, Pipeline, PipelineOptions
 
 __version__ = "0.1.0"
+__array_api_version__ = "2025.12"
+__array_api_versions__ = ("2023.12", "2024.12", "2025.12")
 
-# Elementwise (every NumPy ufunc name), reductions and creation functions.
-globals().update(_ops.UFUNCS)
-globals().update(_ops.REDUCTIONS)
-globals().update(_ops.CREATION)
-round = _ops.round  # noqa: A001
-
-# dtypes and constants are NumPy's own objects (as in CuPy).
-_NUMPY_NAMES = (
-    "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "float32", "float64", "complex64", "complex128", "intp", "uintp", "byte",
-    "ubyte", "short", "ushort", "intc", "uintc", "longlong", "ulonglong", "half", "single",
-    "double", "csingle", "cdouble", "dtype", "generic", "number", "integer",
-    "signedinteger", "unsignedinteger", "floating", "complexfloating", "inexact", "newaxis",
-    "pi", "e", "inf", "nan", "euler_gamma", "finfo", "iinfo", "can_cast", "result_type",
-    "promote_types", "issubdtype", "ndim", "shape", "size",
+# dtypes and constants are NumPy's own objects (as in CuPy)
+from numpy import (  # noqa: E402
+    bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, float32, float64,
+    complex64, complex128, intp, uintp, byte, ubyte, short, ushort, intc, uintc, longlong,
+    ulonglong, half, single, double, csingle, cdouble, dtype, generic, number, integer,
+    signedinteger, unsignedinteger, floating, complexfloating, inexact, newaxis, pi, e, inf,
+    nan, euler_gamma, promote_types, issubdtype, ndim, shape, size,
 )
-for _n in _NUMPY_NAMES:
-    if hasattr(_np, _n):
-        globals()[_n] = getattr(_np, _n)
-del _n
+bool = _np.bool_  # noqa: A001  (the array API's name for the boolean dtype)
 
 _SUBMODULES = _install_submodules(__name__, ("linalg", "fft", "random"))
 linalg = _SUBMODULES["linalg"]
@@ -93,16 +77,11 @@ def get_array_module(*args):
 
     Code written as ``xp = cp.get_array_module(x)`` then gets darray results.
     """
-    import sys  # noqa: PLC0415
-
     b = get_backend()
     for a in args:
         if isinstance(a, b.darray) or (b.is_gpu and isinstance(a, b.ndarray)):
-            return sys.modules[__name__]
+            return _sys.modules[__name__]
     return _np
-
-
-_LAZY_SUBMODULES = ("testing", "kernels", "memory", "graph", "image", "debug")
 
 
 def __getattr__(name: str):
@@ -110,10 +89,6 @@ def __getattr__(name: str):
         return get_backend().darray
     if name == "ndarray":
         return get_backend().ndarray
-    if name in _LAZY_SUBMODULES:
-        import importlib  # noqa: PLC0415
-
-        return importlib.import_module(f"{__name__}.{name}")
     if name == "cuda":
         b = get_backend()
         if not b.is_gpu:
@@ -126,24 +101,47 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    # arrays and backends
+    # arrays, backends and the array API
     "darray", "ndarray", "backend_info", "get_backend", "set_backend", "get_array_module",
-    "asarray", "array", "as_darray", "asnumpy", "from_dlpack",
+    "__array_api_version__", "__array_namespace_info__", "isdtype", "finfo", "iinfo",
+    "result_type", "can_cast", "bool",
     # batching
     "Bufferizer", "BufferizerError", "Pipeline", "PipelineOptions",
     # profiling
     "annotate",
     # streams
     "Stream", "Event", "current_stream", "synchronize", "streams",
-    # transforms with dst=
-    "copy", "astype", "flatten", "ravel", "reshape", "transpose", "ascontiguousarray",
-    "concatenate", "stack", "matmul", "dot", "clip", "cumsum", "cumprod", "around", "round",
     # errors
     "CuflowError", "BackendError", "DstError", "DstShapeError", "DstDtypeError", "DstTypeError",
     "CudaError", "OutOfMemoryError", "KernelCompileError",
     # submodules
-    "linalg", "fft", "random", "testing", "kernels", "memory", "graph", "image",
-    "debug", *_ops.UFUNC_NAMES, *_ops.REDUCTION_NAMES, *_ops.CREATION_NAMES, *_NUMPY_NAMES,
+    "linalg", "fft", "random", "testing", "kernels", "memory", "graph", "image", "debug",
+    # array operations, with dst= and stream=
+    "add", "subtract", "multiply", "divide", "true_divide", "floor_divide", "remainder", "mod",
+    "fmod", "divmod", "power", "pow", "float_power", "negative", "positive", "absolute", "abs",
+    "fabs", "sign", "reciprocal", "square", "sqrt", "cbrt", "maximum", "minimum", "fmax",
+    "fmin", "heaviside", "gcd", "lcm", "copysign", "nextafter", "spacing", "ldexp", "frexp",
+    "modf", "hypot", "rint", "floor", "ceil", "trunc", "conjugate", "conj", "exp", "exp2",
+    "expm1", "log", "log2", "log10", "log1p", "logaddexp", "logaddexp2", "sin", "cos", "tan",
+    "arcsin", "asin", "arccos", "acos", "arctan", "atan", "arctan2", "atan2", "sinh", "cosh",
+    "tanh", "arcsinh", "asinh", "arccosh", "acosh", "arctanh", "atanh", "deg2rad", "rad2deg",
+    "degrees", "radians", "equal", "not_equal", "less", "less_equal", "greater",
+    "greater_equal", "logical_and", "logical_or", "logical_xor", "logical_not", "bitwise_and",
+    "bitwise_or", "bitwise_xor", "invert", "bitwise_invert", "bitwise_not", "left_shift",
+    "bitwise_left_shift", "right_shift", "bitwise_right_shift", "bitwise_count", "isfinite",
+    "isinf", "isnan", "isnat", "signbit", "sum", "prod", "mean", "std", "var", "min", "max",
+    "argmin", "argmax", "any", "all", "empty", "zeros", "ones", "full", "empty_like",
+    "zeros_like", "ones_like", "full_like", "arange", "linspace", "eye", "identity", "asarray",
+    "array", "from_dlpack", "asnumpy", "as_darray", "copy", "astype", "flatten", "ravel",
+    "reshape", "transpose", "ascontiguousarray", "concatenate", "stack", "matmul", "dot",
+    "clip", "around", "round", "cumsum", "cumprod",
+    # NumPy's dtypes and constants
+    "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "float32", "float64", "complex64", "complex128", "intp", "uintp", "byte",
+    "ubyte", "short", "ushort", "intc", "uintc", "longlong", "ulonglong", "half", "single",
+    "double", "csingle", "cdouble", "dtype", "generic", "number", "integer", "signedinteger",
+    "unsignedinteger", "floating", "complexfloating", "inexact", "newaxis", "pi", "e", "inf",
+    "nan", "euler_gamma", "promote_types", "issubdtype", "ndim", "shape", "size",
 ]
 
 _instrument_from_env()

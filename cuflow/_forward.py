@@ -14,6 +14,7 @@ import sys
 import types
 from typing import Any
 
+from .core._dispatch import wrap_view
 from .core._runtime import get_backend
 
 __all__ = ["forward", "ForwardModule", "install_submodules"]
@@ -22,11 +23,9 @@ _cache: dict[tuple[str, str, str], Any] = {}
 
 
 def _wrap_function(fn):
-    from .core._ops import _wrap_view  # noqa: PLC0415
-
     @functools.wraps(fn)
     def w(*args, **kwargs):
-        return _wrap_view(fn(*args, **kwargs), *args)
+        return wrap_view(fn(*args, **kwargs), *args)
 
     return w
 

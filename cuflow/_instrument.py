@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -181,7 +182,7 @@ _BUFFERIZER_METHODS = ("allocate", "append", "append_one", "append_multiple", "n
 
 def _targets() -> list[tuple[Any, str, str, int, Callable[..., Any]]]:
     """(owner, attribute, label, colour, wrapper maker) of everything instrumented."""
-    import cuflow  # noqa: PLC0415
+    cuflow = sys.modules["cuflow"]  # the namespace above, whose public functions it wraps
 
 
     out = []

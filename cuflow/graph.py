@@ -245,13 +245,13 @@ class CapturedFunction:
         self._captured = True
         if not b.is_gpu:
             return
-        from .core import _ops  # noqa: PLC0415
+        from .core import runtime  # noqa: PLC0415
 
         s = b.xp.cuda.Stream(non_blocking=True)
         s.wait_event(b.xp.cuda.get_current_stream().record())  # the examples are ready
         with s:
             # Held for the graph's life, so an ordinary allocation is safe.
-            statics = tuple(_ops.wrap(x.copy()) if isinstance(x, b.ndarray) else x
+            statics = tuple(runtime().wrap(x.copy()) if isinstance(x, b.ndarray) else x
                             for x in examples)
             for _ in range(self._warmup):
                 _check_outputs(self.fn(*statics), b.ndarray, self._name)

@@ -169,11 +169,22 @@ def _stream_ptr_fn() -> Any:
     return cap if cap is not None and '"intptr_t (void)"' in repr(cap) else None
 
 
+def _ufuncs(xp: ModuleType) -> dict[str, Any]:
+    """Every name of :data:`UFUNC_NAMES` to the backend's ufunc (NumPy's aliases included)."""
+    table = {}
+    for u in UFUNC_NAMES:
+        canonical = getattr(numpy, u).__name__  # acos -> arccos, pow -> power, ...
+        f = getattr(xp, canonical, None)
+        if f is not None:
+            table[u] = f
+    return table
+
+
 def _make(name: str, cupy: ModuleType | None, n: int, reason: str) -> Runtime:
     if name == "numpy":
         darray = make_darray_class(numpy.ndarray, "numpy", None)
         return Runtime("numpy", numpy, numpy.ndarray, darray, 0, reason,
-                       ufuncs={u: getattr(numpy, u) for u in UFUNC_NAMES})
+                       ufuncs=_ufuncs(numpy))
     assert cupy is not None
     from cupy_backends.cuda.api import driver, runtime as cuda_rt  # noqa: PLC0415
 
@@ -189,7 +200,7 @@ def _make(name: str, cupy: ModuleType | None, n: int, reason: str) -> Runtime:
         cuda_errors=(cuda_rt.CUDARuntimeError, driver.CUDADriverError),
         oom_errors=(cupy.cuda.memory.OutOfMemoryError,),
         unowned=cupy.cuda.memory.UnownedMemory, fast=fast,
-        ufuncs={u: getattr(cupy, u) for u in UFUNC_NAMES if hasattr(cupy, u)},
+        ufuncs=_ufuncs(cupy),
         stream_ptr_fn=stream_fn, current_device=cuda_rt.getDevice)
 
 

@@ -48,7 +48,7 @@ from typing import Any
 import numpy
 
 from . import _reference as _image_ref
-from ..core import _ops
+from ..core import runtime, use_stream
 from ..core._runtime import get_backend
 from ..core._contract import prepare_out
 from .._errors import CuflowError, DstDtypeError, DstError, DstTypeError
@@ -614,14 +614,14 @@ class Letterbox:
         Returns a new array of the same backend (a few small elementwise kernels on the GPU).
         """
         xp = get_backend().xp
-        with _ops._use(stream):
+        with use_stream(stream):
             h, w = self.src_size
             rh, rw = self.resized
             off = xp.asarray([self.pad_x, self.pad_y, self.pad_x, self.pad_y], numpy.float32)
             gain = xp.asarray([w / rw, h / rh, w / rw, h / rh], numpy.float32)
             hi = xp.asarray([w, h, w, h], numpy.float32)
             r = xp.clip((boxes - off) * gain, 0, hi)
-        return _ops.wrap(r)
+        return runtime().wrap(r)
 
 
 @_doc

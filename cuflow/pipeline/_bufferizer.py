@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy
 
-from ..core import _ops
+from ..core import as_darray, copy, empty
 from ..core._runtime import get_backend
 from .._errors import CuflowError
 from ..core._streams import Event, Stream, as_cupy_stream, as_stream
@@ -126,7 +126,7 @@ class Bufferizer:
         full = (self._len, *self._shape)
         bufs = []
         for _ in range(self._n_buffers):
-            a = _ops.CREATION["empty"](full, dtype=self._dtype)
+            a = empty(full, dtype=self._dtype)
             self._fill(a, 0)
             bufs.append(a)
         self._buffers = bufs
@@ -249,7 +249,7 @@ class Bufferizer:
         i, n = self._active, self._n
         as_stream(stream).wait(self._stream.record())
         self._taken[i] = True
-        view = _ops._tag(_ops.as_darray(self._buffers[i][:n]), self._stream)
+        view = as_darray(self._buffers[i][:n])
         self._active = (i + 1) % self._n_buffers
         self._n = 0
         return view
@@ -323,7 +323,7 @@ class Bufferizer:
     @property
     def darray(self) -> Any:
         """The whole active buffer ``(buffer_size, *shape)`` as a darray view (not a copy)."""
-        return _ops.as_darray(self._buffers[self._active])
+        return as_darray(self._buffers[self._active])
 
     @property
     def stream(self) -> Stream:
@@ -412,7 +412,7 @@ class Bufferizer:
         if s is not None and src.flags.c_contiguous:
             dst.data.copy_from_device_async(src.data, src.nbytes, s)  # one cudaMemcpyAsync
         else:
-            _ops.copy(src, dst=dst, stream=self._stream)
+            copy(src, dst=dst, stream=self._stream)
 
     def _prepare_write(self, stream: Any) -> None:
         """Order the buffer's stream after the producer and after the buffer's last consumer."""

@@ -24,7 +24,7 @@ from typing import Any
 import numpy
 
 from .. import image
-from ..core import _ops
+from ..core import copy, empty, zeros
 from ._bufferizer import Bufferizer
 from ..core._streams import Event, Stream, as_stream
 
@@ -192,7 +192,7 @@ class Pipeline:
         if s.dev is None or s.dev.shape != frame.shape:
             s.host = None
             with self.copy_stream:
-                s.dev = _ops.CREATION["empty"](frame.shape, dtype=frame.dtype)
+                s.dev = empty(frame.shape, dtype=frame.dtype)
         pinned = _is_pinned(frame)
         if pinned or self.options.copy_threads == 0:  # 0: the driver stages pageable frames
             self._send(s, frame)
@@ -216,7 +216,7 @@ class Pipeline:
     def _send(self, s: _Slot, host: numpy.ndarray) -> None:
         if s.used is not None:
             self.copy_stream.wait(s.used)  # the kernel still reading dev k goes first
-        _ops.copy(host, dst=s.dev, stream=self.copy_stream)
+        copy(host, dst=s.dev, stream=self.copy_stream)
         s.uploaded = self.copy_stream.record(s.uploaded or Event(timing=False))
 
     def _host_copy(self, dst: numpy.ndarray, src: numpy.ndarray) -> list[Any]:
@@ -252,7 +252,7 @@ class Pipeline:
             # The element shape and dtype are the kernel's: ask it, on a tiny frame.
             o = self.options
             tiny = (8, 8, frame_shape[-1]) if len(frame_shape) == 3 else (12, 8)
-            probe = self._preprocess(_ops.CREATION["zeros"](tiny, dtype=numpy.uint8), None)
+            probe = self._preprocess(zeros(tiny, dtype=numpy.uint8), None)
             self._buffer = Bufferizer(probe.shape, o.batch_size, probe.dtype,
                                       stream=self.compute_stream, n_buffers=2)
         return self._buffer

@@ -1,0 +1,622 @@
+"""Elementwise arithmetic.
+
+Every function here is NumPy's ufunc of the same name (array API names are
+aliases), with cuflow's output contract:
+
+* ``dst`` (or its NumPy spelling ``out``): the result is written there and
+  ``dst`` is returned; its shape must be the broadcast shape and the result
+  dtype must cast to ``dst.dtype`` under ``casting``
+  (:func:`cuflow.core._contract.prepare_out`);
+* ``stream``: the stream to queue the work on (default: the current stream);
+* ``casting`` and ``dtype``: NumPy's.
+
+Inputs are darrays (or arrays of the active backend) and Python or NumPy scalars.
+
+Stream semantics: every function is asynchronous; the work is queued on
+``stream`` or the current stream, and nothing synchronizes the host.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _runtime
+from ._dispatch import ufunc1, ufunc2, ufunc_methods, ufunc_multi
+from ._fastpath import KERNELS
+
+__all__ = ["add", "subtract", "multiply", "divide", "true_divide", "floor_divide", "remainder",
+           "mod", "fmod", "divmod", "power", "pow", "float_power", "negative", "positive",
+           "absolute", "abs", "fabs", "sign", "reciprocal", "square", "sqrt", "cbrt",
+           "maximum", "minimum", "fmax", "fmin", "heaviside", "gcd", "lcm", "copysign",
+           "nextafter", "spacing", "ldexp", "frexp", "modf", "hypot", "rint", "floor",
+           "ceil", "trunc", "conjugate", "conj"]
+
+_K_ADD = KERNELS["add"]
+_K_SUBTRACT = KERNELS["subtract"]
+_K_MULTIPLY = KERNELS["multiply"]
+_K_DIVIDE = KERNELS["divide"]
+_K_NEGATIVE = KERNELS["negative"]
+_K_ABSOLUTE = KERNELS["absolute"]
+_K_MAXIMUM = KERNELS["maximum"]
+_K_MINIMUM = KERNELS["minimum"]
+
+
+def add(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+        casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Sum, ``src + other``, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    rt = _runtime._current
+    if rt is not None and rt.fast is not None and out is stream is dtype is None:
+        r = rt.fast.binary(_K_ADD, src, other, dst)
+        if r is not None:
+            return r
+    return ufunc2("add", src, other, dst, out, stream, casting, dtype)
+
+
+def subtract(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+             casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Difference, ``src - other``, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    rt = _runtime._current
+    if rt is not None and rt.fast is not None and out is stream is dtype is None:
+        r = rt.fast.binary(_K_SUBTRACT, src, other, dst)
+        if r is not None:
+            return r
+    return ufunc2("subtract", src, other, dst, out, stream, casting, dtype)
+
+
+def multiply(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+             casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Product, ``src * other``, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    rt = _runtime._current
+    if rt is not None and rt.fast is not None and out is stream is dtype is None:
+        r = rt.fast.binary(_K_MULTIPLY, src, other, dst)
+        if r is not None:
+            return r
+    return ufunc2("multiply", src, other, dst, out, stream, casting, dtype)
+
+
+def divide(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+           casting: str = "same_kind", dtype: Any = None) -> Any:
+    """True quotient, ``src / other``, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    rt = _runtime._current
+    if rt is not None and rt.fast is not None and out is stream is dtype is None:
+        r = rt.fast.binary(_K_DIVIDE, src, other, dst)
+        if r is not None:
+            return r
+    return ufunc2("divide", src, other, dst, out, stream, casting, dtype)
+
+
+def floor_divide(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+                 casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Floor quotient, ``src // other``, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc2("floor_divide", src, other, dst, out, stream, casting, dtype)
+
+
+def remainder(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+              casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Remainder of floor division, ``src % other`` (Python's sign rule), elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc2("remainder", src, other, dst, out, stream, casting, dtype)
+
+
+def fmod(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+         casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Remainder of truncated division (C's ``fmod``), elementwise.
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc2("fmod", src, other, dst, out, stream, casting, dtype)
+
+
+def divmod(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+           casting: str = "same_kind", dtype: Any = None) -> Any:
+    """``(src // other, src % other)``, elementwise; ``dst`` is a pair.
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc_multi("divmod", (src, other), dst, out, stream, casting, dtype)
+
+
+def power(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+          casting: str = "same_kind", dtype: Any = None) -> Any:
+    """``src ** other``, elementwise (array API ``pow``).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc2("power", src, other, dst, out, stream, casting, dtype)
+
+
+def float_power(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+                casting: str = "same_kind", dtype: Any = None) -> Any:
+    """``src ** other`` computed in at least float64, elementwise.
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc2("float_power", src, other, dst, out, stream, casting, dtype)
+
+
+def negative(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+             casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Negation, ``-src``, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    rt = _runtime._current
+    if rt is not None and rt.fast is not None and out is stream is dtype is None:
+        r = rt.fast.unary(_K_NEGATIVE, src, dst)
+        if r is not None:
+            return r
+    return ufunc1("negative", src, dst, out, stream, casting, dtype)
+
+
+def positive(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+             casting: str = "same_kind", dtype: Any = None) -> Any:
+    """``+src``, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("positive", src, dst, out, stream, casting, dtype)
+
+
+def absolute(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+             casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Absolute value, ``abs(src)``, elementwise (array API ``abs``).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    rt = _runtime._current
+    if rt is not None and rt.fast is not None and out is stream is dtype is None:
+        r = rt.fast.unary(_K_ABSOLUTE, src, dst)
+        if r is not None:
+            return r
+    return ufunc1("absolute", src, dst, out, stream, casting, dtype)
+
+
+def fabs(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+         casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Absolute value of a real input, elementwise.
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("fabs", src, dst, out, stream, casting, dtype)
+
+
+def sign(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+         casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Sign (-1, 0, 1; NaN for NaN), elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("sign", src, dst, out, stream, casting, dtype)
+
+
+def reciprocal(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+               casting: str = "same_kind", dtype: Any = None) -> Any:
+    """``1 / src``, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("reciprocal", src, dst, out, stream, casting, dtype)
+
+
+def square(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+           casting: str = "same_kind", dtype: Any = None) -> Any:
+    """``src * src``, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("square", src, dst, out, stream, casting, dtype)
+
+
+def sqrt(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+         casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Square root, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("sqrt", src, dst, out, stream, casting, dtype)
+
+
+def cbrt(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+         casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Cube root, elementwise.
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("cbrt", src, dst, out, stream, casting, dtype)
+
+
+def maximum(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+            casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Larger of two values (NaN propagates), elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    rt = _runtime._current
+    if rt is not None and rt.fast is not None and out is stream is dtype is None:
+        r = rt.fast.binary(_K_MAXIMUM, src, other, dst)
+        if r is not None:
+            return r
+    return ufunc2("maximum", src, other, dst, out, stream, casting, dtype)
+
+
+def minimum(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+            casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Smaller of two values (NaN propagates), elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    rt = _runtime._current
+    if rt is not None and rt.fast is not None and out is stream is dtype is None:
+        r = rt.fast.binary(_K_MINIMUM, src, other, dst)
+        if r is not None:
+            return r
+    return ufunc2("minimum", src, other, dst, out, stream, casting, dtype)
+
+
+def fmax(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+         casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Larger of two values (NaN ignored), elementwise.
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc2("fmax", src, other, dst, out, stream, casting, dtype)
+
+
+def fmin(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+         casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Smaller of two values (NaN ignored), elementwise.
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc2("fmin", src, other, dst, out, stream, casting, dtype)
+
+
+def heaviside(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+              casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Heaviside step function, elementwise.
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc2("heaviside", src, other, dst, out, stream, casting, dtype)
+
+
+def gcd(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+        casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Greatest common divisor, elementwise.
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc2("gcd", src, other, dst, out, stream, casting, dtype)
+
+
+def lcm(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+        casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Least common multiple, elementwise.
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc2("lcm", src, other, dst, out, stream, casting, dtype)
+
+
+def copysign(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+             casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Magnitude of ``src`` with the sign of ``other``, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc2("copysign", src, other, dst, out, stream, casting, dtype)
+
+
+def nextafter(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+              casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Next float after ``src`` towards ``other``, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc2("nextafter", src, other, dst, out, stream, casting, dtype)
+
+
+def spacing(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+            casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Distance to the next larger float, elementwise.
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("spacing", src, dst, out, stream, casting, dtype)
+
+
+def ldexp(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+          casting: str = "same_kind", dtype: Any = None) -> Any:
+    """``src * 2**other``, elementwise.
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc2("ldexp", src, other, dst, out, stream, casting, dtype)
+
+
+def frexp(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+          casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Mantissa and exponent, elementwise; ``dst`` is a pair.
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc_multi("frexp", (src,), dst, out, stream, casting, dtype)
+
+
+def modf(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+         casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Fractional and integral parts, elementwise; ``dst`` is a pair.
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc_multi("modf", (src,), dst, out, stream, casting, dtype)
+
+
+def hypot(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+          casting: str = "same_kind", dtype: Any = None) -> Any:
+    """``sqrt(src**2 + other**2)`` without overflow, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc2("hypot", src, other, dst, out, stream, casting, dtype)
+
+
+def rint(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+         casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Round to the nearest integer (ties to even), elementwise.
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("rint", src, dst, out, stream, casting, dtype)
+
+
+def floor(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+          casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Round down, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("floor", src, dst, out, stream, casting, dtype)
+
+
+def ceil(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+         casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Round up, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("ceil", src, dst, out, stream, casting, dtype)
+
+
+def trunc(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+          casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Round towards zero, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("trunc", src, dst, out, stream, casting, dtype)
+
+
+def conjugate(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+              casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Complex conjugate, elementwise (array API ``conj``).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._arithmetic`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("conjugate", src, dst, out, stream, casting, dtype)
+
+
+true_divide = divide
+mod = remainder
+pow = power
+abs = absolute
+conj = conjugate
+
+ufunc_methods(globals())

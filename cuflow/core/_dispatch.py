@@ -1,0 +1,205 @@
+"""How an op runs: on which stream, which backend function, and which errors come out.
+
+The written-out functions of the namespace (``add``, ``sum``, ``reshape`` ...)
+call these helpers; the helpers ask the runtime for the backend at call time.
+
+Stream semantics (all ops): the work is queued on ``stream=`` when given,
+otherwise on the current stream.  Nothing here synchronizes the host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy
+
+from .._errors import CudaError, DstDtypeError, DstError, DstTypeError, OutOfMemoryError
+from ._contract import broadcast_shape, prepare_out, resolve_out
+from ._runtime import runtime
+from ._streams import use_stream
+
+__all__ = ["run_on", "reraise", "bad_input", "ufunc1", "ufunc2", "ufunc_multi", "call",
+           "wrap_view", "ufunc_methods"]
+
+
+def run_on(stream: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` with ``stream`` current for its launches."""
+    with use_stream(stream):
+        return fn(*args, **kwargs)
+
+
+def reraise(name: str, e: BaseException, dst: Any = None):
+    """Re-raise a backend exception as the matching cuflow error (original as __cause__)."""
+    rt = runtime()
+    if isinstance(e, rt.oom_errors):
+        raise OutOfMemoryError(f"cuflow.{name}: out of device memory: {e}") from e
+    if isinstance(e, rt.cuda_errors):
+        raise CudaError(f"cuflow.{name}: CUDA call failed: {e}") from e
+    msg = str(e)
+    if isinstance(e, TypeError) and not isinstance(e, DstDtypeError | DstTypeError):
+        if dst is not None and "cast" in msg.lower():
+            raise DstDtypeError(
+                f"cuflow.{name}: the result cannot be written into dst of dtype {dst.dtype}: "
+                f"{msg}; use a dst of the result dtype or casting='unsafe'") from e
+        if "Unsupported type" in msg or "Argument" in msg and "ndarray" in msg:
+            raise DstTypeError(
+                f"cuflow.{name}: inputs must be arrays of the active {rt.name} backend or "
+                f"scalars (convert host data with cuflow.asarray first): {msg}") from e
+    raise e
+
+
+def bad_input(name: str, x: Any):
+    raise DstTypeError(
+        f"cuflow.{name}: inputs must be arrays of the active {runtime().name} backend or "
+        f"scalars, got {type(x).__module__}.{type(x).__name__} (convert with cuflow.asarray "
+        "first)")
+
+
+def _ufunc(rt: Any, name: str) -> Any:
+    uf = rt.ufuncs.get(name)
+    if uf is None:
+        raise AttributeError(f"cuflow.{name} is not available on the {rt.name} backend")
+    return uf
+
+
+def _shape(nd: type, x: Any) -> tuple:
+    return x.shape if isinstance(x, nd) else ()
+
+
+def ufunc2(name: str, src: Any, other: Any, dst: Any, out: Any, stream: Any, casting: str,
+           dtype: Any) -> Any:
+    """The backend's ufunc ``name`` on two inputs, under the output contract."""
+    if out is not None:
+        dst = resolve_out(dst, out, name)
+    if stream is not None:
+        return run_on(stream, ufunc2, name, src, other, dst, None, None, casting, dtype)
+    rt = runtime()
+    uf = _ufunc(rt, name)
+    try:
+        if dst is None:
+            if dtype is None and casting == "same_kind":
+                return rt.wrap(uf(src, other))
+            return rt.wrap(uf(src, other, casting=casting, dtype=dtype))
+        nd = rt.ndarray
+        shape = dst.shape if isinstance(dst, nd) else ()
+        if (isinstance(src, nd) and src.shape != shape) or (
+                isinstance(other, nd) and other.shape != shape) or (
+                shape and not isinstance(src, nd) and not isinstance(other, nd)):
+            shape = broadcast_shape(name, _shape(nd, src), _shape(nd, other))
+        src, other = prepare_out(name, dst, shape, dtype, inputs=(src, other), casting=casting,
+                                 overlap="elementwise", ufunc=True)
+        if dtype is None and casting == "same_kind":
+            if rt.is_gpu:
+                uf(src, other, dst)  # positional out: CuPy parses no kwargs dict
+            else:
+                uf(src, other, out=dst)
+        else:
+            uf(src, other, out=dst, casting=casting, dtype=dtype)
+        return dst
+    except Exception as e:
+        reraise(name, e, dst)
+
+
+def ufunc1(name: str, src: Any, dst: Any, out: Any, stream: Any, casting: str,
+           dtype: Any) -> Any:
+    """The backend's ufunc ``name`` on one input, under the output contract."""
+    if out is not None:
+        dst = resolve_out(dst, out, name)
+    if stream is not None:
+        return run_on(stream, ufunc1, name, src, dst, None, None, casting, dtype)
+    rt = runtime()
+    uf = _ufunc(rt, name)
+    try:
+        if dst is None:
+            if dtype is None and casting == "same_kind":
+                return rt.wrap(uf(src))
+            return rt.wrap(uf(src, casting=casting, dtype=dtype))
+        nd = rt.ndarray
+        shape = dst.shape if isinstance(dst, nd) else ()
+        if _shape(nd, src) != shape:
+            shape = broadcast_shape(name, _shape(nd, src))
+        src, = prepare_out(name, dst, shape, dtype, inputs=(src,), casting=casting,
+                           overlap="elementwise", ufunc=True)
+        if dtype is None and casting == "same_kind":
+            uf(src, out=dst)
+        else:
+            uf(src, out=dst, casting=casting, dtype=dtype)
+        return dst
+    except Exception as e:
+        reraise(name, e, dst)
+
+
+def ufunc_multi(name: str, args: tuple, dst: Any, out: Any, stream: Any, casting: str,
+                dtype: Any) -> Any:
+    """Ufuncs with two outputs (``modf``, ``frexp``, ``divmod``): ``dst`` is a pair."""
+    dst = resolve_out(dst, out, name)
+    if stream is not None:
+        return run_on(stream, ufunc_multi, name, args, dst, None, None, casting, dtype)
+    rt = runtime()
+    uf = _ufunc(rt, name)
+    try:
+        if dst is None:
+            return rt.wrap(uf(*args, casting=casting, dtype=dtype))
+        if not (isinstance(dst, tuple | list) and len(dst) == 2):
+            raise DstError(f"cuflow.{name}: dst must be a pair of arrays, got {dst!r}")
+        shape = broadcast_shape(name, *(_shape(rt.ndarray, a) for a in args))
+        ins = tuple(args)
+        for d in dst:
+            ins = prepare_out(name, d, shape, None, inputs=ins, casting=casting,
+                              overlap="elementwise")
+        uf(*ins, out=tuple(dst), casting=casting, dtype=dtype)
+        return tuple(dst)
+    except Exception as e:
+        reraise(name, e)
+
+
+def call(name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` of the backend, its errors as cuflow's, its result a darray."""
+    try:
+        return runtime().wrap(fn(*args, **kwargs))
+    except Exception as e:
+        reraise(name, e)
+
+
+def wrap_view(r: Any, *inputs: Any) -> Any:
+    """Wrap a result that may be one of the inputs (never re-class a caller's object)."""
+    rt = runtime()
+    for x in inputs:
+        if r is x:
+            return rt.as_darray(r) if isinstance(r, rt.ndarray) else r
+    return rt.wrap(r)
+
+
+_UFUNC_METHODS = ("reduce", "accumulate", "outer", "reduceat", "at")
+
+
+class _Method:
+    """``cuflow.add.reduce`` & co.: the backend ufunc's method, results as darrays."""
+
+    __slots__ = ("name", "method")
+
+    def __init__(self, name: str, method: str) -> None:
+        self.name, self.method = name, method
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        rt = runtime()
+        return rt.wrap(getattr(_ufunc(rt, self.name), self.method)(*args, **kwargs))
+
+
+def ufunc_methods(fns: dict[str, Callable[..., Any]]) -> None:
+    """Give each elementwise function of a module NumPy's ufunc attributes.
+
+    ``nin``, ``nout`` and ``nargs`` come from NumPy; ``reduce``, ``accumulate``,
+    ``outer``, ``reduceat`` and ``at`` call the backend ufunc's method.
+    """
+    for f in fns.values():
+        if not callable(f) or not hasattr(numpy, f.__name__):
+            continue
+        ref = getattr(numpy, f.__name__)
+        if not isinstance(ref, numpy.ufunc):
+            continue
+        f.nin, f.nout, f.nargs = ref.nin, ref.nout, ref.nargs
+        for m in _UFUNC_METHODS:
+            if ref.nin == 2 and ref.nout == 1:
+                setattr(f, m, _Method(f.__name__, m))

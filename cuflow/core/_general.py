@@ -1,0 +1,146 @@
+"""Ops whose backend function takes ``out=``: ``matmul``, ``dot``, ``clip``, ``around``,
+``cumsum``, ``cumprod``.
+
+Their result shape and dtype come from a host-side oracle on one-element
+stand-ins, so ``dst`` is checked before any device work.
+
+Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+"""
+
+from __future__ import annotations
+
+import numpy
+
+from ._contract import prepare_out, resolve_out
+from ._dispatch import bad_input, reraise, run_on
+from ._runtime import runtime
+
+__all__ = ["matmul", "dot", "clip", "around", "round", "cumsum", "cumprod"]
+
+
+def _shape_oracle(name, fn, *arrays, **kw):
+    """Result (shape, dtype) of ``fn`` without computing it on full-size data.
+
+    The dtype (and NumPy's own argument checks) come from running ``fn`` on
+    one-element-per-axis host stand-ins; the shape from the op's rule.  (Running
+    ``fn`` on full-size stand-ins would compute, e.g., a whole matmul on the host.)
+    """
+    rt = runtime()
+    shapes = [a.shape for a in arrays if isinstance(a, rt.ndarray)]
+    probe = [numpy.ones(tuple(min(d, 1) for d in a.shape), a.dtype) if isinstance(a, rt.ndarray)
+             else a for a in arrays]
+    with numpy.errstate(all="ignore"):
+        dt = numpy.asarray(fn(*probe, **kw)).dtype
+    if name in ("matmul", "dot"):
+        return _contract_shape(name, arrays[0], arrays[1]), dt
+    if name in ("cumsum", "cumprod"):
+        a = arrays[0]
+        return (a.size,) if kw.get("axis") is None else a.shape, dt
+    return numpy.broadcast_shapes(*shapes), dt  # elementwise (clip, around)
+
+
+def _contract_shape(name, a, b):
+    """NumPy's result shape of ``matmul(a, b)`` / ``dot(a, b)``, inner sizes checked."""
+    sa, sb = tuple(getattr(a, "shape", ())), tuple(getattr(b, "shape", ()))
+    if name == "dot" and (not sa or not sb):
+        return numpy.broadcast_shapes(sa, sb)
+    if not sa or not sb:
+        raise ValueError(f"cuflow.{name}: operands must be at least 1-D, got {sa} and {sb}")
+    k_a = sa[-1]
+    k_b = sb[-2] if len(sb) > 1 else sb[0]
+    if k_a != k_b:
+        raise ValueError(f"cuflow.{name}: the contracted sizes differ: {sa} and {sb} "
+                         f"({k_a} != {k_b})")
+    if name == "dot":
+        return sa[:-1] + sb[:-2] + sb[-1:] if len(sb) > 1 else sa[:-1]
+    batch = numpy.broadcast_shapes(sa[:-2], sb[:-2])
+    return batch + (sa[-2:-1] if len(sa) > 1 else ()) + (sb[-1:] if len(sb) > 1 else ())
+
+
+def _general(name, np_fn, xp_name, arrays, dst, stream, elementwise=False, **kw):
+    """dst= for ops whose backend function takes ``out=`` (matmul, dot, clip, cumsum, round)."""
+    rt = runtime()
+    if stream is not None:
+        return run_on(stream, _general, name, np_fn, xp_name, arrays, dst, None, elementwise, **kw)
+    fn = getattr(rt.xp, xp_name)
+    try:
+        if dst is None:
+            return rt.wrap(fn(*arrays, **kw))
+        for a in arrays:
+            if not (isinstance(a, rt.ndarray) or numpy.isscalar(a) or a is None):
+                bad_input(name, a)
+        shape, dt = _shape_oracle(name, np_fn, *arrays, **kw)
+        arrays = prepare_out(name, dst, shape, dt, inputs=arrays,
+                             overlap="elementwise" if elementwise else "copy")
+        fn(*arrays, out=dst, **kw)
+        return dst
+    except Exception as e:
+        reraise(name, e, dst)
+
+
+def matmul(a, b, dst=None, *, out=None, stream=None):
+    """Matrix product (NumPy ``matmul`` semantics); with ``dst`` written there.
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return _general("matmul", numpy.matmul, "matmul", (a, b), resolve_out(dst, out, "matmul"),
+                    stream)
+
+
+def dot(a, b, dst=None, *, out=None, stream=None):
+    """Dot product (NumPy ``dot`` semantics); with ``dst`` written there.
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return _general("dot", numpy.dot, "dot", (a, b), resolve_out(dst, out, "dot"), stream)
+
+
+def clip(a, a_min=None, a_max=None, dst=None, *, out=None, stream=None):
+    """Clamp to ``[a_min, a_max]``; with ``dst`` written there.
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return _general("clip", numpy.clip, "clip", (a, a_min, a_max), resolve_out(dst, out, "clip"),
+                    stream, elementwise=True)
+
+
+def cumsum(a, axis=None, dtype=None, dst=None, *, out=None, stream=None):
+    """Cumulative sum; with ``dst`` written there.
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return _general("cumsum", numpy.cumsum, "cumsum", (a,), resolve_out(dst, out, "cumsum"),
+                    stream, axis=axis, dtype=dtype)
+
+
+def cumprod(a, axis=None, dtype=None, dst=None, *, out=None, stream=None):
+    """Cumulative product; with ``dst`` written there.
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return _general("cumprod", numpy.cumprod, "cumprod", (a,), resolve_out(dst, out, "cumprod"),
+                    stream, axis=axis, dtype=dtype)
+
+
+def around(a, decimals=0, dst=None, *, out=None, stream=None):
+    """Round to ``decimals``; with ``dst`` written there.
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return _general("around", numpy.around, "around", (a,), resolve_out(dst, out, "around"),
+                    stream, elementwise=True, decimals=decimals)
+
+
+round = around  # noqa: A001  (NumPy's name)

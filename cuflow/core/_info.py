@@ -1,0 +1,114 @@
+"""The array API inspection namespace: ``cuflow.__array_namespace_info__()``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy
+
+from .._errors import CuflowError
+from ._runtime import runtime
+
+__all__ = ["Info", "__array_namespace_info__", "isdtype", "finfo", "iinfo", "result_type", "can_cast"]
+
+_KINDS = {
+    "bool": ("bool",),
+    "signed integer": ("int8", "int16", "int32", "int64"),
+    "unsigned integer": ("uint8", "uint16", "uint32", "uint64"),
+    "integral": ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"),
+    "real floating": ("float32", "float64"),
+    "complex floating": ("complex64", "complex128"),
+    "numeric": ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                "float32", "float64", "complex64", "complex128"),
+}
+_ALL = ("bool", *_KINDS["numeric"])
+
+
+class Info:
+    """What cuflow supports on the active backend (array API inspection functions)."""
+
+    __module__ = "cuflow"
+
+    def capabilities(self) -> dict[str, Any]:
+        """``boolean indexing`` and ``data-dependent shapes`` are supported; ``max dimensions`` is
+        CuPy's and NumPy's limit, 64."""
+        return {"boolean indexing": True, "data-dependent shapes": True, "max dimensions": 64}
+
+    def default_device(self) -> Any:
+        """The current device (``cupy.cuda.Device``), or ``"cpu"`` on the NumPy backend."""
+        rt = runtime()
+        return rt.xp.cuda.Device() if rt.is_gpu else "cpu"
+
+    def devices(self) -> list[Any]:
+        """Every device arrays can be made on."""
+        rt = runtime()
+        if rt.is_gpu:
+            return [rt.xp.cuda.Device(i) for i in range(rt.device_count)]
+        return ["cpu"]
+
+    def default_dtypes(self, *, device: Any = None) -> dict[str, numpy.dtype]:
+        """float64, complex128, int64 (the index dtype too), as NumPy and CuPy."""
+        self._check(device)
+        return {"real floating": numpy.dtype(numpy.float64),
+                "complex floating": numpy.dtype(numpy.complex128),
+                "integral": numpy.dtype(numpy.int64), "indexing": numpy.dtype(numpy.int64)}
+
+    def dtypes(self, *, device: Any = None, kind: Any = None) -> dict[str, numpy.dtype]:
+        """The array API dtypes of ``kind`` (a kind name, or a tuple of them; None: all)."""
+        self._check(device)
+        if kind is None:
+            names: tuple[str, ...] = _ALL
+        else:
+            names = ()
+            for k in kind if isinstance(kind, tuple) else (kind,):
+                if k not in _KINDS:
+                    raise CuflowError(f"dtypes(kind=): kind must be one of {sorted(_KINDS)} "
+                                      f"or a tuple of them, got {k!r}")
+                names += tuple(n for n in _KINDS[k] if n not in names)
+        return {n: numpy.dtype(n) for n in names}
+
+    def _check(self, device: Any) -> None:
+        if device is not None and device not in self.devices():
+            raise CuflowError(f"device must be one of {self.devices()}, got {device!r}")
+
+
+def __array_namespace_info__() -> Info:  # noqa: N807
+    """The array API inspection namespace."""
+    return Info()
+
+
+def isdtype(dtype: Any, kind: Any) -> bool:
+    """True when ``dtype`` is of ``kind``: a dtype, a kind name, or a tuple of them (array API)."""
+    if isinstance(kind, tuple):
+        return any(isdtype(dtype, k) for k in kind)
+    dtype = numpy.dtype(dtype)
+    if isinstance(kind, str):
+        if kind not in _KINDS:
+            raise CuflowError(f"isdtype: kind must be a dtype or one of {sorted(_KINDS)}, "
+                              f"got {kind!r}")
+        return dtype.name in _KINDS[kind]
+    return dtype == numpy.dtype(kind)
+
+
+def _dt(x: Any) -> Any:
+    return x.dtype if hasattr(x, "dtype") and not isinstance(x, numpy.dtype | type) else x
+
+
+def finfo(type: Any, /) -> numpy.finfo:  # noqa: A002
+    """Machine limits of a floating dtype, or of an array's dtype (array API ``finfo``)."""
+    return numpy.finfo(_dt(type))
+
+
+def iinfo(type: Any, /) -> numpy.iinfo:  # noqa: A002
+    """Machine limits of an integer dtype, or of an array's dtype (array API ``iinfo``)."""
+    return numpy.iinfo(_dt(type))
+
+
+def result_type(*arrays_and_dtypes: Any) -> numpy.dtype:
+    """NumPy's type promotion of arrays (of any backend), dtypes and scalars."""
+    return numpy.result_type(*(_dt(x) for x in arrays_and_dtypes))
+
+
+def can_cast(from_: Any, to: Any, /, casting: str = "safe") -> bool:
+    """Whether ``from_`` (a dtype or array) casts to ``to`` under ``casting``."""
+    return bool(numpy.can_cast(_dt(from_), to, casting))

@@ -1,0 +1,200 @@
+"""Getting data in and out: ``asarray``, ``array``, ``from_dlpack``, ``asnumpy``, ``copy``, ``astype``.
+
+Device data is shared (zero-copy) where possible; host data is copied to the
+device.  ``copy`` and ``astype`` take ``dst=``.
+
+Stream semantics: copies are queued on ``stream`` or the current stream;
+``asnumpy`` waits for the data unless ``blocking=False`` with a pinned ``out``.
+"""
+
+from __future__ import annotations
+
+import numpy
+
+from .._errors import DstDtypeError, DstError, DstTypeError
+from ._contract import may_share, prepare_out, resolve_out
+from ._dispatch import reraise, run_on
+from ._runtime import runtime
+from ._streams import as_cupy_stream
+
+__all__ = ["asarray", "array", "from_dlpack", "asnumpy", "as_darray", "copy", "astype",
+           "copy_into"]
+
+
+def as_darray(x):
+    """``x`` (an array of the backend) as a darray without copying and without mutating ``x``."""
+    return runtime().as_darray(x)
+
+
+def copy_into(name, dst, src, casting, dtype=None):
+    """Validated ``copyto(dst, src)`` where ``src`` has exactly the result shape."""
+    rt = runtime()
+    prepare_out(name, dst, src.shape, src.dtype if dtype is None else dtype, casting=casting)
+    if src is not dst and may_share(src, dst):
+        if src.shape == dst.shape and src.strides == dst.strides and rt.data_ptr(src) == rt.data_ptr(dst):
+            if dst.dtype == src.dtype:
+                return dst
+        src = src.copy()
+    rt.xp.copyto(dst, src, casting="unsafe" if dtype is not None else casting)
+    return dst
+
+
+
+
+def copy(a, dst=None, *, out=None, order="K", casting="same_kind", stream=None):
+    """Copy ``a``; with ``dst`` the copy is written there (no allocation) and ``dst`` returned.
+
+    ``a`` may be a host ``numpy.ndarray`` when ``dst`` is a device array of the
+    same shape and dtype (a host-to-device upload).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    An upload is asynchronous only from pinned host memory
+    (:func:`cuflow.memory.empty_pinned`); from pageable memory the host waits.
+    """
+    rt = runtime()
+    dst = resolve_out(dst, out, "copy")
+    if rt.is_gpu and type(a) is numpy.ndarray and dst is not None:
+        return _upload(a, dst, stream)
+    if stream is not None:
+        return run_on(stream, copy, a, dst, order=order, casting=casting)
+    try:
+        if dst is None:
+            return rt.wrap(rt.ndarray.copy(a, order=order))
+        return copy_into("copy", dst, a, casting)
+    except Exception as e:
+        reraise("copy", e, dst)
+
+
+def _upload(a, dst, stream):
+    """Host ``a`` -> device ``dst`` (same shape and dtype; ``dst`` C-contiguous)."""
+    prepare_out("copy", dst, a.shape, a.dtype, casting="no")
+    if not dst.flags.c_contiguous:
+        raise DstError("cuflow.copy: a host-to-device copy needs a C-contiguous dst, got "
+                       f"strides {dst.strides} for shape {dst.shape}")
+    try:
+        dst.set(numpy.ascontiguousarray(a), stream=as_cupy_stream(stream))
+    except Exception as e:
+        reraise("copy", e, dst)
+    return dst
+
+
+def astype(a, dtype, dst=None, *, out=None, order="K", casting="unsafe", copy=True,
+           stream=None):
+    """Cast ``a`` to ``dtype``; with ``dst`` (of that dtype) the result is written there.
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    rt = runtime()
+    dst = resolve_out(dst, out, "astype")
+    if stream is not None:
+        return run_on(stream, astype, a, dtype, dst, order=order, casting=casting, copy=copy)
+    dt = numpy.dtype(dtype)
+    try:
+        if not numpy.can_cast(a.dtype, dt, casting):
+            raise DstDtypeError(f"cuflow.astype: cannot cast {a.dtype} to {dt} under "
+                                f"casting={casting!r}")
+        if dst is None:
+            return rt.wrap(rt.ndarray.astype(a, dt, order=order, copy=copy))
+        if isinstance(dst, rt.ndarray) and dst.dtype != dt:
+            raise DstDtypeError(f"cuflow.astype: dst.dtype must be the target dtype {dt}, "
+                                f"got {dst.dtype}")
+        return copy_into("astype", dst, a, casting, dtype=dt)
+    except Exception as e:
+        reraise("astype", e, dst)
+
+
+def asarray(obj, dtype=None, order=None, *, copy=None, stream=None):
+    """Convert to a darray of the active backend, without a copy where possible.
+
+    Accepts darrays, CuPy and NumPy arrays, PyTorch tensors, objects with
+    ``__cuda_array_interface__`` or ``__dlpack__``, scalars and sequences.  Device
+    data is shared (zero-copy); host data is copied to the device.
+
+    Notes
+    -----
+    Stream semantics: a host-to-device copy is queued on ``stream`` or the current
+    stream.  DLPack imports order the current stream after the producer's stream.
+    """
+    rt = runtime()
+    if stream is not None:
+        return run_on(stream, asarray, obj, dtype, order, copy=copy)
+    if isinstance(obj, rt.ndarray):
+        r = obj
+        if dtype is not None and numpy.dtype(dtype) != obj.dtype or copy:
+            r = rt.ndarray.astype(obj, dtype or obj.dtype, order=order or "K", copy=True)
+        return rt.as_darray(r)
+    try:
+        if rt.is_gpu:
+            r = _to_cupy(obj, dtype, order)
+        else:
+            r = _to_numpy(obj, dtype, order)
+        if copy and r is obj:
+            r = r.copy()
+        return rt.as_darray(r) if r is obj else rt.wrap(r)
+    except Exception as e:
+        reraise("asarray", e)
+
+
+def array(obj, dtype=None, copy=True, order="K", ndmin=0, *, stream=None):
+    """Like :func:`asarray` but copies by default (NumPy's ``array``)."""
+    r = asarray(obj, dtype=dtype, copy=copy, stream=stream)
+    if ndmin > r.ndim:
+        r = r.reshape((1,) * (ndmin - r.ndim) + r.shape)
+    return r
+
+
+def _is_torch(obj):
+    return type(obj).__module__.startswith("torch")
+
+
+def _to_cupy(obj, dtype, order):
+    rt = runtime()
+    cp = rt.xp
+    if not isinstance(obj, numpy.ndarray) and hasattr(obj, "__dlpack__"):
+        dev = obj.__dlpack_device__()[0] if hasattr(obj, "__dlpack_device__") else None
+        if dev in (2, 3, 13):  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged: zero-copy
+            r = cp.from_dlpack(obj)
+            return r if dtype is None else r.astype(dtype, copy=False)
+        if _is_torch(obj):
+            obj = obj.numpy(force=True) if hasattr(obj, "numpy") else numpy.asarray(obj)
+    return cp.asarray(obj, dtype=dtype, order=order)
+
+
+def _to_numpy(obj, dtype, order):
+    if _is_torch(obj) and getattr(obj, "is_cuda", False):
+        raise DstTypeError("cuflow.asarray: a CUDA tensor cannot be used on the NumPy backend; "
+                           "call .cpu() first or run with a GPU")
+    if hasattr(obj, "__cuda_array_interface__") and not isinstance(obj, numpy.ndarray):
+        raise DstTypeError("cuflow.asarray: device arrays (__cuda_array_interface__) cannot be "
+                           "used on the NumPy backend; copy them to the host first")
+    return numpy.asarray(obj, dtype=dtype, order=order)
+
+
+def from_dlpack(x, *, stream=None):
+    """Zero-copy import of a DLPack-capable object (``__dlpack__``) as a darray.
+
+    Notes
+    -----
+    Stream semantics: the producer is asked to order its work before ``stream``
+    (default: the current stream), so the data is ready for work queued there.
+    """
+    rt = runtime()
+    if stream is not None:
+        return run_on(stream, from_dlpack, x)
+    return rt.wrap(rt.xp.from_dlpack(x))
+
+
+def asnumpy(a, stream=None, order="C", out=None, blocking=True):
+    """Copy to a ``numpy.ndarray`` (waits for the data unless ``blocking=False`` with pinned ``out``)."""
+    rt = runtime()
+    if isinstance(a, numpy.ndarray) and not isinstance(a, rt.ndarray) or not rt.is_gpu:
+        if out is not None:
+            numpy.copyto(out, a)
+            return out
+        return numpy.array(a, order=order, copy=True, subok=False)
+    return rt.xp.asnumpy(a, stream=as_cupy_stream(stream) if stream is not None else None,
+                       order=order, out=out, blocking=blocking)

@@ -1,0 +1,346 @@
+"""Elementwise comparisons, logical and bitwise functions, and classification.
+
+Every function here is NumPy's ufunc of the same name (array API names are
+aliases), with cuflow's output contract:
+
+* ``dst`` (or its NumPy spelling ``out``): the result is written there and
+  ``dst`` is returned; its shape must be the broadcast shape and the result
+  dtype must cast to ``dst.dtype`` under ``casting``
+  (:func:`cuflow.core._contract.prepare_out`);
+* ``stream``: the stream to queue the work on (default: the current stream);
+* ``casting`` and ``dtype``: NumPy's.
+
+Inputs are darrays (or arrays of the active backend) and Python or NumPy scalars.
+
+Stream semantics: every function is asynchronous; the work is queued on
+``stream`` or the current stream, and nothing synchronizes the host.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _runtime
+from ._dispatch import ufunc1, ufunc2, ufunc_methods, ufunc_multi
+
+__all__ = ["equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and",
+           "logical_or", "logical_xor", "logical_not", "bitwise_and", "bitwise_or",
+           "bitwise_xor", "invert", "bitwise_invert", "bitwise_not", "left_shift",
+           "bitwise_left_shift", "right_shift", "bitwise_right_shift", "bitwise_count",
+           "isfinite", "isinf", "isnan", "isnat", "signbit"]
+
+
+def equal(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+          casting: str = "same_kind", dtype: Any = None) -> Any:
+    """``src == other``, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._logical`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc2("equal", src, other, dst, out, stream, casting, dtype)
+
+
+def not_equal(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+              casting: str = "same_kind", dtype: Any = None) -> Any:
+    """``src != other``, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._logical`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc2("not_equal", src, other, dst, out, stream, casting, dtype)
+
+
+def less(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+         casting: str = "same_kind", dtype: Any = None) -> Any:
+    """``src < other``, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._logical`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc2("less", src, other, dst, out, stream, casting, dtype)
+
+
+def less_equal(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+               casting: str = "same_kind", dtype: Any = None) -> Any:
+    """``src <= other``, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._logical`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc2("less_equal", src, other, dst, out, stream, casting, dtype)
+
+
+def greater(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+            casting: str = "same_kind", dtype: Any = None) -> Any:
+    """``src > other``, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._logical`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc2("greater", src, other, dst, out, stream, casting, dtype)
+
+
+def greater_equal(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+                  casting: str = "same_kind", dtype: Any = None) -> Any:
+    """``src >= other``, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._logical`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc2("greater_equal", src, other, dst, out, stream, casting, dtype)
+
+
+def logical_and(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+                casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Logical and, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._logical`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc2("logical_and", src, other, dst, out, stream, casting, dtype)
+
+
+def logical_or(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+               casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Logical or, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._logical`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc2("logical_or", src, other, dst, out, stream, casting, dtype)
+
+
+def logical_xor(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+                casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Logical exclusive or, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._logical`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc2("logical_xor", src, other, dst, out, stream, casting, dtype)
+
+
+def logical_not(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+                casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Logical not, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._logical`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("logical_not", src, dst, out, stream, casting, dtype)
+
+
+def bitwise_and(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+                casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Bitwise and, ``src & other``, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._logical`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc2("bitwise_and", src, other, dst, out, stream, casting, dtype)
+
+
+def bitwise_or(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+               casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Bitwise or, ``src | other``, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._logical`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc2("bitwise_or", src, other, dst, out, stream, casting, dtype)
+
+
+def bitwise_xor(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+                casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Bitwise exclusive or, ``src ^ other``, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._logical`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc2("bitwise_xor", src, other, dst, out, stream, casting, dtype)
+
+
+def invert(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+           casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Bitwise not, ``~src``, elementwise (array API ``bitwise_invert``).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._logical`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("invert", src, dst, out, stream, casting, dtype)
+
+
+def left_shift(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+               casting: str = "same_kind", dtype: Any = None) -> Any:
+    """``src << other``, elementwise (array API ``bitwise_left_shift``).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._logical`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc2("left_shift", src, other, dst, out, stream, casting, dtype)
+
+
+def right_shift(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+                casting: str = "same_kind", dtype: Any = None) -> Any:
+    """``src >> other``, elementwise (array API ``bitwise_right_shift``).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._logical`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc2("right_shift", src, other, dst, out, stream, casting, dtype)
+
+
+def bitwise_count(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+                  casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Number of set bits, elementwise.
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._logical`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("bitwise_count", src, dst, out, stream, casting, dtype)
+
+
+def isfinite(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+             casting: str = "same_kind", dtype: Any = None) -> Any:
+    """True where finite, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._logical`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("isfinite", src, dst, out, stream, casting, dtype)
+
+
+def isinf(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+          casting: str = "same_kind", dtype: Any = None) -> Any:
+    """True where infinite, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._logical`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("isinf", src, dst, out, stream, casting, dtype)
+
+
+def isnan(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+          casting: str = "same_kind", dtype: Any = None) -> Any:
+    """True where NaN, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._logical`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("isnan", src, dst, out, stream, casting, dtype)
+
+
+def isnat(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+          casting: str = "same_kind", dtype: Any = None) -> Any:
+    """True where not-a-time, elementwise.
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._logical`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("isnat", src, dst, out, stream, casting, dtype)
+
+
+def signbit(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+            casting: str = "same_kind", dtype: Any = None) -> Any:
+    """True where the sign bit is set, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._logical`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("signbit", src, dst, out, stream, casting, dtype)
+
+
+bitwise_invert = invert
+bitwise_not = invert
+bitwise_left_shift = left_shift
+bitwise_right_shift = right_shift
+
+ufunc_methods(globals())

@@ -1,0 +1,125 @@
+"""Shape manipulation with ``dst=``: views where possible, copies into ``dst`` when given.
+
+Stream semantics: copies are queued on ``stream`` or the current stream.
+"""
+
+from __future__ import annotations
+
+import numpy
+
+from ._contract import may_share, prepare_out, resolve_out
+from ._dispatch import bad_input, reraise, run_on, wrap_view
+from ._interop import astype, copy, copy_into
+from ._runtime import runtime
+
+__all__ = ["flatten", "ravel", "reshape", "transpose", "ascontiguousarray", "concatenate",
+           "stack"]
+
+
+def flatten(a, dst=None, *, out=None, order="C", stream=None):
+    """1-D copy of ``a``; with ``dst`` (1-D, ``a.size`` elements) written there.
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    rt = runtime()
+    dst = resolve_out(dst, out, "flatten")
+    if stream is not None:
+        return run_on(stream, flatten, a, dst, order=order)
+    try:
+        if dst is None:
+            return rt.wrap(rt.ndarray.flatten(a, order))
+        prepare_out("flatten", dst, (a.size,), a.dtype)
+        # A 1-D array reshapes to any shape as a view, so this never allocates.
+        copy_into("flatten", dst.reshape(a.shape, order=order), a, "same_kind")
+        return dst
+    except Exception as e:
+        reraise("flatten", e, dst)
+
+
+def ravel(a, order="C", *, dst=None, out=None, stream=None):
+    """View of ``a`` as 1-D when possible; with ``dst`` a copy into it (as :func:`flatten`)."""
+    rt = runtime()
+    dst = resolve_out(dst, out, "ravel")
+    if dst is not None or stream is not None:
+        return flatten(a, dst, order=order, stream=stream)
+    return rt.wrap(rt.xp.ravel(a, order))
+
+
+def reshape(a, newshape, order="C", *, dst=None, out=None, stream=None):
+    """View of ``a`` with a new shape; with ``dst`` the reshaped data is copied there."""
+    rt = runtime()
+    dst = resolve_out(dst, out, "reshape")
+    v = wrap_view(rt.xp.reshape(a, newshape, order=order), a)
+    if dst is None:
+        return v
+    return copy(v, dst, stream=stream)
+
+
+def transpose(a, axes=None, *, dst=None, out=None, stream=None):
+    """Transposed view of ``a``; with ``dst`` the transposed data is copied there (contiguous)."""
+    rt = runtime()
+    dst = resolve_out(dst, out, "transpose")
+    v = wrap_view(rt.xp.transpose(a, axes), a)
+    if dst is None:
+        return v
+    return copy(v, dst, stream=stream)
+
+
+def ascontiguousarray(a, dtype=None, *, dst=None, out=None, stream=None):
+    """C-contiguous version of ``a`` (``a`` itself when already so); with ``dst`` copied there."""
+    rt = runtime()
+    dst = resolve_out(dst, out, "ascontiguousarray")
+    if dst is not None:
+        return astype(a, dtype or a.dtype, dst, stream=stream) if dtype else copy(a, dst, stream=stream)
+    if stream is not None:
+        return run_on(stream, ascontiguousarray, a, dtype)
+    return wrap_view(rt.xp.ascontiguousarray(a, dtype=dtype), a)
+
+
+def _join(name, arrays, axis, dst, dtype, casting, stream, stack):
+    rt = runtime()
+    if stream is not None:
+        return run_on(stream, _join, name, arrays, axis, dst, dtype, casting, None, stack)
+    fn = rt.xp.stack if stack else rt.xp.concatenate
+    np_fn = numpy.stack if stack else numpy.concatenate
+    try:
+        if dst is None:
+            return rt.wrap(fn(arrays, axis=axis, dtype=dtype, casting=casting))
+        arrays = [a if isinstance(a, rt.ndarray) else bad_input(name, a) for a in arrays]
+        if not arrays:
+            raise ValueError(f"cuflow.{name}: need at least one array")
+        shapes = [a.shape for a in arrays]
+        probe = [numpy.lib.stride_tricks.as_strided(numpy.zeros((), a.dtype), s, (0,) * len(s))
+                 for a, s in zip(arrays, shapes)]
+        res = np_fn(probe, axis=axis, dtype=dtype, casting=casting)  # host-side shape/dtype oracle
+        prepare_out(name, dst, res.shape, res.dtype, casting=casting)
+        arrays = [a.copy() if may_share(a, dst) else a for a in arrays]
+        fn(arrays, axis=axis, out=dst, dtype=dtype, casting=casting)
+        return dst
+    except Exception as e:
+        reraise(name, e, dst)
+
+
+def concatenate(arrays, axis=0, dst=None, *, out=None, dtype=None, casting="same_kind",
+                stream=None):
+    """Join arrays along an existing axis; with ``dst`` written there.
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return _join("concatenate", arrays, axis, resolve_out(dst, out, "concatenate"), dtype,
+                 casting, stream, False)
+
+
+def stack(arrays, axis=0, dst=None, *, out=None, dtype=None, casting="same_kind", stream=None):
+    """Join arrays along a new axis; with ``dst`` written there.
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return _join("stack", arrays, axis, resolve_out(dst, out, "stack"), dtype, casting, stream,
+                 True)

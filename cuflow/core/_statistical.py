@@ -1,0 +1,170 @@
+"""Reductions with ``dst=``: ``sum``, ``prod``, ``mean``, ``std``, ``var``, ``min``, ``max``,
+``argmin``, ``argmax``, ``any``, ``all``.
+
+NumPy semantics; a full reduction returns a 0-d darray, as CuPy does.  With
+``dst`` the result (of exactly the reduced shape) is written there and ``dst``
+is returned; an input that overlaps ``dst`` is read from a private copy.
+
+Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+Reading the value on the host (``float(x)``, ``to_numpy``) synchronizes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy
+
+from .._errors import CuflowError
+from ._contract import may_share, prepare_out, reduced_shape, resolve_out
+from ._dispatch import bad_input, reraise, run_on
+from ._runtime import runtime
+
+__all__ = ["sum", "prod", "mean", "std", "var", "min", "max", "argmin", "argmax", "any", "all"]
+
+_RES_DTYPE: dict = {}
+
+
+def _result_dtype(name: str, dtype: Any, kwdtype: Any) -> numpy.dtype:
+    """Result dtype of reduction ``name`` on ``dtype`` (NumPy as the oracle, cached)."""
+    key = (name, dtype, kwdtype)
+    r = _RES_DTYPE.get(key)
+    if r is None:
+        probe = numpy.ones((2,), dtype=dtype)
+        kw = {} if kwdtype is None else {"dtype": kwdtype}
+        with numpy.errstate(all="ignore"):
+            r = numpy.asarray(getattr(probe, name)(**kw)).dtype
+        if name in ("argmin", "argmax"):
+            r = numpy.dtype(numpy.int64)
+        _RES_DTYPE[key] = r
+    return r
+
+
+def _reduce(name: str, a: Any, axis: Any, dtype: Any, dst: Any, keepdims: bool, ddof: Any,
+            stream: Any) -> Any:
+    if stream is not None:
+        return run_on(stream, _reduce, name, a, axis, dtype, dst, keepdims, ddof, None)
+    rt = runtime()
+    if not isinstance(a, rt.ndarray):
+        bad_input(name, a)
+    base = getattr(rt.ndarray, name)
+    kw: dict[str, Any] = {}
+    if axis is not None:
+        kw["axis"] = axis
+    if keepdims:
+        kw["keepdims"] = True
+    if dtype is not None:
+        kw["dtype"] = dtype
+    if ddof:
+        kw["ddof"] = ddof
+    try:
+        if dst is None:
+            return rt.wrap(base(a, **kw))
+        shape = reduced_shape(name, a.shape, axis, keepdims)
+        prepare_out(name, dst, shape, _result_dtype(name, a.dtype, dtype))
+        if may_share(a, dst):
+            a = a.copy()  # never reduce into memory that is still being read
+        if rt.is_gpu and name == "min":
+            # CuPy's ndarray.min(out=) takes out for the CUB dtype check and fails, and
+            # minimum.reduce is not implemented: reduce into a temporary and copy it.
+            rt.xp.copyto(dst, base(a, **kw))
+        else:
+            base(a, out=dst, **kw)
+        return dst
+    except Exception as e:
+        reraise(name, e, dst)
+
+
+def _full(name: str, a: Any) -> Any:
+    """The common call, ``a.sum()``: the backend's method, nothing else."""
+    rt = runtime()
+    if not isinstance(a, rt.ndarray):
+        bad_input(name, a)
+    try:
+        return rt.wrap(getattr(rt.ndarray, name)(a))
+    except Exception as e:
+        reraise(name, e)
+
+
+def _ddof(name: str, ddof: Any, correction: Any) -> Any:
+    if correction is None:
+        return ddof
+    if ddof:
+        raise CuflowError(f"cuflow.{name}: give correction= (array API) or ddof= (NumPy), "
+                          f"not both (got ddof={ddof!r}, correction={correction!r})")
+    return correction
+
+
+def sum(a, axis=None, dtype=None, dst=None, keepdims=False, *, out=None, stream=None):  # noqa: A001
+    """Sum of elements over ``axis`` (array API ``sum``)."""
+    if dst is out is stream is axis is dtype is None and not keepdims:
+        return _full("sum", a)
+    return _reduce("sum", a, axis, dtype, resolve_out(dst, out, "sum"), keepdims, 0, stream)
+
+
+def prod(a, axis=None, dtype=None, dst=None, keepdims=False, *, out=None, stream=None):
+    """Product of elements over ``axis`` (array API ``prod``)."""
+    if dst is out is stream is axis is dtype is None and not keepdims:
+        return _full("prod", a)
+    return _reduce("prod", a, axis, dtype, resolve_out(dst, out, "prod"), keepdims, 0, stream)
+
+
+def mean(a, axis=None, dtype=None, dst=None, keepdims=False, *, out=None, stream=None):
+    """Arithmetic mean over ``axis`` (array API ``mean``)."""
+    if dst is out is stream is axis is dtype is None and not keepdims:
+        return _full("mean", a)
+    return _reduce("mean", a, axis, dtype, resolve_out(dst, out, "mean"), keepdims, 0, stream)
+
+
+def std(a, axis=None, dtype=None, dst=None, ddof=0, keepdims=False, *, correction=None,
+        out=None, stream=None):
+    """Standard deviation over ``axis`` (array API ``std``; ``correction`` is NumPy's ``ddof``)."""
+    return _reduce("std", a, axis, dtype, resolve_out(dst, out, "std"), keepdims,
+                   _ddof("std", ddof, correction), stream)
+
+
+def var(a, axis=None, dtype=None, dst=None, ddof=0, keepdims=False, *, correction=None,
+        out=None, stream=None):
+    """Variance over ``axis`` (array API ``var``; ``correction`` is NumPy's ``ddof``)."""
+    return _reduce("var", a, axis, dtype, resolve_out(dst, out, "var"), keepdims,
+                   _ddof("var", ddof, correction), stream)
+
+
+def min(a, axis=None, dst=None, keepdims=False, *, out=None, stream=None):  # noqa: A001
+    """Minimum over ``axis`` (array API ``min``)."""
+    if dst is out is stream is axis is None and not keepdims:
+        return _full("min", a)
+    return _reduce("min", a, axis, None, resolve_out(dst, out, "min"), keepdims, 0, stream)
+
+
+def max(a, axis=None, dst=None, keepdims=False, *, out=None, stream=None):  # noqa: A001
+    """Maximum over ``axis`` (array API ``max``)."""
+    if dst is out is stream is axis is None and not keepdims:
+        return _full("max", a)
+    return _reduce("max", a, axis, None, resolve_out(dst, out, "max"), keepdims, 0, stream)
+
+
+def argmin(a, axis=None, dst=None, keepdims=False, *, out=None, stream=None):
+    """Index of the minimum over ``axis`` (array API ``argmin``)."""
+    if dst is out is stream is axis is None and not keepdims:
+        return _full("argmin", a)
+    return _reduce("argmin", a, axis, None, resolve_out(dst, out, "argmin"), keepdims, 0,
+                   stream)
+
+
+def argmax(a, axis=None, dst=None, keepdims=False, *, out=None, stream=None):
+    """Index of the maximum over ``axis`` (array API ``argmax``)."""
+    if dst is out is stream is axis is None and not keepdims:
+        return _full("argmax", a)
+    return _reduce("argmax", a, axis, None, resolve_out(dst, out, "argmax"), keepdims, 0,
+                   stream)
+
+
+def any(a, axis=None, dst=None, keepdims=False, *, out=None, stream=None):  # noqa: A001
+    """True where any element over ``axis`` is true (array API ``any``)."""
+    return _reduce("any", a, axis, None, resolve_out(dst, out, "any"), keepdims, 0, stream)
+
+
+def all(a, axis=None, dst=None, keepdims=False, *, out=None, stream=None):  # noqa: A001
+    """True where every element over ``axis`` is true (array API ``all``)."""
+    return _reduce("all", a, axis, None, resolve_out(dst, out, "all"), keepdims, 0, stream)

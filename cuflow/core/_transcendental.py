@@ -1,0 +1,404 @@
+"""Elementwise exponentials, logarithms and trigonometric functions.
+
+Every function here is NumPy's ufunc of the same name (array API names are
+aliases), with cuflow's output contract:
+
+* ``dst`` (or its NumPy spelling ``out``): the result is written there and
+  ``dst`` is returned; its shape must be the broadcast shape and the result
+  dtype must cast to ``dst.dtype`` under ``casting``
+  (:func:`cuflow.core._contract.prepare_out`);
+* ``stream``: the stream to queue the work on (default: the current stream);
+* ``casting`` and ``dtype``: NumPy's.
+
+Inputs are darrays (or arrays of the active backend) and Python or NumPy scalars.
+
+Stream semantics: every function is asynchronous; the work is queued on
+``stream`` or the current stream, and nothing synchronizes the host.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _runtime
+from ._dispatch import ufunc1, ufunc2, ufunc_methods, ufunc_multi
+
+__all__ = ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "logaddexp", "logaddexp2", "sin",
+           "cos", "tan", "arcsin", "asin", "arccos", "acos", "arctan", "atan", "arctan2",
+           "atan2", "sinh", "cosh", "tanh", "arcsinh", "asinh", "arccosh", "acosh",
+           "arctanh", "atanh", "deg2rad", "rad2deg", "degrees", "radians"]
+
+
+def exp(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+        casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Exponential, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._transcendental`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("exp", src, dst, out, stream, casting, dtype)
+
+
+def exp2(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+         casting: str = "same_kind", dtype: Any = None) -> Any:
+    """``2**src``, elementwise.
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._transcendental`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("exp2", src, dst, out, stream, casting, dtype)
+
+
+def expm1(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+          casting: str = "same_kind", dtype: Any = None) -> Any:
+    """``exp(src) - 1``, exact near 0, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._transcendental`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("expm1", src, dst, out, stream, casting, dtype)
+
+
+def log(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+        casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Natural logarithm, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._transcendental`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("log", src, dst, out, stream, casting, dtype)
+
+
+def log2(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+         casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Base-2 logarithm, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._transcendental`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("log2", src, dst, out, stream, casting, dtype)
+
+
+def log10(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+          casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Base-10 logarithm, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._transcendental`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("log10", src, dst, out, stream, casting, dtype)
+
+
+def log1p(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+          casting: str = "same_kind", dtype: Any = None) -> Any:
+    """``log(1 + src)``, exact near 0, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._transcendental`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("log1p", src, dst, out, stream, casting, dtype)
+
+
+def logaddexp(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+              casting: str = "same_kind", dtype: Any = None) -> Any:
+    """``log(exp(src) + exp(other))``, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._transcendental`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc2("logaddexp", src, other, dst, out, stream, casting, dtype)
+
+
+def logaddexp2(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+               casting: str = "same_kind", dtype: Any = None) -> Any:
+    """``log2(2**src + 2**other)``, elementwise.
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._transcendental`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc2("logaddexp2", src, other, dst, out, stream, casting, dtype)
+
+
+def sin(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+        casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Sine, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._transcendental`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("sin", src, dst, out, stream, casting, dtype)
+
+
+def cos(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+        casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Cosine, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._transcendental`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("cos", src, dst, out, stream, casting, dtype)
+
+
+def tan(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+        casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Tangent, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._transcendental`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("tan", src, dst, out, stream, casting, dtype)
+
+
+def arcsin(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+           casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Inverse sine, elementwise (array API ``asin``).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._transcendental`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("arcsin", src, dst, out, stream, casting, dtype)
+
+
+def arccos(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+           casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Inverse cosine, elementwise (array API ``acos``).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._transcendental`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("arccos", src, dst, out, stream, casting, dtype)
+
+
+def arctan(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+           casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Inverse tangent, elementwise (array API ``atan``).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._transcendental`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("arctan", src, dst, out, stream, casting, dtype)
+
+
+def arctan2(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+            casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Angle of the point ``(other, src)``, elementwise (array API ``atan2``).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._transcendental`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc2("arctan2", src, other, dst, out, stream, casting, dtype)
+
+
+def sinh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+         casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Hyperbolic sine, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._transcendental`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("sinh", src, dst, out, stream, casting, dtype)
+
+
+def cosh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+         casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Hyperbolic cosine, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._transcendental`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("cosh", src, dst, out, stream, casting, dtype)
+
+
+def tanh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+         casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Hyperbolic tangent, elementwise (array API).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._transcendental`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("tanh", src, dst, out, stream, casting, dtype)
+
+
+def arcsinh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+            casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Inverse hyperbolic sine, elementwise (array API ``asinh``).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._transcendental`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("arcsinh", src, dst, out, stream, casting, dtype)
+
+
+def arccosh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+            casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Inverse hyperbolic cosine, elementwise (array API ``acosh``).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._transcendental`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("arccosh", src, dst, out, stream, casting, dtype)
+
+
+def arctanh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+            casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Inverse hyperbolic tangent, elementwise (array API ``atanh``).
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._transcendental`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("arctanh", src, dst, out, stream, casting, dtype)
+
+
+def deg2rad(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+            casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Degrees to radians, elementwise.
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._transcendental`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("deg2rad", src, dst, out, stream, casting, dtype)
+
+
+def rad2deg(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+            casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Radians to degrees, elementwise.
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._transcendental`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("rad2deg", src, dst, out, stream, casting, dtype)
+
+
+def degrees(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+            casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Radians to degrees, elementwise.
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._transcendental`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("degrees", src, dst, out, stream, casting, dtype)
+
+
+def radians(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+            casting: str = "same_kind", dtype: Any = None) -> Any:
+    """Degrees to radians, elementwise.
+
+    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
+    elementwise function (:mod:`cuflow.core._transcendental`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return ufunc1("radians", src, dst, out, stream, casting, dtype)
+
+
+asin = arcsin
+acos = arccos
+atan = arctan
+atan2 = arctan2
+asinh = arcsinh
+acosh = arccosh
+atanh = arctanh
+
+ufunc_methods(globals())
