@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import cuflow
+
 from cuflow.core import _fastpath as _elementwise
 from cuflow.testing import poisoned, random_array, to_host
 
@@ -38,9 +40,14 @@ def _inputs(gpu_cf, rng, n, dtype, with_nan=True):
     return a, b
 
 
+def _fast():
+    """The runtime's elementwise fast path."""
+    return cuflow.get_backend().fast
+
+
 def _impls(kind):
     """The active fast path (the compiled launcher where built) and the Python one."""
-    return [getattr(_elementwise, kind), getattr(_elementwise, "_py_" + kind)]
+    return [getattr(_fast(), kind), getattr(_fast(), "_py_" + kind)]
 
 
 def test_compiled_launcher_is_active_where_built(gpu_cf):
@@ -51,12 +58,13 @@ def test_compiled_launcher_is_active_where_built(gpu_cf):
     except ImportError:
         pytest.skip("the _ewlaunch extension was not built")
     if cupy.cuda.runtime.getDeviceCount() > 1:
-        assert _elementwise._L is None  # several GPUs: the Python path checks devices
+        assert _fast().compiled is None  # several GPUs: the Python path checks devices
         return
-    assert _elementwise._L is not None and _elementwise.binary == _elementwise._L.binary
+    fast = _fast()
+    assert fast.compiled is not None and fast.binary == fast.compiled.binary
     a = random_array((5,), "float32")
-    _elementwise.binary(_elementwise.KERNELS["add"], a, a, None)  # loads: sets the grid cap
-    assert _elementwise._L.max_grid == _elementwise._max_grid > 0
+    fast.binary(_elementwise.KERNELS["add"], a, a, None)  # loads: sets the grid cap
+    assert fast.compiled.max_grid == fast.max_grid > 0
 
 
 def test_failed_launch_raises_the_driver_error(gpu_cf):
@@ -72,7 +80,7 @@ def test_launches_go_to_the_current_stream(gpu_cf, rng, kind):
     import cupy
 
     cf = gpu_cf
-    binary = _elementwise.binary if kind == "active" else _elementwise._py_binary
+    binary = _fast().binary if kind == "active" else _fast()._py_binary
     ha = random_array((1 << 16,), "float32", rng, host=True)
     a = cf.asarray(ha)
     dst = poisoned(a.shape, "float32")
@@ -192,13 +200,13 @@ def test_fallbacks_return_none(gpu_cf, rng):
     cf = gpu_cf
     k = _elementwise.KERNELS["add"]
     a = random_array((8, 8), "float32", rng)
-    assert _elementwise.binary(k, a, a.T, None) is None  # strided
-    assert _elementwise.binary(k, a, a.astype(np.float64), None) is None  # mixed dtypes
-    assert _elementwise.binary(k, a, a[:1], None) is None  # broadcasting
-    assert _elementwise.binary(k, a, a, cf.empty((8, 8), np.float64)) is None  # dst dtype
-    assert _elementwise.binary(k, a, a, np.empty((8, 8), np.float32)) is None  # host dst
+    assert _fast().binary(k, a, a.T, None) is None  # strided
+    assert _fast().binary(k, a, a.astype(np.float64), None) is None  # mixed dtypes
+    assert _fast().binary(k, a, a[:1], None) is None  # broadcasting
+    assert _fast().binary(k, a, a, cf.empty((8, 8), np.float64)) is None  # dst dtype
+    assert _fast().binary(k, a, a, np.empty((8, 8), np.float32)) is None  # host dst
     c = cf.asarray(np.ones(8, np.complex64))
-    assert _elementwise.binary(k, c, c, None) is None  # complex
+    assert _fast().binary(k, c, c, None) is None  # complex
 
 
 def test_errors_still_raised(gpu_cf, rng):
