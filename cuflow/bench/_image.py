@@ -34,6 +34,7 @@ def image_rows(cf, quick: bool, copy_tbps: float, interleaved, device_time_us,
     import cupyx.scipy.ndimage as ndi  # noqa: PLC0415
 
     from .. import image  # noqa: PLC0415
+    from ..image._parse import yuv_coefficients  # noqa: PLC0415
 
     rows: list[dict[str, Any]] = []
     rng = numpy.random.default_rng(7)
@@ -166,7 +167,7 @@ def image_rows(cf, quick: bool, copy_tbps: float, interleaved, device_time_us,
           for _ in range(3)]
     nvn = _rot(nv)
     pnv = _rot([x.view(cupy.ndarray) for x in nv])
-    co = image._yuv_coefficients("bt601", False)
+    co = yuv_coefficients("bt601", False)
 
     def cupy_nv12(f):
         y = f[:, :H].astype(numpy.float32)

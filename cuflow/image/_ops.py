@@ -1,0 +1,293 @@
+"""The image operators: each one fused kernel launch (or the NumPy reference)."""
+
+from __future__ import annotations
+
+import numpy
+
+from . import _plan
+from ._options import Norm
+from ._parse import ImageFormatError, device_vector, out_dtype, size as _size
+
+__all__ = ["crop_resize", "cvt_color", "denormalize", "letterbox", "normalize", "resize",
+           "resize_normalize"]
+
+
+def normalize(src, *, mean=None, std=None, scale=None, norm: Norm | None = None,
+              src_format=None, out_format=None, layout="NCHW", dtype=None, flip=False,
+              matrix="bt601", full_range=False, dst=None, stream=None):
+    """Frames -> normalized tensor in one pass: ``(x * scale - mean) / std`` per channel.
+
+    ``(N, H, W, C)`` uint8 becomes ``(N, C, H, W)`` (``layout="NCHW"``) or
+    ``(N, H, W, C)``; a single ``(H, W, C)`` frame gives ``(C, H, W)`` or
+    ``(H, W, C)``.  With ``flip=True`` the image is mirrored horizontally.
+
+    Parameters
+    ----------
+    src : darray
+        uint8 frames (see :mod:`cuflow.image`).
+    mean, std : float or sequence of float
+        Per output channel (in ``out_format`` order), on the scale after
+        ``scale``: ``out = (x * scale - mean) / std`` (default 0 and 1).
+    scale : float
+        Applied to the 0-255 value first (default ``1/255``).
+    norm : Norm, optional
+        ``mean``, ``std`` and ``scale`` as one :class:`Norm` (give one or the other).
+    src_format : str, optional
+        ``GRAY``, ``RGB``, ``BGR``, ``RGBA``, ``BGRA``, ``NV12`` or ``I420``.
+    out_format : str, optional
+        ``GRAY``, ``RGB``, ``BGR``, ``RGBA`` or ``BGRA`` (swap R and B by
+        naming the other order).
+    layout : {"NCHW", "NHWC"}
+    dtype : {float32, float16, uint8}, optional
+        Default: ``dst``'s dtype when ``dst`` is given, else float32.
+    flip : bool
+        Mirror horizontally.
+    matrix, full_range :
+        YUV sources only: ``"bt601"`` or ``"bt709"``, limited (16-235) or
+        full (0-255) range.
+    dst : darray, optional
+        Output of exactly the result shape and dtype, C-contiguous, not
+        overlapping the input; written and returned, nothing is allocated.
+    stream : Stream, optional
+        Where the kernel is queued (default: the current stream).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; one kernel queued on ``stream`` (or the
+    current stream).  The source must not be modified until it has run.
+    """
+    return _plan.warp("normalize", src, interpolation="nearest", norm=norm, mean=mean, std=std,
+                      scale=scale, src_format=src_format, out_format=out_format, layout=layout,
+                      dtype=out_dtype(dtype, dst), flip=flip, matrix=matrix,
+                      full_range=full_range, dst=dst, stream=stream)[0]
+
+
+def resize_normalize(src, size, *, interpolation="bilinear", mean=None, std=None, scale=None,
+                     norm: Norm | None = None, src_format=None, out_format=None, layout="NCHW",
+                     dtype=None, flip=False, matrix="bt601", full_range=False, dst=None,
+                     stream=None):
+    """Resize to ``size`` and normalize in one pass (see :func:`normalize`).
+
+    Parameters
+    ----------
+    src : darray
+        uint8 frames (see :mod:`cuflow.image`).
+    size : int or (int, int)
+        Output ``(height, width)``.
+    interpolation : {"bilinear", "nearest", "area"}
+    mean, std, scale, norm, src_format, out_format, layout, dtype, flip, matrix, full_range :
+        As for :func:`normalize`.
+    dst : darray, optional
+        Output of exactly the result shape and dtype, C-contiguous, not
+        overlapping the input; written and returned, nothing is allocated.
+    stream : Stream, optional
+        Where the kernel is queued (default: the current stream).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; one kernel queued on ``stream`` (or the
+    current stream).  The source must not be modified until it has run.
+    """
+    return _plan.warp("resize_normalize", src, size=_size("resize_normalize", size),
+                      interpolation=interpolation, norm=norm, mean=mean, std=std, scale=scale,
+                      src_format=src_format, out_format=out_format, layout=layout,
+                      dtype=out_dtype(dtype, dst), flip=flip, matrix=matrix,
+                      full_range=full_range, dst=dst, stream=stream)[0]
+
+
+def resize(src, size, *, interpolation="bilinear", src_format=None, out_format=None,
+           matrix="bt601", full_range=False, dst=None, stream=None):
+    """Resize uint8 frames to ``size`` = ``(height, width)``: uint8 in the input's HWC layout.
+
+    ``(N, H, W, C)`` gives ``(N, h, w, C')``; YUV frames give packed RGB.
+    Rounded half to even, as torchvision does on CUDA tensors.
+
+    Parameters
+    ----------
+    src : darray
+        uint8 frames (see :mod:`cuflow.image`).
+    size : int or (int, int)
+        Output ``(height, width)``.
+    interpolation : {"bilinear", "nearest", "area"}
+    src_format, out_format, matrix, full_range :
+        As for :func:`normalize`.
+    dst : darray, optional
+        uint8 output of exactly the result shape, C-contiguous, not
+        overlapping the input; written and returned.
+    stream : Stream, optional
+        Where the kernel is queued (default: the current stream).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; one kernel queued on ``stream`` (or the
+    current stream).  The source must not be modified until it has run.
+    """
+    return _plan.warp("resize", src, size=_size("resize", size), interpolation=interpolation,
+                      src_format=src_format, out_format=out_format, layout="NHWC",
+                      dtype=numpy.uint8, matrix=matrix, full_range=full_range,
+                      identity_affine=True, dst=dst, stream=stream)[0]
+
+
+def cvt_color(src, src_format, out_format, *, matrix="bt601", full_range=False, dst=None,
+              stream=None):
+    """Convert uint8 frames between colour formats; uint8 HWC out.
+
+    Parameters
+    ----------
+    src : darray
+        uint8 frames (see :mod:`cuflow.image`).
+    src_format : str
+        ``GRAY``, ``RGB``, ``BGR``, ``RGBA``, ``BGRA``, ``NV12`` or ``I420``.
+    out_format : str
+        ``GRAY``, ``RGB``, ``BGR``, ``RGBA`` or ``BGRA``.  GRAY uses BT.601
+        luma weights.
+    matrix, full_range :
+        YUV sources only: ``"bt601"`` or ``"bt709"``, limited (16-235,
+        the default) or full (0-255) range.
+    dst : darray, optional
+        uint8 output of exactly the result shape, C-contiguous, not
+        overlapping the input; written and returned.
+    stream : Stream, optional
+        Where the kernel is queued (default: the current stream).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; one kernel queued on ``stream`` (or the
+    current stream).  The source must not be modified until it has run.
+    """
+    if src_format is None or out_format is None:
+        raise ImageFormatError("cuflow.image.cvt_color: name both src_format and out_format")
+    return _plan.warp("cvt_color", src, interpolation="nearest", src_format=src_format,
+                      out_format=out_format, layout="NHWC", dtype=numpy.uint8, matrix=matrix,
+                      full_range=full_range, identity_affine=True, dst=dst, stream=stream)[0]
+
+
+def letterbox(src, size, *, pad=114, interpolation="bilinear", mean=None, std=None, scale=None,
+              norm: Norm | None = None, src_format=None, out_format=None, layout="NCHW",
+              dtype=None, matrix="bt601", full_range=False, dst=None, stream=None):
+    """Aspect-preserving resize into ``size`` with constant padding, normalized (YOLO-style).
+
+    The image is scaled by ``min(out_h / h, out_w / w)``, centred, and the
+    border filled with ``pad`` (on the 0-255 scale, normalized like the
+    pixels).  Returns ``(out, info)``; ``info.unmap_boxes`` maps detections
+    back to source pixels.
+
+    Parameters
+    ----------
+    src : darray
+        uint8 frames (see :mod:`cuflow.image`).
+    size : int or (int, int)
+        Output ``(height, width)``.
+    pad : float
+        Border value before normalization (default 114, as YOLO).
+    interpolation : {"bilinear", "nearest", "area"}
+    mean, std, scale, norm, src_format, out_format, layout, dtype, matrix, full_range :
+        As for :func:`normalize`.
+    dst : darray, optional
+        Output of exactly the result shape and dtype, C-contiguous, not
+        overlapping the input; written and returned, nothing is allocated.
+    stream : Stream, optional
+        Where the kernel is queued (default: the current stream).
+
+    Returns
+    -------
+    out : darray
+    info : Letterbox
+
+    Notes
+    -----
+    Stream semantics: asynchronous; one kernel queued on ``stream`` (or the
+    current stream).  The source must not be modified until it has run.
+    """
+    out, plan = _plan.warp("letterbox", src, size=_size("letterbox", size), letterbox_pad=True,
+                           interpolation=interpolation, norm=norm, mean=mean, std=std,
+                           scale=scale, src_format=src_format, out_format=out_format,
+                           layout=layout, dtype=out_dtype(dtype, dst), pad=pad, matrix=matrix,
+                           full_range=full_range, dst=dst, stream=stream)
+    return out, plan.info
+
+
+def crop_resize(src, boxes, size, *, frame_index=None, interpolation="bilinear", mean=None,
+                std=None, scale=None, norm: Norm | None = None, src_format=None,
+                out_format=None, layout="NCHW", dtype=None, matrix="bt601", full_range=False,
+                dst=None, stream=None):
+    """Many regions of interest -> one resized, normalized batch, in one launch.
+
+    Output image ``k`` is box ``boxes[k] = (x1, y1, x2, y2)`` (source pixels,
+    the box covering ``[x1, x2) x [y1, y2)``) of frame ``frame_index[k]``,
+    resampled to ``size``.  Boxes may leave the frame: coordinates are
+    clamped, so the border pixels repeat.  Frame indices outside
+    ``[0, N)`` are clamped too (the kernel never reads outside the source).
+
+    Parameters
+    ----------
+    src : darray
+        uint8 frames (see :mod:`cuflow.image`).
+    boxes : darray
+        ``(K, 4)`` float32 on the device (e.g. a detector's output).
+    size : int or (int, int)
+        Output ``(height, width)`` of every crop.
+    frame_index : darray, optional
+        ``(K,)`` int32: the frame of each box (default: all from frame 0).
+    interpolation : {"bilinear", "nearest", "area"}
+    mean, std, scale, norm, src_format, out_format, layout, dtype, matrix, full_range :
+        As for :func:`normalize`.
+    dst : darray, optional
+        Output of exactly the result shape and dtype, C-contiguous, not
+        overlapping the inputs; written and returned, nothing is allocated.
+    stream : Stream, optional
+        Where the kernel is queued (default: the current stream).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; one kernel queued on ``stream`` (or the
+    current stream), after any conversion of ``boxes`` or ``frame_index`` to
+    float32 / int32 (queued on the current stream).  The inputs must not be
+    modified until it has run.
+    """
+    size = _size("crop_resize", size)
+    boxes = device_vector("crop_resize", "boxes", boxes, numpy.float32)
+    if boxes.ndim != 2 or boxes.shape[1] != 4:
+        raise ImageFormatError(f"cuflow.image.crop_resize: boxes must be (K, 4) x1, y1, x2, y2, "
+                               f"got shape {boxes.shape}")
+    if frame_index is not None:
+        frame_index = device_vector("crop_resize", "frame_index", frame_index, numpy.int32)
+        if frame_index.shape != (boxes.shape[0],):
+            raise ImageFormatError(f"cuflow.image.crop_resize: frame_index must be "
+                                   f"({boxes.shape[0]},) like boxes, got {frame_index.shape}")
+    return _plan.warp("crop_resize", src, size=size, rois=boxes, roi_frame=frame_index,
+                      interpolation=interpolation, norm=norm, mean=mean, std=std, scale=scale,
+                      src_format=src_format, out_format=out_format, layout=layout,
+                      dtype=out_dtype(dtype, dst), matrix=matrix, full_range=full_range,
+                      dst=dst, stream=stream)[0]
+
+
+def denormalize(src, *, mean=None, std=None, scale=None, norm: Norm | None = None,
+                layout="NCHW", src_format="RGB", out_format=None, dst=None, stream=None):
+    """Normalized float tensor -> uint8 ``(N, H, W, C)`` frames, rounded and clamped.
+
+    Inverts :func:`normalize`: ``u8 = round(clamp((x * std + mean) / scale))``
+    per channel, for visualizing model outputs.
+
+    Parameters
+    ----------
+    src : darray
+        float32 or float16 ``(N, C, H, W)`` / ``(C, H, W)`` (``layout="NCHW"``)
+        or ``(N, H, W, C)`` / ``(H, W, C)``; C-contiguous.
+    mean, std, scale, norm :
+        As given to :func:`normalize` (per channel of ``src``).
+    layout : {"NCHW", "NHWC"}
+    src_format, out_format : str
+        Channel order of ``src`` and of the output (default: the same).
+    dst : darray, optional
+        uint8 output of the result shape; written and returned.
+    stream : Stream, optional
+        Where the kernel is queued (default: the current stream).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; one kernel queued on ``stream`` (or the
+    current stream).  The source must not be modified until it has run.
+    """
+    return _plan.denorm(src, norm=norm, mean=mean, std=std, scale=scale, layout=layout,
+                        src_format=src_format, out_format=out_format, dst=dst, stream=stream)

@@ -1,0 +1,199 @@
+"""Input parsing: frame layouts (packed, NV12, I420), formats, sizes and their checks."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy
+
+from .._errors import CuflowError
+from ..core import runtime
+
+CHANNELS = {"GRAY": "L", "RGB": "RGB", "BGR": "BGR", "RGBA": "RGBA", "BGRA": "BGRA"}
+YUV = {"NV12": 1, "I420": 2}
+INTERP = {"nearest": 0, "bilinear": 1, "area": 2}
+LAYOUTS = ("NCHW", "NHWC")
+OUT_DTYPES = ("float32", "float16", "uint8")
+#: Luma weights of RGB -> GRAY (ITU-R BT.601, as OpenCV's COLOR_RGB2GRAY).
+GRAY = {"R": 0.299, "G": 0.587, "B": 0.114}
+#: (Kr, Kb) of the YUV matrices.
+MATRICES = {"bt601": (0.299, 0.114), "bt709": (0.2126, 0.0722)}
+
+
+class ImageFormatError(CuflowError, ValueError):
+    """A frame's shape, dtype, layout or format does not fit the operation."""
+
+
+class ImageTypeError(CuflowError, TypeError):
+    """An input (frames, boxes, frame indices) is not an array of the active backend.
+
+    Problems with ``dst=`` raise the output contract's errors instead
+    (:class:`cuflow.DstTypeError` and the other ``Dst*`` errors).
+    """
+
+
+def choice(name: str, what: str, value: Any, allowed) -> Any:
+    if value not in allowed:
+        raise ImageFormatError(f"cuflow.image.{name}: {what} must be one of "
+                               f"{sorted(allowed)}, got {value!r}")
+    return value
+
+
+def per_channel(name: str, what: str, v, n: int) -> tuple[float, ...]:
+    """``v`` (a scalar, or 1 or ``n`` values) as ``n`` floats."""
+    vals = (float(v),) * n if numpy.ndim(v) == 0 else tuple(float(x) for x in v)
+    if len(vals) == 1:
+        vals *= n
+    if len(vals) != n:
+        raise ImageFormatError(f"cuflow.image.{name}: {what} needs 1 or {n} values (one per "
+                               f"output channel), got {len(vals)}: {v!r}")
+    return vals
+
+
+def out_dtype(dtype: Any, dst: Any) -> Any:
+    """The output dtype: ``dtype``, else ``dst``'s (when it is one the kernels write), else
+    float32 (and the output contract then explains what is wrong with ``dst``)."""
+    if dtype is not None:
+        return dtype
+    dt = getattr(dst, "dtype", None)
+    return dt if dt is not None and dt.name in OUT_DTYPES else numpy.float32
+
+
+def size(name: str, size) -> tuple[int, int]:
+    if type(size) is tuple and len(size) == 2 and type(size[0]) is int \
+            and type(size[1]) is int and 0 < size[0] <= 65535 and 0 < size[1]:
+        return size  # the common case, checked without conversions
+    if isinstance(size, int | numpy.integer):
+        size = (size, size)
+    try:
+        h, w = (int(s) for s in size)
+    except (TypeError, ValueError):
+        raise ImageFormatError(f"cuflow.image.{name}: size must be an int or (height, width), "
+                               f"got {size!r}") from None
+    if not (0 < h <= 65535 and 0 < w):
+        raise ImageFormatError(f"cuflow.image.{name}: size must be positive with height <= "
+                               f"65535, got {(h, w)}")
+    return h, w
+
+
+def yuv_coefficients(matrix: str, full_range: bool) -> tuple[float, ...]:
+    """(ys, yoff, rv, gu, gv, bu): R = (Y - yoff) * ys + rv * (V - 128), and so on."""
+    kr, kb = MATRICES[matrix]
+    kg = 1.0 - kr - kb
+    ys, yoff, cs = (1.0, 0.0, 1.0) if full_range else (255.0 / 219.0, 16.0, 255.0 / 224.0)
+    return (ys, yoff, 2 * (1 - kr) * cs, 2 * kb * (1 - kb) / kg * cs, 2 * kr * (1 - kr) / kg * cs,
+            2 * (1 - kb) * cs)
+
+
+@dataclasses.dataclass
+class Src:
+    """A parsed source: its layout as the kernels address it."""
+
+    arr: Any            # the (possibly copied) source array
+    batched: bool
+    N: int
+    H: int
+    W: int
+    C: int              # packed channels (3 for YUV: what sampling yields)
+    fmt: int            # 0 packed, 1 NV12, 2 I420
+    colors: str         # channel letters of what sampling yields ("RGB", "BGRA", "L", ...)
+    fstride: int        # bytes between frames
+    rstride: int        # bytes between rows
+    dense: bool         # frames and rows packed back to back
+    copied: bool = False  # the input's layout needed a contiguous copy first
+
+
+def parse_src(name: str, src, src_format: str | None) -> Src:
+    b = runtime()
+    if not isinstance(src, b.ndarray):
+        raise ImageTypeError(
+            f"cuflow.image.{name}: src must be an array of the active {b.name} backend, got "
+            f"{type(src).__module__}.{type(src).__name__} (convert with cuflow.asarray)")
+    if src.dtype != numpy.uint8:
+        raise ImageFormatError(f"cuflow.image.{name}: frames must be uint8, got {src.dtype}")
+    if src_format in YUV:
+        if src.ndim not in (2, 3):
+            raise ImageFormatError(
+                f"cuflow.image.{name}: {src_format} frames are (H*3/2, W) or (N, H*3/2, W), got "
+                f"shape {src.shape}")
+        rows, W = src.shape[-2:]
+        H = rows * 2 // 3
+        if rows % 3 or H % 2 or W % 2 or H == 0:
+            raise ImageFormatError(
+                f"cuflow.image.{name}: {src_format} frames need an even height and width, so "
+                f"(H*3/2, W) with H*3/2 divisible by 3; got shape {src.shape}")
+        copied = not src.flags.c_contiguous
+        if copied:
+            src = b.xp.ascontiguousarray(src)
+        batched = src.ndim == 3
+        return Src(src, batched, src.shape[0] if batched else 1, H, W, 3, YUV[src_format],
+                   "RGB", rows * W, W, True, copied)
+    if src.ndim not in (3, 4):
+        raise ImageFormatError(
+            f"cuflow.image.{name}: packed frames are (H, W, C) or (N, H, W, C) with C in "
+            f"(1, 3, 4), got shape {src.shape}" + (" (pass src_format='NV12' or 'I420' for YUV "
+                                                   "frames)" if src.ndim == 2 else ""))
+    H, W, C = src.shape[-3:]
+    if C not in (1, 3, 4) or H == 0 or W == 0:
+        raise ImageFormatError(f"cuflow.image.{name}: frames need H, W > 0 and C in (1, 3, 4), "
+                               f"got shape {src.shape}")
+    if src_format is None:
+        src_format = {1: "GRAY", 3: "RGB", 4: "RGBA"}[C]
+    choice(name, "src_format", src_format, set(CHANNELS) | set(YUV))
+    colors = CHANNELS[src_format]
+    if len(colors) != C:
+        raise ImageFormatError(f"cuflow.image.{name}: src_format={src_format!r} has "
+                               f"{len(colors)} channels but the frames have C={C}")
+    st = src.strides
+    copied = st[-1] != 1 or st[-2] != C or st[-3] < W * C or (src.ndim == 4 and
+                                                               st[0] < H * st[-3])
+    if copied:
+        src = b.xp.ascontiguousarray(src)
+        st = src.strides
+    batched = src.ndim == 4
+    fstride = st[0] if batched else H * st[-3]
+    dense = st[-3] == W * C and fstride == H * W * C
+    return Src(src, batched, src.shape[0] if batched else 1, H, W, C, 0, colors, fstride,
+               st[-3], dense, copied)
+
+
+def out_map(name: str, s: Src, out_format: str | None) -> tuple[str, list[int], bool, list]:
+    """Output channel letters, the source channel of each, gray flag and gray weights."""
+    if out_format is None:
+        out_format = {"L": "GRAY", "RGB": "RGB", "BGR": "BGR", "RGBA": "RGB",
+                      "BGRA": "BGR"}[s.colors]
+    choice(name, "out_format", out_format, set(CHANNELS))
+    letters = CHANNELS[out_format]
+    if letters == "L" and s.colors != "L":
+        gw = [0.0, 0.0, 0.0]
+        for i, ch in enumerate(s.colors[:3]):
+            gw[i] = GRAY[ch]
+        return letters, [0], True, gw
+    if s.colors == "L":
+        if "A" in letters:
+            raise ImageFormatError(f"cuflow.image.{name}: a GRAY source has no alpha for "
+                                   f"out_format={out_format!r}")
+        return letters, [0] * len(letters), False, [0.0, 0.0, 0.0]
+    missing = [ch for ch in letters if ch not in s.colors]
+    if missing:
+        raise ImageFormatError(f"cuflow.image.{name}: out_format={out_format!r} needs channel(s) "
+                               f"{missing} that src ({s.colors}) does not have")
+    return letters, [s.colors.index(ch) for ch in letters], False, [0.0, 0.0, 0.0]
+
+
+def out_shape(batched: bool, n: int, oh: int, ow: int, oc: int,
+              layout: str) -> tuple[int, ...]:
+    img = (oc, oh, ow) if layout == "NCHW" else (oh, ow, oc)
+    return (n, *img) if batched else img
+
+
+def device_vector(name, what, x, dtype):
+    """``x`` (an array of the backend) as a C-contiguous vector of ``dtype``."""
+    rt = runtime()
+    if not isinstance(x, rt.ndarray):
+        raise ImageTypeError(f"cuflow.image.{name}: {what} must be an array of the active "
+                             f"{rt.name} backend, got {type(x).__name__}")
+    if x.dtype != dtype or not x.flags.c_contiguous:
+        x = rt.xp.ascontiguousarray(x, dtype=dtype)  # a small conversion kernel
+    return x

@@ -1,0 +1,64 @@
+"""cuflow.image.crop_resize: boxes, frame indices and the GPU against the reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cuflow import image
+from cuflow.testing import to_host
+from image_helpers import MEAN, STD, close, on_numpy, poisoned, u8_frames
+
+
+def test_crop_resize_boxes_andframes(cf, rng):
+    x = u8_frames(rng, (3, 12, 16, 3))
+    boxes = np.array([[0, 0, 16, 12], [4, 2, 8, 6], [-4, -4, 4, 4]], np.float32)
+    fidx = np.array([2, 0, 1], np.int32)
+    out = image.crop_resize(cf.asarray(x), cf.asarray(boxes), (6, 8), frame_index=cf.asarray(fidx),
+                            scale=1.0, layout="NHWC", dst=poisoned(cf, (3, 6, 8, 3), "float32"))
+    o = to_host(out)
+    full = x[2].astype(np.float32).reshape(6, 2, 8, 2, 3).mean(axis=(1, 3))
+    close(o[0], full, "float32", dict(scale=1.0))  # whole frame halved = 2x2 mean
+    # a 4x4 box to 6x8 samples inside it only
+    assert o[1].min() >= x[0, 2:6, 4:8].min() - 1e-3 and o[1].max() <= x[0, 2:6, 4:8].max() + 1e-3
+    # a box that leaves the frame repeats the border: its top-left quarter is pixel (0, 0)
+    np.testing.assert_allclose(o[2, 0, 0], x[1, 0, 0], atol=1e-3)
+    # boxes from an unbatched frame; single box still gives a batch
+    one = image.crop_resize(cf.asarray(x[0]), cf.asarray(boxes[:1]), 4)
+    assert one.shape == (1, 3, 4, 4)
+
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("interpolation", ["bilinear", "nearest", "area"])
+def test_crop_resize_matches_reference(gpu_cf, rng, interpolation):
+    x = u8_frames(rng, (4, 50, 70, 3))
+    k = 9
+    xy = rng.uniform(-10, 60, (k, 2))
+    wh = rng.uniform(1, 50, (k, 2))
+    boxes = np.concatenate([xy, xy + wh], 1).astype(np.float32)
+    fidx = rng.integers(0, 4, k).astype(np.int32)
+    kw = dict(mean=MEAN, std=STD, interpolation=interpolation)
+    got = image.crop_resize(gpu_cf.asarray(x), gpu_cf.asarray(boxes), (13, 11),
+                            frame_index=gpu_cf.asarray(fidx), **kw)
+    want = on_numpy(image.crop_resize, x, boxes, (13, 11), frame_index=fidx, **kw)
+    close(got, want, "float32", kw)
+
+
+
+@pytest.mark.gpu
+def test_crop_resize_nv12_matches_reference(gpu_cf, rng):
+    # boxes from 4x down to upscaled, partly outside the frame, on cf_resize_nv12 (an even
+    # output width): each box's warps share their words or not
+    x = u8_frames(rng, (3, 72, 64))  # NV12, 48 x 64
+    k = 9
+    xy = rng.uniform(-10, 50, (k, 2))
+    wh = rng.uniform(1, 60, (k, 2))
+    boxes = np.concatenate([xy, xy + wh], 1).astype(np.float32)
+    fidx = rng.integers(0, 3, k).astype(np.int32)
+    kw = dict(mean=MEAN, std=STD, src_format="NV12")
+    got = image.crop_resize(gpu_cf.asarray(x), gpu_cf.asarray(boxes), (13, 12),
+                            frame_index=gpu_cf.asarray(fidx),
+                            dst=poisoned(gpu_cf, (k, 3, 13, 12), "float32"), **kw)
+    want = on_numpy(image.crop_resize, x, boxes, (13, 12), frame_index=fidx, **kw)
+    close(got, want, "float32", kw)

@@ -1,0 +1,34 @@
+"""cuflow.image.letterbox: geometry, padding and Letterbox.unmap_boxes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cuflow import image
+from cuflow.testing import to_host
+from image_helpers import MEAN, STD, close, poisoned, u8_frames
+
+
+def test_letterbox_geometry_and_unmap(cf, rng):
+    x = u8_frames(rng, (2, 64, 128, 3))
+    out, info = image.letterbox(cf.asarray(x), 64, scale=1.0, layout="NHWC",
+                                dst=poisoned(cf, (2, 64, 64, 3), "float32"))
+    assert info.resized == (32, 64) and info.pad_y == 16 and info.pad_x == 0
+    o = to_host(out)
+    assert (o[:, :16] == 114).all() and (o[:, 48:] == 114).all()
+    # halving: the image part is the 2x2 mean
+    want = x.astype(np.float32).reshape(2, 32, 2, 64, 2, 3).mean(axis=(2, 4))
+    close(o[:, 16:48], want, "float32", dict(scale=1.0))
+    boxes = cf.asarray(np.array([[0, 16, 64, 48], [10, 20, 30, 40]], np.float32))
+    back = to_host(info.unmap_boxes(boxes))
+    np.testing.assert_allclose(back, [[0, 0, 128, 64], [20, 8, 60, 48]], atol=1e-5)
+
+
+
+def test_letterbox_pad_is_normalized(cf, rng):
+    x = cf.asarray(u8_frames(rng, (10, 20, 3)))
+    out, _ = image.letterbox(x, (20, 20), pad=114, mean=MEAN, std=STD)
+    o = to_host(out)
+    assert o.shape == (3, 20, 20)
+    want = (114 / 255 - np.float32(MEAN)) / np.float32(STD)
+    np.testing.assert_allclose(o[:, 0, 0], want, rtol=1e-5)
