@@ -626,7 +626,7 @@ def test_issue_traces_footprint_on_host_memory(name):
 
 
 def test_limit_env_parsing():
-    from cuflow.memory import _parse_limit_env
+    from cuflow.memory._limit import parse_limit_env as _parse_limit_env
 
     be = HostBackend(capacity=1000)
     assert _parse_limit_env("8GiB", be) == 8 << 30
