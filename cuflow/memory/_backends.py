@@ -129,8 +129,8 @@ class HostBackend(_Counted):
 
 class _CudaEvents(Backend):
     def __init__(self, device_id: int) -> None:
-        import cupy  # noqa: PLC0415
-        from cupy_backends.cuda.api import runtime  # noqa: PLC0415
+        import cupy  # noqa: PLC0415  (optional dependency)
+        from cupy_backends.cuda.api import runtime  # noqa: PLC0415  (optional dependency)
 
         self._cupy = cupy
         self._rt = runtime
