@@ -50,3 +50,18 @@ def test_gpu_limit_raises_cuflow_oom(pooled):
     finally:
         pool.limit = old
     assert float(keep.sum()) == float(1 << 20)
+
+
+def test_memory_errors_are_cuflow_errors():
+    """Errors the pool raises on purpose derive from cuflow.CuflowError (and the builtin)."""
+    pool = Pool(HostBackend(capacity=8 << 20))
+    b = pool.alloc(100, 0)
+    pool.free(b)
+    with pytest.raises(cuflow.CuflowError, match="twice"):
+        pool.free(b)
+    with pytest.raises(cuflow.CuflowError, match="negative"):
+        pool.alloc(-1, 0)
+    with pytest.raises(cuflow.CuflowError, match="CUFLOW_MEMORY_LIMIT"):
+        parse_limit_env("lots", pool.backend)
+    with pytest.raises(cuflow.CuflowError, match="fraction"):
+        pool.set_limit(fraction=2.0)
