@@ -129,8 +129,8 @@ class HostBackend(_Counted):
 
 class _CudaEvents(Backend):
     def __init__(self, device_id: int) -> None:
-        import cupy  # noqa: PLC0415
-        from cupy_backends.cuda.api import runtime  # noqa: PLC0415
+        import cupy  # noqa: PLC0415  (optional dependency)
+        from cupy_backends.cuda.api import runtime  # noqa: PLC0415  (optional dependency)
 
         self._cupy = cupy
         self._rt = runtime
@@ -185,11 +185,10 @@ class DriverPoolBackend(_CudaEvents):
     name = "driver-pool"
     cheap_release = True
     # The driver's pool reserves whole 32 MiB chunks and packs what is left of them poorly
-    # (an H200 probe: 1 MiB reserved 32 MiB, then 40 MiB +64, then 24 MiB +32 more though
-    # 24 MiB were free in the 40's chunk), so large segments are whole multiples of its
-    # chunk, and the pool splits the rest.  Measured on traces R0 / G / S, peak reserved
-    # over peak requested: 1.14 / 1.07 / 1.39 with exact sizes, 1.29 / 1.29 / 1.11 with
-    # 32 MiB multiples, 1.14 / 1.14 / 1.11 with 64 MiB multiples.
+    # (a later request does not reuse the free rest of an earlier chunk), so large segments
+    # are whole multiples of its chunk, and the pool splits the rest.  64 MiB multiples keep
+    # the worst footprint (peak reserved over peak requested) of the traces lowest, against
+    # exact sizes and 32 MiB multiples: bench/test_bench_memory.py::test_trace.
     segment_granularity = 64 << 20
 
     def __init__(self, device_id: int) -> None:

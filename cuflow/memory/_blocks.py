@@ -1,0 +1,127 @@
+"""The pool's units: segments, the blocks they are carved into, and free lists.
+
+A segment (from a backend, see ``_backends``) is carved into address-ordered
+blocks (``prev``/``next`` links); free blocks sit in one :class:`FreeList` per
+(owner, stream), indexed by size.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = ["DEAD_STREAM", "LARGE_ROUND", "LARGE_SPLIT_MAX", "MIN_SEGMENT", "SMALL", "SPLIT_MIN",
+           "Block", "FreeList", "Segment", "round_size", "size_class"]
+
+SMALL = 1 << 20
+LARGE_ROUND = 1 << 17
+MIN_SEGMENT = 2 << 20
+SPLIT_MIN = 512
+#: with a backend that reuses released memory for any size, a large request takes a cached
+#: block of at most this many times its size; otherwise it misses, and the miss releases the
+#: free segments to the backend (splitting much larger blocks pins them and fragments memory)
+LARGE_SPLIT_MAX = 2
+
+
+#: the stream of a block whose stream was destroyed (its orphans, and blocks lent on it): CUDA
+#: may hand the handle to a new stream, which must not inherit them (the dead stream's work
+#: may still run); they are reused on stream 0 after a device synchronize
+DEAD_STREAM = -1
+
+
+def round_size(n: int) -> int:
+    """Bytes actually reserved for a request of ``n`` bytes."""
+    if n < SMALL:
+        return ((n + 511) >> 9) << 9 if n > 0 else 512
+    return (n + LARGE_ROUND - 1) & ~(LARGE_ROUND - 1)
+
+
+def size_class(n: int) -> int:
+    """Upper bound of ``n``'s statistics class: four classes per power of two, from 512 B."""
+    if n <= 512:
+        return 512
+    k = (n - 1).bit_length()  # 2**(k-1) < n <= 2**k
+    q = 1 << (k - 3)  # a quarter of the lower power of two
+    return (1 << (k - 1)) + q * (((n - 1 - (1 << (k - 1))) // q) + 1)
+
+
+class Segment:
+    __slots__ = ("first", "keep", "nbytes", "owner", "ptr", "stream", "streams")
+
+    def __init__(self, ptr: int, nbytes: int, stream: int, owner: Any) -> None:
+        self.ptr, self.nbytes, self.stream, self.owner = ptr, nbytes, stream, owner
+        self.keep = False  # kept by a warm-up: split freely, released only by empty_cache
+        self.streams: set[int] = {stream}
+        self.first: Block | None = None  # the lowest block; splitting and coalescing keep it
+
+
+class Block:
+    """A range of a segment; ``free`` blocks are in a free list, others are lent out."""
+
+    __slots__ = ("events", "free", "next", "plain", "ptr", "prev", "quick", "req", "seg",
+                 "size", "stream", "uses")
+
+    def __init__(self, ptr: int, size: int, seg: Segment, stream: int) -> None:
+        self.ptr, self.size, self.seg, self.stream = ptr, size, seg, stream
+        self.prev: Block | None = None
+        self.next: Block | None = None
+        self.free = True
+        self.quick = False  # free, in the exact-size cache (not coalesced)
+        self.req = 0
+        self.uses: set[int] | None = None  # other streams that used it (record_stream)
+        self.events: list[Any] | None = None
+        #: lent from the general pool on a live stream, with no recorded cross-stream use:
+        #: its free may go straight to the exact-size cache (the hot path checks only this)
+        self.plain = False
+
+
+class FreeList:
+    """Free blocks of one (owner, stream), indexed by size (lazy deletion of empty sizes)."""
+
+    __slots__ = ("by_size", "sizes")
+
+    def __init__(self) -> None:
+        self.by_size: dict[int, list[Block]] = {}
+        self.sizes: list[int] = []
+
+    def push(self, b: Block) -> None:
+        lst = self.by_size.get(b.size)
+        if lst is None:
+            self.by_size[b.size] = [b]
+            bisect.insort(self.sizes, b.size)
+        else:
+            lst.append(b)
+
+    def pop_fit(self, size: int, most: int | None = None) -> Block | None:
+        """The smallest free block of ``size`` to ``most`` bytes (any size in a segment a
+        warm-up made); among equal sizes, a whole segment first (taking the rest of a split
+        segment would keep its live neighbour from coalescing back when it is freed)."""
+        sizes = self.sizes
+        i = bisect.bisect_left(sizes, size)
+        while i < len(sizes):
+            s = sizes[i]
+            lst = self.by_size[s]
+            if most is not None and s > most:
+                for j in range(len(lst) - 1, -1, -1):
+                    if lst[j].seg.keep:
+                        return lst.pop(j)
+                i += 1
+                continue
+            if lst:
+                for j in range(len(lst) - 1, -1, -1):
+                    b = lst[j]
+                    if b.prev is None and b.next is None:
+                        return lst.pop(j)
+                return lst.pop()
+            del sizes[i]
+            del self.by_size[s]
+        return None
+
+    def remove(self, b: Block) -> None:
+        self.by_size[b.size].remove(b)
+
+    def blocks(self) -> Iterable[Block]:
+        for lst in self.by_size.values():
+            yield from lst
+

@@ -1,0 +1,173 @@
+"""The pool's statistics (PyTorch's key names), snapshot and readable summary.
+
+The counters themselves (``allocated``, ``requested``, ``peak_*``, ``hits`` ...)
+are plain attributes of the pool, updated where allocations and frees happen:
+the compiled hot path writes them in the pool's instance dictionary.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from ._blocks import Block, size_class
+
+__all__ = ["StatsMixin", "fmt_bytes"]
+
+
+class StatsMixin:
+    """Statistics of :class:`~cuflow.memory._pool.Pool` (its state, its lock)."""
+
+    def _init_stats(self) -> None:
+        self.hits: defaultdict[int, int] = defaultdict(int)
+        self.misses: defaultdict[int, int] = defaultdict(int)
+        self.reset_stats()
+
+    def reset_stats(self) -> None:
+        self.allocated = self.requested = self.reserved = self.pending_bytes = 0
+        self.peak_allocated = self.peak_requested = self.peak_reserved = self.peak_active = 0
+        self.num_segment_alloc = self.num_segment_free = 0
+        self._device_base = (self.backend.device_allocs, self.backend.device_frees)
+        self.num_alloc_retries = self.num_ooms = self.num_cross_stream = 0
+        self.hits.clear()  # cleared in place: the hot path holds these objects
+        self.misses.clear()
+
+    def reset_peak_stats(self) -> None:
+        with self._lock:
+            self._drain()
+            self.peak_allocated = self.allocated
+            self.peak_requested = self.requested
+            self.peak_reserved = self.reserved
+            self.peak_active = self.allocated + self.pending_bytes
+        self.backend.reset_device_peak()
+
+    @property
+    def num_device_alloc(self) -> int:
+        """Allocations that took new memory from the device (not from a backend's reserve)."""
+        return self.backend.device_allocs - self._device_base[0]
+
+    @property
+    def num_alloc(self) -> int:
+        """Allocations served so far (each is a cache hit or a miss)."""
+        return sum(self.hits.values()) + sum(self.misses.values())
+
+    def stats(self) -> dict[str, Any]:
+        """Counters with PyTorch's key names, plus cache hits and misses per size class."""
+        with self._lock:
+            if not self._busy:
+                self._drain()
+            free = list(self._free_blocks())
+            inactive_split = sum(b.size for b in free if b.prev is not None or b.next is not None)
+            free_cached = sum(b.size for b in free)
+            s: dict[str, Any] = {
+                "allocated_bytes.all.current": self.allocated,
+                "allocated_bytes.all.peak": self.peak_allocated,
+                "reserved_bytes.all.current": self.reserved,
+                "reserved_bytes.all.peak": self.peak_reserved,
+                "active_bytes.all.current": self.allocated + self.pending_bytes,
+                "active_bytes.all.peak": self.peak_active,
+                "requested_bytes.all.current": self.requested,
+                "requested_bytes.all.peak": self.peak_requested,
+                "inactive_split_bytes.all.current": inactive_split,
+                "free_cached_bytes": free_cached,
+                "allocation.all.current": len(self._live),
+                "segment.all.current": len(self._segments),
+                "num_alloc": self.num_alloc,
+                "num_free": self.num_alloc - len(self._live),
+                "num_alloc_retries": self.num_alloc_retries,
+                "num_ooms": self.num_ooms,
+                "num_device_alloc": self.num_device_alloc,
+                "num_device_free": self.backend.device_frees - self._device_base[1],
+                "num_segment_alloc": self.num_segment_alloc,
+                "num_segment_free": self.num_segment_free,
+                "num_cross_stream_reuse": self.num_cross_stream,
+                "num_pending_cross_stream": len(self._pending) + len(self._deferred),
+                "private_pools": len(self._private),
+                "cache_hits": sum(self.hits.values()),
+                "cache_misses": sum(self.misses.values()),
+                "backend": self.backend.name,
+                "limit_bytes": self.limit,
+            }
+            per: dict[int, list[int]] = {}
+            for d, j in ((self.hits, 0), (self.misses, 1)):
+                for size, cnt in d.items():
+                    per.setdefault(size_class(size), [0, 0])[j] += cnt
+            s["size_classes"] = {c: {"hits": h, "misses": m} for c, (h, m) in sorted(per.items())}
+            dev = self.backend.device_reserved()
+            if dev is not None:
+                s["device_reserved_bytes.current"], s["device_reserved_bytes.peak"] = dev
+            return s
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """Segments with their blocks, in address order."""
+        with self._lock:
+            self._settle()
+            out = []
+            for ptr, seg in sorted(self._segments.items()):
+                b = seg.first
+                blocks = []
+                while b is not None:
+                    blocks.append({"offset": b.ptr - seg.ptr, "size": b.size,
+                                   "state": "free" if b.free and b.events is None else
+                                   ("pending" if b.free else "active"),
+                                   "requested": 0 if b.free else b.req, "stream": b.stream})
+                    b = b.next
+                out.append({"address": seg.ptr, "size": seg.nbytes, "stream": seg.stream,
+                            "private_pool": seg.owner, "blocks": blocks})
+            return out
+
+    def _free_blocks(self) -> Iterable[Block]:
+        """Every cached free block: coalesced lists and the exact-size cache."""
+        for fl in self._lists.values():
+            yield from fl.blocks()
+        for by_size in self._quick.values():
+            for lst in by_size.values():
+                yield from lst
+
+    def _oom_message(self, size: int, what: str) -> str:
+        largest, f = max((b.size for b in self._free_blocks()), default=0), fmt_bytes
+        return (f"cuflow.memory: out of memory: {f(size)} requested from {what}; the pool "
+                f"reserves {f(self.reserved)} of which {f(self.allocated)} is in use "
+                f"(largest free block {f(largest)}). Free arrays you no longer need "
+                f"(del x), call cuflow.memory.empty_cache(), lower batch sizes, or raise the "
+                f"limit (cuflow.memory.set_limit / CUFLOW_MEMORY_LIMIT).")
+
+    def summary(self) -> str:
+        """A readable table of :meth:`stats`."""
+        s, f = self.stats(), fmt_bytes
+        rows = [("allocated (in use)", "allocated_bytes.all"), ("requested", "requested_bytes.all"),
+                ("active", "active_bytes.all"), ("reserved (segments)", "reserved_bytes.all")]
+        lines = [f"cuflow memory pool [{s['backend']} backend, device {self.backend.device_id}, "
+                 f"limit {f(s['limit_bytes'])}]",
+                 f"{'':24s}{'current':>14s}{'peak':>14s}"]
+        for label, key in rows:
+            lines.append(f"{label:24s}{f(s[key + '.current']):>14s}"
+                         f"{f(s.get(key + '.peak', 0)):>14s}")
+        if "device_reserved_bytes.current" in s:
+            lines.append(f"{'device reserved':24s}{f(s['device_reserved_bytes.current']):>14s}"
+                         f"{f(s['device_reserved_bytes.peak']):>14s}")
+        lines.append(f"{'inactive split':24s}{f(s['inactive_split_bytes.all.current']):>14s}")
+        lines.append(
+            f"allocations {s['num_alloc']}  frees {s['num_free']}  hits {s['cache_hits']}  "
+            f"misses {s['cache_misses']}  device allocs {s['num_device_alloc']}  device frees "
+            f"{s['num_device_free']}  segments made {s['num_segment_alloc']}  cross-stream "
+            f"{s['num_cross_stream_reuse']}  retries {s['num_alloc_retries']}  OOMs "
+            f"{s['num_ooms']}  segments {s['segment.all.current']}  private pools "
+            f"{s['private_pools']}")
+        if s["size_classes"]:
+            lines.append(f"{'size class (<=)':>16s}{'hits':>10s}{'misses':>10s}")
+            for c, hm in s["size_classes"].items():
+                lines.append(f"{f(c):>16s}{hm['hits']:>10d}{hm['misses']:>10d}")
+        return "\n".join(lines)
+
+
+def fmt_bytes(n: int | None) -> str:
+    """``n`` bytes in readable units; ``None`` is no limit."""
+    if n is None:
+        return "no limit"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return str(n)

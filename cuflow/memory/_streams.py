@@ -1,0 +1,167 @@
+"""Streams in the pool: cross-stream use, borrowing, and destroyed streams.
+
+A block used on other streams (``record_stream``) is not reused until events
+recorded on those streams at free time have completed; a block freed on
+another stream is borrowed by making this stream wait on an event recorded
+there (no host synchronization).  A destroyed stream's cached blocks become
+orphans (``DEAD_STREAM``), reused on stream 0 after a device synchronize,
+since CUDA may give the handle to a new stream.  Nothing here may record an
+event on, or synchronize with, a stream that captures a graph.
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from typing import Any
+
+from ._blocks import DEAD_STREAM, Block
+
+__all__ = ["StreamsMixin"]
+
+
+class StreamsMixin:
+    """The stream bookkeeping of :class:`~cuflow.memory._pool.Pool` (its state, its lock)."""
+
+    def record_stream(self, b: Block, stream: int, stream_obj: Any = None) -> None:
+        """Mark ``b`` as used on ``stream`` (PyTorch's ``record_stream``); the pool watches
+        ``stream_obj``, the stream's object, to learn when it is destroyed."""
+        if stream != b.stream:
+            with self._lock:
+                if self._gone and not self._busy:
+                    self._drain()  # a destroyed stream with this handle is forgotten first
+                if stream_obj is not None and stream > 2 and stream not in self._watched:
+                    self.watch_stream(stream_obj, stream)
+                if b.uses is None:
+                    b.uses = set()
+                b.plain = False
+                b.uses.add(stream)
+                b.seg.streams.add(stream)
+
+    def watch_stream(self, stream_obj: Any, ptr: int) -> None:
+        """Release the free list of ``stream_obj``'s stream when the object is destroyed."""
+        with self._lock:
+            self._watched.add(ptr)
+        try:
+            weakref.finalize(stream_obj, self._stream_gone, ptr)
+        except TypeError:
+            pass
+
+    def _stream_gone(self, ptr: int) -> None:
+        """The stream object at ``ptr`` was destroyed (a finalizer: only queue it)."""
+        self._gone.append(ptr)
+        self._slow = True
+
+    def _forget_stream(self, ptr: int) -> None:
+        """Cached blocks of a destroyed stream become orphans (no event can be recorded on a
+        dead stream), reused on the default stream after a device synchronize."""
+        self._watched.discard(ptr)
+        for b in itertools.chain(self._live.values(), self._pending, self._deferred):
+            self._forget_block(b, ptr)
+        orphans = [b for by_size in self._quick.pop(ptr, {}).values() for b in by_size]
+        for key in [k for k in self._lists if k[1] == ptr]:
+            orphans += self._lists.pop(key).blocks()
+        for b in orphans:
+            b.quick = False
+            b.stream = DEAD_STREAM
+        self._orphans += orphans
+        for seg in self._segments.values():
+            seg.streams.discard(ptr)
+            if seg.stream == ptr:
+                seg.stream = DEAD_STREAM
+
+    @staticmethod
+    def _forget_block(b: Block, ptr: int) -> None:
+        """A lent or pending block of (or used by) the destroyed stream ``ptr``: its free
+        goes to the orphans, whatever new stream CUDA gives the handle."""
+        if b.stream == ptr:
+            b.plain = False
+            b.stream = DEAD_STREAM
+        if b.uses and ptr in b.uses:
+            b.uses.discard(ptr)
+            b.uses.add(DEAD_STREAM)
+
+    def _forget_gone(self, freeing: Block | None = None) -> None:
+        """Process the queued stream destructions; ``freeing`` is a block being freed (out of
+        ``_live`` already: the hot paths process queued frees before anything else)."""
+        while self._gone:
+            ptr = self._gone.pop()
+            self._forget_stream(ptr)
+            if freeing is not None:
+                self._forget_block(freeing, ptr)
+        self._update_slow()
+
+    def _adopt_orphans(self) -> None:
+        self.backend.synchronize()  # whatever the dead streams queued has finished
+        orphans, self._orphans = self._orphans, []
+        for b in orphans:
+            b.stream = 0
+            if b.seg.stream == DEAD_STREAM:
+                b.seg.stream = 0
+            b.seg.streams.add(0)
+            self._insert_free(b)
+
+    # ------------------------------------------------------- cross-stream reuse
+    def _borrow(self, size: int, stream: int, most: int | None) -> Block | None:
+        """A free block of another stream, with ``stream`` ordered after its last use."""
+        for (o, s), fl in self._lists.items():
+            if o is not None or s == stream or s in self._capturing:
+                continue  # (an event recorded on a capturing stream would be captured)
+            b = fl.pop_fit(size, most)
+            if b is not None:
+                ev = self.backend.record(s)
+                if ev is not None:
+                    self.backend.wait(stream, ev)
+                b.stream = stream
+                b.seg.streams.add(stream)
+                self.num_cross_stream += 1
+                return b
+        return None
+
+    def _await_uses(self, b: Block) -> None:
+        """Hold freed ``b`` until the work of the other streams that used it is done."""
+        self.pending_bytes += b.size
+        if self._capturing and (DEAD_STREAM in b.uses or not b.uses.isdisjoint(self._capturing)):
+            b.events = ()  # no event or synchronize may happen now: done after the capture
+            self._deferred.append(b)
+        else:
+            b.events = self._events_after(b.uses)
+            b.uses = None
+            self._pending.append(b)
+
+    def _events_after(self, streams: set[int]) -> list[Any]:
+        """Events after the work queued so far on ``streams`` (no capture may be running); a
+        destroyed stream's work is waited for by a device synchronize instead."""
+        if DEAD_STREAM in streams:
+            self.backend.synchronize()
+            return []
+        return [self.backend.record(s) for s in streams]
+
+    def _process_pending(self, wait: bool = False) -> bool:
+        """Move blocks whose cross-stream events completed to the free lists (no capture may
+        be running)."""
+        for b in self._deferred:  # freed during a capture: their events can be recorded now
+            b.events = self._events_after(b.uses)
+            b.uses = None
+        self._pending += self._deferred
+        self._deferred = []
+        done_any = False
+        keep = []
+        for b in self._pending:
+            evs = b.events or []
+            if wait:
+                for ev in evs:
+                    while not self.backend.done(ev):
+                        pass
+                ok = True
+            else:
+                ok = all(self.backend.done(ev) for ev in evs)
+            if ok:
+                b.events = None
+                self.pending_bytes -= b.size
+                self._insert_free(b)
+                done_any = True
+            else:
+                keep.append(b)
+        self._pending = keep
+        return done_any

@@ -1,0 +1,82 @@
+"""Warm-up: preparing the cache for an allocation pattern before it runs.
+
+Segments made while warming are *kept*: any request may split them, and a miss
+does not release them (only ``empty_cache`` does).  ``start_recording`` ..
+``stop_recording`` capture a pattern of allocations and frees; ``replay``
+dry-runs it (no kernels) so that the cache holds what it needs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable
+
+from ._blocks import Block
+
+__all__ = ["WarmupMixin"]
+
+
+class WarmupMixin:
+    """Warm-up and recording of :class:`~cuflow.memory._pool.Pool` (its state, its lock)."""
+
+    @contextlib.contextmanager
+    def _warm(self):
+        """Segments made inside are kept: any request may split them, and a miss does not
+        release them (only :meth:`empty_cache` does)."""
+        self._warming = True
+        try:
+            yield
+        finally:
+            self._warming = False
+
+    def reserve(self, nbytes: int, stream: int | None = None) -> None:
+        """Hold at least ``nbytes`` of free cache (one segment) for the coming allocations."""
+        with self._warm():
+            self.free(self.alloc(nbytes, stream))
+
+    def warmup(self, sizes: Iterable[int], stream: int | None = None) -> None:
+        """Allocate ``sizes`` all at once, then free them: the cache then serves them."""
+        with self._warm():
+            blocks = [self.alloc(n, stream) for n in sizes]
+            for b in blocks:
+                self.free(b)
+
+    def start_recording(self) -> None:
+        with self._lock:
+            self._drain()
+            self._recording = []
+            self._slow = True
+            self._rec_peak_base = self.allocated
+            self.peak_allocated = self.allocated
+
+    def stop_recording(self) -> tuple[list[tuple], int]:
+        """(allocation/free events, peak allocated bytes above the start) since start_recording."""
+        with self._lock:
+            self._drain()
+            events, self._recording = self._recording or [], None
+            self._update_slow()
+            return events, self.peak_allocated - self._rec_peak_base
+
+    def replay(self, events: list[tuple], rounds: int = 2, keep: bool = True) -> int:
+        """Dry-run recorded allocation events (no kernels) so the cache fits their pattern.
+
+        Placement decides whether a pattern fits in a given reserve, so the
+        pattern is replayed ``rounds`` times: whatever it needs is then held.
+        With ``keep`` the segments made are kept (served to any request and
+        released only by :meth:`empty_cache`); without it they are ordinary
+        segments, and a backend that reuses released memory for any size
+        (``cheap_release``) keeps what the pattern needed in its own reserve.
+        Returns the segments the replay made.
+        """
+        n0 = self.num_segment_alloc
+        with self._warm() if keep else contextlib.nullcontext():
+            for _ in range(rounds):
+                live: dict[int, Block] = {}
+                for op, key, nbytes, stream in events:
+                    if op == "a":
+                        live[key] = self.alloc(nbytes, stream)
+                    elif key in live:
+                        self.free(live.pop(key))
+                for b in live.values():
+                    self.free(b)
+        return self.num_segment_alloc - n0

@@ -1,0 +1,159 @@
+"""The hot path (cuflow/memory/_pool.py, _hotpath.c): the compiled and the Python one make
+the same decisions; exact-size hits and queued frees."""
+
+from __future__ import annotations
+
+import ctypes
+import random
+import threading
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cuflow.memory import HostBackend, Pool, _pool, round_size
+
+from .conftest import python_hot_path
+
+
+def test_both_hot_paths_make_the_same_decisions():
+    """The same random sequence (queued frees, exact-size hits, misses, streams) gives the
+    same pointers and statistics through the compiled and the Python hot path."""
+    if _pool.HotAlloc is None:
+        pytest.fail("the compiled hot path was not built (see the hot_path fixture)")
+    rng = random.Random(7)
+    ops = [(rng.random() < 0.6, rng.choice([0, 100, 512, 5000, 70000, 3 << 20]),
+            rng.randrange(3), rng.randrange(10**6)) for _ in range(3000)]
+    results = []
+    for pool in (Pool(HostBackend()), python_hot_path(Pool(HostBackend()))):
+        segs, live, trace = {}, [], []  # where each block lies: (segment's rank, offset)
+        for is_alloc, n, stream, pick in ops:
+            if is_alloc or not live:
+                p = pool.alloc_ptr(n, stream)
+                seg = pool._live[p].seg
+                trace.append((segs.setdefault(id(seg), len(segs)), p - seg.ptr))
+                live.append(p)
+            else:
+                pool._freed[live.pop(pick % len(live))] = 0
+        s = pool.stats()
+        results.append((trace, {k: v for k, v in s.items() if k != "backend"}))
+    assert type(Pool(HostBackend()).alloc_ptr).__name__ == "HotAlloc"
+    assert results[0] == results[1]
+
+
+def test_compiled_hot_path_checks_its_arguments():
+    if _pool.HotAlloc is None:
+        pytest.fail("the compiled hot path was not built (see the hot_path fixture)")
+    pool = Pool(HostBackend())
+    with pytest.raises(TypeError, match="2 positional"):
+        pool.alloc_ptr(100)
+    with pytest.raises(TypeError, match="capsule"):
+        _pool.HotAlloc(pool, _pool.Block, "not a capsule")
+    with pytest.raises(TypeError, match="__slots__"):
+        _pool.HotAlloc(pool, type("NotABlock", (), {}))
+    lock = _pool.PoolLock()
+    with pytest.raises(RuntimeError, match="un-acquired"):
+        lock.release()
+    assert lock.acquire() and lock.acquire(False) and lock._is_owned()  # reentrant
+    lock.release()
+    lock.release()
+    assert not lock._is_owned()
+    held = threading.Event()
+    done = threading.Event()
+
+    def other():
+        with lock:
+            held.set()
+            done.wait()
+
+    t = threading.Thread(target=other)
+    t.start()
+    held.wait()
+    assert lock.acquire(False) is False  # held by the other thread
+    done.set()
+    t.join()
+    assert lock.acquire(False) is True
+    lock.release()
+    with pytest.raises(ValueError, match="negative"):
+        pool.alloc_ptr(-5, 0)
+    assert not pool._lock._is_owned()  # released on the error path
+
+
+def test_hot_path_reuses_exact_size_and_drains_queued_frees():
+    pool = Pool(HostBackend())
+    p = pool.alloc_ptr(5000, 3)
+    pool._freed[p] = 0  # how CuPy's hook frees: a C-level dict store, processed later
+    assert pool.alloc_ptr(5000, 3) == p  # the same block, from the exact-size cache
+    q = pool.alloc_ptr(5000, 4)
+    assert q != p  # another stream does not take it unordered
+    pool._freed[p] = pool._freed[q] = 0
+    s = pool.stats()  # reports process the queue first
+    assert s["allocated_bytes.all.current"] == 0 and s["allocation.all.current"] == 0
+    assert s["num_alloc"] == s["num_free"] == 3
+    assert s["cache_hits"] == 2 and s["cache_misses"] == 1  # stream 4 borrowed, event-ordered
+    (seg,) = pool.snapshot()  # coalesced per stream for exact reports
+    assert {b["state"] for b in seg["blocks"]} == {"free"} and len(seg["blocks"]) == 2
+
+
+@settings(max_examples=40, deadline=None)
+@given(ops=st.lists(st.tuples(st.booleans(), st.sampled_from([100, 512, 5000, 70000, 3 << 20]),
+                              st.integers(0, 2), st.integers(0, 10**6)), max_size=80))
+def test_hot_path_queued_frees_never_overlap(ops):
+    """The CuPy hook's path: alloc_ptr, frees queued as dict stores, drained by the next
+    allocation (the block just freed may be handed straight back)."""
+    pool = Pool(HostBackend())
+    live = {}  # ptr -> (nbytes, stream, byte)
+    for k, (is_alloc, n, stream, pick) in enumerate(ops):
+        if is_alloc or not live:
+            p = pool.alloc_ptr(n, stream)
+            assert p not in live
+            ctypes.memset(p, k % 251, n)
+            live[p] = (n, k % 251)
+        else:
+            p = list(live)[pick % len(live)]
+            pool._freed[p] = 0
+            del live[p]
+        for q, (m, byte) in live.items():
+            assert ctypes.string_at(q, m) == bytes([byte]) * m
+    s = pool.stats()
+    assert s["requested_bytes.all.current"] == sum(m for m, _ in live.values())
+    assert s["allocated_bytes.all.current"] == sum(round_size(m) for m, _ in live.values())
+    assert s["allocation.all.current"] == len(live)
+
+
+def test_free_during_a_pool_operation_is_queued():
+    pool = Pool(HostBackend())
+    a, b = pool.alloc(100, 0), pool.alloc(100, 0)
+    pool._busy = True  # as if a finalizer ran inside the pool
+    pool.free(a)
+    assert pool.allocated == 2 * 512  # not processed yet
+    pool._busy = False
+    pool.free(b)
+    assert pool.allocated == 0
+    with pytest.raises(RuntimeError, match="twice"):
+        pool.free(a)
+
+
+@pytest.mark.gpu
+def test_installed_hook_runs_the_compiled_hot_path_on_the_current_stream(pooled):
+    """CuPy's hook over the pool calls the compiled hot path, which asks CuPy's C API for
+    the current stream: blocks are lent on the stream the array is made on."""
+    import cupy
+
+    pool = pooled.memory.get_pool()
+    stream_fn = pooled.get_backend().stream_ptr_fn
+    assert stream_fn is not None, "CuPy no longer exports get_current_stream_ptr"
+    hot = pool._make_alloc(cupy.cuda.get_current_stream, stream_fn)
+    assert type(hot).__name__ == "HotAlloc"
+    s = cupy.cuda.Stream(non_blocking=True)
+    with s:
+        x = cupy.empty(1000, cupy.float32)
+        assert pool.block_of(x.data.ptr).stream == s.ptr
+        ptr = x.data.ptr
+        del x
+        y = cupy.empty(1000, cupy.float32)  # the block just freed, handed back on its stream
+        assert y.data.ptr == ptr and pool.block_of(ptr).stream == s.ptr
+    z = cupy.empty(1000, cupy.float32)
+    assert pool.block_of(z.data.ptr).stream == cupy.cuda.get_current_stream().ptr != s.ptr
+    del y, z
+    s.synchronize()

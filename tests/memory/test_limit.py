@@ -1,0 +1,67 @@
+"""Limits (cuflow/memory/_limit.py): the pool's limit, the out-of-memory error, CUFLOW_MEMORY_LIMIT."""
+
+from __future__ import annotations
+
+import pytest
+
+import cuflow
+from cuflow.memory import HostBackend, Pool
+from cuflow.memory._limit import parse_limit_env
+
+from .conftest import check, fill
+
+
+def test_limit_and_oom_message_keep_live_data():
+    pool = Pool(HostBackend(), limit=4 << 20)
+    a = pool.alloc(3 << 20, 0)
+    fill(a, 0xAB)
+    with pytest.raises(cuflow.OutOfMemoryError) as ei:
+        pool.alloc(3 << 20, 0)
+    msg = str(ei.value)
+    for word in ("requested", "reserves", "in use", "largest free block", "set_limit"):
+        assert word in msg
+    assert isinstance(ei.value, MemoryError)
+    check(a, 0xAB)  # nothing already allocated is lost
+    assert pool.stats()["num_ooms"] == 1
+
+
+def test_limit_env_parsing():
+    be = HostBackend(capacity=1000)
+    assert parse_limit_env("8GiB", be) == 8 << 30
+    assert parse_limit_env("512MB", be) == 512 * 10**6
+    assert parse_limit_env("0.5", be) == 500
+    assert parse_limit_env("25%", be) == 250
+    assert parse_limit_env("123456", be) == 123456
+    with pytest.raises(ValueError, match="CUFLOW_MEMORY_LIMIT"):
+        parse_limit_env("lots", be)
+
+
+@pytest.mark.gpu
+def test_gpu_limit_raises_cuflow_oom(pooled):
+    gpu_cf = pooled
+    cf = gpu_cf
+    pool = cf.memory.get_pool()
+    keep = cf.ones((1 << 20,), dtype=cf.float32)
+    old = pool.limit
+    try:
+        pool.set_limit(size=pool.reserved + (8 << 20))
+        with pytest.raises(cf.OutOfMemoryError, match="requested"):
+            cf.empty((1 << 30,), dtype=cf.uint8)
+    finally:
+        pool.limit = old
+    assert float(keep.sum()) == float(1 << 20)
+
+
+def test_memory_errors_are_cuflow_errors():
+    """Errors the pool raises on purpose derive from cuflow.CuflowError (and the builtin)."""
+    pool = Pool(HostBackend(capacity=8 << 20))
+    b = pool.alloc(100, 0)
+    pool.free(b)
+    with pytest.raises(cuflow.CuflowError, match="twice"):
+        pool.free(b)
+    with pytest.raises(cuflow.CuflowError, match="negative"):
+        pool.alloc(-1, 0)
+    with pytest.raises(cuflow.CuflowError, match="CUFLOW_MEMORY_LIMIT"):
+        parse_limit_env("lots", pool.backend)
+    with pytest.raises(cuflow.CuflowError, match="fraction"):
+        pool.set_limit(fraction=2.0)

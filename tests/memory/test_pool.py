@@ -1,0 +1,183 @@
+"""The allocator core (cuflow/memory/_pool.py, _blocks.py): size classes, split and coalesce,
+statistics, large requests and segments, out-of-memory retry, threads."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import pytest
+
+import cuflow
+from cuflow.memory import HostBackend, Pool, round_size, size_class
+
+from .conftest import DeviceBytes, assert_consistent, check, fill
+
+
+def test_round_size_and_classes():
+    assert round_size(0) == 512 and round_size(1) == 512 and round_size(513) == 1024
+    assert round_size((1 << 20) + 1) == (1 << 20) + (1 << 17)
+    for n in [1, 511, 512, 513, 4096, 5000, 1 << 20, 3 << 20, 123456789]:
+        assert round_size(n) >= n
+        c = size_class(n)
+        assert c >= n and c < 2 * max(n, 512)  # four classes per power of two
+
+
+def test_hit_split_coalesce_and_stats():
+    pool = Pool(HostBackend())
+    a = pool.alloc(1000, 0)
+    b = pool.alloc(3000, 0)
+    c = pool.alloc(1000, 0)
+    assert pool.stats()["num_device_alloc"] == 1  # one 2 MiB segment, split three times
+    assert a.seg is b.seg is c.seg
+    assert_consistent(pool, [a, b, c])
+    pool.free(b)
+    assert pool.stats()["inactive_split_bytes.all.current"] > 0
+    b2 = pool.alloc(3000, 0)
+    assert b2.ptr == b.ptr  # exact-size hit
+    for x in (a, b2, c):
+        pool.free(x)
+    (seg,) = pool.snapshot()
+    assert len(seg["blocks"]) == 1 and seg["blocks"][0]["state"] == "free"  # fully coalesced
+    s = pool.stats()
+    assert s["allocated_bytes.all.current"] == 0 and s["allocated_bytes.all.peak"] >= 5120
+    assert s["cache_hits"] >= 3 and s["cache_misses"] == 1
+    assert sum(v["hits"] for v in s["size_classes"].values()) == s["cache_hits"]
+    pool.reset_peak_stats()
+    assert pool.stats()["allocated_bytes.all.peak"] == 0
+    assert pool.empty_cache() == 1 and pool.stats()["reserved_bytes.all.current"] == 0
+    assert "reserved" in cuflow.memory.Pool(HostBackend()).summary()
+
+
+def test_free_twice_is_an_error():
+    pool = Pool(HostBackend())
+    b = pool.alloc(10, 0)
+    pool.free(b)
+    with pytest.raises(RuntimeError, match="twice"):
+        pool.free(b)
+
+
+def test_oom_retry_releases_cache():
+    backend = HostBackend(capacity=6 << 20)
+    pool = Pool(backend)
+    pool.free(pool.alloc(4 << 20, 1))  # cached on stream 1: no other stream can use it as is
+    backend.cheap_release = False  # like cudaMalloc: release only under pressure
+    b = pool.alloc(5 << 20, 2)
+    assert b.size >= 5 << 20
+    assert pool.stats()["num_alloc_retries"] == 1
+
+
+def test_large_request_does_not_split_a_much_larger_block():
+    be = HostBackend()
+    pool = Pool(be)
+    big = pool.alloc(64 << 20, 0)
+    pool.free(big)
+    small = pool.alloc(8 << 20, 0)  # 64 MiB is more than twice 8 MiB: released, new segment
+    assert small.seg is not big.seg and small.seg.nbytes == 8 << 20
+    assert be.in_use == 8 << 20
+    pool.free(small)
+    pool.warmup([64 << 20])  # a warm-up's segments are kept and split by any request
+    kept = pool.alloc(8 << 20, 0)
+    assert kept.seg.keep and kept.seg.nbytes == 64 << 20
+    pool.free(kept)
+    assert pool.empty_cache() >= 1 and be.in_use == 0
+
+
+def test_large_segments_are_whole_granules():
+    """A backend that reserves in granules gets whole ones; the pool splits the rest."""
+
+    class Granular(HostBackend):
+        segment_granularity = 4 << 20
+
+    be = Granular()
+    pool = Pool(be)
+    a = pool.alloc(5 << 20, 0)
+    assert a.seg.nbytes == 8 << 20 and be.in_use == 8 << 20
+    b = pool.alloc(3 << 20, 0)  # the granule's rest: no new segment
+    assert b.seg is a.seg and be.device_allocs == 1
+    small = pool.alloc(1000, 0)  # small requests keep their own small segments
+    assert small.seg.nbytes == 2 << 20
+    for x in (a, b, small):
+        pool.free(x)
+    assert pool.stats()["allocated_bytes.all.current"] == 0
+
+
+@pytest.mark.parametrize("name", ["R0", "G", "S"])
+def test_issue_traces_footprint_on_host_memory(name):
+    """The placement policy on the issue's traces, with a backend that reuses released
+    memory perfectly: what the pool itself holds stays near the live bytes."""
+    from cuflow.bench import _traces
+
+    class AddressOnly(HostBackend):  # addresses and accounting, no host memory behind them
+        next_ptr = 1 << 40
+
+        def alloc(self, nbytes, stream):
+            ptr, self.next_ptr = self.next_ptr, self.next_ptr + nbytes + (1 << 21)
+            self.in_use += nbytes
+            self.peak = max(self.peak, self.in_use)
+            return ptr
+
+        def free(self, ptr, nbytes, stream):
+            self.in_use -= nbytes
+
+    its = {"R0": _traces.trace_r0, "G": _traces.trace_g, "S": _traces.trace_s}[name]()
+    be = AddressOnly()
+    pool = Pool(be)
+    live = {}
+    for ops in its:
+        for op, key, n in ops:
+            if op == "a":
+                live[key] = pool.alloc(n, 0)
+            else:
+                pool.free(live.pop(key))
+    assert be.peak / _traces.peak_requested(its) <= 1.1
+    assert pool.stats()["allocated_bytes.all.current"] == 0
+
+
+def test_threads_never_share_a_block():
+    stress_threads(Pool(HostBackend()), fill, check)
+
+
+def stress_threads(pool, fill, check):
+    """8 threads allocating, filling, checking and freeing at once on one pool."""
+    errors = []
+
+    def worker(seed):
+        rng = random.Random(seed)
+        live = []
+        try:
+            for _ in range(400):
+                if live and rng.random() < 0.5:
+                    b, byte = live.pop(rng.randrange(len(live)))
+                    check(b, byte)
+                    pool.free(b)
+                else:
+                    b = pool.alloc(rng.choice([100, 512, 3000, 70000, 1 << 20]), 0)
+                    byte = rng.randrange(256)
+                    fill(b, byte)
+                    live.append((b, byte))
+            for b, byte in live:
+                check(b, byte)
+                pool.free(b)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    ts = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors, errors[0]
+    assert pool.stats()["allocated_bytes.all.current"] == 0
+
+
+@pytest.mark.gpu
+def test_threads_never_share_a_device_block(gpu_cf):
+    dev = DeviceBytes()
+    pool = Pool(gpu_cf.memory.DriverPoolBackend(dev.rt.getDevice()))
+    try:
+        stress_threads(pool, dev.fill, dev.check)
+    finally:
+        dev.rt.deviceSynchronize()
+        pool.empty_cache()
+        pool.backend.trim()

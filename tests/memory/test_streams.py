@@ -1,0 +1,161 @@
+"""Streams in the pool (cuflow/memory/_streams.py): record_stream, cross-stream borrowing,
+and destroyed streams' blocks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cuflow.memory import Pool
+
+from .conftest import CaptureBackend, EventBackend, FakeStream
+
+
+def test_record_stream_defers_reuse_until_event():
+    be = EventBackend()
+    pool = Pool(be)
+    a = pool.alloc(4096, 1)
+    pool.record_stream(a, 2)
+    pool.free(a)
+    b = pool.alloc(4096, 1)
+    assert b.seg is not a.seg or b.ptr != a.ptr  # not handed out while stream 2 may use it
+    assert pool.stats()["num_pending_cross_stream"] == 1
+    be.finish_all()
+    pool.free(b)
+    pool.alloc(1 << 21, 1)  # a miss processes completed events
+    assert pool.stats()["num_pending_cross_stream"] == 0
+
+
+def test_cross_stream_borrow_orders_with_event():
+    be = EventBackend()
+    pool = Pool(be)
+    pool.free(pool.alloc(1 << 20, 1))
+    b = pool.alloc(1 << 20, 2)  # borrowed from stream 1's cache
+    assert pool.stats()["num_device_alloc"] == 1
+    assert (2, 1) in be.waits  # stream 2 waits for stream 1's event: no host sync
+    assert b.stream == 2
+
+
+def test_queued_free_after_its_use_stream_died_records_no_event_there():
+    """The hot paths process queued frees (CuPy's hook queues them) before anything else:
+    a stream destroyed meanwhile is forgotten first, so no event is recorded on it."""
+    be = CaptureBackend()
+    be.streams = {0, 7}
+    pool = Pool(be)
+    streams = {7: FakeStream()}
+    b = pool.alloc(1 << 20, 0)
+    pool.record_stream(b, 7, streams[7])
+    del streams[7]
+    be.streams.discard(7)
+    pool._freed[b.ptr] = None
+    again = pool.alloc(1 << 20, 0)
+    assert again.ptr != b.ptr or be.syncs > 0
+
+
+def test_dead_streams_block_never_goes_to_a_new_stream_with_its_handle():
+    """CUDA may give a destroyed stream's handle to a new stream.  A block lent on the old
+    stream and freed after that may still be in use by the old stream's work: it is reused
+    only after a device synchronize, never through the new stream's cache."""
+    be = CaptureBackend()
+    pool = Pool(be)
+    streams = {}
+    pool._on_new_stream = lambda ptr: pool.watch_stream(streams[ptr], ptr)
+    streams[7] = FakeStream()
+    old = pool.alloc(1 << 20, 7)
+    del streams[7]  # destroyed (its work may still run)
+    streams[7] = FakeStream()  # a new stream with the same handle
+    pool.alloc(1000, 7)  # its first allocation: the pool learns both facts
+    pool.free(old)
+    again = pool.alloc(1 << 20, 7)
+    assert again.ptr != old.ptr or be.syncs > 0
+
+
+def test_block_used_by_a_dead_stream_waits_for_a_device_synchronize():
+    """A block used on a stream that was destroyed since: no event can be recorded on that
+    stream any more, so the block is reused after a device synchronize."""
+    be = CaptureBackend()
+    be.streams = {0, 7}
+    pool = Pool(be)
+    streams = {7: FakeStream()}
+    pool._on_new_stream = lambda ptr: pool.watch_stream(streams[ptr], ptr)
+    b = pool.alloc(1 << 20, 0)
+    pool.record_stream(b, 7, streams[7])
+    del streams[7]
+    be.streams.discard(7)
+    pool.free(b)
+    again = pool.alloc(1 << 20, 0)
+    assert again.ptr != b.ptr or be.syncs > 0
+
+
+def test_destroyed_stream_blocks_are_adopted():
+    be = EventBackend()
+    pool = Pool(be)
+    a = pool.alloc(4096, 5)
+    live = pool.alloc(4096, 5)
+    pool.free(a)
+    pool._stream_gone(5)  # what the weakref finalizer of a destroyed stream does
+    pool.free(live)  # freed after its stream died: an orphan too
+    assert not any(k[1] == 5 for k in pool._lists)
+    b = pool.alloc(1 << 21, 0)  # a miss adopts the orphans (after a device synchronize)
+    assert all(k[1] != 5 for k in pool._lists) and not pool._orphans
+    pool.free(b)
+    assert pool.empty_cache() >= 1
+
+
+@pytest.mark.gpu
+def test_cross_stream_reuse_is_ordered(pooled):
+    gpu_cf = pooled
+    """A long kernel on stream A reads a buffer that is then freed and at once reallocated
+    for a write on stream B: with the pool's event ordering, A still reads the old data."""
+    import cupy
+
+    cf = gpu_cf
+    spin = cupy.RawKernel(r'''
+    extern "C" __global__ void slow_copy(const float* src, float* dst, int n, long long spins) {
+        long long t0 = clock64();
+        while (clock64() - t0 < spins) { }
+        for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+    }''', "slow_copy")
+    n = 1 << 18
+    a_stream, b_stream = cf.Stream(), cf.Stream()
+    for trial in range(2):
+        with a_stream:
+            src = cupy.full((n,), 7.0, cupy.float32)  # allocated on A
+            out = cupy.empty((n,), cupy.float32)
+            spin((1,), (256,), (src, out, np.int32(n), np.int64(200_000_000)))  # ~0.1 s
+        if trial == 1:
+            cf.memory.record_stream(src, b_stream)  # the PyTorch spelling, also honoured
+        del src  # freed while A's kernel still reads it
+        with b_stream:
+            new = cupy.empty((n,), cupy.float32)  # the same bytes, borrowed by stream B
+            new.fill(-1.0)
+        a_stream.synchronize()
+        b_stream.synchronize()
+        assert float(out.min()) == 7.0 and float(out.max()) == 7.0
+        del out, new
+
+
+@pytest.mark.gpu
+def test_record_stream_on_a_stream_destroyed_before_the_free(pooled, monkeypatch):
+    """record_stream watches the stream it is given: when the stream is destroyed before the
+    array's free, the free waits for the device instead of recording an event on it."""
+    import cupy
+
+    cf = pooled
+    be = cf.memory.get_pool().backend
+    calls = []
+    sync, record = be.synchronize, be.record
+    monkeypatch.setattr(be, "synchronize", lambda: (calls.append("sync"), sync())[1])
+    monkeypatch.setattr(be, "record", lambda st: (calls.append(st), record(st))[1])
+    a = cupy.full((1 << 20,), 1.0, cupy.float32)
+    s = cupy.cuda.Stream(non_blocking=True)
+    handle = s.ptr
+    with s:
+        a *= 2.0  # work on s that uses a
+    cf.memory.record_stream(a, s)
+    del s  # destroyed, its work perhaps still queued
+    del a
+    b = cupy.empty((1 << 20,), cupy.float32)  # the pool processes the free
+    b.fill(3.0)
+    assert float(b.sum()) == 3.0 * (1 << 20)
+    assert "sync" in calls and handle not in calls

@@ -1,0 +1,41 @@
+"""Warm-up (cuflow/memory/_warmup.py and cuflow.memory.warmup): kept segments, recorded
+patterns replayed."""
+
+from __future__ import annotations
+
+import pytest
+
+from cuflow.memory import HostBackend, Pool
+
+
+def test_warmup_then_no_device_allocations():
+    pool = Pool(HostBackend())
+    sizes = [1 << 20, 3 << 20, 5000, 70000]
+    pool.warmup(sizes, stream=0)
+    n = pool.stats()["num_device_alloc"]
+    for _ in range(5):
+        blocks = [pool.alloc(s, 0) for s in sizes]
+        for b in blocks:
+            pool.free(b)
+    assert pool.stats()["num_device_alloc"] == n
+
+
+def test_module_warmup_keeps_the_peak(cf):
+    def step(n):
+        a = cf.empty((n, 256), dtype=cf.float32)
+        b = cf.empty((n, 512), dtype=cf.float32)
+        del a
+        c = cf.empty((n, 1024), dtype=cf.float32)
+        del b, c
+
+    if cf.get_backend().name == "numpy":
+        pytest.skip("NumPy allocates host memory itself; the pool serves the CuPy backend")
+    pool = cf.memory.Pool(cf.memory.DriverPoolBackend(0))  # fresh: no other test's arrays
+    info = cf.memory.warmup(step, 2048, pool=pool)
+    assert info["peak_bytes"] >= 2048 * (512 + 1024) * 4
+    n = pool.stats()["num_device_alloc"]
+    with cf.memory.using_pool(pool):
+        for k in (2048, 1000, 1500, 17):
+            step(k)
+    assert pool.stats()["num_device_alloc"] == n
+    assert pool.stats()["allocated_bytes.all.current"] == 0
