@@ -26,10 +26,9 @@ from typing import Any
 
 import numpy
 
-from ..core import _ops
-from ..core._runtime import get_backend
 from .._errors import CuflowError
-from ..core._streams import Event, Stream, as_cupy_stream, as_stream
+from ..core import (Event, Stream, as_cupy_stream, as_darray, as_stream, copy, empty,
+                    get_backend)
 
 __all__ = ["Bufferizer", "BufferizerError"]
 
@@ -126,7 +125,7 @@ class Bufferizer:
         full = (self._len, *self._shape)
         bufs = []
         for _ in range(self._n_buffers):
-            a = _ops.CREATION["empty"](full, dtype=self._dtype)
+            a = empty(full, dtype=self._dtype)
             self._fill(a, 0)
             bufs.append(a)
         self._buffers = bufs
@@ -234,8 +233,9 @@ class Bufferizer:
         """Hand the elements appended so far (``darray[:len(self)]``) to a consumer.
 
         ``stream`` (the consumer's, default: the current stream) waits for
-        the buffer's writes; the returned view also carries the buffer's
-        stream so ``torch.from_dlpack`` orders after it.  Appends continue in
+        the buffer's writes, so work queued on it, a DLPack consumer such as
+        ``torch.from_dlpack`` on that stream included, reads the finished
+        elements.  Appends continue in
         the next buffer; the taken one is written again only after
         :meth:`release`.  Raises ``BufferError`` if it is empty.
 
@@ -249,7 +249,7 @@ class Bufferizer:
         i, n = self._active, self._n
         as_stream(stream).wait(self._stream.record())
         self._taken[i] = True
-        view = _ops._tag(_ops.as_darray(self._buffers[i][:n]), self._stream)
+        view = as_darray(self._buffers[i][:n])
         self._active = (i + 1) % self._n_buffers
         self._n = 0
         return view
@@ -323,7 +323,7 @@ class Bufferizer:
     @property
     def darray(self) -> Any:
         """The whole active buffer ``(buffer_size, *shape)`` as a darray view (not a copy)."""
-        return _ops.as_darray(self._buffers[self._active])
+        return as_darray(self._buffers[self._active])
 
     @property
     def stream(self) -> Stream:
@@ -412,7 +412,7 @@ class Bufferizer:
         if s is not None and src.flags.c_contiguous:
             dst.data.copy_from_device_async(src.data, src.nbytes, s)  # one cudaMemcpyAsync
         else:
-            _ops.copy(src, dst=dst, stream=self._stream)
+            copy(src, dst=dst, stream=self._stream)
 
     def _prepare_write(self, stream: Any) -> None:
         """Order the buffer's stream after the producer and after the buffer's last consumer."""
