@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy
 
+from .. import image
+
 __all__ = ["image_rows"]
 
 MEAN = (0.485, 0.456, 0.406)
@@ -30,10 +32,8 @@ def _rot(bufs):
 
 def image_rows(cf, quick: bool, copy_tbps: float, interleaved, device_time_us,
                torch=None) -> list[dict[str, Any]]:
-    import cupy  # noqa: PLC0415
-    import cupyx.scipy.ndimage as ndi  # noqa: PLC0415
-
-    from .. import image  # noqa: PLC0415
+    import cupy  # noqa: PLC0415  (optional dependency)
+    import cupyx.scipy.ndimage as ndi  # noqa: PLC0415  (optional dependency)
 
     rows: list[dict[str, Any]] = []
     rng = numpy.random.default_rng(7)
@@ -46,7 +46,7 @@ def image_rows(cf, quick: bool, copy_tbps: float, interleaved, device_time_us,
         mean_t = torch.tensor(MEAN, device="cuda").view(1, 3, 1, 1)
         std_t = torch.tensor(STD, device="cuda").view(1, 3, 1, 1)
         try:
-            import torchvision.transforms.v2.functional as tv  # noqa: PLC0415
+            import torchvision.transforms.v2.functional as tv  # noqa: PLC0415  (optional dependency)
         except Exception:
             tv = None
 
@@ -212,7 +212,7 @@ def image_rows(cf, quick: bool, copy_tbps: float, interleaved, device_time_us,
         nxt(), boxes, R, frame_index=fidx, mean=MEAN, std=STD, dst=cout)}
     if torch is not None:
         try:
-            from torchvision.ops import roi_align  # noqa: PLC0415
+            from torchvision.ops import roi_align  # noqa: PLC0415  (optional dependency)
 
             tb = torch.cat([torch.from_dlpack(fidx.view(cupy.ndarray)).float()[:, None],
                             torch.from_dlpack(boxes.view(cupy.ndarray))], 1)

@@ -56,7 +56,7 @@ def _interleaved_ms(cases: dict[str, Callable[[], object]], rounds: int,
 # ----------------------------------------------------------------------- graphs
 def graph_cases(cf, torch=None) -> dict[str, Callable[[], object]]:
     """The seed's ``slow_function`` (sigmoid spelled tanh, as NumPy/CuPy name it), eager and replayed."""
-    import cupy  # noqa: PLC0415
+    import cupy  # noqa: PLC0415  (optional dependency)
 
     def chain(xp):
         relu = xp.relu if xp is torch else (lambda a: xp.maximum(a, 0.0))
@@ -139,8 +139,8 @@ def pipeline_cases(cf, n_frames: int, torch=None,
     ``pinned``: the frames sit in pinned memory (a decoder writing into pinned buffers),
     the same frames for every implementation.
     """
-    import cupy  # noqa: PLC0415
-    import cupyx.scipy.ndimage as ndi  # noqa: PLC0415
+    import cupy  # noqa: PLC0415  (optional dependency)
+    import cupyx.scipy.ndimage as ndi  # noqa: PLC0415  (optional dependency)
 
     pool = _frames()
     if pinned:
@@ -176,7 +176,7 @@ def pipeline_cases(cf, n_frames: int, torch=None,
 
     cases = {"cuflow Pipeline": cuflow_pipeline, "naive cupy": naive_cupy}
     if torch is not None:
-        import torchvision.transforms.v2.functional as tvf  # noqa: PLC0415
+        import torchvision.transforms.v2.functional as tvf  # noqa: PLC0415  (optional dependency)
 
         out = torch.empty((BATCH, 3, S, S), device="cuda")
 
@@ -203,7 +203,7 @@ def gpu_activity(fn: Callable[[], object], torch) -> dict[str, float]:
     CUPTI stays attached to the process afterwards, and every later CUDA runtime
     call costs more: take host timings before calling this.
     """
-    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
+    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415  (optional dependency)
 
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
