@@ -312,8 +312,9 @@ def pipeline_rows(cf, quick: bool, copy_tbps: float, device_time_us, host_time_u
 
     # 4. The pipeline, frames per second and GPU activity, from pageable and pinned frames.
     # The activity traces come last: CUPTI stays attached to the process once
-    # torch.profiler has run, and every later CUDA runtime call pays for it (on an H200,
-    # cudaGetDevice went from 0.07 to 0.37 us and a pool hit from 1.8 to 2.9 us).
+    # torch.profiler has run, and every later CUDA runtime call pays for it, which would
+    # inflate host latencies measured afterwards (such as the pool hit of
+    # bench/test_bench_memory.py::test_empty_hit_latency).
     n = 64 if quick else 256
     traced = []
     for pinned in (False, True):
