@@ -11,7 +11,7 @@ import cuflow
 
 from .bench._headline import format_table, run_headline
 from .bench._plot import plot
-from .testing._notebook import output_text, run_notebook
+from .testing import output_text, run_notebook
 
 
 def main(argv: list[str] | None = None) -> int:
