@@ -7,10 +7,33 @@
 # suite's own default), OUT_LOG (default stdout), PYTHON (default python3).
 # Extra args go to pytest; test paths written array_api_tests/... are taken inside
 # ARRAY_API_TESTS_DIR, and without any the whole suite runs. Give option values
-# with '=' (--junitxml=FILE). E.g. the CPU-CI subset:
-#   bash bench/array_api.sh --junitxml=/tmp/aapi.xml \
-#     array_api_tests/test_signatures.py array_api_tests/test_has_names.py
+# with '=' (--junitxml=FILE). --fast selects the CPU-CI subset below, e.g.
+#   bash bench/array_api.sh --fast --junitxml=/tmp/aapi.xml
+# Run from the repository root, `python3 -m pytest` imports this checkout's cuflow.
 set -uo pipefail
+
+# CPU-CI subset: the static checks (names, signatures, namespace info, dtype
+# functions, constants) and the property tests that exercise cuflow's own
+# wrappers of spec functions (sorting, std/var, searchsorted, from_dlpack,
+# fftfreq, eig, clip) rather than plain forwarding to the backend.
+FAST=(
+  array_api_tests/test_has_names.py
+  array_api_tests/test_signatures.py
+  array_api_tests/test_inspection_functions.py
+  array_api_tests/test_data_type_functions.py
+  array_api_tests/test_constants.py
+  array_api_tests/test_sorting_functions.py
+  array_api_tests/test_statistical_functions.py::test_std
+  array_api_tests/test_statistical_functions.py::test_var
+  array_api_tests/test_searching_functions.py::test_searchsorted
+  array_api_tests/test_searching_functions.py::test_searchsorted_with_scalars
+  array_api_tests/test_dlpack.py::test_from_dlpack
+  array_api_tests/test_fft.py::test_fftfreq
+  array_api_tests/test_fft.py::test_rfftfreq
+  array_api_tests/test_linalg.py::test_eig
+  array_api_tests/test_linalg.py::test_eigvals
+  array_api_tests/test_operators_and_elementwise_functions.py::test_clip
+)
 
 DIR=${ARRAY_API_TESTS_DIR:-}
 if [ -z "$DIR" ] || [ ! -d "$DIR/array_api_tests" ]; then
@@ -46,7 +69,9 @@ export HYPOTHESIS_STORAGE_DIRECTORY
 args=()
 have_sel=0
 for a in "$@"; do
-  if [[ $a == array_api_tests* ]]; then args+=("$DIR/$a"); have_sel=1
+  if [[ $a == --fast ]]; then
+    for f in "${FAST[@]}"; do args+=("$DIR/$f"); done; have_sel=1
+  elif [[ $a == array_api_tests* ]]; then args+=("$DIR/$a"); have_sel=1
   else args+=("$a"); fi
 done
 [ $have_sel = 1 ] || args=("$DIR/array_api_tests" "${args[@]}")

@@ -1,55 +1,80 @@
 #!/usr/bin/env bash
-# One GPU session: info, the whole test suite (gpu-marked tests included), the
+# One GPU run: info, the whole test suite (gpu-marked tests included), the
 # kernel tests under compute-sanitizer, the pytest-benchmark suite and the
-# headline table. Writes everything under $OUT.
+# headline table.
 # Usage (on the GPU machine, from the repository root):
-#   OUT=/some/dir bash bench/gpu_run.sh [all|tests|bench|quick]
-# "tests" and "bench" split the session in two commands of a few minutes each.
+#   OUT=/some/dir GPU_KIND=h200 bash bench/gpu_run.sh [all|tests|bench|quick]
+# "tests" and "bench" split the run in two commands of a few minutes each.
+#
+# Every file is written as $OUT/<gpu-kind>-<what> (default OUT: bench/results), with no
+# date or run number in its name: a run replaces the previous evidence for its GPU kind,
+# and the date is inside <gpu-kind>-headline.json. Commit only the small files
+# (<gpu-kind>-headline.json and <gpu-kind>-tests-summary.log) to bench/results.
 set -uo pipefail
-OUT=${OUT:-bench/out}
+OUT=${OUT:-bench/results}
 MODE=${1:-all}
+# the GPU kind: GPU_KIND, else the model in the first GPU's name ("NVIDIA H200" -> h200)
+KIND=${GPU_KIND:-$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 \
+  | grep -o -i -E '\b[A-Z]+[0-9]+[A-Z]*\b' | head -1 | tr '[:upper:]' '[:lower:]')}
+KIND=${KIND:-unknown-gpu}
+P="$OUT/$KIND"
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 # the memory pool's compiled hot path, built here for this machine's Python
-python3 setup.py -q build_ext --inplace > "$OUT/build.log" 2>&1 || cat "$OUT/build.log"
-python3 -m cuflow info | tee "$OUT/info.txt"
+python3 setup.py -q build_ext --inplace > "$P-build.log" 2>&1 || cat "$P-build.log"
+python3 -m cuflow info | tee "$P-info.txt"
 if [ "$MODE" != bench ]; then
   # the full logs stay on the machine (too large to bring back); their summaries come back
   python3 -m pytest tests -q -p no:cacheprovider -rfEs > /tmp/cuflow-tests.log 2>&1
   { grep -a -E "^(FAILED|ERROR)" /tmp/cuflow-tests.log; tail -3 /tmp/cuflow-tests.log; } \
-    | tee "$OUT/tests-summary.log"
+    | tee "$P-tests-summary.log"
   if command -v compute-sanitizer >/dev/null; then
-    # memcheck over cuflow's own kernels (CuPy's allocator would hide overruns inside its pool)
+    # memcheck over cuflow's own kernels (CuPy's allocator would hide overruns inside its pool):
+    # the elementwise tests (tests/core) and the image tests (tests/image), selected by name
+    # (-k matches folder, file and test names)
+    : > "$P-sanitizer.log"
     compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
-      python3 -m pytest tests/test_elementwise.py tests/test_image.py -q -p no:cacheprovider -x \
-      -k "not torchvision" > /tmp/cuflow-memcheck.log 2>&1
-    echo "compute-sanitizer memcheck exit: $?" | tee -a "$OUT/sanitizer.log"
-    tail -4 /tmp/cuflow-memcheck.log | tee -a "$OUT/sanitizer.log"
-    # racecheck for the kernels that use shared memory: cf_normalize_vec stages tiles there,
-    # cf_resize_lin its block's vertical taps
+      python3 -m pytest tests -q -p no:cacheprovider -x \
+      -k "(elementwise or image) and not torchvision" > /tmp/cuflow-memcheck.log 2>&1
+    echo "compute-sanitizer memcheck exit: $?" | tee -a "$P-sanitizer.log"
+    tail -4 /tmp/cuflow-memcheck.log | tee -a "$P-sanitizer.log"
+    # racecheck for the image kernels that use shared memory: cf_normalize_vec stages tiles
+    # there, cf_resize_lin its block's vertical taps
     compute-sanitizer --tool racecheck --error-exitcode 9 \
-      python3 -m pytest tests/test_image.py -q -p no:cacheprovider -x \
-      -k "vec or large_batch or resize or letterbox or nv12 or crop" 2>&1 \
-      | tail -4 | tee -a "$OUT/sanitizer.log"
-    echo "compute-sanitizer racecheck exit: ${PIPESTATUS[0]}" | tee -a "$OUT/sanitizer.log"
+      python3 -m pytest tests -q -p no:cacheprovider -x \
+      -k "image and (vec or large_batch or resize or letterbox or nv12 or crop)" 2>&1 \
+      | tail -4 | tee -a "$P-sanitizer.log"
+    echo "compute-sanitizer racecheck exit: ${PIPESTATUS[0]}" | tee -a "$P-sanitizer.log"
   fi
 fi
 if [ "$MODE" = all ] || [ "$MODE" = bench ]; then
   python3 -m pytest bench -q -p no:cacheprovider --benchmark-enable \
-    --benchmark-json "$OUT/bench.json" --benchmark-columns=median,iqr,rounds \
-    --benchmark-sort=name 2>&1 | tee "$OUT/bench.log" | tail -40
+    --benchmark-json "$P-bench.json" --benchmark-columns=median,iqr,rounds \
+    --benchmark-sort=name 2>&1 | tee "$P-bench.log" | tail -40
 fi
 if [ "$MODE" = all ]; then
   # the example notebook with its outputs recorded on this GPU
-  python3 -m cuflow run-notebook examples/tour.ipynb --write | tee "$OUT/notebook.txt" \
-    && cp examples/tour.ipynb "$OUT/tour.ipynb"
+  python3 -m cuflow run-notebook examples/tour.ipynb --write | tee "$P-notebook.txt" \
+    && cp examples/tour.ipynb "$P-tour.ipynb"
 fi
 if [ "$MODE" != tests ]; then
-  python3 -m cuflow bench $([ "$MODE" = quick ] && echo --quick) --json "$OUT/headline.json" \
-    --plot "$OUT/headline.png" | tee "$OUT/headline.txt"
+  python3 -m cuflow bench $([ "$MODE" = quick ] && echo --quick) --json "$P-headline.json" \
+    --plot "$P-headline.png" | tee "$P-headline.txt"
+  # the date and GPU kind of this evidence go inside the JSON, not into its name
+  python3 - "$P-headline.json" "$KIND" <<'PY'
+import datetime, json, sys
+path, kind = sys.argv[1], sys.argv[2]
+with open(path) as f:
+    result = json.load(f)
+result["date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+result["gpu_kind"] = kind
+with open(path, "w") as f:
+    json.dump(result, f, indent=1)
+PY
   # the pipeline example with every cuflow op NVTX-annotated, and its CUPTI overlap check
+  : > "$P-pipeline_example.txt"
   for mode in "" --pinned; do
     CUFLOW_NVTX=1 python3 examples/pipeline_torch.py --profile $mode 2>&1 | grep -v -i warn \
-      | tee -a "$OUT/pipeline_example.txt"
+      | tee -a "$P-pipeline_example.txt"
   done
 fi

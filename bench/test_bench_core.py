@@ -23,7 +23,7 @@ def small(backend):
 
 
 def _plain(x):
-    import cupy
+    import cupy  # noqa: PLC0415  (optional dependency)
 
     return x.view(cupy.ndarray)
 
@@ -32,7 +32,7 @@ def _plain(x):
 @pytest.mark.parametrize("impl", ["cuflow c=a+b", "cuflow add(dst=c)", "cupy c=a+b",
                                   "cupy add(out=c)", "torch a+b", "torch add(out=c)"])
 def test_small_add(gpu_bench, small, impl):
-    import cupy
+    import cupy  # noqa: PLC0415  (optional dependency)
 
     a, b, c = small
     if impl.startswith("torch"):
@@ -60,7 +60,7 @@ def test_small_overhead(gpu_bench, small, lib, op):
 @pytest.mark.benchmark(group="add 2160x3840 float32 (bandwidth)")
 @pytest.mark.parametrize("impl", ["cuflow add(dst=)", "cupy add(out=)", "torch add(out=)"])
 def test_large_add(gpu_bench, backend, copy_tbps, impl):
-    import cupy
+    import cupy  # noqa: PLC0415  (optional dependency)
 
     x = cuflow.testing.random_array(LARGE, "float32")
     y = cuflow.testing.random_array(LARGE, "float32")

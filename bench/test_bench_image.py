@@ -29,7 +29,7 @@ def frames(backend):
 
 
 def _cases(frames):
-    import cupy
+    import cupy  # noqa: PLC0415  (optional dependency)
 
     mean, std = cupy.asarray(MEAN, np.float32), cupy.asarray(STD, np.float32)
     o32 = cuflow.empty((N, 3, H, W), np.float32)

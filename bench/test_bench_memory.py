@@ -18,10 +18,10 @@ ALLOCATORS = ["cuflow", "cuflow after warmup", "cupy MemoryPool", "cupy MemoryAs
 
 
 def _makers():
-    import cupy
+    import cupy  # noqa: PLC0415  (optional dependency)
 
     try:
-        import torch
+        import torch  # noqa: PLC0415  (optional dependency)
 
         torch = torch if torch.cuda.is_available() else None
     except Exception:

@@ -16,7 +16,7 @@ from cuflow.bench import _pipeline as bp
 
 def _torch():
     try:
-        import torch
+        import torch  # noqa: PLC0415  (optional dependency)
     except ImportError:
         return None
     return torch if torch.cuda.is_available() else None

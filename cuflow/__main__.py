@@ -7,10 +7,16 @@ import argparse
 import json
 import sys
 
+import cuflow
+
+from .bench._headline import format_table, run_headline
+from .bench._plot import plot
+from .testing import output_text, run_notebook
+
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m cuflow", description=__doc__)
-    sub = p.add_subparsers(dest="cmd", required=True)
+    sub = p.add_subparsers(dest="cmd")
     sub.add_parser("info", help="backend, device, compute capability, driver/runtime, versions")
     pb = sub.add_parser("bench", help="headline comparisons against plain CuPy (and PyTorch)")
     pb.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
@@ -22,12 +28,11 @@ def main(argv: list[str] | None = None) -> int:
     pn.add_argument("path")
     pn.add_argument("--write", action="store_true", help="store the outputs in the notebook")
     args = p.parse_args(argv)
-
-    import cuflow  # noqa: PLC0415
+    if args.cmd is None:  # no verb: say what the verbs are
+        p.print_help()
+        return 0
 
     if args.cmd == "run-notebook":
-        from .testing._notebook import output_text, run_notebook  # noqa: PLC0415
-
         for i, outputs in enumerate(run_notebook(args.path, write=args.write)):
             text = output_text(outputs)
             print(f"[{i + 1}] {text}", end="" if text.endswith("\n") else "\n")
@@ -37,8 +42,6 @@ def main(argv: list[str] | None = None) -> int:
         for k, v in cuflow.backend_info().items():
             print(f"{k:20s} {v}")
         return 0
-    from .bench._headline import format_table, run_headline  # noqa: PLC0415
-
     if args.from_json:
         if not args.plot:
             p.error("--from-json only makes sense with --plot")
@@ -52,8 +55,6 @@ def main(argv: list[str] | None = None) -> int:
             json.dump(result, f, indent=1)
         print(f"\nwrote {args.json}")
     if args.plot:
-        from .bench._plot import plot  # noqa: PLC0415
-
         plot(result, args.plot)
         print(f"wrote {args.plot}")
     return 0

@@ -39,8 +39,11 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from .core._runtime import get_backend
+import numpy
+
+from . import memory
 from ._errors import BackendError, CuflowError
+from .core import as_cupy_stream, get_backend, runtime
 
 __all__ = ["CapturedFunction", "Graph", "GraphCaptureError", "capture", "graphed"]
 
@@ -68,8 +71,6 @@ class Graph:
         if self._graph is None:
             raise BackendError("cuflow.graph: nothing to replay (the capture failed, the graph "
                                "was closed, or the NumPy backend has no graphs)")
-        from .core._streams import as_cupy_stream  # noqa: PLC0415
-
         s = self.stream if stream is None else as_cupy_stream(stream)
         self._graph.launch(stream=s)
 
@@ -91,8 +92,6 @@ class Graph:
 @contextlib.contextmanager
 def _private_memory(stream: Any):
     """Route allocations made on ``stream`` (this thread) to memory private to one graph."""
-    from . import memory  # noqa: PLC0415
-
     if memory._INSTALLED:
         pool = memory.get_pool()
         owner = pool.begin_private(stream.ptr)
@@ -101,7 +100,7 @@ def _private_memory(stream: Any):
         finally:
             pool.end_private(stream.ptr)
         return
-    import cupy  # noqa: PLC0415
+    import cupy  # noqa: PLC0415  (optional dependency)
 
     private = cupy.cuda.MemoryPool()
     with cupy.cuda.using_allocator(private.malloc):
@@ -114,8 +113,6 @@ def _capture_block(stream: Any = None, _what: str = "the block"):
     if not b.is_gpu:
         yield Graph(None, None, None)
         return
-    from .core._streams import as_cupy_stream  # noqa: PLC0415
-
     s = b.xp.cuda.Stream(non_blocking=True) if stream is None else as_cupy_stream(stream)
     with _private_memory(s) as (pool, owner):
         g = Graph(pool, owner, s)
@@ -146,7 +143,7 @@ def _capture_block(stream: Any = None, _what: str = "the block"):
 
 def _user_frame(tb: Any) -> tuple[str, str]:
     """(the call in the caller's code, the library function it reached) from a traceback."""
-    pkg_dirs = tuple(os.path.dirname(m.__file__) + os.sep for m in _library_modules())
+    pkg_dirs = tuple(d + os.sep for d in _library_dirs())
     frames = traceback.extract_tb(tb)
     last_user = None
     callee = ""
@@ -163,18 +160,19 @@ def _user_frame(tb: Any) -> tuple[str, str]:
     return f"`{line}` ({os.path.basename(f.filename)}:{f.lineno}, in {f.name})", callee
 
 
-def _library_modules() -> list[Any]:
-    import numpy  # noqa: PLC0415
+# cuflow's own package directory (this module's), whose frames are not the caller's code
+_CUFLOW_DIR = os.path.dirname(os.path.abspath(__file__))
 
-    import cuflow  # noqa: PLC0415
 
-    mods = [cuflow, numpy]
+def _library_dirs() -> list[str]:
+    """Directories of the libraries between the caller's code and a CUDA error."""
+    dirs = [_CUFLOW_DIR, os.path.dirname(numpy.__file__)]
     with contextlib.suppress(ImportError):
-        import cupy  # noqa: PLC0415
-        import cupy_backends  # noqa: PLC0415
+        import cupy  # noqa: PLC0415  (optional dependency)
+        import cupy_backends  # noqa: PLC0415  (optional dependency)
 
-        mods += [cupy, cupy_backends]
-    return mods
+        dirs += [os.path.dirname(cupy.__file__), os.path.dirname(cupy_backends.__file__)]
+    return dirs
 
 
 _CAPTURE_ERRORS = ("StreamCapture", "capturing", "capture")
@@ -245,8 +243,6 @@ class CapturedFunction:
         self._captured = True
         if not b.is_gpu:
             return
-        from .core import runtime  # noqa: PLC0415
-
         s = b.xp.cuda.Stream(non_blocking=True)
         s.wait_event(b.xp.cuda.get_current_stream().record())  # the examples are ready
         with s:
@@ -270,8 +266,6 @@ class CapturedFunction:
         if len(inputs) != len(self.inputs):
             raise TypeError(f"cuflow.graph: {self._name} was captured with {len(self.inputs)} "
                             f"argument(s), called with {len(inputs)}")
-        from .core._streams import as_cupy_stream  # noqa: PLC0415
-
         s = as_cupy_stream(stream)
         for i, (x, static) in enumerate(zip(inputs, self.inputs, strict=True)):
             if not isinstance(static, b.ndarray):

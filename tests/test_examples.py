@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from cuflow.testing._notebook import NotebookError, output_text, run_notebook
+from cuflow.testing import NotebookError, output_text, run_notebook
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 

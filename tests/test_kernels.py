@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 import cuflow
+from cuflow.core import _fastpath
 from cuflow.raw_kernels import REGISTRY, _registry, compile_for_arch
 
 CASES = [(name, dt) for name, spec in REGISTRY.items() for dt in spec.dtypes()]
@@ -29,8 +30,6 @@ def test_compile_error_names_kernel_arch_and_log(monkeypatch):
 
 
 def test_registry_entries_cover_the_fast_ops():
-    from cuflow.core import _fastpath as _elementwise
-
     spec = REGISTRY["elementwise"]
     entries = {e for e, _ in spec.entries}
-    assert {k.entry for k in _elementwise.KERNELS.values()} <= entries
+    assert {k.entry for k in _fastpath.KERNELS.values()} <= entries

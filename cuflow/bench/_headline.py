@@ -12,7 +12,12 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from ..testing._timer import copy_bandwidth_tbps, device_time_us, host_time_us
+import cuflow as cf
+
+from ..testing import copy_bandwidth_tbps, device_time_us, host_time_us
+from . import _traces
+from ._image import image_rows
+from ._pipeline import pipeline_rows
 
 __all__ = ["run_headline"]
 
@@ -29,7 +34,7 @@ def _interleaved(cases: dict[str, Callable[[], object]], rounds: int, number: in
 
 def _torch():
     try:
-        import torch  # noqa: PLC0415
+        import torch  # noqa: PLC0415  (optional dependency)
     except Exception:
         return None
     return torch if torch.cuda.is_available() else None
@@ -37,8 +42,6 @@ def _torch():
 
 def run_headline(quick: bool = False) -> dict[str, Any]:
     """Run the comparisons; return ``{"info": ..., "rows": [...]}``."""
-    import cuflow as cf  # noqa: PLC0415
-
     info = cf.backend_info()
     gpu = info["backend"] == "cupy"
     rounds, number = (3, 300) if quick else (15, 2000)
@@ -66,7 +69,7 @@ def run_headline(quick: bool = False) -> dict[str, Any]:
     }
     base = {}
     if gpu:
-        import cupy  # noqa: PLC0415
+        import cupy  # noqa: PLC0415  (optional dependency)
 
         pa, pb = a.view(cupy.ndarray), b.view(cupy.ndarray)
         pc = c.view(cupy.ndarray)
@@ -96,7 +99,7 @@ def run_headline(quick: bool = False) -> dict[str, Any]:
 
     # 2. dst= allocates nothing (the pool's used bytes unchanged across 100 calls).
     if gpu:
-        import cupy  # noqa: PLC0415
+        import cupy  # noqa: PLC0415  (optional dependency)
 
         pool = cf.memory.get_pool() if cf.memory._INSTALLED else cupy.get_default_memory_pool()
         cf.synchronize()
@@ -110,7 +113,7 @@ def run_headline(quick: bool = False) -> dict[str, Any]:
 
     # 3. A large add against device-to-device copy bandwidth.
     if gpu:
-        import cupy  # noqa: PLC0415
+        import cupy  # noqa: PLC0415  (optional dependency)
 
         bw = copy_bandwidth_tbps(1 << 30)
         h, w = 2160, 3840
@@ -130,12 +133,8 @@ def run_headline(quick: bool = False) -> dict[str, Any]:
                 pct_of_copy_bw=round(100 * floor_us / v, 1))
     if gpu:
         rows += _elementwise_sweep(cf, quick, bw)
-        from ._image import image_rows  # noqa: PLC0415
-
         rows += image_rows(cf, quick, bw, _interleaved, device_time_us, _torch())
         rows += _pool_comparison(quick)
-        from ._pipeline import pipeline_rows  # noqa: PLC0415
-
         # last: its GPU activity traces leave CUPTI attached to the process (see there)
         rows += pipeline_rows(cf, quick, bw, device_time_us, host_time_us, _torch())
     return {"info": info, "rows": rows}
@@ -143,9 +142,7 @@ def run_headline(quick: bool = False) -> dict[str, Any]:
 
 def _pool_comparison(quick: bool) -> list[dict[str, Any]]:
     """cuflow's pool against CuPy's pools and PyTorch's on the issue's traces, and hit latency."""
-    import cupy  # noqa: PLC0415
-
-    from . import _traces  # noqa: PLC0415
+    import cupy  # noqa: PLC0415  (optional dependency)
 
     torch = _torch()
     makers = _traces.allocators(cupy, torch)
@@ -177,7 +174,7 @@ def _elementwise_sweep(cf, quick: bool, copy_tbps: float) -> list[dict[str, Any]
     Small sizes measure host time per call (the GPU keeps up), large ones the
     device (a loop of calls then one synchronize): per call either way.
     """
-    import cupy  # noqa: PLC0415
+    import cupy  # noqa: PLC0415  (optional dependency)
 
     sizes = (100, 10_000, 1_000_000, 100_000_000) if quick else (
         100, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000)

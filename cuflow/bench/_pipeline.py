@@ -56,7 +56,7 @@ def _interleaved_ms(cases: dict[str, Callable[[], object]], rounds: int,
 # ----------------------------------------------------------------------- graphs
 def graph_cases(cf, torch=None) -> dict[str, Callable[[], object]]:
     """The seed's ``slow_function`` (sigmoid spelled tanh, as NumPy/CuPy name it), eager and replayed."""
-    import cupy  # noqa: PLC0415
+    import cupy  # noqa: PLC0415  (optional dependency)
 
     def chain(xp):
         relu = xp.relu if xp is torch else (lambda a: xp.maximum(a, 0.0))
@@ -139,8 +139,8 @@ def pipeline_cases(cf, n_frames: int, torch=None,
     ``pinned``: the frames sit in pinned memory (a decoder writing into pinned buffers),
     the same frames for every implementation.
     """
-    import cupy  # noqa: PLC0415
-    import cupyx.scipy.ndimage as ndi  # noqa: PLC0415
+    import cupy  # noqa: PLC0415  (optional dependency)
+    import cupyx.scipy.ndimage as ndi  # noqa: PLC0415  (optional dependency)
 
     pool = _frames()
     if pinned:
@@ -176,7 +176,7 @@ def pipeline_cases(cf, n_frames: int, torch=None,
 
     cases = {"cuflow Pipeline": cuflow_pipeline, "naive cupy": naive_cupy}
     if torch is not None:
-        import torchvision.transforms.v2.functional as tvf  # noqa: PLC0415
+        import torchvision.transforms.v2.functional as tvf  # noqa: PLC0415  (optional dependency)
 
         out = torch.empty((BATCH, 3, S, S), device="cuda")
 
@@ -203,7 +203,7 @@ def gpu_activity(fn: Callable[[], object], torch) -> dict[str, float]:
     CUPTI stays attached to the process afterwards, and every later CUDA runtime
     call costs more: take host timings before calling this.
     """
-    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
+    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415  (optional dependency)
 
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -312,8 +312,9 @@ def pipeline_rows(cf, quick: bool, copy_tbps: float, device_time_us, host_time_u
 
     # 4. The pipeline, frames per second and GPU activity, from pageable and pinned frames.
     # The activity traces come last: CUPTI stays attached to the process once
-    # torch.profiler has run, and every later CUDA runtime call pays for it (on an H200,
-    # cudaGetDevice went from 0.07 to 0.37 us and a pool hit from 1.8 to 2.9 us).
+    # torch.profiler has run, and every later CUDA runtime call pays for it, which would
+    # inflate host latencies measured afterwards (such as the pool hit of
+    # bench/test_bench_memory.py::test_empty_hit_latency).
     n = 64 if quick else 256
     traced = []
     for pinned in (False, True):

@@ -23,10 +23,10 @@ def _metric(rows: list[dict[str, Any]]) -> tuple[str, str, bool] | None:
 def plot(result: dict[str, Any], path: str) -> None:
     """Draw ``result`` (what ``run_headline`` returns, or its JSON) into the PNG ``path``."""
     try:
-        import matplotlib  # noqa: PLC0415
+        import matplotlib  # noqa: PLC0415  (optional dependency)
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # noqa: PLC0415
+        import matplotlib.pyplot as plt  # noqa: PLC0415  (optional dependency)
     except ImportError as e:
         raise SystemExit("--plot needs matplotlib: python3 -m pip install matplotlib") from e
     groups: dict[str, list[dict[str, Any]]] = {}

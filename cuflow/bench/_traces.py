@@ -11,12 +11,16 @@ the allocator hook.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import random
 import statistics
 import time
 from collections.abc import Callable
 from typing import Any
+
+from .. import memory
+from ..memory import DriverPoolBackend, Pool, _pool
 
 H = 4096
 
@@ -116,8 +120,6 @@ class _Cuflow(_CupyAllocator):
     name = "cuflow"
 
     def __init__(self, cupy: Any, python: bool = False) -> None:
-        from ..memory import DriverPoolBackend, Pool, _pool  # noqa: PLC0415
-
         self.cupy = cupy
         self.pool = Pool(DriverPoolBackend(cupy.cuda.runtime.getDevice()))
         saved = _pool.HotAlloc
@@ -289,8 +291,6 @@ def warmup_for(trace: str) -> Callable[[Any], None]:
     """cuflow's documented warm-up for each trace: the largest input once."""
 
     def run(alloc: Any) -> None:
-        from ..memory import warmup  # noqa: PLC0415
-
         pool = alloc.pool
         with alloc.cupy.cuda.using_allocator(pool.malloc):
             if trace == "S":
@@ -306,7 +306,7 @@ def warmup_for(trace: str) -> Callable[[Any], None]:
                         else:
                             del live[key]
 
-                warmup(fn, pool=pool)
+                memory.warmup(fn, pool=pool)
         alloc._after_warmup = pool.num_device_alloc
 
     return run
@@ -328,8 +328,6 @@ def empty_latency(makers: dict[str, Callable[[], Any]], nbytes: int, n: int = 20
     Interleaved: each of ``rounds`` rounds runs every allocator in turn, so a
     shared host's drift does not land on one allocator.
     """
-    import functools  # noqa: PLC0415
-
     allocs = {k: m() for k, m in makers.items()}
     loops: dict[str, list[float]] = {k: [] for k in allocs}
     single: dict[str, list[int]] = {k: [] for k in allocs}

@@ -26,10 +26,9 @@ from typing import Any
 
 import numpy
 
-from ..core import as_darray, copy, empty
-from ..core._runtime import get_backend
 from .._errors import CuflowError
-from ..core._streams import Event, Stream, as_cupy_stream, as_stream
+from ..core import (Event, Stream, as_cupy_stream, as_darray, as_stream, copy, empty,
+                    get_backend)
 
 __all__ = ["Bufferizer", "BufferizerError"]
 
@@ -234,8 +233,9 @@ class Bufferizer:
         """Hand the elements appended so far (``darray[:len(self)]``) to a consumer.
 
         ``stream`` (the consumer's, default: the current stream) waits for
-        the buffer's writes; the returned view also carries the buffer's
-        stream so ``torch.from_dlpack`` orders after it.  Appends continue in
+        the buffer's writes, so work queued on it, a DLPack consumer such as
+        ``torch.from_dlpack`` on that stream included, reads the finished
+        elements.  Appends continue in
         the next buffer; the taken one is written again only after
         :meth:`release`.  Raises ``BufferError`` if it is empty.
 

@@ -19,14 +19,14 @@ from __future__ import annotations
 import collections
 import dataclasses
 from collections.abc import Callable, Generator, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy
 
-from .. import image
-from ..core import copy, empty, zeros
+from .. import image, memory
+from ..core import Event, Stream, as_stream, copy, empty, get_backend, zeros
 from ._bufferizer import Bufferizer
-from ..core._streams import Event, Stream, as_stream
 
 __all__ = ["Pipeline", "PipelineOptions"]
 
@@ -40,18 +40,17 @@ class PipelineOptions:
     is passed to :func:`cuflow.image.resize_normalize` / :func:`~cuflow.image.letterbox`.
     ``n_staging`` frames are in flight at once; ``copy_threads`` host threads
     copy pageable frames into pinned memory (``0``: upload pageable frames
-    directly, the CUDA driver staging them itself).  The defaults were the
-    fastest on an H200 host (1080p frames: 4775 frames/s with frames not
-    reused, against 3909 with 2 threads and 3 slots and ~4250-4600 with 4-8
-    threads, where the copies compete with the uploads for host memory
-    bandwidth; 3041 with frames reused).
+    directly, the CUDA driver staging them itself).  The defaults were chosen
+    on 1080p frames with ``bench/test_bench_pipeline.py::test_pipeline_fps``
+    (rerun it with other values to compare): fewer threads or slots leave the
+    uploads waiting for host copies, and more threads compete with the uploads
+    for host memory bandwidth.
 
     A pinned frame is uploaded in place.  ``frames_reused=True`` (the safe
     default) is for producers that may write into a frame's memory once the
     next frame is asked for, such as a decoder cycling through its own pinned
     buffers: each pinned frame's upload is waited for before the next frame is
-    taken, which leaves the copy engine idle between frames (about 25 us per
-    ~115 us 1080p upload on an H200).  Pass ``False`` when the frames' memory
+    taken, which leaves the copy engine idle between frames.  Pass ``False`` when the frames' memory
     is not written while the pipeline runs (a list of frames, or a new array
     per frame): uploads then run back to back, the pipeline keeps each frame
     alive until its upload is done, and up to ``n_staging`` pageable frames
@@ -101,8 +100,6 @@ class PipelineOptions:
 
 def _is_pinned(a: numpy.ndarray) -> bool:
     """Whether ``a``'s memory is page-locked (CUDA host memory): then it is uploaded in place."""
-    from ..core._runtime import get_backend  # noqa: PLC0415
-
     b = get_backend()
     if not b.is_gpu or not a.flags.c_contiguous:
         return False
@@ -183,8 +180,6 @@ class Pipeline:
         previous frame's kernel, handing a batch to the consumer) overlaps that
         host copy; ``finish`` waits for it, then queues the upload.
         """
-        from .. import memory  # noqa: PLC0415
-
         s = self._slots[k]
         if s.uploaded is not None:
             s.uploaded.synchronize()  # back-pressure: staging k's last upload must be done
@@ -225,13 +220,12 @@ class Pipeline:
 
         With ``frames_reused`` only one frame is copied at a time, split in row
         chunks over the threads; otherwise each frame is one task and several
-        frames are copied at once (one thread copies a 1080p frame in ~500 us
-        on an H200 host, four times its pinned upload).
+        frames are copied at once (a host copy by one thread takes several times
+        as long as the frame's pinned upload, so several must run to keep the
+        copy engine busy).
         """
         n = self.options.copy_threads
         if self._pool is None:
-            from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
-
             self._pool = ThreadPoolExecutor(n, thread_name_prefix="cuflow-staging")
         if not self.options.frames_reused:
             return [self._pool.submit(numpy.copyto, dst, src)]

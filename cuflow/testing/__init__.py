@@ -11,11 +11,13 @@ from typing import Any
 
 import numpy
 
-from ..core._runtime import get_backend
+from ..core import asarray, get_backend
+from ._notebook import NotebookError, output_text, run_notebook
 from ._timer import Timing, copy_bandwidth_tbps, device_time_us, host_time_us
 
 __all__ = ["random_array", "poisoned", "to_host", "assert_equal_host", "Timing", "host_time_us",
-           "device_time_us", "copy_bandwidth_tbps", "DTYPES"]
+           "device_time_us", "copy_bandwidth_tbps", "DTYPES", "NotebookError", "output_text",
+           "run_notebook"]
 
 #: One dtype of every family cuflow supports.
 DTYPES = (numpy.bool_, numpy.int8, numpy.int32, numpy.int64, numpy.uint8, numpy.uint16,
@@ -48,15 +50,11 @@ def random_array(shape, dtype, rng: numpy.random.Generator | None = None, *, hos
         raise TypeError(f"random_array: unsupported dtype {dt}")
     if host:
         return a
-    import cuflow  # noqa: PLC0415
-
-    return cuflow.array(a)
+    return asarray(a)  # ``a`` is new: the NumPy backend may use it without a copy
 
 
 def poisoned(shape, dtype):
     """An output array filled with a value no correct kernel writes (NaN, or the dtype's max)."""
-    import cuflow  # noqa: PLC0415
-
     dt = numpy.dtype(dtype)
     if dt.kind in "fc":
         fill = numpy.nan
@@ -64,7 +62,7 @@ def poisoned(shape, dtype):
         fill = True
     else:
         fill = numpy.iinfo(dt).max
-    return cuflow.full(shape, fill, dtype=dt)
+    return asarray(numpy.full(shape, fill, dtype=dt))
 
 
 def to_host(x) -> numpy.ndarray:

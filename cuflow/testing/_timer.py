@@ -6,8 +6,8 @@
 * device time: CUDA events around the region, after a warm-up, median of runs;
   one call is queued before the start event, so the GPU is busy while the host
   launches the timed calls and the host's latency to its first launch is not
-  counted (with 10 calls it added 2-5 us per call to 25-70 us image kernels on
-  an H200).
+  counted (over the few calls of a run, it would add a visible share to a
+  short kernel's time).
 * copy bandwidth: a large device-to-device copy, counting bytes read plus bytes
   written (the convention of the reference figures).
 
@@ -21,6 +21,8 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from ..core import Event, copy, empty, runtime, zeros
 
 __all__ = ["Timing", "host_time_us", "device_time_us", "copy_bandwidth_tbps"]
 
@@ -40,9 +42,10 @@ class Timing:
 
 
 def _sync():
-    from ..core._streams import synchronize  # noqa: PLC0415
-
-    synchronize()
+    """Wait for all work on the current device (nothing to wait for on the NumPy backend)."""
+    rt = runtime()
+    if rt.is_gpu:
+        rt.xp.cuda.Device().synchronize()
 
 
 def host_time_us(fn: Callable[[], object], *, number: int = 2000, repeat: int = 7,
@@ -77,8 +80,6 @@ def device_time_us(fn: Callable[[], object], *, number: int = 10, repeat: int = 
     back unless the host launches them slower than the GPU runs them (then
     the figure is the host's rate, as a pipeline of such calls would see).
     """
-    from ..core._streams import Event  # noqa: PLC0415
-
     for _ in range(warmup):
         fn()
     _sync()
@@ -97,9 +98,7 @@ def device_time_us(fn: Callable[[], object], *, number: int = 10, repeat: int = 
 
 def copy_bandwidth_tbps(nbytes: int = 1 << 30) -> float:
     """Device-to-device copy bandwidth in TB/s (bytes read + bytes written)."""
-    import cuflow  # noqa: PLC0415
-
-    src = cuflow.ones(nbytes // 4, dtype="float32")
-    dst = cuflow.empty_like(src)
-    t = device_time_us(lambda: cuflow.copy(src, dst), number=5, repeat=9)
+    src = zeros(nbytes // 4, dtype="float32")  # the values do not change the copy's time
+    dst = empty(src.shape, dtype=src.dtype)
+    t = device_time_us(lambda: copy(src, dst), number=5, repeat=9)
     return 2 * nbytes / (t.median_us * 1e-6) / 1e12
