@@ -52,16 +52,16 @@ def _layer(mod: str) -> int:
     raise AssertionError(f"{mod} has no layer in LAYERS: add it (and to docs/design.md)")
 
 
-def _resolve(mod: str, is_pkg: bool, node: ast.ImportFrom) -> list[str]:
+def _resolve(mod: str, is_pkg: bool, node: ast.ImportFrom, known: set[str]) -> list[str]:
     if node.level == 0:
         base = node.module or ""
     else:
         pkg = mod.split(".") if is_pkg else mod.split(".")[:-1]
         pkg = pkg[: len(pkg) - node.level + 1]
         base = ".".join(pkg + ([node.module] if node.module else []))
-    # "from pkg import name" may import the submodule pkg.name
-    names = [f"{base}.{a.name}" for a in node.names]
-    return [base] + names
+    # "from pkg import name" imports the submodule pkg.name where there is one, else pkg
+    subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in known]
+    return subs if len(subs) == len(node.names) else [base, *subs]
 
 
 def _imports():
@@ -74,7 +74,7 @@ def _imports():
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
-                targets = _resolve(mod, is_pkg, node)
+                targets = _resolve(mod, is_pkg, node, known)
             else:
                 continue
             targets = [t for t in targets if t.startswith("cuflow")] or targets

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy
+from .. import image
+from ..image._parse import yuv_coefficients
 
 __all__ = ["image_rows"]
 
@@ -30,11 +32,9 @@ def _rot(bufs):
 
 def image_rows(cf, quick: bool, copy_tbps: float, interleaved, device_time_us,
                torch=None) -> list[dict[str, Any]]:
-    import cupy  # noqa: PLC0415
-    import cupyx.scipy.ndimage as ndi  # noqa: PLC0415
+    import cupy  # noqa: PLC0415  (optional dependency)
+    import cupyx.scipy.ndimage as ndi  # noqa: PLC0415  (optional dependency)
 
-    from .. import image  # noqa: PLC0415
-    from ..image._parse import yuv_coefficients  # noqa: PLC0415
 
     rows: list[dict[str, Any]] = []
     rng = numpy.random.default_rng(7)
