@@ -4,7 +4,8 @@
 #   ARRAY_API_TESTS_DIR=/path/to/array-api-tests bash bench/array_api.sh [pytest args...]
 # Env: ARRAY_API_TESTS_MODULE (default cuflow; e.g. array_api_compat.numpy for a
 # reference run), CUFLOW_BACKEND (default numpy), MAX_EXAMPLES (default 100, the
-# suite's own default), OUT_LOG (default stdout), PYTHON (default python3).
+# suite's own default), OUT_LOG (default stdout), PYTHON (default python3),
+# MEM_LIMIT_KB (NumPy backend only, default 4000000).
 # Extra args go to pytest; test paths written array_api_tests/... are taken inside
 # ARRAY_API_TESTS_DIR, and without any the whole suite runs. Give option values
 # with '=' (--junitxml=FILE). --fast selects the CPU-CI subset below, e.g.
@@ -56,6 +57,12 @@ export ARRAY_API_TESTS_MODULE=${ARRAY_API_TESTS_MODULE:-cuflow}
 # which differs between the modules compared (and cuflow may not define it)
 export ARRAY_API_TESTS_VERSION=2025.12
 export CUFLOW_BACKEND=${CUFLOW_BACKEND:-numpy}
+# On the NumPy backend a runaway allocation must fail as MemoryError inside one test,
+# not OOM-kill the machine: the suite's arange/linspace draws reach billions of
+# elements when an implementation mishandles an argument. The cap is per process
+# (each xdist worker has its own); not on CuPy, whose CUDA context reserves far more
+# virtual memory than it uses. MEM_LIMIT_KB=unlimited lifts it.
+if [ "$CUFLOW_BACKEND" = numpy ]; then ulimit -v "${MEM_LIMIT_KB:-4000000}"; fi
 # a fresh Hypothesis example database: saved failures from an earlier run would be
 # replayed first and make runs differ; and nothing lands in ./.hypothesis
 if [ -z "${HYPOTHESIS_STORAGE_DIRECTORY:-}" ]; then
