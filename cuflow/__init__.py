@@ -44,9 +44,11 @@ from .core import (  # noqa: A004
     empty, zeros, ones, full, empty_like, zeros_like, ones_like, full_like, arange, linspace,
     eye, identity, asarray, array, from_dlpack, asnumpy, as_darray, copy, astype, flatten,
     ravel, reshape, transpose, ascontiguousarray, concatenate, stack, matmul, dot, clip,
-    around, round, cumsum, cumprod,
+    around, round, cumsum, cumprod, sort, argsort,
 )
 from .core import Event, Stream, current_stream, get_backend, set_backend, streams, synchronize
+from .core import _fft as _core_fft
+from .core import _linalg as _core_linalg
 from .core._info import (
     __array_namespace_info__, can_cast, finfo, iinfo, isdtype, result_type,
 )
@@ -66,7 +68,8 @@ from numpy import (  # noqa: E402
 )
 bool = _np.bool_  # noqa: A001  (the array API's name for the boolean dtype)
 
-_SUBMODULES = _install_submodules(__name__, ("linalg", "fft", "random"))
+_SUBMODULES = _install_submodules(__name__, {"linalg": _core_linalg, "fft": _core_fft,
+                                             "random": None})
 linalg = _SUBMODULES["linalg"]
 fft = _SUBMODULES["fft"]
 random = _SUBMODULES["random"]
@@ -134,7 +137,7 @@ __all__ = [
     "zeros_like", "ones_like", "full_like", "arange", "linspace", "eye", "identity", "asarray",
     "array", "from_dlpack", "asnumpy", "as_darray", "copy", "astype", "flatten", "ravel",
     "reshape", "transpose", "ascontiguousarray", "concatenate", "stack", "matmul", "dot",
-    "clip", "around", "round", "cumsum", "cumprod",
+    "clip", "around", "round", "cumsum", "cumprod", "sort", "argsort",
     # NumPy's dtypes and constants
     "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "float32", "float64", "complex64", "complex128", "intp", "uintp", "byte",

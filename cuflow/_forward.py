@@ -56,9 +56,11 @@ def forward(name: str, sub: str | None = None, owner: str = "cuflow") -> Any:
 class ForwardModule(types.ModuleType):
     """A cuflow submodule that forwards to the backend's submodule of the same name."""
 
-    def __init__(self, name: str, sub: str) -> None:
+    def __init__(self, name: str, sub: str, own: types.ModuleType | None = None) -> None:
         super().__init__(name, f"cuflow's drop-in view of the backend's {sub!r} submodule")
         self._sub = sub
+        for n in getattr(own, "__all__", ()):  # cuflow's own versions come first
+            setattr(self, n, getattr(own, n))
 
     def __getattr__(self, attr: str) -> Any:
         if attr.startswith("__"):
@@ -69,10 +71,12 @@ class ForwardModule(types.ModuleType):
         return sorted(set(dir(getattr(get_backend().xp, self._sub))))
 
 
-def install_submodules(pkg: str, names: tuple[str, ...]) -> dict[str, ForwardModule]:
+def install_submodules(pkg: str, subs: dict[str, types.ModuleType | None]
+                       ) -> dict[str, ForwardModule]:
+    """``pkg.<sub>`` for each ``sub``: its module's ``__all__``, then the backend's names."""
     mods = {}
-    for n in names:
-        m = ForwardModule(f"{pkg}.{n}", n)
+    for n, own in subs.items():
+        m = ForwardModule(f"{pkg}.{n}", n, own)
         sys.modules[f"{pkg}.{n}"] = m
         mods[n] = m
     return mods

@@ -39,6 +39,7 @@ from ._manipulation import (  # noqa: A004
 from ._general import (  # noqa: A004
     matmul, dot, clip, around, round, cumsum, cumprod,
 )
+from ._sorting import argsort, sort
 from ._contract import may_share, prepare_out, resolve_out
 from ._runtime import UFUNC_NAMES, Runtime, get_backend, on_select, runtime, set_backend
 from ._streams import (
@@ -64,7 +65,7 @@ OPS = (
     "zeros_like", "ones_like", "full_like", "arange", "linspace", "eye", "identity", "asarray",
     "array", "from_dlpack", "asnumpy", "as_darray", "copy", "astype", "flatten", "ravel",
     "reshape", "transpose", "ascontiguousarray", "concatenate", "stack", "matmul", "dot",
-    "clip", "around", "round", "cumsum", "cumprod",
+    "clip", "around", "round", "cumsum", "cumprod", "sort", "argsort",
 )
 
 __all__ = [

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._errors import CuflowError
 from ._dispatch import call, run_on
+from ._info import check_device
 from ._runtime import runtime
 
 __all__ = ["empty", "zeros", "ones", "full", "empty_like", "zeros_like", "ones_like",
@@ -27,16 +27,6 @@ def _make(name: str, device: Any, stream: Any, *args: Any, **kwargs: Any) -> Any
     if stream is not None:
         return run_on(stream, _make, name, None, None, *args, **kwargs)
     return call(name, getattr(runtime().xp, name), *args, **kwargs)
-
-
-def check_device(name: str, device: Any) -> None:
-    """Refuse a ``device=`` other than the current one (arrays are made on the current device)."""
-    rt = runtime()
-    current = rt.xp.cuda.Device() if rt.is_gpu else "cpu"
-    if device != current and not (rt.is_gpu and getattr(device, "id", device) == current.id):
-        raise CuflowError(f"cuflow.{name}: device must be the current device {current!r} "
-                          f"(use `with cuflow.cuda.Device(i):` to make arrays on another), "
-                          f"got {device!r}")
 
 
 def _like(dtype: Any, order: str, subok: Any, shape: Any) -> dict[str, Any]:
@@ -87,10 +77,12 @@ def full_like(a, fill_value, dtype=None, order="K", subok=None, shape=None, *, d
     return _make("full_like", device, stream, a, fill_value, **_like(dtype, order, subok, shape))
 
 
-def arange(start, stop=None, step=None, dtype=None, *, device=None, stream=None):
-    """Evenly spaced values in ``[start, stop)`` (array API ``arange``)."""
-    args = (start,) if stop is None else (start, stop) if step is None else (start, stop, step)
-    return _make("arange", device, stream, *args, dtype=dtype)
+def arange(start, stop=None, step=1, dtype=None, *, device=None, stream=None):
+    """Evenly spaced values in ``[start, stop)`` (array API ``arange``; ``arange(n)`` is
+    ``[0, n)``)."""
+    if stop is None:
+        start, stop = 0, start
+    return _make("arange", device, stream, start, stop, step, dtype=dtype)
 
 
 def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0, *,

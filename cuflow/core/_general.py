@@ -99,14 +99,19 @@ def dot(a, b, dst=None, *, out=None, stream=None):
     return _general("dot", numpy.dot, "dot", (a, b), resolve_out(dst, out, "dot"), stream)
 
 
-def clip(a, a_min=None, a_max=None, dst=None, *, out=None, stream=None):
-    """Clamp to ``[a_min, a_max]``; with ``dst`` written there.
+def clip(a, min=None, max=None, dst=None, *, a_min=None, a_max=None, out=None,  # noqa: A002
+         stream=None):
+    """Clamp to ``[min, max]`` (array API ``clip``); with ``dst`` written there.
+
+    ``a_min`` and ``a_max`` are NumPy's names for ``min`` and ``max``.
 
     Notes
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
-    return _general("clip", numpy.clip, "clip", (a, a_min, a_max), resolve_out(dst, out, "clip"),
+    lo = a_min if min is None else min
+    hi = a_max if max is None else max
+    return _general("clip", numpy.clip, "clip", (a, lo, hi), resolve_out(dst, out, "clip"),
                     stream, elementwise=True)
 
 

@@ -9,7 +9,8 @@ import numpy
 from .._errors import CuflowError
 from ._runtime import runtime
 
-__all__ = ["Info", "__array_namespace_info__", "isdtype", "finfo", "iinfo", "result_type", "can_cast"]
+__all__ = ["Info", "__array_namespace_info__", "isdtype", "finfo", "iinfo", "result_type",
+           "can_cast", "check_device"]
 
 _KINDS = {
     "bool": ("bool",),
@@ -39,12 +40,12 @@ class Info:
         rt = runtime()
         return rt.xp.cuda.Device() if rt.is_gpu else "cpu"
 
-    def devices(self) -> list[Any]:
+    def devices(self) -> tuple[Any, ...]:
         """Every device arrays can be made on."""
         rt = runtime()
         if rt.is_gpu:
-            return [rt.xp.cuda.Device(i) for i in range(rt.device_count)]
-        return ["cpu"]
+            return tuple(rt.xp.cuda.Device(i) for i in range(rt.device_count))
+        return ("cpu",)
 
     def default_dtypes(self, *, device: Any = None) -> dict[str, numpy.dtype]:
         """float64, complex128, int64 (the index dtype too), as NumPy and CuPy."""
@@ -94,9 +95,32 @@ def _dt(x: Any) -> Any:
     return x.dtype if hasattr(x, "dtype") and not isinstance(x, numpy.dtype | type) else x
 
 
-def finfo(type: Any, /) -> numpy.finfo:  # noqa: A002
-    """Machine limits of a floating dtype, or of an array's dtype (array API ``finfo``)."""
-    return numpy.finfo(_dt(type))
+class _Finfo:
+    """NumPy's ``finfo`` with the array API's fields as Python floats."""
+
+    __slots__ = ("_f", "bits", "eps", "max", "min", "smallest_normal", "dtype")
+
+    def __init__(self, f: numpy.finfo) -> None:
+        self._f = f
+        self.bits = int(f.bits)
+        self.eps, self.max, self.min = float(f.eps), float(f.max), float(f.min)
+        self.smallest_normal = float(f.smallest_normal)
+        self.dtype = f.dtype
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)  # tiny, resolution, precision ... as NumPy has them
+
+    def __repr__(self) -> str:
+        return repr(self._f)
+
+
+def finfo(type: Any, /) -> Any:  # noqa: A002
+    """Machine limits of a floating dtype, or of an array's dtype (array API ``finfo``).
+
+    ``bits``, ``eps``, ``max``, ``min`` and ``smallest_normal`` are Python numbers, as
+    the array API asks; NumPy's other fields are there too.
+    """
+    return _Finfo(numpy.finfo(_dt(type)))
 
 
 def iinfo(type: Any, /) -> numpy.iinfo:  # noqa: A002
@@ -112,3 +136,13 @@ def result_type(*arrays_and_dtypes: Any) -> numpy.dtype:
 def can_cast(from_: Any, to: Any, /, casting: str = "safe") -> bool:
     """Whether ``from_`` (a dtype or array) casts to ``to`` under ``casting``."""
     return bool(numpy.can_cast(_dt(from_), to, casting))
+
+
+def check_device(name: str, device: Any) -> None:
+    """Refuse a ``device=`` other than the current one (arrays are made on the current device)."""
+    rt = runtime()
+    current = rt.xp.cuda.Device() if rt.is_gpu else "cpu"
+    if device != current and not (rt.is_gpu and getattr(device, "id", device) == current.id):
+        raise CuflowError(f"cuflow.{name}: device must be the current device {current!r} "
+                          f"(use `with cuflow.cuda.Device(i):` to make arrays on another), "
+                          f"got {device!r}")

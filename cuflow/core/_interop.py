@@ -15,6 +15,7 @@ from .._errors import DstDtypeError, DstError, DstTypeError
 from ._contract import may_share, prepare_out, resolve_out
 from ._dispatch import reraise, run_on
 from ._runtime import runtime
+from ._info import check_device
 from ._streams import as_cupy_stream
 
 __all__ = ["asarray", "array", "from_dlpack", "asnumpy", "as_darray", "copy", "astype",
@@ -81,7 +82,7 @@ def _upload(a, dst, stream):
 
 
 def astype(a, dtype, dst=None, *, out=None, order="K", casting="unsafe", copy=True,
-           stream=None):
+           device=None, stream=None):
     """Cast ``a`` to ``dtype``; with ``dst`` (of that dtype) the result is written there.
 
     Notes
@@ -89,6 +90,8 @@ def astype(a, dtype, dst=None, *, out=None, order="K", casting="unsafe", copy=Tr
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
     rt = runtime()
+    if device is not None:
+        check_device("astype", device)
     dst = resolve_out(dst, out, "astype")
     if stream is not None:
         return run_on(stream, astype, a, dtype, dst, order=order, casting=casting, copy=copy)
@@ -107,7 +110,7 @@ def astype(a, dtype, dst=None, *, out=None, order="K", casting="unsafe", copy=Tr
         reraise("astype", e, dst)
 
 
-def asarray(obj, dtype=None, order=None, *, copy=None, stream=None):
+def asarray(obj, dtype=None, order=None, *, device=None, copy=None, stream=None):
     """Convert to a darray of the active backend, without a copy where possible.
 
     Accepts darrays, CuPy and NumPy arrays, PyTorch tensors, objects with
@@ -120,6 +123,8 @@ def asarray(obj, dtype=None, order=None, *, copy=None, stream=None):
     stream.  DLPack imports order the current stream after the producer's stream.
     """
     rt = runtime()
+    if device is not None:
+        check_device("asarray", device)
     if stream is not None:
         return run_on(stream, asarray, obj, dtype, order, copy=copy)
     if isinstance(obj, rt.ndarray):
@@ -174,18 +179,25 @@ def _to_numpy(obj, dtype, order):
     return numpy.asarray(obj, dtype=dtype, order=order)
 
 
-def from_dlpack(x, *, stream=None):
+def from_dlpack(x, /, *, device=None, copy=None, stream=None):
     """Zero-copy import of a DLPack-capable object (``__dlpack__``) as a darray.
 
     Notes
     -----
     Stream semantics: the producer is asked to order its work before ``stream``
     (default: the current stream), so the data is ready for work queued there.
+    ``copy=True`` returns a copy; ``copy=False`` refuses to copy (the import never does).
     """
     rt = runtime()
+    if device is not None:
+        check_device("from_dlpack", device)
     if stream is not None:
-        return run_on(stream, from_dlpack, x)
-    return rt.wrap(rt.xp.from_dlpack(x))
+        return run_on(stream, from_dlpack, x, copy=copy)
+    try:
+        r = rt.xp.from_dlpack(x)
+    except Exception as e:
+        reraise("from_dlpack", e)
+    return rt.wrap(r.copy() if copy else r)
 
 
 def asnumpy(a, stream=None, order="C", out=None, blocking=True):

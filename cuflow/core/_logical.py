@@ -20,8 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _runtime
-from ._dispatch import ufunc1, ufunc2, ufunc_methods, ufunc_multi
+from ._dispatch import ufunc1, ufunc2, ufunc_methods
 
 __all__ = ["equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and",
            "logical_or", "logical_xor", "logical_not", "bitwise_and", "bitwise_or",

@@ -9,7 +9,9 @@ import numpy
 
 from ._contract import may_share, prepare_out, resolve_out
 from ._dispatch import bad_input, reraise, run_on, wrap_view
+from .._errors import CuflowError
 from ._interop import astype, copy, copy_into
+from ._interop import copy as copy_fn
 from ._runtime import runtime
 
 __all__ = ["flatten", "ravel", "reshape", "transpose", "ascontiguousarray", "concatenate",
@@ -47,14 +49,35 @@ def ravel(a, order="C", *, dst=None, out=None, stream=None):
     return rt.wrap(rt.xp.ravel(a, order))
 
 
-def reshape(a, newshape, order="C", *, dst=None, out=None, stream=None):
-    """View of ``a`` with a new shape; with ``dst`` the reshaped data is copied there."""
+def reshape(a, shape=None, order="C", *, copy=None, newshape=None, dst=None, out=None,
+            stream=None):
+    """``a`` with a new shape (array API ``reshape``); with ``dst`` the data is copied there.
+
+    A view where the layout allows; ``copy=True`` always copies, ``copy=False``
+    raises where a view is impossible.  ``newshape`` is NumPy's older spelling of
+    ``shape``.
+    """
     rt = runtime()
+    if newshape is not None:
+        if shape is not None:
+            raise TypeError("cuflow.reshape: give shape (or NumPy's older newshape), not both")
+        shape = newshape
     dst = resolve_out(dst, out, "reshape")
-    v = wrap_view(rt.xp.reshape(a, newshape, order=order), a)
+    if copy is False:
+        v = a.view()
+        try:
+            v.shape = shape  # assigning a shape never copies: it raises instead
+        except AttributeError as e:
+            raise CuflowError(f"cuflow.reshape: copy=False but {a.shape} -> {shape} needs a "
+                              "copy with these strides") from e
+        v = wrap_view(v, a)
+    else:
+        v = wrap_view(rt.xp.reshape(a, shape, order=order), a)
+        if copy:
+            v = copy_fn(v)
     if dst is None:
         return v
-    return copy(v, dst, stream=stream)
+    return copy_fn(v, dst, stream=stream)
 
 
 def transpose(a, axes=None, *, dst=None, out=None, stream=None):

@@ -21,7 +21,8 @@ from __future__ import annotations
 from typing import Any
 
 from . import _runtime
-from ._dispatch import ufunc1, ufunc2, ufunc_methods, ufunc_multi
+from ._dispatch import ufunc1, ufunc2, ufunc_methods
+from ._streams import use_stream
 
 __all__ = ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "logaddexp", "logaddexp2", "sin",
            "cos", "tan", "arcsin", "asin", "arccos", "acos", "arctan", "atan", "arctan2",
@@ -286,13 +287,30 @@ def tanh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Hyperbolic tangent, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._transcendental`).
+    elementwise function (:mod:`cuflow.core._transcendental`).  For a complex
+    ``src`` with an infinite real part and a finite imaginary part the result is
+    the standard's ``±1 + 0j`` (signed as ``sin(2 * imag)``), where NumPy's and
+    CuPy's ``tanh`` can give NaN.
 
     Notes
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
-    return ufunc1("tanh", src, dst, out, stream, casting, dtype)
+    r = ufunc1("tanh", src, dst, out, stream, casting, dtype)
+    if getattr(src, "dtype", None) is not None and src.dtype.kind == "c":
+        _tanh_infinite_real(src, r, stream)
+    return r
+
+
+def _tanh_infinite_real(src: Any, r: Any, stream: Any) -> None:
+    with use_stream(stream):
+        xp = _runtime.runtime().xp
+        re, im = src.real, src.imag
+        at_inf = xp.isinf(re) & xp.isfinite(im)
+        limit = xp.empty(src.shape, r.dtype)
+        limit.real = xp.sign(re)  # set apart: 1j * -0.0 would lose the zero's sign
+        limit.imag = xp.copysign(xp.zeros_like(im), xp.sin(2 * im))
+        xp.copyto(r, limit, where=at_inf)
 
 
 def arcsinh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,

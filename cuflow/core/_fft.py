@@ -1,0 +1,32 @@
+"""``cuflow.fft``'s own functions; everything else in it is the backend's ``fft``.
+
+Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+"""
+
+from __future__ import annotations
+
+from ._creation import check_device
+from ._dispatch import call, run_on
+from ._runtime import runtime
+
+__all__ = ["fftfreq", "rfftfreq"]
+
+
+def fftfreq(n, /, d=1.0, *, dtype=None, device=None, stream=None):
+    """Sample frequencies of a length-``n`` FFT with sample spacing ``d`` (array API)."""
+    return _freq("fftfreq", n, d, dtype, device, stream)
+
+
+def rfftfreq(n, /, d=1.0, *, dtype=None, device=None, stream=None):
+    """Sample frequencies of a length-``n`` real FFT with sample spacing ``d`` (array API)."""
+    return _freq("rfftfreq", n, d, dtype, device, stream)
+
+
+def _freq(name, n, d, dtype, device, stream):
+    if device is not None:
+        check_device(f"fft.{name}", device)
+    if stream is not None:
+        return run_on(stream, _freq, name, n, d, dtype, None, None)
+    xp = runtime().xp
+    r = getattr(xp.fft, name)(n, d)
+    return call(f"fft.{name}", lambda: r if dtype is None else r.astype(dtype, copy=False))
