@@ -81,9 +81,9 @@ struct OpAbs {
 
 // ---------------------------------------------------------------- loops
 // Outputs of 32 MiB or more get streaming (evict-first) stores: with their inputs they
-// overflow L2 anyway, and keeping them out of it keeps the inputs' lines (H200: a
-// 2160x3840 float32 add at 89.4% of copy bandwidth against 88.8%).  Smaller outputs stay
-// in L2 for the next op to read.
+// overflow L2 anyway, and keeping them out of it keeps the inputs' lines (faster in
+// bench/test_bench_core.py::test_large_add, a 2160x3840 float32 add).  Smaller outputs
+// stay in L2 for the next op to read.
 __device__ __forceinline__ void cf_store(uint4* p, uint4 v, bool streaming) {
     if (streaming)
         __stcs(p, v);
@@ -92,8 +92,8 @@ __device__ __forceinline__ void cf_store(uint4* p, uint4 v, bool streaming) {
 }
 
 // The vector loops take two 16-byte vectors per thread per step (both loads issued
-// before either store) while two remain, then one (with streaming stores: 90.4% on the
-// add above).
+// before either store) while two remain, then one (bench/test_bench_core.py::test_large_add
+// measures the loop, with the streaming stores above).
 template <typename T, typename Op>
 __device__ __forceinline__ void binary_loop(const T* a, const T* b, T* c, long long n) {
     constexpr int W = 16 / sizeof(T);

@@ -88,15 +88,15 @@ template <> struct Vec<16> { typedef uint4 type; };
 // stores the size allows; `dst` is aligned to that width by construction.
 // Outputs are written once and not read again by this kernel: streaming
 // (evict-first) stores keep them from displacing the input tiles in L2.
-// Tuning (measured on an H200, bench/results): minimum resident blocks per SM
-// of cf_normalize_vec for runs of up to 12 bytes of input (more registers, so
-// fewer blocks, for wider runs), minimum resident blocks and pixels per thread
-// of cf_warp for packed and for YUV sources (cuflow/image.py sizes its grid
-// with the same pixels per thread, _WARP_PX).
-// cf_normalize_vec at 1080p x 8 to float32 (session 13, H200): 8 resident blocks (32
-// registers, no spill) ran 64.0 us against 64.9-65.0 for 6 (91.0% of the floor against
-// 89.7%); for 24-byte runs (float16 and uint8 outputs) 5 is best: 6 and 7 spill (44.2 and
-// 48.1 us against 41.6), 4 ran 41.8.
+// Tuning knobs: minimum resident blocks per SM of cf_normalize_vec for runs of up to
+// 12 bytes of input and for 24-byte runs (more registers, so fewer blocks, for wider
+// runs), minimum resident blocks and pixels per thread of cf_warp for packed and for
+// YUV sources (cuflow/image/_plan.py sizes its grid with the same pixels per thread,
+// _WARP_PX).  cf_normalize_vec: 8 blocks (32 registers, no spill) for runs of up to 12
+// bytes is fastest in bench/test_bench_image.py::test_image[normalize float32]; for
+// 24-byte runs (float16 and uint8 outputs) 5: 6 and 7 spill, and 4 is no faster
+// (bench/test_bench_image.py::test_image[normalize float16]).
+// The sweeps' figures are on docs/performance.md.
 #ifndef CF_NORM_MINB
 #define CF_NORM_MINB 8
 #endif
@@ -186,9 +186,9 @@ __device__ __forceinline__ void convert_tile(const NormParams& p, const unsigned
 // Identity geometry.  Persistent blocks (cuflow.image launches one wave: SMs
 // times the resident blocks per SM) walk the batch in tiles of 256 * R pixels; a tile is loaded
 // with 16-byte streaming loads (__ldcs: the frames are read once, so their lines are
-// evicted first; on an H200, session 14, float16 output ran 40.9 us against 41.5 with
-// __ldg, 86.0% of the floor against 84.7%, and float32 64.5 against 64.9, three interleaved
-// rounds) into registers while the previous tile is converted, so
+// evicted first; faster than __ldg for both output types in
+// bench/test_bench_image.py::test_image[normalize float16] and [normalize float32])
+// into registers while the previous tile is converted, so
 // every block keeps its next reads in flight (the kernel is otherwise bound by
 // load latency), then staged in shared memory for the conversion.  R is
 // min(16 / sizeof(T), 8) where the frame size allows (16-byte stores for
@@ -565,17 +565,16 @@ cf_warp(const WarpParams p) {
 }
 
 // ------------------------------------------------------------------ bilinear fast path
-// Tuning (H200, 1080p -> 640x640 batch 8, bench/results): 1 pixel per thread along a row
-// x 4 rows took 29.4 us for resize, 1 x 2 29.7, 2 x 2 30.2 (cf_warp: 31.8).  With NV12
-// on this kernel (session 12), 12 resident blocks per SM against 10 took resize from
-// 30.2 to 29.1 us and NV12 from 27.6 to 26.5 (8: 30.7, 29.1); 2 x 2, 2 x 4 and 1 x 8 were
-// slower for both.  In a second run, 14 against 12 took resize from 29.6 to 28.3 us and
-// NV12 from 26.8 to 25.7 (float16 out: 24.6 to 25.1); 16 was the same as 14.  Computing
-// the vertical taps once per block (rowtab) took NV12 to float16 from 25.0 to 23.3 us
-// and crop_resize from 24.0-25.0 to 22.8, the rest unchanged; with it, 2, 3 and 5 rows
-// per thread were no better than 4 over all cases.  At 14 blocks a thread has 32
-// registers; no instantiation spills (12 blocks, 40 registers, ran NV12 at 26.6 us
-// against 25.7 when that one still did).
+// Tuning (8 x 1080p -> 8 x 3 x 640 x 640): 1 pixel per thread along a row x 4 rows and
+// 14 resident blocks per SM are fastest over bench/test_bench_image.py::test_image
+// [resize_normalize 640], [letterbox 640] and [NV12 resize_normalize 640], and over the
+// crop_resize rows of `python -m cuflow bench`: 1 x 2, 2 x 2, 2 x 4 and 1 x 8 pixels,
+// 2, 3 and 5 rows (with the per-block row table), and 8, 10 and 12 blocks were slower
+// or no better; 16 blocks matched 14.  Computing the vertical taps once per block
+// (rowtab) is faster for NV12 to float16 and for crop_resize, the rest unchanged.  At 14
+// blocks a thread has 32 registers and no instantiation spills (an instantiation that
+// spilled at 12 blocks was slower than it is at 14 without).  The sweeps' figures are on
+// docs/performance.md.
 #ifndef CF_LIN_PX
 #define CF_LIN_PX 1
 #endif
@@ -630,9 +629,10 @@ __device__ __forceinline__ void load_span(const unsigned char* a, unsigned int* 
 }
 
 // 2^23 + byte k of w (selector 0x7650 | k) as a float: a byte permute puts the byte
-// under the exponent of 2^23, no conversion instruction (H200, bench/results: faster
-// than a conversion in cf_resize_lin).  The difference of two is exact, and less 2^23
-// (2^23 + 128 for chroma, centred) it is the byte.
+// under the exponent of 2^23, no conversion instruction (faster than a conversion in
+// cf_resize_lin: bench/test_bench_image.py::test_image[resize_normalize 640]).  The
+// difference of two is exact, and less 2^23 (2^23 + 128 for chroma, centred) it is the
+// byte.
 __device__ __forceinline__ float raw_f(unsigned int w, unsigned int sel) {
     return __uint_as_float(__byte_perm(w, 0x4B000000u, sel));
 }
@@ -813,14 +813,14 @@ __global__ void __launch_bounds__(128, CF_LIN_MINB) cf_resize_lin(const WarpPara
         lin_image<T, FMT, C, OC, false>(p);
 }
 
-// cf_resize_nv12 (session 13, H200, 8 x 1080p NV12 -> 8 x 3 x 640 x 640 float32, CUDA
-// events with the GPU kept busy): 21.6-21.8 us for 4 rows per thread without the
-// prefetch, 21.0-21.2 for 2 rows with it (cf_resize_lin: 24.6-24.8); 4 rows with the
-// prefetch spill at 12 resident blocks and ran 21.8-22.9 at 8 or 10; 3 rows at 10 blocks
-// 22.6.  Staging each block's source window in shared memory (cp.async) first ran
-// cf_resize_lin slower (NV12 28.5 us against 25.2), as did skipping the second chroma row when it is the
-// first (22.4 against 21.6: its loads then wait for a branch), and taking the column
-// pairs' setup from a table built by the host (21.1-21.3).
+// cf_resize_nv12: 2 rows per thread with the next rows prefetched, at 12 resident blocks
+// per SM, is fastest in bench/test_bench_image.py::test_image[NV12 resize_normalize 640]
+// (and faster there than NV12 through cf_resize_lin).  4 rows with the prefetch spill at
+// 12 blocks and are slower at 8 or 10; 4 rows without it and 3 rows are slower too.
+// Slower alternatives also tried: staging each block's source window in shared memory
+// (cp.async) first, skipping the second chroma row when it is the first (its loads then
+// wait for a branch), and taking the column pairs' setup from a table built by the host.
+// The sweeps' figures are on docs/performance.md.
 #ifndef CF_NV12_ROWS
 #define CF_NV12_ROWS 2
 #endif
