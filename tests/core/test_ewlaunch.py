@@ -1,11 +1,11 @@
 """The elementwise fast path's decisions and launch parameters, without a GPU.
 
 One test body runs on both implementations, the compiled ``_ewlaunch.Launcher``
-and the Python functions it mirrors (``_elementwise._py_binary``/``_py_unary``),
-over stand-in arrays and a recording ``cuLaunchKernel``: which calls take the
-fast path, which fall back (``None``), and what is launched (kernel, grid,
-block, stream, parameters).  GPU results are checked bit for bit against CuPy in
-``test_elementwise.py``.
+and the Python functions it mirrors (``FastPath._py_binary``/``_py_unary`` in
+``core/_fastpath.py``), over stand-in arrays and a recording ``cuLaunchKernel``:
+which calls take the fast path, which fall back (``None``), and what is
+launched (kernel, grid, block, stream, parameters).  GPU results are checked bit for bit against CuPy in
+``test_fastpath_gpu.py``.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class FakeD(FakeND):
 
 
 class FakeKernel:
-    """An _elementwise.Kernel: ``ptrs`` by dtype.num, ``load`` on a miss."""
+    """A _fastpath.Kernel: ``ptrs`` by dtype.num, ``load`` on a miss."""
 
     def __init__(self, fp=0xF00, missing=()):
         self.fp = fp
