@@ -1,4 +1,4 @@
-"""Elementwise ops, reductions and transforms against NumPy, with and without dst=."""
+"""Elementwise ops (core._arithmetic, _transcendental, _logical) against NumPy, with and without dst=."""
 
 from __future__ import annotations
 
@@ -119,80 +119,6 @@ def test_broadcast_input_overlapping_dst(cf):
     exp = exp + exp[0:1]
     cf.add(a, row, dst=a)
     assert_equal_host(a, exp)
-
-
-REDUCTIONS = ["sum", "mean", "min", "max", "argmin", "argmax", "prod", "std", "var", "any", "all"]
-
-
-@pytest.mark.parametrize("dtype", ["bool", "uint8", "int32", "float32", "float64", "complex64"])
-@pytest.mark.parametrize("name", REDUCTIONS)
-@pytest.mark.parametrize("axis", [None, 0, 1, (0, 1)])
-def test_reductions(cf, rng, name, dtype, axis):
-    if dtype == "complex64" and name in ("min", "max", "argmin", "argmax"):
-        pytest.skip("complex ordering differs between NumPy and CuPy")
-    if dtype == "bool" and name in ("std", "var", "mean"):
-        pytest.skip("not meaningful for bool")
-    h = random_array((6, 5), dtype, rng, host=True, **({"low": 0, "high": 4} if dtype in ("uint8", "int32") else {}))
-    a = cf.asarray(h)
-    with np.errstate(all="ignore"):
-        exp = np.asarray(getattr(np, name)(h, axis=axis)) if name not in ("argmin", "argmax") or axis != (0, 1) else None
-    if exp is None:
-        pytest.skip("arg-reductions take one axis")
-    got = getattr(cf, name)(a, axis=axis)
-    assert isinstance(got, cf.darray)
-    np.testing.assert_allclose(to_host(got), exp, rtol=2e-5 if dtype != "float32" else 1e-3)
-    dst = cf.empty(exp.shape, dtype=exp.dtype)
-    r = getattr(cf, name)(a, axis=axis, dst=dst)
-    assert r is dst
-    np.testing.assert_allclose(to_host(dst), exp, rtol=2e-5 if dtype != "float32" else 1e-3)
-    # method spelling with out=
-    dst2 = cf.empty(exp.shape, dtype=exp.dtype)
-    assert getattr(a, name)(axis=axis, out=dst2) is dst2
-
-
-def test_reduction_positional_out_matches_numpy_signatures(cf):
-    a = cf.asarray(np.arange(12, dtype=np.float64).reshape(3, 4))
-    d = cf.empty(4)
-    assert cf.sum(a, 0, None, d) is d  # sum(a, axis, dtype, out)
-    m = cf.empty(4)
-    assert cf.max(a, 0, m) is m  # amax(a, axis, out)
-    s = cf.empty(4)
-    assert cf.std(a, 0, None, s, 1) is s  # std(a, axis, dtype, out, ddof)
-    np.testing.assert_allclose(to_host(s), np.std(np.arange(12.).reshape(3, 4), 0, ddof=1))
-
-
-def test_reduction_into_overlapping_dst(cf):
-    h = np.arange(12, dtype=np.float64).reshape(3, 4)
-    a = cf.array(h)
-    cf.sum(a, axis=0, dst=a[0])
-    exp = h.copy()
-    exp[0] = h.sum(axis=0)
-    assert_equal_host(a, exp)
-
-
-def test_transforms_with_dst(cf, rng):
-    ha = random_array((3, 4), "float32", rng, host=True)
-    hb = random_array((3, 4), "float32", rng, host=True)
-    a, b = cf.asarray(ha), cf.asarray(hb)
-    cases = [
-        (lambda d: cf.concatenate([a, b], dst=d), np.concatenate([ha, hb])),
-        (lambda d: cf.concatenate([a, b], axis=1, out=d), np.concatenate([ha, hb], axis=1)),
-        (lambda d: cf.stack([a, b], dst=d), np.stack([ha, hb])),
-        (lambda d: cf.matmul(a, b.T, dst=d), ha @ hb.T),
-        (lambda d: cf.dot(a, b.T, dst=d), ha.dot(hb.T)),
-        (lambda d: cf.clip(a, -1, 1, dst=d), np.clip(ha, -1, 1)),
-        (lambda d: cf.cumsum(a, axis=1, dst=d), np.cumsum(ha, axis=1)),
-        (lambda d: cf.around(a, 1, dst=d), np.around(ha, 1)),
-        (lambda d: cf.transpose(a, dst=d), ha.T.copy()),
-        (lambda d: cf.reshape(a, (4, 3), dst=d), ha.reshape(4, 3)),
-        (lambda d: cf.ravel(a.T, dst=d), ha.T.ravel()),
-        (lambda d: cf.ascontiguousarray(a.T, dst=d), np.ascontiguousarray(ha.T)),
-        (lambda d: cf.copy(a, dst=d), ha.copy()),
-    ]
-    for fn, exp in cases:
-        d = cf.full(exp.shape, np.nan, dtype=exp.dtype)
-        assert fn(d) is d
-        np.testing.assert_allclose(to_host(d), exp, rtol=1e-5, atol=1e-5)
 
 
 def test_multi_output_ufuncs(cf, rng):

@@ -1,11 +1,11 @@
 """The elementwise fast path's decisions and launch parameters, without a GPU.
 
 One test body runs on both implementations, the compiled ``_ewlaunch.Launcher``
-and the Python functions it mirrors (``_elementwise._py_binary``/``_py_unary``),
-over stand-in arrays and a recording ``cuLaunchKernel``: which calls take the
-fast path, which fall back (``None``), and what is launched (kernel, grid,
-block, stream, parameters).  GPU results are checked bit for bit against CuPy in
-``test_elementwise.py``.
+and the Python functions it mirrors (``FastPath._py_binary``/``_py_unary`` in
+``core/_fastpath.py``), over stand-in arrays and a recording ``cuLaunchKernel``:
+which calls take the fast path, which fall back (``None``), and what is
+launched (kernel, grid, block, stream, parameters).  GPU results are checked bit for bit against CuPy in
+``test_fastpath_gpu.py``.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class FakeD(FakeND):
 
 
 class FakeKernel:
-    """An _elementwise.Kernel: ``ptrs`` by dtype.num, ``load`` on a miss."""
+    """A _fastpath.Kernel: ``ptrs`` by dtype.num, ``load`` on a miss."""
 
     def __init__(self, fp=0xF00, missing=()):
         self.fp = fp
@@ -90,10 +90,16 @@ def _capsule(addr):
 
 
 @pytest.fixture(params=["compiled", "python"])
-def impl(request, monkeypatch):
+def impl(request):
     """(binary, unary, recorder, set_max_grid) for the implementation of the parameter."""
+    return _make_impl(request.param, request)
+
+
+def _make_impl(kind, request):
+    """(binary, unary, recorder, set_max_grid) of ``kind``: "compiled" (skips where not built)
+    or "python", each with its own recorder."""
     rec = Recorder()
-    if request.param == "compiled":
+    if kind == "compiled":
         launcher_mod = pytest.importorskip("cuflow.core._ewlaunch",
                                            reason="the _ewlaunch extension was not built")
 
@@ -176,7 +182,19 @@ def test_fallbacks_return_none_and_launch_nothing(impl):
     a = FakeD((8, 8), "float32")
     b = FakeD((8, 8), "float32")
     shifted = FakeD((8, 8), "float32", ptr=a.data.ptr + 4)
-    cases = {
+    cases = _binary_fallbacks(a, b, shifted)
+    for why, (x, y, d) in cases.items():
+        assert binary(k, x, y, d) is None, why
+    assert unary(k, a, shifted) is None
+    assert unary(k, FakeD((8, 8), "float32", contiguous=False), None) is None
+    assert unary(k, 3, None) is None
+    assert unary(k, np.ones(3), None) is None
+    assert rec.calls == []
+
+
+def _binary_fallbacks(a, b, shifted):
+    """Binary calls the fast path hands back: why -> (a, b, dst); ``a``, ``b`` are (8, 8) float32."""
+    return {
         "dtypes differ": (a, FakeD((8, 8), "float64"), None),
         "a strided": (FakeD((8, 8), "float32", contiguous=False), b, None),
         "b strided": (a, FakeD((8, 8), "float32", contiguous=False), None),
@@ -193,13 +211,6 @@ def test_fallbacks_return_none_and_launch_nothing(impl):
         "a a host array": (np.ones((8, 8), np.float32), b, None),
         "b a subclass": (a, type("Sub", (FakeND,), {})((8, 8), "float32"), None),
     }
-    for why, (x, y, d) in cases.items():
-        assert binary(k, x, y, d) is None, why
-    assert unary(k, a, shifted) is None
-    assert unary(k, FakeD((8, 8), "float32", contiguous=False), None) is None
-    assert unary(k, 3, None) is None
-    assert unary(k, np.ones(3), None) is None
-    assert rec.calls == []
 
 
 def test_no_instantiation_falls_back(impl):
@@ -306,3 +317,70 @@ def test_compiled_launcher_checks_its_arguments():
         lo.binary(FakeKernel(), FakeD((1,), "f4"), None)
     with pytest.raises(TypeError, match="takes 3 arguments"):
         lo.unary(FakeKernel(), FakeD((1,), "f4"))
+
+
+def _decision_table():
+    """(why, "binary" or "unary", arguments after the kernel, launches?) over fresh fakes."""
+    a = FakeD((8, 8), "float32")
+    b = FakeD((8, 8), "float32")
+    shifted = FakeD((8, 8), "float32", ptr=a.data.ptr + 4)
+    rows = [(why, "binary", args, False) for why, args in _binary_fallbacks(a, b, shifted).items()]
+    c = FakeD((4,), np.complex64)  # FakeKernel(missing=complex64): no instantiation
+    return rows + [
+        ("new result", "binary", (a, b, None), True),
+        ("dst fresh", "binary", (a, b, FakeD((8, 8), "float32")), True),
+        ("plain ndarray inputs and dst", "binary",
+         (FakeND((8, 8), "float32"), FakeND((8, 8), "float32"), FakeND((8, 8), "float32")), True),
+        ("in place, dst is a", "binary", (a, b, a), True),
+        ("in place, dst is b", "binary", (a, b, b), True),
+        ("a + a into a", "binary", (a, a, a), True),
+        ("dst another view of a, same start", "binary",
+         (a, b, FakeND((8, 8), "float32", ptr=a.data.ptr)), True),
+        ("dst right after a", "binary", (a, a, FakeD((8, 8), "float32", ptr=a.data.ptr + 256)),
+         True),
+        ("dst ends where a begins", "binary",
+         (a, a, FakeD((8, 8), "float32", ptr=a.data.ptr - 256)), True),
+        ("dst one byte into a", "binary", (a, a, FakeD((8, 8), "float32", ptr=a.data.ptr + 1)),
+         False),
+        ("0-d", "binary", (FakeD((), "float64"), FakeD((), "float64"), None), True),
+        ("empty", "binary", (FakeD((0, 3), "int8"), FakeD((0, 3), "int8"), None), True),
+        ("no instantiation", "binary", (c, c, None), False),
+        ("unary new result", "unary", (a, None), True),
+        ("unary in place", "unary", (a, a), True),
+        ("unary dst another view, same start", "unary",
+         (a, FakeND((8, 8), "float32", ptr=a.data.ptr)), True),
+        ("unary dst shifted", "unary", (a, shifted), False),
+        ("unary a strided", "unary", (FakeD((8, 8), "float32", contiguous=False), None), False),
+        ("unary dst strided", "unary", (a, FakeD((8, 8), "float32", contiguous=False)), False),
+        ("unary dst dtype", "unary", (a, FakeD((8, 8), "float64")), False),
+        ("unary dst shape", "unary", (a, FakeD((64,), "float32")), False),
+        ("unary dst on the host", "unary", (a, np.empty((8, 8), np.float32)), False),
+        ("unary a scalar", "unary", (3, None), False),
+        ("unary a host array", "unary", (np.ones(3), None), False),
+        ("unary a subclass", "unary", (type("Sub", (FakeD,), {})((8, 8), "float32"), None), False),
+        ("unary no instantiation", "unary", (c, None), False),
+    ]
+
+
+def test_compiled_and_python_make_the_same_decision(request):
+    """Row by row, the C launcher and its Python twin both launch or both hand back (None),
+    as the table says, and launch the same kernel with the same grid, block and stream."""
+    compiled = _make_impl("compiled", request)
+    python = _make_impl("python", request)
+    for _, _, rec, _ in (compiled, python):
+        rec.nparams = 4
+    rows = _decision_table()
+    for why, kind, args, launches in rows:
+        results = []
+        for binary, unary, rec, _ in (compiled, python):
+            k = FakeKernel(missing={np.dtype(np.complex64).num})
+            fn = binary if kind == "binary" else unary
+            rec.nparams = 4 if kind == "binary" else 3
+            before = len(rec.calls)
+            r = fn(k, *args)
+            results.append((r is not None, [c[:5] for c in rec.calls[before:]]))
+            if args[-1] is not None and r is not None:
+                assert r is args[-1], why  # with dst given, the result is dst
+        assert results[0] == results[1], f"{why}: compiled {results[0]} != python {results[1]}"
+        assert results[0][0] == launches, f"{why}: launched={results[0][0]}, table={launches}"
+    assert len(rows) >= 40

@@ -1,4 +1,4 @@
-"""cuflow's own elementwise kernels (the fast path) against CuPy's ufuncs, bit for bit."""
+"""The elementwise fast path (core._fastpath, the compiled _ewlaunch) against CuPy, bit for bit."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 import cuflow
 
-from cuflow.core import _fastpath as _elementwise
+from cuflow.core import _fastpath
 from cuflow.testing import poisoned, random_array, to_host
 
 pytestmark = pytest.mark.gpu
@@ -63,7 +63,7 @@ def test_compiled_launcher_is_active_where_built(gpu_cf):
     fast = _fast()
     assert fast.compiled is not None and fast.binary == fast.compiled.binary
     a = random_array((5,), "float32")
-    fast.binary(_elementwise.KERNELS["add"], a, a, None)  # loads: sets the grid cap
+    fast.binary(_fastpath.KERNELS["add"], a, a, None)  # loads: sets the grid cap
     assert fast.compiled.max_grid == fast.max_grid > 0
 
 
@@ -71,7 +71,7 @@ def test_failed_launch_raises_the_driver_error(gpu_cf):
     from cupy_backends.cuda.api.driver import CUDADriverError
 
     with pytest.raises(CUDADriverError, match="CUDA_ERROR_INVALID_VALUE"):
-        _elementwise._launch_failed(1)
+        _fastpath._launch_failed(1)
 
 
 @pytest.mark.parametrize("kind", ["active", "python"])
@@ -89,7 +89,7 @@ def test_launches_go_to_the_current_stream(gpu_cf, rng, kind):
     s = cupy.cuda.Stream(non_blocking=True)
     with s:
         s.begin_capture()
-        assert binary(_elementwise.KERNELS["add"], a, a, dst) is dst
+        assert binary(_fastpath.KERNELS["add"], a, a, dst) is dst
         g = s.end_capture()
     np.testing.assert_array_equal(to_host(dst).view(np.uint32), before.view(np.uint32))
     g.launch(stream=s)
@@ -111,7 +111,7 @@ def test_binary_matches_cupy(gpu_cf, rng, name, dtype):
         a, b = _inputs(cf, rng, n, dtype)
         ref = getattr(cupy, name)(a.view(cupy.ndarray), b.view(cupy.ndarray))
         with np.errstate(all="ignore"):
-            k = _elementwise.KERNELS[name]
+            k = _fastpath.KERNELS[name]
             for impl in _impls("binary"):
                 direct = impl(k, a, b, None)
                 assert (direct is not None) == _fast_applies(name, dtype)
@@ -134,7 +134,7 @@ def test_unary_matches_cupy(gpu_cf, rng, name, dtype):
         ref = getattr(cupy, name)(a.view(cupy.ndarray))
         for impl in _impls("unary"):
             dst = poisoned((n,), dtype)
-            assert impl(_elementwise.KERNELS[name], a, dst) is dst
+            assert impl(_fastpath.KERNELS[name], a, dst) is dst
             _assert_bits(dst, ref)
         _assert_bits(getattr(cf, name)(a), ref)
         dst = poisoned((n,), dtype)
@@ -198,7 +198,7 @@ def test_operators_take_the_fast_path(gpu_cf, rng):
 
 def test_fallbacks_return_none(gpu_cf, rng):
     cf = gpu_cf
-    k = _elementwise.KERNELS["add"]
+    k = _fastpath.KERNELS["add"]
     a = random_array((8, 8), "float32", rng)
     assert _fast().binary(k, a, a.T, None) is None  # strided
     assert _fast().binary(k, a, a.astype(np.float64), None) is None  # mixed dtypes
