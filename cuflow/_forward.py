@@ -5,11 +5,18 @@ backend module and, when it is a function, wrapped so that array results come
 back as darrays (an O(1) re-class; a caller's own array object is never
 re-classed, it is viewed instead).  Submodules ``linalg``, ``fft`` and
 ``random`` are forwarded the same way; ``cuda`` is CuPy's own.
+
+Array API functions the backend lacks (``unstack``, ``vecdot``, most of
+``linalg``'s extension on CuPy) or defines with non-standard signatures or
+results (``meshgrid(indexing=)``, ``count_nonzero(keepdims=)``, the ``unique_*``
+family, ``linalg``'s named tuples) come from array-api-compat's wrapper of the
+backend instead, which keeps the backend's extra NumPy arguments.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import sys
 import types
 from typing import Any
@@ -20,6 +27,27 @@ from .core._runtime import get_backend
 __all__ = ["forward", "ForwardModule", "install_submodules"]
 
 _cache: dict[tuple[str, str, str], Any] = {}
+
+#: array API names whose backend version breaks the standard, taken from array-api-compat
+_STANDARD_FROM_COMPAT = {
+    "": {"count_nonzero", "meshgrid", "unique_all", "unique_counts", "unique_inverse",
+         "unique_values", "cumulative_sum", "cumulative_prod", "permute_dims",
+         "matrix_transpose", "tensordot", "vecdot", "unstack", "nonzero", "isin",
+         "searchsorted"},
+    "linalg": {"cholesky", "cross", "det", "diagonal", "eigh", "eigvalsh", "inv", "matmul",
+               "matrix_norm", "matrix_power", "matrix_rank", "matrix_transpose", "outer",
+               "pinv", "qr", "slogdet", "solve", "svd", "svdvals", "tensordot", "trace",
+               "vecdot", "vector_norm"},
+}
+
+
+def _compat(backend: str, sub: str | None) -> Any:
+    """array-api-compat's wrapper of the backend (or of its submodule ``sub``)."""
+    try:
+        ns = importlib.import_module(f"array_api_compat.{backend}")
+    except ImportError:  # no array-api-compat: the backend's own names only
+        return None
+    return ns if sub is None else getattr(ns, sub, None)
 
 
 def _wrap_function(fn):
@@ -38,6 +66,10 @@ def forward(name: str, sub: str | None = None, owner: str = "cuflow") -> Any:
     if hit is not None:
         return hit
     mod = b.xp if sub is None else getattr(b.xp, sub, None)
+    compat = _compat(b.name, sub)
+    if compat is not None and hasattr(compat, name) and (
+            mod is None or not hasattr(mod, name) or name in _STANDARD_FROM_COMPAT.get(sub or "", ())):
+        mod = compat
     if mod is None:
         raise AttributeError(f"module {owner!r} has no attribute {name!r} "
                              f"({b.name} has no submodule {sub!r})")

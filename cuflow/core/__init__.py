@@ -34,7 +34,7 @@ from ._interop import (  # noqa: A004
     asarray, array, from_dlpack, asnumpy, as_darray, copy, astype,
 )
 from ._manipulation import (  # noqa: A004
-    flatten, ravel, reshape, transpose, ascontiguousarray, concatenate, stack,
+    flatten, ravel, reshape, transpose, ascontiguousarray, concatenate, stack, take_along_axis,
 )
 from ._general import (  # noqa: A004
     matmul, dot, clip, around, round, cumsum, cumprod,
@@ -66,6 +66,7 @@ OPS = (
     "array", "from_dlpack", "asnumpy", "as_darray", "copy", "astype", "flatten", "ravel",
     "reshape", "transpose", "ascontiguousarray", "concatenate", "stack", "matmul", "dot",
     "clip", "around", "round", "cumsum", "cumprod", "sort", "argsort",
+    "take_along_axis",
 )
 
 __all__ = [

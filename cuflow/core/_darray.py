@@ -112,14 +112,43 @@ def make_darray_class(base: type, backend: str, fast: Any = None) -> type:
                              f"{ns_mod.__array_api_versions__}, not {api_version!r}")
         return ns_mod
 
+    def __index__(self):
+        """A 0-d integer array as a Python int (array API; synchronizes on the GPU)."""
+        if self.ndim != 0 or self.dtype.kind not in "iu":
+            raise TypeError(f"only 0-d integer arrays can be used as an index, got shape "
+                            f"{self.shape} of dtype {self.dtype}")
+        return int(self.item())
+
+    def to_device(self, device, /, *, stream=None):
+        """This array on ``device`` (array API): itself when already there, else a copy.
+
+        Stream semantics: a copy to another GPU is queued on ``stream`` or the current
+        stream of the destination device.
+        """
+        if backend == "numpy":
+            if device != "cpu":
+                raise ValueError(f"to_device: the NumPy backend has the one device 'cpu', "
+                                 f"got {device!r}")
+            return self
+        cupy = sys.modules["cupy"]
+        dev = getattr(device, "id", device)
+        if dev == self.data.device_id:
+            return self
+        src = self if self.flags.c_contiguous else base.copy(self)
+        with cupy.cuda.Device(dev):
+            s = cupy.cuda.get_current_stream() if stream is None else stream
+            r = cls(src.shape, src.dtype)
+            r.data.copy_from_device_async(src.data, src.nbytes, stream=getattr(s, "cupy", s))
+        return r
+
     ns.update(astype=astype, copy=copy, flatten=flatten, to_numpy=to_numpy,
-              __array_namespace__=__array_namespace__)
+              __array_namespace__=__array_namespace__, __index__=__index__,
+              to_device=to_device)
     for rname in REDUCTION_METHODS:
         ns[rname] = _reduction_method(rname)
 
     if backend == "cupy":
         base_getitem = base.__getitem__
-        base_dlpack = base.__dlpack__
 
         def __getitem__(self, key):
             r = base_getitem(self, key)
@@ -127,19 +156,7 @@ def make_darray_class(base: type, backend: str, fast: Any = None) -> type:
                 r.__class__ = cls
             return r
 
-        def __dlpack__(self, **kwargs):
-            # Order the consumer after the stream cuflow last wrote this array on,
-            # then let CuPy order it after the current stream.
-            s = getattr(self, "_cf_stream", None)
-            consumer = kwargs.get("stream")
-            if s is not None and consumer != -1:
-                # make the consumer's stream wait for the work queued so far on s
-                ev = s.record()
-                sys.modules["cupy"].cuda.runtime.streamWaitEvent(
-                    0 if consumer is None else int(consumer), ev.ptr, 0)
-            return base_dlpack(self, **kwargs)
-
-        ns.update(__getitem__=__getitem__, __dlpack__=__dlpack__)
+        ns.update(__getitem__=__getitem__)
         if fast is not None:
             ns.update(_fast_operators(base, fast))
     else:

@@ -8,14 +8,14 @@ from __future__ import annotations
 import numpy
 
 from ._contract import may_share, prepare_out, resolve_out
-from ._dispatch import bad_input, reraise, run_on, wrap_view
+from ._dispatch import bad_input, call, reraise, run_on, wrap_view
 from .._errors import CuflowError
 from ._interop import astype, copy, copy_into
 from ._interop import copy as copy_fn
 from ._runtime import runtime
 
 __all__ = ["flatten", "ravel", "reshape", "transpose", "ascontiguousarray", "concatenate",
-           "stack"]
+           "stack", "take_along_axis"]
 
 
 def flatten(a, dst=None, *, out=None, order="C", stream=None):
@@ -146,3 +146,9 @@ def stack(arrays, axis=0, dst=None, *, out=None, dtype=None, casting="same_kind"
     """
     return _join("stack", arrays, axis, resolve_out(dst, out, "stack"), dtype, casting, stream,
                  True)
+
+
+def take_along_axis(a, indices, axis=-1):
+    """Values of ``a`` at ``indices`` along ``axis`` (array API ``take_along_axis``; the last
+    axis unless given, where NumPy requires it)."""
+    return call("take_along_axis", runtime().xp.take_along_axis, a, indices, axis)

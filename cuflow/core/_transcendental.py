@@ -289,7 +289,7 @@ def tanh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
     elementwise function (:mod:`cuflow.core._transcendental`).  For a complex
     ``src`` with an infinite real part and a finite imaginary part the result is
-    the standard's ``±1 + 0j`` (signed as ``sin(2 * imag)``), where NumPy's and
+    the standard's ``±1 ± 0j`` (the zero signed as ``imag``), where NumPy's and
     CuPy's ``tanh`` can give NaN.
 
     Notes
@@ -309,7 +309,7 @@ def _tanh_infinite_real(src: Any, r: Any, stream: Any) -> None:
         at_inf = xp.isinf(re) & xp.isfinite(im)
         limit = xp.empty(src.shape, r.dtype)
         limit.real = xp.sign(re)  # set apart: 1j * -0.0 would lose the zero's sign
-        limit.imag = xp.copysign(xp.zeros_like(im), xp.sin(2 * im))
+        limit.imag = xp.copysign(xp.zeros_like(im), im)
         xp.copyto(r, limit, where=at_inf)
 
 
