@@ -89,8 +89,12 @@ done
 # -p no:cacheprovider: writes nothing into either tree;
 # --hypothesis-seed=0: the same examples on every run, so runs are comparable;
 # --continue-on-collection-errors: a module that fails at import (e.g. one that calls
-#   xp.__array_namespace_info__() at collection) must not abort the whole run.
+#   xp.__array_namespace_info__() at collection) must not abort the whole run;
+# on the GPU, no Hypothesis deadline: the first call of each kernel compiles it (NVRTC),
+#   which takes longer than the suite's 800 ms per example and says nothing of conformance.
+deadline=()
+[ "$CUFLOW_BACKEND" = cupy ] && deadline=(--hypothesis-disable-deadline)
 "${PYTHON:-python3}" -m pytest -c "$DIR/pytest.ini" --rootdir "$DIR" -p no:cacheprovider \
   --max-examples="${MAX_EXAMPLES:-100}" --hypothesis-seed=0 --continue-on-collection-errors \
-  -q -rfE \
+  "${deadline[@]}" -q -rfE \
   "${args[@]}"

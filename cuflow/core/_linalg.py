@@ -5,12 +5,21 @@ Stream semantics: the eigen-decompositions synchronize (the solvers return on th
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import numpy
 
 from ._dispatch import call
 from ._runtime import runtime
 
-__all__ = ["eig", "eigvals"]
+__all__ = ["eig", "eigvals", "EigResult"]
+
+
+class EigResult(NamedTuple):
+    """``eig``'s result (array API)."""
+
+    eigenvalues: Any
+    eigenvectors: Any
 
 
 def _complex(dtype: numpy.dtype) -> numpy.dtype:
@@ -27,7 +36,7 @@ def eig(x, /):
     res = call("linalg.eig", rt.xp.linalg.eig, x)
     ct = _complex(x.dtype)
     w, v = (rt.wrap(r.astype(ct, copy=False)) for r in res)
-    return type(res)(w, v) if hasattr(res, "_fields") else (w, v)  # NumPy's EigResult
+    return EigResult(w, v)
 
 
 def eigvals(x, /):

@@ -13,8 +13,15 @@ from ._runtime import runtime
 __all__ = ["sort", "argsort"]
 
 
-def _kind(kind: Any, stable: bool) -> Any:
-    return kind if kind is not None else ("stable" if stable else None)
+def _options(kind: Any, order: Any, stable: bool) -> dict[str, Any]:
+    """NumPy's ``kind`` and ``order`` where given (CuPy takes no ``order``, NumPy no ``kind``
+    of None on some versions); a stable sort unless the caller allows otherwise."""
+    kw: dict[str, Any] = {}
+    if kind is not None or stable:
+        kw["kind"] = kind if kind is not None else "stable"
+    if order is not None:
+        kw["order"] = order
+    return kw
 
 
 def argsort(a, axis=-1, kind=None, order=None, *, descending=False, stable=True, stream=None):
@@ -27,13 +34,13 @@ def argsort(a, axis=-1, kind=None, order=None, *, descending=False, stable=True,
         return run_on(stream, argsort, a, axis, kind, order, descending=descending,
                       stable=stable)
     xp = runtime().xp
-    k = _kind(kind, stable)
+    kw = _options(kind, order, stable)
     if not descending:
-        return call("argsort", xp.argsort, a, axis=axis, kind=k, order=order)
+        return call("argsort", xp.argsort, a, axis=axis, **kw)
     # the stable ascending sort of the reversed array, read backwards, is the stable
     # descending order; the indices are then mapped back to the unreversed array
     ax = axis if axis >= 0 else a.ndim + axis
-    r = xp.flip(xp.argsort(xp.flip(a, axis=ax), axis=ax, kind=k), axis=ax)
+    r = xp.flip(xp.argsort(xp.flip(a, axis=ax), axis=ax, **kw), axis=ax)
     return call("argsort", xp.subtract, a.shape[ax] - 1, r)
 
 
@@ -42,7 +49,7 @@ def sort(a, axis=-1, kind=None, order=None, *, descending=False, stable=True, st
     if stream is not None:
         return run_on(stream, sort, a, axis, kind, order, descending=descending, stable=stable)
     xp = runtime().xp
-    r = xp.sort(a, axis=axis, kind=_kind(kind, stable), order=order)
+    r = xp.sort(a, axis=axis, **_options(kind, order, stable))
     if descending:
         r = xp.ascontiguousarray(xp.flip(r, axis=axis))
     return call("sort", lambda: r)

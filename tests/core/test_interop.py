@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import cuflow
-from cuflow.testing import assert_equal_host, random_array
+from cuflow.testing import assert_equal_host, random_array, to_host
 
 
 def test_asarray_from_host_and_back(cf, rng):
@@ -101,3 +101,10 @@ def test_cuda_tensor_on_numpy_backend_is_refused():
 
     with pytest.raises(cuflow.DstTypeError, match="NumPy backend"):
         cuflow.asarray(FakeCuda())
+
+
+@pytest.mark.parametrize("value", [-0.0, complex(-0.0, -0.0), np.float32(-0.0)])
+def test_asarray_keeps_the_sign_of_zero(cf, value):
+    x = cf.asarray(value)
+    assert np.signbit(np.real(to_host(x))) and x.shape == ()
+    assert np.signbit(to_host(cf.sqrt(cf.asarray(-0.0))))
