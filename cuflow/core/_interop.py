@@ -166,10 +166,12 @@ def _to_cupy(obj, dtype, order):
             return r if dtype is None else r.astype(dtype, copy=False)
         if _is_torch(obj):
             obj = obj.numpy(force=True) if hasattr(obj, "numpy") else numpy.asarray(obj)
-    if isinstance(obj, float | complex | numpy.generic):
-        # CuPy turns a Python -0.0 into +0.0 (tests/core/test_interop.py::
-        # test_asarray_keeps_the_sign_of_zero); a host 0-d array keeps its bits
-        obj = numpy.asarray(obj, dtype=dtype)
+    if isinstance(obj, float | complex | numpy.generic) or (
+            isinstance(obj, numpy.ndarray) and obj.ndim == 0):
+        # CuPy fills a 0-d array from a scalar, and its fill writes -0.0 as +0.0
+        # (tests/core/test_interop.py::test_asarray_keeps_the_sign_of_zero); a one-element
+        # copy keeps the bits
+        return cp.asarray(numpy.asarray(obj, dtype=dtype).reshape(1)).reshape(())
     return cp.asarray(obj, dtype=dtype, order=order)
 
 

@@ -69,7 +69,13 @@ def expm1(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
-    return ufunc1("expm1", src, dst, out, stream, casting, dtype)
+    r = ufunc1("expm1", src, dst, out, stream, casting, dtype)
+    if getattr(src, "dtype", None) is not None and src.dtype.kind == "c":
+        with use_stream(stream):  # expm1(±0 + 0j) is exactly 0 + 0j, as the standard says
+            xp = _runtime.runtime().xp
+            at_zero = (src.real == 0) & (src.imag == 0) & ~xp.signbit(src.imag)
+            xp.copyto(r, xp.zeros((), r.dtype), where=at_zero)
+    return r
 
 
 def log(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,

@@ -33,6 +33,7 @@ def test_properties(cf):
     assert b.nbytes == 4 * b.element_nbytes
     assert len(b) == 0 and not b.full
     assert isinstance(b.darray, cf.darray) and b.darray.shape == b.shape
+    b.stream.synchronize()  # the zeroing is queued on the buffer's stream
     assert_equal_host(b.darray, np.zeros(b.shape, np.float16))  # allocated zeroed
     assert b.allocation is not None
 
