@@ -19,7 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "cuflow"
 LAYERS = [
     ("cuflow._errors",),
     ("cuflow.raw_kernels",),
-    ("cuflow.core._fastpath", "cuflow.core._darray"),
+    ("cuflow.core._fastpath", "cuflow.core._darray", "cuflow.core._cupy_ufuncs"),
     ("cuflow.core._runtime",),
     ("cuflow.core._contract", "cuflow.core._streams"),
     ("cuflow.core._dispatch", "cuflow.core._info"),

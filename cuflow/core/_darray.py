@@ -46,11 +46,13 @@ _RECLASS_METHODS = (
 )
 
 
-def make_darray_class(base: type, backend: str, fast: Any = None) -> type:
+def make_darray_class(base: type, backend: str, fast: Any = None,
+                      remainder: Any = None) -> type:
     """Build the ``darray`` class for ``base`` (``cupy.ndarray`` or ``numpy.ndarray``).
 
     ``fast`` is the runtime's elementwise fast path, which the Python operators
-    (``a + b`` & co.) take when it applies.
+    (``a + b`` & co.) take when it applies; ``remainder`` the ufunc behind ``%``
+    where the backend's own differs from NumPy's.
     """
     base_astype, base_copy = base.astype, base.copy
     ns: dict[str, Any] = {"__slots__": (), "__module__": "cuflow", "__qualname__": "darray"}
@@ -159,6 +161,8 @@ def make_darray_class(base: type, backend: str, fast: Any = None) -> type:
         ns.update(__getitem__=__getitem__)
         if fast is not None:
             ns.update(_fast_operators(base, fast))
+        if remainder is not None:
+            ns.update(_mod_operators(remainder, lambda r: _wrap(r)))
     else:
         base_getitem = base.__getitem__
 
@@ -248,6 +252,21 @@ def _fast_unop(fast, k, base_fn):
             return r
         return base_fn(self)
     return op
+
+
+def _mod_operators(remainder, wrap):
+    """``%``, its reflection and ``%=`` through ``remainder``."""
+    def __mod__(self, other):
+        return wrap(remainder(self, other))
+
+    def __rmod__(self, other):
+        return wrap(remainder(other, self))
+
+    def __imod__(self, other):
+        remainder(self, other, out=self)
+        return self
+
+    return {"__mod__": __mod__, "__rmod__": __rmod__, "__imod__": __imod__}
 
 
 def _reduction_method(name):

@@ -28,6 +28,7 @@ from typing import Any
 import numpy
 
 from .._errors import BackendError
+from ._cupy_ufuncs import make_remainder
 from ._darray import make_darray_class
 from ._fastpath import FastPath, make_fast_path
 
@@ -192,7 +193,9 @@ def _make(name: str, cupy: ModuleType | None, n: int, reason: str) -> Runtime:
     fast = None
     if os.environ.get("CUFLOW_FAST", "1") != "0":
         fast = make_fast_path(cupy.ndarray, n, stream_fn)
-    darray = make_darray_class(cupy.ndarray, "cupy", fast)
+    ufuncs = _ufuncs(cupy)
+    ufuncs["remainder"] = ufuncs["mod"] = make_remainder(cupy)
+    darray = make_darray_class(cupy.ndarray, "cupy", fast, ufuncs["remainder"])
     if fast is not None:
         fast.bind(darray)
     return Runtime(
@@ -200,7 +203,7 @@ def _make(name: str, cupy: ModuleType | None, n: int, reason: str) -> Runtime:
         cuda_errors=(cuda_rt.CUDARuntimeError, driver.CUDADriverError),
         oom_errors=(cupy.cuda.memory.OutOfMemoryError,),
         unowned=cupy.cuda.memory.UnownedMemory, fast=fast,
-        ufuncs=_ufuncs(cupy),
+        ufuncs=ufuncs,
         stream_ptr_fn=stream_fn, current_device=cuda_rt.getDevice)
 
 

@@ -140,3 +140,25 @@ def test_ufunc_methods_forwarded(cf):
     outer = cf.multiply.outer(a, a)
     assert isinstance(outer, cf.darray) and outer.shape == (5, 5)
     assert cf.add.nin == 2 and cf.negative.nin == 1
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "uint8", "int64"])
+def test_remainder_matches_numpy_on_special_values(cf, rng, dtype):
+    """NumPy's remainder, with the signs of zeros and infinite divisors, on every backend."""
+    if np.dtype(dtype).kind == "f":
+        vals = np.array([0.0, -0.0, 1.5, -1.5, 7.0, -7.0, np.inf, -np.inf, np.nan], dtype)
+    else:
+        vals = np.concatenate([[1, 2, 7], random_array((6,), dtype, rng, host=True)]).astype(dtype)
+    ha, hb = np.meshgrid(vals, vals)
+    ha, hb = ha.ravel(), hb.ravel()
+    if np.dtype(dtype).kind in "iu":
+        hb = np.where(hb == 0, 1, hb).astype(dtype)
+    a, b = cf.asarray(ha), cf.asarray(hb)
+    with np.errstate(all="ignore"):
+        want = np.remainder(ha, hb)
+    for got in (cf.remainder(a, b), a % b, cf.mod(a, b)):
+        np.testing.assert_array_equal(to_host(got), want)
+        np.testing.assert_array_equal(np.signbit(to_host(got)), np.signbit(want))
+    c = a.copy()
+    c %= b
+    np.testing.assert_array_equal(to_host(c), want)

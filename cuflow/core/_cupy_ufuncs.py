@@ -1,0 +1,38 @@
+"""CuPy ufuncs that cuflow replaces, where CuPy's results differ from NumPy's and the standard.
+
+``remainder``: CuPy computes ``a - floor(a / b) * b``, which gives NaN for a finite
+``a`` and an infinite ``b`` (NumPy: ``a`` or ``b``, by sign) and loses the sign of a
+zero result.  This one follows NumPy's ``npy_divmod``: ``fmod``, then a shift by
+``b`` when the signs differ, and a zero signed as ``b``.  Floats compute in double,
+which is exact for ``fmod`` and rounds the shifted sum once, as float arithmetic
+would.  Integers keep CuPy's rule (0 for a zero divisor).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+__all__ = ["make_remainder"]
+
+_FLOAT = """
+double x = in0, y = in1;
+double r = fmod(x, y);
+if (r != 0) { if ((y < 0) != (r < 0)) r += y; } else { r = copysign(0.0, y); }
+out0 = (out0_type)r;
+"""
+_SIGNED = """
+if (in1 == 0) { out0 = 0; } else {
+  out0 = in0 % in1;
+  if (out0 != 0 && ((out0 < 0) != (in1 < 0))) out0 += in1;
+}
+"""
+_UNSIGNED = "out0 = in1 == 0 ? 0 : in0 % in1;"
+
+
+def make_remainder(cupy: ModuleType) -> Any:
+    """The ``remainder`` ufunc for ``cupy`` (NumPy's results, one kernel)."""
+    ops = ([(f"{c}{c}->{c}", _SIGNED) for c in "bhilq"]
+           + [(f"{c}{c}->{c}", _UNSIGNED) for c in "BHILQ"]
+           + [(f"{c}{c}->{c}", _FLOAT) for c in "efd"])
+    return cupy._core.create_ufunc("cuflow_remainder", ops, doc=__doc__)
