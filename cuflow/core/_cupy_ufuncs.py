@@ -32,7 +32,8 @@ _UNSIGNED = "out0 = in1 == 0 ? 0 : in0 % in1;"
 
 def make_remainder(cupy: ModuleType) -> Any:
     """The ``remainder`` ufunc for ``cupy`` (NumPy's results, one kernel)."""
-    ops = ([(f"{c}{c}->{c}", _SIGNED) for c in "bhilq"]
-           + [(f"{c}{c}->{c}", _UNSIGNED) for c in "BHILQ"]
-           + [(f"{c}{c}->{c}", _FLOAT) for c in "efd"])
+    # NumPy's loop order: the first loop both inputs cast to safely is taken, so uint8
+    # must come before int16 (or uint8 % uint8 would compute in int16)
+    ops = [(f"{c}{c}->{c}", _FLOAT if c in "efd" else _SIGNED if c.islower() else _UNSIGNED)
+           for c in "bBhHiIlLqQefd"]
     return cupy._core.create_ufunc("cuflow_remainder", ops, doc=__doc__)
