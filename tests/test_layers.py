@@ -126,3 +126,16 @@ def test_no_import_cycle():
 @pytest.mark.parametrize("mod", [m for m, _, _ in _modules()])
 def test_every_module_has_a_layer(mod):
     _layer(mod)
+
+
+def test_dst_errors_are_raised_by_the_output_contract_alone():
+    """Every Dst*Error comes from core/_contract.py (the C fast path raises none: it hands
+    every case it does not take back to the contract)."""
+    found = []
+    for mod, _, path in _modules():
+        if mod in ("cuflow.core._contract", "cuflow._errors"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "").startswith("Dst"):
+                found.append(f"{path.relative_to(ROOT.parent)}:{node.lineno}")
+    assert found == []

@@ -32,8 +32,9 @@ import numpy
 from .._errors import DstDtypeError, DstError, DstShapeError, DstTypeError
 from ._runtime import runtime
 
-__all__ = ["prepare_out", "resolve_out", "check_casting", "reduced_shape", "broadcast_shape",
-           "may_share", "span"]
+__all__ = ["prepare_out", "resolve_out", "check_casting", "check_cast", "check_out_pair",
+           "bad_input", "translate_type_error", "reduced_shape", "broadcast_shape", "may_share",
+           "span"]
 
 Overlap = Literal["elementwise", "copy", "refuse"]
 
@@ -222,3 +223,39 @@ def may_share(x: Any, dst: Any) -> bool:
         dlo, dhi = span(dst, dst.data.ptr)
         return not (xhi <= dlo or dhi <= xlo)
     return bool(numpy.may_share_memory(x, dst))
+
+
+def check_cast(name: str, from_dtype: Any, to_dtype: Any, casting: str) -> None:
+    """Raise unless ``from_dtype`` casts to ``to_dtype`` under ``casting`` (``astype``)."""
+    if not numpy.can_cast(from_dtype, to_dtype, casting):
+        raise DstDtypeError(f"cuflow.{name}: cannot cast {numpy.dtype(from_dtype)} to "
+                            f"{numpy.dtype(to_dtype)} under casting={casting!r}")
+
+
+def check_out_pair(name: str, dst: Any) -> None:
+    """Ops with two outputs (``modf``, ``frexp``, ``divmod``) take ``dst`` as a pair."""
+    if not (isinstance(dst, tuple | list) and len(dst) == 2):
+        raise DstError(f"cuflow.{name}: dst must be a pair of arrays, got {dst!r}")
+
+
+def bad_input(name: str, x: Any, why: str | None = None):
+    """An input that is not an array of the active backend (nor a scalar)."""
+    raise DstTypeError(
+        f"cuflow.{name}: " + (why or (
+            f"inputs must be arrays of the active {runtime().name} backend or scalars, got "
+            f"{type(x).__module__}.{type(x).__name__} (convert with cuflow.asarray first)")))
+
+
+def translate_type_error(name: str, e: TypeError, dst: Any) -> None:
+    """Raise the output-contract error a backend's TypeError stands for, if it is one."""
+    if isinstance(e, DstDtypeError | DstTypeError):
+        return
+    msg = str(e)
+    if dst is not None and "cast" in msg.lower():
+        raise DstDtypeError(
+            f"cuflow.{name}: the result cannot be written into dst of dtype {dst.dtype}: "
+            f"{msg}; use a dst of the result dtype or casting='unsafe'") from e
+    if "Unsupported type" in msg or "Argument" in msg and "ndarray" in msg:
+        raise DstTypeError(
+            f"cuflow.{name}: inputs must be arrays of the active {runtime().name} backend or "
+            f"scalars (convert host data with cuflow.asarray first): {msg}") from e

@@ -14,12 +14,14 @@ from typing import Any
 
 import numpy
 
-from .._errors import CudaError, DstDtypeError, DstError, DstTypeError, OutOfMemoryError
-from ._contract import broadcast_shape, prepare_out, resolve_out
+from .._errors import CudaError, OutOfMemoryError
+from ._contract import (
+    broadcast_shape, check_out_pair, prepare_out, resolve_out, translate_type_error,
+)
 from ._runtime import runtime
 from ._streams import use_stream
 
-__all__ = ["run_on", "reraise", "bad_input", "ufunc1", "ufunc2", "ufunc_multi", "call",
+__all__ = ["run_on", "reraise", "ufunc1", "ufunc2", "ufunc_multi", "call",
            "wrap_view", "ufunc_methods"]
 
 
@@ -36,24 +38,9 @@ def reraise(name: str, e: BaseException, dst: Any = None):
         raise OutOfMemoryError(f"cuflow.{name}: out of device memory: {e}") from e
     if isinstance(e, rt.cuda_errors):
         raise CudaError(f"cuflow.{name}: CUDA call failed: {e}") from e
-    msg = str(e)
-    if isinstance(e, TypeError) and not isinstance(e, DstDtypeError | DstTypeError):
-        if dst is not None and "cast" in msg.lower():
-            raise DstDtypeError(
-                f"cuflow.{name}: the result cannot be written into dst of dtype {dst.dtype}: "
-                f"{msg}; use a dst of the result dtype or casting='unsafe'") from e
-        if "Unsupported type" in msg or "Argument" in msg and "ndarray" in msg:
-            raise DstTypeError(
-                f"cuflow.{name}: inputs must be arrays of the active {rt.name} backend or "
-                f"scalars (convert host data with cuflow.asarray first): {msg}") from e
+    if isinstance(e, TypeError):
+        translate_type_error(name, e, dst)
     raise e
-
-
-def bad_input(name: str, x: Any):
-    raise DstTypeError(
-        f"cuflow.{name}: inputs must be arrays of the active {runtime().name} backend or "
-        f"scalars, got {type(x).__module__}.{type(x).__name__} (convert with cuflow.asarray "
-        "first)")
 
 
 def _ufunc(rt: Any, name: str) -> Any:
@@ -141,8 +128,7 @@ def ufunc_multi(name: str, args: tuple, dst: Any, out: Any, stream: Any, casting
     try:
         if dst is None:
             return rt.wrap(uf(*args, casting=casting, dtype=dtype))
-        if not (isinstance(dst, tuple | list) and len(dst) == 2):
-            raise DstError(f"cuflow.{name}: dst must be a pair of arrays, got {dst!r}")
+        check_out_pair(name, dst)
         shape = broadcast_shape(name, *(_shape(rt.ndarray, a) for a in args))
         ins = tuple(args)
         for d in dst:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy
 
 from ._contract import prepare_out, resolve_out
-from ._dispatch import bad_input, reraise, run_on
+from ._contract import bad_input
+from ._dispatch import reraise, run_on
 from ._runtime import runtime
 
 __all__ = ["matmul", "dot", "clip", "around", "round", "cumsum", "cumprod"]

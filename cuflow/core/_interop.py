@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import numpy
 
-from .._errors import DstDtypeError, DstError, DstTypeError
-from ._contract import may_share, prepare_out, resolve_out
+from ._contract import bad_input, check_cast, may_share, prepare_out, resolve_out
 from ._dispatch import reraise, run_on
 from ._runtime import runtime
 from ._info import check_device
@@ -70,10 +69,7 @@ def copy(a, dst=None, *, out=None, order="K", casting="same_kind", stream=None):
 
 def _upload(a, dst, stream):
     """Host ``a`` -> device ``dst`` (same shape and dtype; ``dst`` C-contiguous)."""
-    prepare_out("copy", dst, a.shape, a.dtype, casting="no")
-    if not dst.flags.c_contiguous:
-        raise DstError("cuflow.copy: a host-to-device copy needs a C-contiguous dst, got "
-                       f"strides {dst.strides} for shape {dst.shape}")
+    prepare_out("copy", dst, a.shape, a.dtype, casting="no", contiguous=True)
     try:
         dst.set(numpy.ascontiguousarray(a), stream=as_cupy_stream(stream))
     except Exception as e:
@@ -97,14 +93,10 @@ def astype(a, dtype, dst=None, *, out=None, order="K", casting="unsafe", copy=Tr
         return run_on(stream, astype, a, dtype, dst, order=order, casting=casting, copy=copy)
     dt = numpy.dtype(dtype)
     try:
-        if not numpy.can_cast(a.dtype, dt, casting):
-            raise DstDtypeError(f"cuflow.astype: cannot cast {a.dtype} to {dt} under "
-                                f"casting={casting!r}")
+        check_cast("astype", a.dtype, dt, casting)
         if dst is None:
             return rt.wrap(rt.ndarray.astype(a, dt, order=order, copy=copy))
-        if isinstance(dst, rt.ndarray) and dst.dtype != dt:
-            raise DstDtypeError(f"cuflow.astype: dst.dtype must be the target dtype {dt}, "
-                                f"got {dst.dtype}")
+        prepare_out("astype", dst, a.shape, dt, casting="no")
         return copy_into("astype", dst, a, casting, dtype=dt)
     except Exception as e:
         reraise("astype", e, dst)
@@ -177,11 +169,11 @@ def _to_cupy(obj, dtype, order):
 
 def _to_numpy(obj, dtype, order):
     if _is_torch(obj) and getattr(obj, "is_cuda", False):
-        raise DstTypeError("cuflow.asarray: a CUDA tensor cannot be used on the NumPy backend; "
-                           "call .cpu() first or run with a GPU")
+        bad_input("asarray", obj, "a CUDA tensor cannot be used on the NumPy backend; call "
+                  ".cpu() first or run with a GPU")
     if hasattr(obj, "__cuda_array_interface__") and not isinstance(obj, numpy.ndarray):
-        raise DstTypeError("cuflow.asarray: device arrays (__cuda_array_interface__) cannot be "
-                           "used on the NumPy backend; copy them to the host first")
+        bad_input("asarray", obj, "device arrays (__cuda_array_interface__) cannot be used on "
+                  "the NumPy backend; copy them to the host first")
     return numpy.asarray(obj, dtype=dtype, order=order)
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy
 
-from ._contract import may_share, prepare_out, resolve_out
-from ._dispatch import bad_input, call, reraise, run_on, wrap_view
+from ._contract import bad_input, may_share, prepare_out, resolve_out
+from ._dispatch import call, reraise, run_on, wrap_view
 from .._errors import CuflowError
 from ._interop import astype, copy, copy_into
 from ._interop import copy as copy_fn

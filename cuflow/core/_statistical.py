@@ -17,7 +17,8 @@ import numpy
 
 from .._errors import CuflowError
 from ._contract import may_share, prepare_out, reduced_shape, resolve_out
-from ._dispatch import bad_input, reraise, run_on
+from ._contract import bad_input
+from ._dispatch import reraise, run_on
 from ._runtime import runtime
 
 __all__ = ["sum", "prod", "mean", "std", "var", "min", "max", "argmin", "argmax", "any", "all"]

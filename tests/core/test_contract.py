@@ -63,7 +63,7 @@ def test_transform_dst_errors(cf):
     a = cf.ones((3, 4), dtype="float32")
     with pytest.raises(cuflow.DstShapeError):
         a.copy(dst=cf.empty((4, 3), dtype="float32"))
-    with pytest.raises(cuflow.DstDtypeError, match="target dtype float16"):
+    with pytest.raises(cuflow.DstDtypeError, match="dst.dtype must be float16"):
         a.astype("float16", dst=cf.empty((3, 4), dtype="float32"))
     with pytest.raises(cuflow.DstShapeError):
         cf.concatenate([a, a], dst=cf.empty((6, 5), dtype="float32"))
