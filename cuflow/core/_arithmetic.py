@@ -1,19 +1,7 @@
 """Elementwise arithmetic.
 
-Every function here is NumPy's ufunc of the same name (array API names are
-aliases), with cuflow's output contract:
-
-* ``dst`` (or its NumPy spelling ``out``): the result is written there and
-  ``dst`` is returned; its shape must be the broadcast shape and the result
-  dtype must cast to ``dst.dtype`` under ``casting``
-  (:func:`cuflow.core._contract.prepare_out`);
-* ``stream``: the stream to queue the work on (default: the current stream);
-* ``casting`` and ``dtype``: NumPy's.
-
-Inputs are darrays (or arrays of the active backend) and Python or NumPy scalars.
-
-Stream semantics: every function is asynchronous; the work is queued on
-``stream`` or the current stream, and nothing synchronizes the host.
+NumPy's ufuncs of the same names (array API names are aliases), with ``dst=``,
+``stream=``, ``casting=`` and ``dtype=`` as :mod:`cuflow.core._dispatch` describes.
 """
 
 from __future__ import annotations
@@ -46,7 +34,7 @@ def add(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any =
     """Sum, ``src + other``, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -65,7 +53,7 @@ def subtract(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: 
     """Difference, ``src - other``, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -84,7 +72,7 @@ def multiply(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: 
     """Product, ``src * other``, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -103,7 +91,7 @@ def divide(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: An
     """True quotient, ``src / other``, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -122,7 +110,7 @@ def floor_divide(src: Any, other: Any, dst: Any = None, *, out: Any = None, stre
     """Floor quotient, ``src // other``, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -136,7 +124,7 @@ def remainder(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream:
     """Remainder of floor division, ``src % other`` (Python's sign rule), elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -150,7 +138,7 @@ def fmod(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any 
     """Remainder of truncated division (C's ``fmod``), elementwise.
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -164,7 +152,7 @@ def divmod(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: An
     """``(src // other, src % other)``, elementwise; ``dst`` is a pair.
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -178,7 +166,7 @@ def power(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any
     """``src ** other``, elementwise (array API ``pow``).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -192,7 +180,7 @@ def float_power(src: Any, other: Any, dst: Any = None, *, out: Any = None, strea
     """``src ** other`` computed in at least float64, elementwise.
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -206,7 +194,7 @@ def negative(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Negation, ``-src``, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -225,7 +213,7 @@ def positive(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """``+src``, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -239,7 +227,7 @@ def absolute(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Absolute value, ``abs(src)``, elementwise (array API ``abs``).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -258,7 +246,7 @@ def fabs(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Absolute value of a real input, elementwise.
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -272,7 +260,7 @@ def sign(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Sign (-1, 0, 1; NaN for NaN), elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -286,7 +274,7 @@ def reciprocal(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None
     """``1 / src``, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -300,7 +288,7 @@ def square(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """``src * src``, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -314,7 +302,7 @@ def sqrt(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Square root, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -328,7 +316,7 @@ def cbrt(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Cube root, elementwise.
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -342,7 +330,7 @@ def maximum(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: A
     """Larger of two values (NaN propagates), elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -361,7 +349,7 @@ def minimum(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: A
     """Smaller of two values (NaN propagates), elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -380,7 +368,7 @@ def fmax(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any 
     """Larger of two values (NaN ignored), elementwise.
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -394,7 +382,7 @@ def fmin(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any 
     """Smaller of two values (NaN ignored), elementwise.
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -408,7 +396,7 @@ def heaviside(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream:
     """Heaviside step function, elementwise.
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -422,7 +410,7 @@ def gcd(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any =
     """Greatest common divisor, elementwise.
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -436,7 +424,7 @@ def lcm(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any =
     """Least common multiple, elementwise.
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -450,7 +438,7 @@ def copysign(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: 
     """Magnitude of ``src`` with the sign of ``other``, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -464,7 +452,7 @@ def nextafter(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream:
     """Next float after ``src`` towards ``other``, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -478,7 +466,7 @@ def spacing(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Distance to the next larger float, elementwise.
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -492,7 +480,7 @@ def ldexp(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any
     """``src * 2**other``, elementwise.
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -506,7 +494,7 @@ def frexp(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Mantissa and exponent, elementwise; ``dst`` is a pair.
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -520,7 +508,7 @@ def modf(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Fractional and integral parts, elementwise; ``dst`` is a pair.
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -534,7 +522,7 @@ def hypot(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any
     """``sqrt(src**2 + other**2)`` without overflow, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -548,7 +536,7 @@ def rint(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Round to the nearest integer (ties to even), elementwise.
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -562,7 +550,7 @@ def floor(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Round down, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -576,7 +564,7 @@ def ceil(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Round up, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -590,7 +578,7 @@ def trunc(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Round towards zero, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -604,7 +592,7 @@ def conjugate(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Complex conjugate, elementwise (array API ``conj``).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._arithmetic`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----

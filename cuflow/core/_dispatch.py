@@ -3,6 +3,18 @@
 The written-out functions of the namespace (``add``, ``sum``, ``reshape`` ...)
 call these helpers; the helpers ask the runtime for the backend at call time.
 
+The elementwise functions (``_arithmetic``, ``_transcendental``, ``_logical``)
+are NumPy's ufuncs of the same names, with cuflow's output contract:
+
+* ``dst`` (or its NumPy spelling ``out``): the result is written there and
+  ``dst`` is returned; its shape must be the broadcast shape and the result
+  dtype must cast to ``dst.dtype`` under ``casting``
+  (:func:`cuflow.core._contract.prepare_out`);
+* ``stream``: the stream to queue the work on (default: the current stream);
+* ``casting`` and ``dtype``: NumPy's.
+
+Inputs are darrays (or arrays of the active backend) and Python or NumPy scalars.
+
 Stream semantics (all ops): the work is queued on ``stream=`` when given,
 otherwise on the current stream.  Nothing here synchronizes the host.
 """

@@ -1,19 +1,7 @@
 """Elementwise comparisons, logical and bitwise functions, and classification.
 
-Every function here is NumPy's ufunc of the same name (array API names are
-aliases), with cuflow's output contract:
-
-* ``dst`` (or its NumPy spelling ``out``): the result is written there and
-  ``dst`` is returned; its shape must be the broadcast shape and the result
-  dtype must cast to ``dst.dtype`` under ``casting``
-  (:func:`cuflow.core._contract.prepare_out`);
-* ``stream``: the stream to queue the work on (default: the current stream);
-* ``casting`` and ``dtype``: NumPy's.
-
-Inputs are darrays (or arrays of the active backend) and Python or NumPy scalars.
-
-Stream semantics: every function is asynchronous; the work is queued on
-``stream`` or the current stream, and nothing synchronizes the host.
+NumPy's ufuncs of the same names (array API names are aliases), with ``dst=``,
+``stream=``, ``casting=`` and ``dtype=`` as :mod:`cuflow.core._dispatch` describes.
 """
 
 from __future__ import annotations
@@ -34,7 +22,7 @@ def equal(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any
     """``src == other``, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._logical`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -48,7 +36,7 @@ def not_equal(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream:
     """``src != other``, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._logical`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -62,7 +50,7 @@ def less(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any 
     """``src < other``, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._logical`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -76,7 +64,7 @@ def less_equal(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream
     """``src <= other``, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._logical`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -90,7 +78,7 @@ def greater(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: A
     """``src > other``, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._logical`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -104,7 +92,7 @@ def greater_equal(src: Any, other: Any, dst: Any = None, *, out: Any = None, str
     """``src >= other``, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._logical`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -118,7 +106,7 @@ def logical_and(src: Any, other: Any, dst: Any = None, *, out: Any = None, strea
     """Logical and, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._logical`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -132,7 +120,7 @@ def logical_or(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream
     """Logical or, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._logical`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -146,7 +134,7 @@ def logical_xor(src: Any, other: Any, dst: Any = None, *, out: Any = None, strea
     """Logical exclusive or, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._logical`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -160,7 +148,7 @@ def logical_not(src: Any, dst: Any = None, *, out: Any = None, stream: Any = Non
     """Logical not, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._logical`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -174,7 +162,7 @@ def bitwise_and(src: Any, other: Any, dst: Any = None, *, out: Any = None, strea
     """Bitwise and, ``src & other``, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._logical`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -188,7 +176,7 @@ def bitwise_or(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream
     """Bitwise or, ``src | other``, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._logical`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -202,7 +190,7 @@ def bitwise_xor(src: Any, other: Any, dst: Any = None, *, out: Any = None, strea
     """Bitwise exclusive or, ``src ^ other``, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._logical`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -216,7 +204,7 @@ def invert(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Bitwise not, ``~src``, elementwise (array API ``bitwise_invert``).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._logical`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -230,7 +218,7 @@ def left_shift(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream
     """``src << other``, elementwise (array API ``bitwise_left_shift``).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._logical`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -244,7 +232,7 @@ def right_shift(src: Any, other: Any, dst: Any = None, *, out: Any = None, strea
     """``src >> other``, elementwise (array API ``bitwise_right_shift``).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._logical`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -258,7 +246,7 @@ def bitwise_count(src: Any, dst: Any = None, *, out: Any = None, stream: Any = N
     """Number of set bits, elementwise.
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._logical`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -272,7 +260,7 @@ def isfinite(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """True where finite, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._logical`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -286,7 +274,7 @@ def isinf(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """True where infinite, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._logical`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -300,7 +288,7 @@ def isnan(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """True where NaN, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._logical`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -314,7 +302,7 @@ def isnat(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """True where not-a-time, elementwise.
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._logical`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -328,7 +316,7 @@ def signbit(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """True where the sign bit is set, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._logical`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----

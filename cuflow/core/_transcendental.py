@@ -1,19 +1,7 @@
 """Elementwise exponentials, logarithms and trigonometric functions.
 
-Every function here is NumPy's ufunc of the same name (array API names are
-aliases), with cuflow's output contract:
-
-* ``dst`` (or its NumPy spelling ``out``): the result is written there and
-  ``dst`` is returned; its shape must be the broadcast shape and the result
-  dtype must cast to ``dst.dtype`` under ``casting``
-  (:func:`cuflow.core._contract.prepare_out`);
-* ``stream``: the stream to queue the work on (default: the current stream);
-* ``casting`` and ``dtype``: NumPy's.
-
-Inputs are darrays (or arrays of the active backend) and Python or NumPy scalars.
-
-Stream semantics: every function is asynchronous; the work is queued on
-``stream`` or the current stream, and nothing synchronizes the host.
+NumPy's ufuncs of the same names (array API names are aliases), with ``dst=``,
+``stream=``, ``casting=`` and ``dtype=`` as :mod:`cuflow.core._dispatch` describes.
 """
 
 from __future__ import annotations
@@ -35,7 +23,7 @@ def exp(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Exponential, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._transcendental`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -49,7 +37,7 @@ def exp2(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """``2**src``, elementwise.
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._transcendental`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -63,7 +51,7 @@ def expm1(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """``exp(src) - 1``, exact near 0, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._transcendental`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -83,7 +71,7 @@ def log(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Natural logarithm, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._transcendental`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -97,7 +85,7 @@ def log2(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Base-2 logarithm, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._transcendental`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -111,7 +99,7 @@ def log10(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Base-10 logarithm, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._transcendental`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -125,7 +113,7 @@ def log1p(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """``log(1 + src)``, exact near 0, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._transcendental`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -139,7 +127,7 @@ def logaddexp(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream:
     """``log(exp(src) + exp(other))``, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._transcendental`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -153,7 +141,7 @@ def logaddexp2(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream
     """``log2(2**src + 2**other)``, elementwise.
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._transcendental`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -167,7 +155,7 @@ def sin(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Sine, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._transcendental`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -181,7 +169,7 @@ def cos(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Cosine, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._transcendental`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -195,7 +183,7 @@ def tan(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Tangent, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._transcendental`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -209,7 +197,7 @@ def arcsin(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Inverse sine, elementwise (array API ``asin``).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._transcendental`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -223,7 +211,7 @@ def arccos(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Inverse cosine, elementwise (array API ``acos``).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._transcendental`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -237,7 +225,7 @@ def arctan(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Inverse tangent, elementwise (array API ``atan``).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._transcendental`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -251,7 +239,7 @@ def arctan2(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: A
     """Angle of the point ``(other, src)``, elementwise (array API ``atan2``).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._transcendental`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -265,7 +253,7 @@ def sinh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Hyperbolic sine, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._transcendental`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -279,7 +267,7 @@ def cosh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Hyperbolic cosine, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._transcendental`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -293,7 +281,7 @@ def tanh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Hyperbolic tangent, elementwise (array API).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._transcendental`).  For a complex
+    elementwise function (:mod:`cuflow.core._dispatch`).  For a complex
     ``src`` with an infinite real part and a finite imaginary part the result is
     the standard's ``±1 ± 0j`` (the zero signed as ``imag``), where NumPy's and
     CuPy's ``tanh`` can give NaN.
@@ -324,7 +312,7 @@ def arcsinh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Inverse hyperbolic sine, elementwise (array API ``asinh``).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._transcendental`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -338,7 +326,7 @@ def arccosh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Inverse hyperbolic cosine, elementwise (array API ``acosh``).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._transcendental`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -352,7 +340,7 @@ def arctanh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Inverse hyperbolic tangent, elementwise (array API ``atanh``).
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._transcendental`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -366,7 +354,7 @@ def deg2rad(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Degrees to radians, elementwise.
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._transcendental`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -380,7 +368,7 @@ def rad2deg(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Radians to degrees, elementwise.
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._transcendental`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -394,7 +382,7 @@ def degrees(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Radians to degrees, elementwise.
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._transcendental`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
@@ -408,7 +396,7 @@ def radians(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """Degrees to radians, elementwise.
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._transcendental`).
+    elementwise function (:mod:`cuflow.core._dispatch`).
 
     Notes
     -----
