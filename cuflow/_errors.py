@@ -10,6 +10,7 @@ from __future__ import annotations
 
 __all__ = [
     "CuflowError",
+    "ArgumentError",
     "BackendError",
     "DstError",
     "DstShapeError",
@@ -27,6 +28,10 @@ class CuflowError(Exception):
 
 class BackendError(CuflowError, RuntimeError):
     """The requested backend cannot be used (no CuPy, no GPU, bad ``CUFLOW_BACKEND``)."""
+
+
+class ArgumentError(CuflowError, ValueError):
+    """An argument's value breaks the function's rule (the message names both)."""
 
 
 class DstError(CuflowError, ValueError):

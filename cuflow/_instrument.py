@@ -27,9 +27,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ._errors import CudaError
-from .core._runtime import get_backend, on_select
+from .core._runtime import active, get_backend, on_select
 from . import image
-from .core import _runtime as _backend
 from .pipeline._bufferizer import Bufferizer
 from .raw_kernels import _launch
 
@@ -120,7 +119,6 @@ class annotate(contextlib.ContextDecorator):  # noqa: N801 (a function-like name
 
 # ------------------------------------------------------------------ sync debug
 def _device_sync(label: str, when: str) -> None:
-
     b = get_backend()
     if not b.is_gpu:
         return
@@ -183,8 +181,6 @@ _BUFFERIZER_METHODS = ("allocate", "append", "append_one", "append_multiple", "n
 def _targets() -> list[tuple[Any, str, str, int, Callable[..., Any]]]:
     """(owner, attribute, label, colour, wrapper maker) of everything instrumented."""
     cuflow = sys.modules["cuflow"]  # the namespace above, whose public functions it wraps
-
-
     out = []
     for name in cuflow.__all__:
         obj = cuflow.__dict__.get(name)
@@ -197,7 +193,7 @@ def _targets() -> list[tuple[Any, str, str, int, Callable[..., Any]]]:
     for name in _BUFFERIZER_METHODS:
         out.append((Bufferizer, name, f"cuflow.Bufferizer.{name}", _COLORS["Bufferizer"],
                     _wrap))
-    b = _backend._current
+    b = active()
     if b is not None:
         for name in _DARRAY_METHODS:
             if hasattr(b.darray, name):

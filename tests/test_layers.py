@@ -46,10 +46,19 @@ def _modules():
 
 
 def _layer(mod: str) -> int:
-    for i, prefixes in reversed(list(enumerate(LAYERS))):
-        if any(mod == p or mod.startswith(p + ".") for p in prefixes):
-            return i
-    raise AssertionError(f"{mod} has no layer in LAYERS: add it (and to docs/design.md)")
+    """The layer of the longest prefix in LAYERS that names ``mod`` or a package holding it."""
+    hits = [(len(p), i) for i, prefixes in enumerate(LAYERS) for p in prefixes
+            if mod == p or mod.startswith(p + ".")]
+    assert hits, f"{mod} has no layer in LAYERS: add it (and to docs/design.md)"
+    return max(hits)[1]
+
+
+def test_layers_are_read_by_the_longest_prefix():
+    assert _layer("cuflow._errors") == 0
+    assert _layer("cuflow.core._runtime") == 3
+    assert _layer("cuflow.core._statistical") == 6
+    assert _layer("cuflow.memory._pool") == 7
+    assert _layer("cuflow") == len(LAYERS) - 1
 
 
 def _resolve(mod: str, is_pkg: bool, node: ast.ImportFrom, known: set[str]) -> list[str]:

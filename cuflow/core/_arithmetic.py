@@ -147,8 +147,8 @@ def fmod(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any 
     return ufunc2("fmod", src, other, dst, out, stream, casting, dtype)
 
 
-def divmod(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
-           casting: str = "same_kind", dtype: Any = None) -> Any:
+def divmod(src: Any, other: Any, *dst_pair: Any, dst: Any = None, out: Any = None,  # noqa: A001
+           stream: Any = None, casting: str = "same_kind", dtype: Any = None) -> Any:
     """``(src // other, src % other)``, elementwise; ``dst`` is a pair.
 
     ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
@@ -158,7 +158,7 @@ def divmod(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: An
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
-    return ufunc_multi("divmod", (src, other), dst, out, stream, casting, dtype)
+    return ufunc_multi("divmod", (src, other), dst_pair or dst, out, stream, casting, dtype)
 
 
 def power(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
@@ -489,7 +489,7 @@ def ldexp(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any
     return ufunc2("ldexp", src, other, dst, out, stream, casting, dtype)
 
 
-def frexp(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+def frexp(src: Any, *dst_pair: Any, dst: Any = None, out: Any = None, stream: Any = None,
           casting: str = "same_kind", dtype: Any = None) -> Any:
     """Mantissa and exponent, elementwise; ``dst`` is a pair.
 
@@ -500,10 +500,10 @@ def frexp(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
-    return ufunc_multi("frexp", (src,), dst, out, stream, casting, dtype)
+    return ufunc_multi("frexp", (src,), dst_pair or dst, out, stream, casting, dtype)
 
 
-def modf(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
+def modf(src: Any, *dst_pair: Any, dst: Any = None, out: Any = None, stream: Any = None,
          casting: str = "same_kind", dtype: Any = None) -> Any:
     """Fractional and integral parts, elementwise; ``dst`` is a pair.
 
@@ -514,7 +514,7 @@ def modf(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
-    return ufunc_multi("modf", (src,), dst, out, stream, casting, dtype)
+    return ufunc_multi("modf", (src,), dst_pair or dst, out, stream, casting, dtype)
 
 
 def hypot(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,

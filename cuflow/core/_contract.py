@@ -114,8 +114,8 @@ def prepare_out(name: str, dst: Any, shape: Sequence[int], dtype: Any = None, *,
                                                                            casting):
         if casting == "no":
             raise DstDtypeError(
-                f"cuflow.{name}: dst.dtype must be {numpy.dtype(dtype)} (the kernel writes it "
-                f"directly), got {dst.dtype}")
+                f"cuflow.{name}: dst.dtype must be {numpy.dtype(dtype)} (the op writes that "
+                f"dtype, with no cast), got {dst.dtype}")
         raise DstDtypeError(
             f"cuflow.{name}: cannot write a {numpy.dtype(dtype)} result into dst of dtype "
             f"{dst.dtype} under casting={casting!r}; use a dst of dtype {numpy.dtype(dtype)} "
@@ -129,6 +129,8 @@ def prepare_out(name: str, dst: Any, shape: Sequence[int], dtype: Any = None, *,
             raise DstError(
                 f"cuflow.{name}: dst is on device {dst.data.device_id} but the current device "
                 f"is {dev}; use the same device for inputs and dst")
+    if not inputs:
+        return ()
     return tuple(_resolve_overlap(rt, name, x, dst, overlap) for x in inputs)
 
 
@@ -137,7 +139,7 @@ def _resolve_overlap(rt: Any, name: str, x: Any, dst: Any, overlap: Overlap) -> 
         if overlap == "refuse":
             _refuse(name)
         return x if overlap == "elementwise" else x.copy()
-    if not isinstance(x, rt.ndarray) or not may_share(x, dst):
+    if not isinstance(x, rt.ndarray) or not may_share(x, dst, rt):
         return x
     if overlap == "elementwise" and (rt.data_ptr(x) == rt.data_ptr(dst)
                                      and x.strides == dst.strides and x.shape == dst.shape):
@@ -208,11 +210,11 @@ def span(a: Any, ptr: int) -> tuple[int, int]:
     return lo, hi + a.itemsize
 
 
-def may_share(x: Any, dst: Any) -> bool:
+def may_share(x: Any, dst: Any, rt: Any = None) -> bool:
     """True when ``x`` and ``dst`` may touch the same bytes (exact for one-segment spans)."""
     if x is dst:
         return True
-    rt = runtime()
+    rt = rt or runtime()
     if rt.is_gpu:
         xm, dm = x.data.mem, dst.data.mem
         # distinct pool allocations never overlap; unowned memory (DLPack, views of

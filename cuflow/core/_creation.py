@@ -77,11 +77,15 @@ def full_like(a, fill_value, dtype=None, order="K", subok=None, shape=None, *, d
     return _make("full_like", device, stream, a, fill_value, **_like(dtype, order, subok, shape))
 
 
-def arange(start, stop=None, step=1, dtype=None, *, device=None, stream=None):
-    """Evenly spaced values in ``[start, stop)`` (array API ``arange``; ``arange(n)`` is
-    ``[0, n)``)."""
+def arange(start=None, stop=None, step=1, dtype=None, *, device=None, stream=None):
+    """Evenly spaced values in ``[start, stop)`` (array API ``arange``; ``arange(n)`` and
+    ``arange(stop=n)`` are ``[0, n)``)."""
+    if start is None and stop is None:
+        raise TypeError("cuflow.arange: give stop (or start and stop)")
     if stop is None:
         start, stop = 0, start
+    elif start is None:
+        start = 0
     return _make("arange", device, stream, start, stop, step, dtype=dtype)
 
 

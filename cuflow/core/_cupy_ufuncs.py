@@ -5,7 +5,8 @@
 zero result.  This one follows NumPy's ``npy_divmod``: ``fmod``, then a shift by
 ``b`` when the signs differ, and a zero signed as ``b``.  Floats compute in double,
 which is exact for ``fmod`` and rounds the shifted sum once, as float arithmetic
-would.  Integers keep CuPy's rule (0 for a zero divisor).
+would.  Integers keep CuPy's rule (0 for a zero divisor).  ``divmod`` and ``floor_divide``
+remain CuPy's.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ if (r != 0) { if ((y < 0) != (r < 0)) r += y; } else { r = copysign(0.0, y); }
 out0 = (out0_type)r;
 """
 _SIGNED = """
-if (in1 == 0) { out0 = 0; } else {
+if (in1 == 0 || in1 == -1) { out0 = 0; } else {  /* x % -1 is 0; INT_MIN % -1 would trap */
   out0 = in0 % in1;
   if (out0 != 0 && ((out0 < 0) != (in1 < 0))) out0 += in1;
 }

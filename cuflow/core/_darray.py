@@ -136,11 +136,16 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
         dev = getattr(device, "id", device)
         if dev == self.data.device_id:
             return self
-        src = self if self.flags.c_contiguous else base.copy(self)
+        with cupy.cuda.Device(self.data.device_id):
+            src = self if self.flags.c_contiguous else base.copy(self)
+            ready = cupy.cuda.Event(disable_timing=True)
+            ready.record()  # the work queued so far on the source device's current stream
         with cupy.cuda.Device(dev):
-            s = cupy.cuda.get_current_stream() if stream is None else stream
+            s = cupy.cuda.get_current_stream() if stream is None else getattr(stream, "cupy",
+                                                                               stream)
+            s.wait_event(ready)
             r = cls(src.shape, src.dtype)
-            r.data.copy_from_device_async(src.data, src.nbytes, stream=getattr(s, "cupy", s))
+            r.data.copy_from_device_async(src.data, src.nbytes, stream=s)
         return r
 
     ns.update(astype=astype, copy=copy, flatten=flatten, to_numpy=to_numpy,

@@ -30,7 +30,7 @@ from .._errors import CudaError, OutOfMemoryError
 from ._contract import (
     broadcast_shape, check_out_pair, prepare_out, resolve_out, translate_type_error,
 )
-from ._runtime import runtime
+from ._runtime import on_select, runtime
 from ._streams import use_stream
 
 __all__ = ["run_on", "reraise", "ufunc1", "ufunc2", "ufunc_multi", "call",
@@ -185,19 +185,34 @@ class _Method:
         return rt.wrap(getattr(_ufunc(rt, self.name), self.method)(*args, **kwargs))
 
 
+_UFUNC_FUNCTIONS: list[Callable[..., Any]] = []
+
+
 def ufunc_methods(fns: dict[str, Callable[..., Any]]) -> None:
     """Give each elementwise function of a module NumPy's ufunc attributes.
 
     ``nin``, ``nout`` and ``nargs`` come from NumPy; ``reduce``, ``accumulate``,
-    ``outer``, ``reduceat`` and ``at`` call the backend ufunc's method.
+    ``outer``, ``reduceat`` and ``at`` call the backend ufunc's method (which raises
+    where the ufunc has none, as NumPy's do); ``identity`` and ``types`` are the
+    backend ufunc's, set when a runtime becomes active.
     """
     for f in fns.values():
         if not callable(f) or not hasattr(numpy, f.__name__):
             continue
         ref = getattr(numpy, f.__name__)
-        if not isinstance(ref, numpy.ufunc):
+        if not isinstance(ref, numpy.ufunc) or f in _UFUNC_FUNCTIONS:
             continue
         f.nin, f.nout, f.nargs = ref.nin, ref.nout, ref.nargs
         for m in _UFUNC_METHODS:
-            if ref.nin == 2 and ref.nout == 1:
-                setattr(f, m, _Method(f.__name__, m))
+            setattr(f, m, _Method(f.__name__, m))
+        _UFUNC_FUNCTIONS.append(f)
+
+
+def _backend_ufunc_attributes(rt: Any) -> None:
+    for f in _UFUNC_FUNCTIONS:
+        uf = rt.ufuncs.get(f.__name__)
+        f.identity = getattr(uf, "identity", None)
+        f.types = getattr(uf, "types", None)
+
+
+on_select(_backend_ufunc_attributes)

@@ -5,8 +5,8 @@ Stream semantics: asynchronous; queued on ``stream`` or the current stream.
 
 from __future__ import annotations
 
-from ._creation import check_device
 from ._dispatch import call, run_on
+from ._info import check_device
 from ._runtime import runtime
 
 __all__ = ["fftfreq", "rfftfreq"]

@@ -110,6 +110,8 @@ def clip(a, min=None, max=None, dst=None, *, a_min=None, a_max=None, out=None,  
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
+    if (min is not None and a_min is not None) or (max is not None and a_max is not None):
+        raise TypeError("cuflow.clip: give min/max (array API) or a_min/a_max (NumPy), not both")
     lo = a_min if min is None else min
     hi = a_max if max is None else max
     return _general("clip", numpy.clip, "clip", (a, lo, hi), resolve_out(dst, out, "clip"),

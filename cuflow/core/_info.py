@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy
 
-from .._errors import CuflowError
+from .._errors import ArgumentError
 from ._runtime import runtime
 
 __all__ = ["Info", "__array_namespace_info__", "isdtype", "finfo", "iinfo", "result_type",
@@ -23,6 +23,8 @@ _KINDS = {
                 "float32", "float64", "complex64", "complex128"),
 }
 _ALL = ("bool", *_KINDS["numeric"])
+_KIND_CHARS = {"bool": "b", "signed integer": "i", "unsigned integer": "u", "integral": "iu",
+               "real floating": "f", "complex floating": "c", "numeric": "iufc"}
 
 
 class Info:
@@ -63,14 +65,14 @@ class Info:
             names = ()
             for k in kind if isinstance(kind, tuple) else (kind,):
                 if k not in _KINDS:
-                    raise CuflowError(f"dtypes(kind=): kind must be one of {sorted(_KINDS)} "
+                    raise ArgumentError(f"dtypes(kind=): kind must be one of {sorted(_KINDS)} "
                                       f"or a tuple of them, got {k!r}")
                 names += tuple(n for n in _KINDS[k] if n not in names)
         return {n: numpy.dtype(n) for n in names}
 
     def _check(self, device: Any) -> None:
         if device is not None and device not in self.devices():
-            raise CuflowError(f"device must be one of {self.devices()}, got {device!r}")
+            raise ArgumentError(f"device must be one of {self.devices()}, got {device!r}")
 
 
 def __array_namespace_info__() -> Info:  # noqa: N807
@@ -84,10 +86,10 @@ def isdtype(dtype: Any, kind: Any) -> bool:
         return any(isdtype(dtype, k) for k in kind)
     dtype = numpy.dtype(dtype)
     if isinstance(kind, str):
-        if kind not in _KINDS:
-            raise CuflowError(f"isdtype: kind must be a dtype or one of {sorted(_KINDS)}, "
-                              f"got {kind!r}")
-        return dtype.name in _KINDS[kind]
+        if kind not in _KIND_CHARS:
+            raise ArgumentError(f"isdtype: kind must be a dtype or one of {sorted(_KINDS)}, "
+                                f"got {kind!r}")
+        return dtype.kind in _KIND_CHARS[kind]  # float16 is real floating too
     return dtype == numpy.dtype(kind)
 
 
@@ -143,6 +145,6 @@ def check_device(name: str, device: Any) -> None:
     rt = runtime()
     current = rt.xp.cuda.Device() if rt.is_gpu else "cpu"
     if device != current and not (rt.is_gpu and getattr(device, "id", device) == current.id):
-        raise CuflowError(f"cuflow.{name}: device must be the current device {current!r} "
+        raise ArgumentError(f"cuflow.{name}: device must be the current device {current!r} "
                           f"(use `with cuflow.cuda.Device(i):` to make arrays on another), "
                           f"got {device!r}")

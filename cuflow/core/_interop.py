@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy
 
+from .._errors import ArgumentError
 from ._contract import bad_input, check_cast, may_share, prepare_out, resolve_out
 from ._dispatch import reraise, run_on
 from ._runtime import runtime
@@ -37,8 +38,6 @@ def copy_into(name, dst, src, casting, dtype=None):
         src = src.copy()
     rt.xp.copyto(dst, src, casting="unsafe" if dtype is not None else casting)
     return dst
-
-
 
 
 def copy(a, dst=None, *, out=None, order="K", casting="same_kind", stream=None):
@@ -122,8 +121,16 @@ def asarray(obj, dtype=None, order=None, *, device=None, copy=None, stream=None)
     if isinstance(obj, rt.ndarray):
         r = obj
         if dtype is not None and numpy.dtype(dtype) != obj.dtype or copy:
+            if copy is False:
+                _refuse_copy(obj, f"a cast from {obj.dtype} to {numpy.dtype(dtype)}")
             r = rt.ndarray.astype(obj, dtype or obj.dtype, order=order or "K", copy=True)
         return rt.as_darray(r)
+    if copy is False:
+        if isinstance(obj, list | tuple | int | float | complex | bool):
+            _refuse_copy(obj, "a new array built from Python objects")
+        if rt.is_gpu and not hasattr(obj, "__cuda_array_interface__") and not (
+                hasattr(obj, "__dlpack_device__") and obj.__dlpack_device__()[0] in (2, 3, 13)):
+            _refuse_copy(obj, "a host-to-device copy")
     try:
         if rt.is_gpu:
             r = _to_cupy(obj, dtype, order)
@@ -134,6 +141,11 @@ def asarray(obj, dtype=None, order=None, *, device=None, copy=None, stream=None)
         return rt.as_darray(r) if r is obj else rt.wrap(r)
     except Exception as e:
         reraise("asarray", e)
+
+
+def _refuse_copy(obj, what):
+    raise ArgumentError(f"cuflow.asarray: copy=False, but {type(obj).__name__} needs {what}; "
+                        "pass copy=None to allow it")
 
 
 def array(obj, dtype=None, copy=True, order="K", ndmin=0, *, stream=None):

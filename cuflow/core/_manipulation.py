@@ -9,8 +9,8 @@ import numpy
 
 from ._contract import bad_input, may_share, prepare_out, resolve_out
 from ._dispatch import call, reraise, run_on, wrap_view
-from .._errors import CuflowError
-from ._interop import astype, copy, copy_into
+from .._errors import ArgumentError
+from ._interop import astype, copy_into
 from ._interop import copy as copy_fn
 from ._runtime import runtime
 
@@ -68,7 +68,7 @@ def reshape(a, shape=None, order="C", *, copy=None, newshape=None, dst=None, out
         try:
             v.shape = shape  # assigning a shape never copies: it raises instead
         except AttributeError as e:
-            raise CuflowError(f"cuflow.reshape: copy=False but {a.shape} -> {shape} needs a "
+            raise ArgumentError(f"cuflow.reshape: copy=False but {a.shape} -> {shape} needs a "
                               "copy with these strides") from e
         v = wrap_view(v, a)
     else:
@@ -87,7 +87,7 @@ def transpose(a, axes=None, *, dst=None, out=None, stream=None):
     v = wrap_view(rt.xp.transpose(a, axes), a)
     if dst is None:
         return v
-    return copy(v, dst, stream=stream)
+    return copy_fn(v, dst, stream=stream)
 
 
 def ascontiguousarray(a, dtype=None, *, dst=None, out=None, stream=None):
@@ -95,7 +95,9 @@ def ascontiguousarray(a, dtype=None, *, dst=None, out=None, stream=None):
     rt = runtime()
     dst = resolve_out(dst, out, "ascontiguousarray")
     if dst is not None:
-        return astype(a, dtype or a.dtype, dst, stream=stream) if dtype else copy(a, dst, stream=stream)
+        if dtype:
+            return astype(a, dtype, dst, stream=stream)
+        return copy_fn(a, dst, stream=stream)
     if stream is not None:
         return run_on(stream, ascontiguousarray, a, dtype)
     return wrap_view(rt.xp.ascontiguousarray(a, dtype=dtype), a)

@@ -32,7 +32,8 @@ from ._cupy_ufuncs import make_remainder
 from ._darray import make_darray_class
 from ._fastpath import FastPath, make_fast_path
 
-__all__ = ["Runtime", "runtime", "get_backend", "set_backend", "on_select", "probe_cupy"]
+__all__ = ["Runtime", "runtime", "active", "get_backend", "set_backend", "on_select",
+           "probe_cupy"]
 
 _VALID = ("cupy", "numpy")
 
@@ -69,6 +70,10 @@ class Runtime:
         The backend's ufunc for each name of :data:`UFUNC_NAMES` it has.
     stream_ptr_fn : capsule or None
         CuPy's C function that returns the current stream's handle.
+    current_device : callable
+        The current device's ordinal (0 on the NumPy backend).
+    is_gpu : bool
+        True on the CuPy backend.
     """
 
     name: str
@@ -84,14 +89,8 @@ class Runtime:
     ufuncs: dict = field(default_factory=dict)
     stream_ptr_fn: Any = None
     current_device: Callable[[], int] = field(default=lambda: 0)
+    is_gpu: bool = False
 
-    @property
-    def is_gpu(self) -> bool:
-        return self.name == "cupy"
-
-    def current_stream(self) -> Any:
-        """CuPy's current stream (None on the NumPy backend)."""
-        return self.xp.cuda.get_current_stream() if self.name == "cupy" else None
 
     def data_ptr(self, x: Any) -> int:
         """Address of ``x``'s first element."""
@@ -131,6 +130,11 @@ def runtime() -> Runtime:
 
 
 get_backend = runtime  # the public name (``cuflow.get_backend``)
+
+
+def active() -> Runtime | None:
+    """The active runtime, or None before the first use chooses one (chooses nothing)."""
+    return _current
 
 
 def on_select(hook: Callable[[Runtime], None]) -> None:
@@ -204,7 +208,7 @@ def _make(name: str, cupy: ModuleType | None, n: int, reason: str) -> Runtime:
         oom_errors=(cupy.cuda.memory.OutOfMemoryError,),
         unowned=cupy.cuda.memory.UnownedMemory, fast=fast,
         ufuncs=ufuncs,
-        stream_ptr_fn=stream_fn, current_device=cuda_rt.getDevice)
+        stream_ptr_fn=stream_fn, current_device=cuda_rt.getDevice, is_gpu=True)
 
 
 def _select() -> Runtime:

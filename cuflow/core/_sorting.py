@@ -37,6 +37,8 @@ def argsort(a, axis=-1, kind=None, order=None, *, descending=False, stable=True,
     kw = _options(kind, order, stable)
     if not descending:
         return call("argsort", xp.argsort, a, axis=axis, **kw)
+    if axis is None:
+        a, axis = a.ravel(), 0
     # the stable ascending sort of the reversed array, read backwards, is the stable
     # descending order; the indices are then mapped back to the unreversed array
     ax = axis if axis >= 0 else a.ndim + axis
@@ -49,7 +51,7 @@ def sort(a, axis=-1, kind=None, order=None, *, descending=False, stable=True, st
     if stream is not None:
         return run_on(stream, sort, a, axis, kind, order, descending=descending, stable=stable)
     xp = runtime().xp
-    r = xp.sort(a, axis=axis, **_options(kind, order, stable))
+    r = call("sort", xp.sort, a, axis=axis, **_options(kind, order, stable))
     if descending:
-        r = xp.ascontiguousarray(xp.flip(r, axis=axis))
-    return call("sort", lambda: r)
+        r = call("sort", xp.ascontiguousarray, xp.flip(r, axis=-1 if axis is None else axis))
+    return r

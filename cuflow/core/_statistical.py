@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy
 
-from .._errors import CuflowError
+from .._errors import ArgumentError
 from ._contract import may_share, prepare_out, reduced_shape, resolve_out
 from ._contract import bad_input
 from ._dispatch import reraise, run_on
@@ -91,7 +91,7 @@ def _ddof(name: str, ddof: Any, correction: Any) -> Any:
     if correction is None:
         return ddof
     if ddof:
-        raise CuflowError(f"cuflow.{name}: give correction= (array API) or ddof= (NumPy), "
+        raise ArgumentError(f"cuflow.{name}: give correction= (array API) or ddof= (NumPy), "
                           f"not both (got ddof={ddof!r}, correction={correction!r})")
     return correction
 

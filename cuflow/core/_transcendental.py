@@ -57,12 +57,14 @@ def expm1(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
+    if getattr(src, "dtype", None) is None or src.dtype.kind != "c":
+        return ufunc1("expm1", src, dst, out, stream, casting, dtype)
+    with use_stream(stream):  # expm1(±0 + 0j) is exactly 0 + 0j, as the standard says
+        xp = _runtime.runtime().xp
+        at_zero = (src.real == 0) & (src.imag == 0) & ~xp.signbit(src.imag)
     r = ufunc1("expm1", src, dst, out, stream, casting, dtype)
-    if getattr(src, "dtype", None) is not None and src.dtype.kind == "c":
-        with use_stream(stream):  # expm1(±0 + 0j) is exactly 0 + 0j, as the standard says
-            xp = _runtime.runtime().xp
-            at_zero = (src.real == 0) & (src.imag == 0) & ~xp.signbit(src.imag)
-            xp.copyto(r, xp.zeros((), r.dtype), where=at_zero)
+    with use_stream(stream):
+        xp.copyto(r, xp.zeros((), r.dtype), where=at_zero)
     return r
 
 
@@ -290,21 +292,19 @@ def tanh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
-    r = ufunc1("tanh", src, dst, out, stream, casting, dtype)
-    if getattr(src, "dtype", None) is not None and src.dtype.kind == "c":
-        _tanh_infinite_real(src, r, stream)
-    return r
-
-
-def _tanh_infinite_real(src: Any, r: Any, stream: Any) -> None:
-    with use_stream(stream):
+    if getattr(src, "dtype", None) is None or src.dtype.kind != "c":
+        return ufunc1("tanh", src, dst, out, stream, casting, dtype)
+    with use_stream(stream):  # read src before an in-place call overwrites it
         xp = _runtime.runtime().xp
         re, im = src.real, src.imag
         at_inf = xp.isinf(re) & xp.isfinite(im)
-        limit = xp.empty(src.shape, r.dtype)
+        limit = xp.empty(src.shape, src.dtype)
         limit.real = xp.sign(re)  # set apart: 1j * -0.0 would lose the zero's sign
         limit.imag = xp.copysign(xp.zeros_like(im), im)
+    r = ufunc1("tanh", src, dst, out, stream, casting, dtype)
+    with use_stream(stream):
         xp.copyto(r, limit, where=at_inf)
+    return r
 
 
 def arcsinh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,

@@ -156,3 +156,30 @@ def test_sort_descending_is_stable(cf):
 
 def test_arange_step_without_stop(cf):
     np.testing.assert_array_equal(cuflow.testing.to_host(cf.arange(10, step=5)), [0, 5])
+
+
+def test_spec_arguments_and_numpy_spellings_together(cf):
+    x = cf.asarray(np.array([[3, 1], [2, 2]]))
+    np.testing.assert_array_equal(cuflow.testing.to_host(cf.argsort(x, axis=None,
+                                                                     descending=True)),
+                                  [0, 2, 3, 1])
+    np.testing.assert_array_equal(cuflow.testing.to_host(cf.arange(stop=3)), [0, 1, 2])
+    with pytest.raises(TypeError, match="not both"):
+        cf.clip(x, 1, a_min=0)
+    with pytest.raises(cuflow.ArgumentError, match="copy=False"):
+        cf.asarray(x, dtype=np.float32, copy=False)
+    with pytest.raises(ValueError, match="copy=False"):
+        cf.asarray([1, 2], copy=False)
+    assert cf.asarray(x, copy=False) is not None
+
+
+def test_complex_special_values_in_place(cf):
+    h = np.array([complex(np.inf, 2.0), complex(-np.inf, -1.0), 1 + 1j], np.complex64)
+    y = cf.asarray(h)
+    assert cf.tanh(y, dst=y) is y
+    got = cuflow.testing.to_host(y)
+    np.testing.assert_array_equal(got[:2], [1 + 0j, -1 - 0j])
+    assert not np.signbit(got[0].imag) and np.signbit(got[1].imag)
+    z = cf.asarray(np.array([complex(-0.0, 0.0)], np.complex128))
+    cf.expm1(z, dst=z)
+    assert not np.signbit(cuflow.testing.to_host(z).real[0])

@@ -162,3 +162,16 @@ def test_remainder_matches_numpy_on_special_values(cf, rng, dtype):
     c = a.copy()
     c %= b
     np.testing.assert_array_equal(to_host(c), want)
+
+
+def test_two_output_ufuncs_take_positional_outputs_and_ufunc_attributes(cf, rng):
+    h = random_array((16,), "float64", rng, host=True)
+    a = cf.asarray(h)
+    q, r = cf.empty(16), cf.empty(16)
+    assert cf.divmod(a, 3.0, q, r) == (q, r)
+    np.testing.assert_array_equal(to_host(q), np.divmod(h, 3.0)[0])
+    f, i = cf.empty(16), cf.empty(16)
+    cf.modf(a, f, i)
+    np.testing.assert_array_equal(to_host(i), np.modf(h)[1])
+    assert cf.add.identity == 0 and cf.multiply.identity == 1 and len(cf.add.types) > 0
+    assert callable(cf.negative.at)
