@@ -40,6 +40,10 @@ from ._general import (  # noqa: A004
     matmul, dot, clip, around, round, cumsum, cumprod,
 )
 from ._sorting import argsort, sort
+from . import (
+    _arithmetic, _creation, _general, _interop, _logical, _manipulation, _sorting, _statistical,
+    _transcendental,
+)
 from ._contract import may_share, prepare_out, resolve_out
 from ._runtime import UFUNC_NAMES, Runtime, get_backend, on_select, runtime, set_backend
 from ._streams import (
@@ -47,27 +51,9 @@ from ._streams import (
 )
 
 #: every array operation of the namespace (written out in the modules above)
-OPS = (
-    "add", "subtract", "multiply", "divide", "true_divide", "floor_divide", "remainder", "mod",
-    "fmod", "divmod", "power", "pow", "float_power", "negative", "positive", "absolute", "abs",
-    "fabs", "sign", "reciprocal", "square", "sqrt", "cbrt", "maximum", "minimum", "fmax",
-    "fmin", "heaviside", "gcd", "lcm", "copysign", "nextafter", "spacing", "ldexp", "frexp",
-    "modf", "hypot", "rint", "floor", "ceil", "trunc", "conjugate", "conj", "exp", "exp2",
-    "expm1", "log", "log2", "log10", "log1p", "logaddexp", "logaddexp2", "sin", "cos", "tan",
-    "arcsin", "asin", "arccos", "acos", "arctan", "atan", "arctan2", "atan2", "sinh", "cosh",
-    "tanh", "arcsinh", "asinh", "arccosh", "acosh", "arctanh", "atanh", "deg2rad", "rad2deg",
-    "degrees", "radians", "equal", "not_equal", "less", "less_equal", "greater",
-    "greater_equal", "logical_and", "logical_or", "logical_xor", "logical_not", "bitwise_and",
-    "bitwise_or", "bitwise_xor", "invert", "bitwise_invert", "bitwise_not", "left_shift",
-    "bitwise_left_shift", "right_shift", "bitwise_right_shift", "bitwise_count", "isfinite",
-    "isinf", "isnan", "isnat", "signbit", "sum", "prod", "mean", "std", "var", "min", "max",
-    "argmin", "argmax", "any", "all", "empty", "zeros", "ones", "full", "empty_like",
-    "zeros_like", "ones_like", "full_like", "arange", "linspace", "eye", "identity", "asarray",
-    "array", "from_dlpack", "asnumpy", "as_darray", "copy", "astype", "flatten", "ravel",
-    "reshape", "transpose", "ascontiguousarray", "concatenate", "stack", "matmul", "dot",
-    "clip", "around", "round", "cumsum", "cumprod", "sort", "argsort",
-    "take_along_axis",
-)
+OPS = tuple(n for m in (_arithmetic, _transcendental, _logical, _statistical, _creation,
+                        _interop, _manipulation, _general, _sorting)
+            for n in m.__all__ if n != "copy_into")
 
 __all__ = [
     "Runtime", "runtime", "get_backend", "set_backend", "on_select", "UFUNC_NAMES", "prepare_out",
