@@ -1,65 +1,119 @@
-"""Same-machine A/B of two cuflow trees: host time of ``add(a, b, dst=c)``, device time of an
-8x1080p ``image.normalize``, and the pool's hit.
+"""Same-process A/B of two cuflow trees: host time of ``add(a, b, dst=c)``, device time of an
+8x1080p ``image.normalize``, and the pool's hit (``cupy.empty`` of 1 MiB, then free).
 
-Each measurement runs in its own process per tree, the trees alternating, three rounds;
-the table gives the medians and the ratio new / old.
+The old tree is copied, its package renamed ``cuflow_old`` (every ``cuflow`` identifier in its
+sources), and built in place, so both trees import into one process and share one GPU, one
+CUDA context and one clock. Each round times old and new back to back, in alternating order;
+the pool rows switch CuPy's allocator to the tree being timed. The report gives, per
+measurement, the median over rounds of the per-round ratio new / old, and the spread of those
+ratios (the 10th and 90th percentiles), so a bound such as "within 3%" can be read against
+the noise it was measured in.
 
-Usage (on the GPU machine): ``python3 bench/ab.py OLD_TREE NEW_TREE``
+Usage (on the GPU machine): ``python3 bench/ab.py OLD_CHECKOUT [--rounds N] [--json PATH]``
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
+from pathlib import Path
 
-PROBE = r"""
-import json, sys
-import cupy, numpy
-import cuflow as cf
-from cuflow.testing import device_time_us, host_time_us
-rng = numpy.random.default_rng(0)
-a = cf.asarray(rng.standard_normal((100, 100), dtype=numpy.float32))
-b = cf.asarray(rng.standard_normal((100, 100), dtype=numpy.float32))
-c = cf.empty_like(a)
-frames = cf.asarray(rng.integers(0, 256, (8, 1080, 1920, 3), dtype=numpy.uint8))
-out = cf.empty((8, 3, 1080, 1920), dtype=numpy.float32)
-norm = lambda: cf.image.normalize(frames, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225),
-                                  dst=out)
-def hit():
-    x = cupy.empty(1 << 20, dtype=numpy.uint8)
-    del x
-r = {"add_dst_host_us": host_time_us(lambda: cf.add(a, b, dst=c), number=4000).median_us,
-     "normalize_8x1080p_device_us": device_time_us(norm, number=20, repeat=15).median_us,
-     "pool_hit_1MiB_host_us": host_time_us(hit, number=4000).median_us}
-print(json.dumps(r))
-"""
+WORK = Path("/tmp/cuflow-ab")
 
 
-def run(tree: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": tree}
-    p = subprocess.run([sys.executable, "-c", PROBE], env=env, cwd="/tmp", capture_output=True,
-                       text=True)
-    if p.returncode:
-        raise SystemExit(f"{tree}: the probe failed:\n{p.stderr}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
+def _prepare_old(checkout: Path) -> Path:
+    """Copy ``checkout``'s package as ``cuflow_old`` and build its extensions in place."""
+    if WORK.exists():
+        shutil.rmtree(WORK)
+    pkg = WORK / "cuflow_old"
+    shutil.copytree(checkout / "cuflow", pkg,
+                    ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    shutil.copy(checkout / "setup.py", WORK / "setup.py")
+    word = re.compile(r"\bcuflow\b")
+    for path in [*pkg.rglob("*.py"), *pkg.rglob("*.c"), WORK / "setup.py"]:
+        path.write_text(word.sub("cuflow_old", path.read_text()))
+    # a bare setup.py build: the old pyproject's metadata is not needed to compile
+    subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=WORK,
+                   check=True, capture_output=True)
+    return WORK
 
 
 def main() -> None:
-    old, new = sys.argv[1], sys.argv[2]
-    rows: dict[str, dict[str, list[float]]] = {"old": {}, "new": {}}
-    for _ in range(3):
-        for name, tree in (("old", old), ("new", new)):
-            for k, v in run(tree).items():
-                rows[name].setdefault(k, []).append(v)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("old", type=Path, help="a checkout of the old tree")
+    ap.add_argument("--rounds", type=int, default=21)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    sys.path.insert(0, str(_prepare_old(args.old.resolve())))
+
+    import importlib
+
+    import cupy
+    import numpy
+
+    rng = numpy.random.default_rng(0)
+    a_host = rng.standard_normal((100, 100), dtype=numpy.float32)
+    frames_host = rng.integers(0, 256, (8, 1080, 1920, 3), dtype=numpy.uint8)
+    allocators = {}
+    probes = {}
+    for name, module in (("old", "cuflow_old"), ("new", "cuflow")):
+        # Import, select the backend and allocate once before the next tree is imported, so
+        # each tree's pool is installed as CuPy's allocator and can be read back.
+        cf = importlib.import_module(module)
+        a, b = cf.asarray(a_host), cf.asarray(a_host[::-1].copy())
+        c = cf.empty_like(a)
+        frames = cf.asarray(frames_host)
+        out = cf.empty((8, 3, 1080, 1920), dtype=numpy.float32)
+        cupy.empty(1, dtype=numpy.uint8)  # the tree's pool installs itself on first use
+        allocators[name] = cupy.cuda.get_allocator()
+        assert name == "old" or allocators["new"] is not allocators["old"], "one allocator"
+
+        def norm(cf=cf, frames=frames, out=out):
+            cf.image.normalize(frames, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225),
+                               dst=out)
+
+        probes[name] = {
+            "add_dst_host_us": lambda cf=cf, a=a, b=b, c=c: cf.add(a, b, dst=c),
+            "normalize_8x1080p_device_us": norm,
+            "pool_hit_1MiB_host_us": lambda: cupy.empty(1 << 20, dtype=numpy.uint8),
+        }
+
+    from cuflow.testing import device_time_us, host_time_us
+
+    def time(name: str, key: str) -> float:
+        cupy.cuda.set_allocator(allocators[name])
+        fn = probes[name][key]
+        if key.endswith("device_us"):
+            return device_time_us(fn, number=10, repeat=9).median_us
+        return host_time_us(fn, number=2000, repeat=7).median_us
+
+    ratios: dict[str, list[float]] = {k: [] for k in probes["new"]}
+    times: dict[str, dict[str, list[float]]] = {"old": {}, "new": {}}
+    for r in range(args.rounds):
+        order = ("old", "new") if r % 2 == 0 else ("new", "old")
+        for key, rs in ratios.items():
+            got = {name: time(name, key) for name in order}
+            for name in order:
+                times[name].setdefault(key, []).append(got[name])
+            rs.append(got["new"] / got["old"])
+
     result = {}
-    for k in rows["new"]:
-        o, n = statistics.median(rows["old"][k]), statistics.median(rows["new"][k])
-        result[k] = {"old": round(o, 3), "new": round(n, 3), "new_over_old": round(n / o, 4)}
-        print(f"{k:32s} old {o:9.3f}  new {n:9.3f}  new/old {n / o:.3f}")
-    print(json.dumps(result))
+    for key, rs in ratios.items():
+        q = statistics.quantiles(rs, n=10)
+        o, n = statistics.median(times["old"][key]), statistics.median(times["new"][key])
+        result[key] = {"old": round(o, 3), "new": round(n, 3),
+                       "new_over_old_median": round(statistics.median(rs), 4),
+                       "new_over_old_p10": round(q[0], 4), "new_over_old_p90": round(q[-1], 4),
+                       "rounds": len(rs)}
+        print(f"{key:30s} old {o:9.3f}  new {n:9.3f}  new/old {statistics.median(rs):.3f}"
+              f"  (p10 {q[0]:.3f}, p90 {q[-1]:.3f}, {len(rs)} rounds)")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

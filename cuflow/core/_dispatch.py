@@ -193,8 +193,9 @@ def ufunc_methods(fns: dict[str, Callable[..., Any]]) -> None:
 
     ``nin``, ``nout`` and ``nargs`` come from NumPy; ``reduce``, ``accumulate``,
     ``outer``, ``reduceat`` and ``at`` call the backend ufunc's method (which raises
-    where the ufunc has none, as NumPy's do); ``identity`` and ``types`` are the
-    backend ufunc's, set when a runtime becomes active.
+    where the ufunc has none, as NumPy's do); ``identity`` is NumPy's (CuPy's ufuncs
+    have none, and the value is the same); ``types`` are the backend ufunc's, set when a
+    runtime becomes active.
     """
     for f in fns.values():
         if not callable(f) or not hasattr(numpy, f.__name__):
@@ -202,7 +203,7 @@ def ufunc_methods(fns: dict[str, Callable[..., Any]]) -> None:
         ref = getattr(numpy, f.__name__)
         if not isinstance(ref, numpy.ufunc) or f in _UFUNC_FUNCTIONS:
             continue
-        f.nin, f.nout, f.nargs = ref.nin, ref.nout, ref.nargs
+        f.nin, f.nout, f.nargs, f.identity = ref.nin, ref.nout, ref.nargs, ref.identity
         for m in _UFUNC_METHODS:
             setattr(f, m, _Method(f.__name__, m))
         _UFUNC_FUNCTIONS.append(f)
@@ -211,7 +212,6 @@ def ufunc_methods(fns: dict[str, Callable[..., Any]]) -> None:
 def _backend_ufunc_attributes(rt: Any) -> None:
     for f in _UFUNC_FUNCTIONS:
         uf = rt.ufuncs.get(f.__name__)
-        f.identity = getattr(uf, "identity", None)
         f.types = getattr(uf, "types", None)
 
 
