@@ -381,6 +381,11 @@ def _emulated_classes(darray: type, n: int) -> tuple[type, ...]:
     def __reduce__(self):
         return _emulated_array, (self.view(numpy.ndarray), self._cf_device)
 
+    def device(self):
+        """The emulated :class:`Device` this array is on (CuPy's ``x.device``)."""
+        return Device(self._cf_device)
+
+    darray.device = property(device)
     darray.__array_ufunc__ = __array_ufunc__
     darray.__array_function__ = __array_function__
     darray.__reduce__ = __reduce__
