@@ -38,16 +38,22 @@ def _identity(x: Any) -> Any:
 
 def run_shard(items: Sequence[Any], options: PipelineOptions,
               load: Callable[[Any], Any] | None = None,
-              consume: Callable[[Any], Any] | None = None) -> list[Any]:
-    """One shard on this process's device: ``[consume(batch) for batch of Pipeline(load(item))]``."""
+              consume: Callable[[Any], Any] | None = None,
+              reduce: Callable[[list[Any]], Any] | None = None) -> Any:
+    """One shard on this process's device: ``[consume(batch) for batch of Pipeline(load(item))]``.
+
+    With ``reduce``, ``reduce`` of that list.
+    """
     pipe = _pipeline(options)
     frames = map(load or _identity, items)
-    return [(consume or asnumpy)(b) for b in pipe.batches(frames)]
+    out = [(consume or asnumpy)(b) for b in pipe.batches(frames)]
+    return out if reduce is None else reduce(out)
 
 
 def map_frames(client: Client, items: Sequence[Any], options: PipelineOptions, *,
                load: Callable[[Any], Any] | None = None,
                consume: Callable[[Any], Any] | None = None,
+               reduce: Callable[[list[Any]], Any] | None = None,
                frames_per_task: int | None = None) -> list[Any]:
     """Pre-process ``items`` on every worker's GPU; the per-batch results, in order.
 
@@ -66,6 +72,10 @@ def map_frames(client: Client, items: Sequence[Any], options: PipelineOptions, *
         ``batch -> result``, run on the worker on each batch (a darray on the
         worker's device, valid until the next batch); its result comes back.
         Default: the batch copied to the host (``cuflow.asnumpy``).
+    reduce : callable, optional
+        ``list -> result``, run on the worker on the ``consume`` results of one
+        task (for example a device-side sum turned into one host number, so a
+        task synchronizes once, not once a batch).
     frames_per_task : int, optional
         Frames per task; default: the items split evenly over the workers.
         Rounded up to a multiple of the batch size, so every batch but the
@@ -74,7 +84,8 @@ def map_frames(client: Client, items: Sequence[Any], options: PipelineOptions, *
     Returns
     -------
     list
-        ``consume``'s result of each batch, in the order of ``items``.
+        ``consume``'s result of each batch, in the order of ``items``; with
+        ``reduce``, its result of each task, in order.
 
     Notes
     -----
@@ -99,9 +110,9 @@ def map_frames(client: Client, items: Sequence[Any], options: PipelineOptions, *
     futures = []
     for k, start in enumerate(range(0, len(items), per)):
         futures.append(client.submit(run_shard, items[start:start + per], options, load,
-                                     consume, workers=[workers[k % len(workers)]],
+                                     consume, reduce, workers=[workers[k % len(workers)]],
                                      allow_other_workers=False, pure=False))
-    results = []
-    for shard in client.gather(futures):
-        results.extend(shard)
-    return results
+    shards = client.gather(futures)
+    if reduce is not None:
+        return shards
+    return [r for shard in shards for r in shard]
