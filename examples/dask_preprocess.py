@@ -169,7 +169,7 @@ def main(argv=None):
         import cuflow.dask as cfd
         from distributed import Client
 
-        rt = cuflow.get_backend()
+        rt = cuflow.set_backend("numpy") if a.cpu else cuflow.get_backend()
 
     if a.images:
         items = sorted(str(f) for f in a.images.iterdir()
