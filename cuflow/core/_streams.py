@@ -48,10 +48,12 @@ class Stream:
     def __init__(self, non_blocking: bool = True, priority: int | None = None, *,
                  _wrap: Any = None) -> None:
         b = get_backend()
-        self._dev = b.current_device()
+        self._dev: int | None = b.current_device()
         if _wrap is not None:
             self._cp = _wrap
-            self._dev = getattr(_wrap, "device_id", self._dev)
+            dev = getattr(_wrap, "device_id", -1)
+            # CuPy's null stream and external streams say -1: the current device's, any device
+            self._dev = dev if dev >= 0 else None
         elif b.is_gpu:
             kw = {} if priority is None else {"priority": int(priority)}
             self._cp = b.xp.cuda.Stream(non_blocking=bool(non_blocking), **kw)
@@ -71,8 +73,8 @@ class Stream:
 
     @property
     def device(self) -> int:
-        """The ordinal of the device this stream belongs to."""
-        return self._dev
+        """The ordinal of the device this stream belongs to (the null stream: the current device)."""
+        return get_backend().current_device() if self._dev is None else self._dev
 
     def __cuda_stream__(self) -> tuple[int, int]:
         """The CUDA stream protocol (cuda.core, PyTorch, Numba)."""
@@ -155,11 +157,14 @@ class Event:
 
     def record(self, stream: Any = None) -> Event:
         """Record on ``stream`` (default: the current stream) of the event's device; returns self."""
-        sdev = stream._dev if isinstance(stream, Stream) else get_backend().current_device()
-        if sdev != self._dev:
-            raise DeviceError(f"cuflow.Event.record: the event belongs to device {self._dev} "
-                              f"but the stream to device {sdev}; make the event under "
-                              f"`with cuflow.Device({sdev}):`")
+        b = get_backend()
+        if b.multi:
+            sdev = stream._dev if isinstance(stream, Stream) else None
+            sdev = b.current_device() if sdev is None else sdev
+            if sdev != self._dev:
+                raise DeviceError(f"cuflow.Event.record: the event belongs to device "
+                                  f"{self._dev} but the stream to device {sdev}; make the "
+                                  f"event under `with cuflow.Device({sdev}):`")
         self._t = time.perf_counter()
         if self._cp is not None:
             self._cp.record(as_cupy_stream(stream))
@@ -255,9 +260,9 @@ def use_stream(stream: Any) -> Any:
     return contextlib.nullcontext() if s is None else s
 
 
-def _check_device(what: str, dev: int) -> None:
+def _check_device(what: str, dev: int | None) -> None:
     """A stream of device ``dev`` used where another device is current is an error, not a hang."""
     b = get_backend()
-    if b.multi and dev != b.current_device():
+    if b.multi and dev is not None and dev != b.current_device():
         raise DeviceError(f"cuflow: {what} belongs to device {dev} but the current device is "
                           f"{b.current_device()}; use it under `with cuflow.Device({dev}):`")
