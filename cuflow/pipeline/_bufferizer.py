@@ -44,8 +44,7 @@ def _on_own_device(method: Callable[..., Any]) -> Callable[..., Any]:
     """Run ``method`` with the Bufferizer's device current (a no-op with one device)."""
     @functools.wraps(method)
     def run(self: Bufferizer, *args: Any, **kwargs: Any) -> Any:
-        rt = get_backend()
-        if not rt.multi or rt.current_device() == self._device:
+        if not self._multi or get_backend().current_device() == self._device:
             return method(self, *args, **kwargs)
         with Device(self._device):
             return method(self, *args, **kwargs)
@@ -107,7 +106,9 @@ class Bufferizer:
         for name, v, lo in (("buffer_size", buffer_size, 1), ("n_buffers", n_buffers, 1)):
             if not isinstance(v, int | numpy.integer) or isinstance(v, bool) or v < lo:
                 raise ValueError(f"Bufferizer: {name} must be an int >= {lo}, got {v!r}")
-        self._device = get_backend().current_device()  # buffers, stream and events live here
+        rt = get_backend()
+        self._device = rt.current_device()  # buffers, stream and events live here
+        self._multi = rt.multi
         self._shape = shape
         self._len = int(buffer_size)
         self._dtype = numpy.dtype(dtype)
@@ -415,7 +416,8 @@ class Bufferizer:
         if element.dtype != self._dtype:
             raise BufferizerError(f"Bufferizer.{name}: element dtype must be {self._dtype}, "
                                   f"got {element.dtype} (cast with astype(dst=) first)")
-        get_backend().check_devices(f"Bufferizer.{name}", element)  # the Bufferizer's device
+        if self._multi:
+            get_backend().check_devices(f"Bufferizer.{name}", element)  # the Bufferizer's device
 
     def _room(self, k: int, name: str) -> None:
         self._writable(name)

@@ -284,24 +284,33 @@ def test_fused_kernels_run_on_every_device(dcf, rng):
 
 
 @pytest.mark.gpu
-def test_kernels_on_one_device_while_another_is_busy(gpu_cf, rng):
+def test_work_on_one_device_while_another_is_busy(gpu_cf, rng):
+    """Kernels, a Bufferizer and a Pipeline on device j do not wait for device i's queue."""
     cf = gpu_cf
     i, j = two(cf)
+    frames = [frame(rng, 64, 64) for _ in range(6)]
+
+    def on_j():
+        with cf.Device(j):
+            one = cf.asnumpy(cf.image.resize_normalize(cf.asarray(frames[0]), (32, 32),
+                                                       mean=MEAN, std=STD))
+            pipe = cf.Pipeline((32, 32), 4, mean=MEAN, std=STD)
+        batches = np.concatenate([cf.asnumpy(b) for b in pipe.batches(frames)])
+        return one, batches
+
+    want = on_j()  # compiles device j's kernels first
     with cf.Device(i):
         busy = cf.Stream()
         big = cf.asarray(rng.standard_normal((4096, 4096)).astype(np.float32))
         with busy:
-            for _ in range(20):
-                big = big @ big * 1e-3  # keeps device i busy
-    f = frame(rng, 64, 64)
-    with cf.Device(j):
-        got = cf.asnumpy(cf.image.resize_normalize(cf.asarray(f), (32, 32), mean=MEAN,
-                                                   std=STD))
-    with cf.Device(i):
-        want = cf.asnumpy(cf.image.resize_normalize(cf.asarray(f), (32, 32), mean=MEAN,
-                                                    std=STD))
-        busy.synchronize()
-    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+            for _ in range(200):
+                big = big @ big * 1e-3  # about half a second of device i's time
+    got = on_j()
+    assert not busy.query(), "device j's work waited for device i"
+    busy.synchronize()
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    np.testing.assert_allclose(got[1][0], got[0], rtol=1e-6, atol=1e-6)
 
 
 # ------------------------------------------------------------- Bufferizer and Pipeline
