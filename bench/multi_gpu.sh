@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The multi-GPU run: device tests on every GPU, peer copies, the Dask example from one
-# worker to one worker per GPU, and the pool and image benchmarks on each GPU.
+# worker to one worker per GPU, and the headline benchmarks on each GPU.
 # Usage (on the GPU machine, from the repository root; WHEELS: a folder of the dask,
 # distributed and dask-cuda wheels and their missing dependencies, for a machine with no
 # network):
 #   OUT=/some/dir bash bench/multi_gpu.sh [WHEELS] [all|quick]
-# Writes $OUT/multi-gpu-*.{log,json}; "quick" leaves out the per-GPU benchmarks.
+# Writes $OUT/multi-gpu-*.{log,json,txt}; "quick" leaves out the per-GPU benchmarks.
 set -uo pipefail
 OUT=${OUT:-bench/results}
 WHEELS=${1:-}
@@ -37,12 +37,12 @@ WORKERS=1; [ "$NGPU" -gt 1 ] && WORKERS="1 $NGPU"
 python3 examples/dask_preprocess.py --workers $WORKERS --compare \
   --json "$OUT/multi-gpu-dask.json" 2>&1 | grep -v -E "^(20[0-9]{2}-|INFO|\s+- distributed)"
 
-# 4. the pool and image benchmarks on each GPU (each seen alone, as device 0 of its process)
+# 4. the headline benchmarks (pool and image sections among them) on each GPU, each GPU
+#    seen alone as device 0 of its process
 if [ "$MODE" = all ]; then
   for d in $(seq 0 $((NGPU - 1))); do
-    CUDA_VISIBLE_DEVICES=$d python3 -m pytest -q -p no:cacheprovider bench/test_bench_memory.py \
-      bench/test_bench_image.py --benchmark-enable --benchmark-json="$OUT/multi-gpu-bench-gpu$d.json" \
-      > "$OUT/multi-gpu-bench-gpu$d.log" 2>&1
-    tail -1 "$OUT/multi-gpu-bench-gpu$d.log"
+    CUDA_VISIBLE_DEVICES=$d python3 -m cuflow bench --quick \
+      --json "$OUT/multi-gpu-bench-gpu$d.json" > "$OUT/multi-gpu-bench-gpu$d.log" 2>&1
+    echo "GPU $d: bench exit $?"
   done
 fi
