@@ -21,7 +21,7 @@ import numpy as _np
 
 from . import debug, graph, image, kernels, memory, testing
 from ._errors import (
-    ArgumentError, BackendError, CudaError, CuflowError, DstDtypeError, DstError, DstShapeError, DstTypeError,
+    ArgumentError, BackendError, CudaError, CuflowError, DeviceError, DstDtypeError, DstError, DstShapeError, DstTypeError,
     KernelCompileError, OutOfMemoryError,
 )
 from ._forward import forward as _forward
@@ -46,7 +46,9 @@ from .core import (  # noqa: A004
     ravel, reshape, transpose, ascontiguousarray, concatenate, stack, matmul, dot, clip,
     around, round, cumsum, cumprod, sort, argsort, take_along_axis,
 )
-from .core import Event, Stream, current_stream, get_backend, set_backend, streams, synchronize
+from .core import (
+    Device, Event, Stream, current_stream, get_backend, set_backend, streams, synchronize,
+)
 from .core import _fft as _core_fft
 from .core import _linalg as _core_linalg
 from .core._info import (
@@ -112,10 +114,10 @@ __all__ = [
     "Bufferizer", "BufferizerError", "Pipeline", "PipelineOptions",
     # profiling
     "annotate",
-    # streams
-    "Stream", "Event", "current_stream", "synchronize", "streams",
+    # devices and streams
+    "Device", "Stream", "Event", "current_stream", "synchronize", "streams",
     # errors
-    "CuflowError", "ArgumentError", "BackendError", "DstError", "DstShapeError", "DstDtypeError", "DstTypeError",
+    "CuflowError", "ArgumentError", "BackendError", "DeviceError", "DstError", "DstShapeError", "DstDtypeError", "DstTypeError",
     "CudaError", "OutOfMemoryError", "KernelCompileError",
     # submodules
     "linalg", "fft", "random", "testing", "kernels", "memory", "graph", "image", "debug",

@@ -16,6 +16,7 @@ __all__ = [
     "DstShapeError",
     "DstDtypeError",
     "DstTypeError",
+    "DeviceError",
     "CudaError",
     "OutOfMemoryError",
     "KernelCompileError",
@@ -48,6 +49,10 @@ class DstDtypeError(CuflowError, TypeError):
 
 class DstTypeError(CuflowError, TypeError):
     """``dst`` (or an input) is not an array of the active backend."""
+
+
+class DeviceError(CuflowError, ValueError):
+    """An array is on another device than the op (or ``dst``, stream, Bufferizer) runs on."""
 
 
 class CudaError(CuflowError, RuntimeError):

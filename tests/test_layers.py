@@ -27,7 +27,7 @@ LAYERS = [
     ("cuflow.memory", "cuflow.testing"),
     ("cuflow.graph", "cuflow.image", "cuflow.kernels"),
     ("cuflow.pipeline",),
-    ("cuflow._instrument", "cuflow.debug", "cuflow._forward", "cuflow._info"),
+    ("cuflow._instrument", "cuflow.debug", "cuflow._forward", "cuflow._info", "cuflow.dask"),
     ("cuflow.bench", "cuflow.__main__", "cuflow"),
 ]
 OPTIONAL = ("cupy", "cupyx", "cupy_backends", "torch", "torchvision", "nvtx", "matplotlib",

@@ -45,7 +45,7 @@ from . import (
     _transcendental,
 )
 from ._contract import may_share, prepare_out, resolve_out
-from ._runtime import UFUNC_NAMES, Runtime, get_backend, on_select, runtime, set_backend
+from ._runtime import UFUNC_NAMES, Device, Runtime, get_backend, on_select, runtime, set_backend
 from ._streams import (
     Event, Stream, as_cupy_stream, as_stream, current_stream, streams, synchronize, use_stream,
 )
@@ -56,7 +56,7 @@ OPS = tuple(n for m in (_arithmetic, _transcendental, _logical, _statistical, _c
             for n in m.__all__ if n != "copy_into")
 
 __all__ = [
-    "Runtime", "runtime", "get_backend", "set_backend", "on_select", "UFUNC_NAMES", "prepare_out",
+    "Runtime", "Device", "runtime", "get_backend", "set_backend", "on_select", "UFUNC_NAMES", "prepare_out",
     "resolve_out", "may_share", "Stream", "Event", "as_cupy_stream", "as_stream", "current_stream",
     "streams", "synchronize", "use_stream", "OPS", *OPS,
 ]

@@ -123,12 +123,14 @@ def prepare_out(name: str, dst: Any, shape: Sequence[int], dtype: Any = None, *,
     if contiguous and not dst.flags.c_contiguous:
         raise DstError(f"cuflow.{name}: dst must be C-contiguous (strides {dst.strides} for "
                        f"shape {dst.shape})")
-    if rt.device_count > 1:
+    if rt.multi:
         dev = rt.current_device()
-        if dst.data.device_id != dev:
+        ddev = rt.device_of(dst)
+        if ddev is not None and ddev != dev:
             raise DstError(
-                f"cuflow.{name}: dst is on device {dst.data.device_id} but the current device "
+                f"cuflow.{name}: dst is on device {ddev} but the current device "
                 f"is {dev}; use the same device for inputs and dst")
+        rt.check_devices(name, *inputs)
     if not inputs:
         return ()
     return tuple(_resolve_overlap(rt, name, x, dst, overlap) for x in inputs)

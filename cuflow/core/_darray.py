@@ -124,28 +124,39 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
     def to_device(self, device, /, *, stream=None):
         """This array on ``device`` (array API): itself when already there, else a copy.
 
-        Stream semantics: a copy to another GPU is queued on ``stream`` or the current
-        stream of the destination device.
+        ``device`` is an ordinal, a :class:`cuflow.Device` or a ``cupy.cuda.Device``
+        (``"cpu"`` on the NumPy backend, which returns the array itself).  Between
+        GPUs the copy is a peer copy where the hardware allows it (peer access is
+        enabled on first use), else the driver stages it through the host.
+
+        Stream semantics: the copy is queued on ``stream`` or the destination
+        device's current stream, after the work queued so far on the source
+        device's current stream; the source device's current stream then waits
+        for the copy, so the source's memory is not reused before it is read.
         """
         if backend == "numpy":
-            if device != "cpu":
-                raise ValueError(f"to_device: the NumPy backend has the one device 'cpu', "
-                                 f"got {device!r}")
-            return self
+            return _host_to_device(self, device)
         cupy = sys.modules["cupy"]
-        dev = getattr(device, "id", device)
-        if dev == self.data.device_id:
+        dev = _ns().Device(device).id
+        src_dev = self.data.device_id
+        if dev == src_dev:
             return self
-        with cupy.cuda.Device(self.data.device_id):
+        _enable_peer(cupy, src_dev, dev)
+        with cupy.cuda.Device(src_dev):
             src = self if self.flags.c_contiguous else base.copy(self)
             ready = cupy.cuda.Event(disable_timing=True)
             ready.record()  # the work queued so far on the source device's current stream
         with cupy.cuda.Device(dev):
             s = cupy.cuda.get_current_stream() if stream is None else getattr(stream, "cupy",
                                                                                stream)
-            s.wait_event(ready)
-            r = cls(src.shape, src.dtype)
-            r.data.copy_from_device_async(src.data, src.nbytes, stream=s)
+            with s:
+                s.wait_event(ready)
+                r = cls(src.shape, src.dtype)
+                r.data.copy_from_device_async(src.data, src.nbytes, stream=s)
+                done = cupy.cuda.Event(disable_timing=True)
+                done.record(s)
+        with cupy.cuda.Device(src_dev):
+            cupy.cuda.get_current_stream().wait_event(done)
         return r
 
     ns.update(astype=astype, copy=copy, flatten=flatten, to_numpy=to_numpy,
@@ -174,7 +185,7 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
         def __getitem__(self, key):
             r = base_getitem(self, key)
             if isinstance(r, numpy.generic):  # CuPy returns 0-d arrays, so do we
-                r = numpy.asarray(r).view(cls)
+                r = numpy.asarray(r).view(type(self))  # an emulated device's class stays
             return r
 
         def get(self, stream=None, order="C", out=None, blocking=True):
@@ -240,12 +251,16 @@ def _fast_binop(fast, k, base_fn, inplace):
         def op(self, other):
             if fast.binary(k, self, other, self) is not None:
                 return self
+            if fast.multi:
+                _check_devices(op.__name__, self, other)
             return base_fn(self, other)
     else:
         def op(self, other):
             r = fast.binary(k, self, other, None)
             if r is not None:
                 return r
+            if fast.multi:  # CuPy would read another device's array through peer access
+                _check_devices(op.__name__, self, other)
             return base_fn(self, other)
     return op
 
@@ -255,8 +270,48 @@ def _fast_unop(fast, k, base_fn):
         r = fast.unary(k, self, None)
         if r is not None:
             return r
+        if fast.multi:
+            _check_devices(op.__name__, self)
         return base_fn(self)
     return op
+
+
+def _check_devices(name, *arrays):
+    _ns().get_backend().check_devices(name, *arrays)
+
+
+_PEERS: set = set()
+
+
+def _enable_peer(cupy, src_dev, dev):
+    """Let ``dev`` read ``src_dev``'s memory directly, where the hardware allows it (once a pair)."""
+    if (src_dev, dev) in _PEERS:
+        return
+    rt = cupy.cuda.runtime
+    if rt.deviceCanAccessPeer(dev, src_dev):
+        with cupy.cuda.Device(dev):
+            try:
+                rt.deviceEnablePeerAccess(src_dev)
+            except rt.CUDARuntimeError as e:  # enabled already, by CuPy or another library
+                if "PeerAccessAlreadyEnabled" not in str(e):
+                    raise
+    _PEERS.add((src_dev, dev))
+
+
+def _host_to_device(a, device):
+    """``to_device`` on the NumPy backend: ``"cpu"``, or an emulated device (a copy)."""
+    if isinstance(device, str):
+        if device != "cpu":
+            raise ValueError(f"to_device: the NumPy backend's devices are 'cpu' and emulated "
+                             f"ordinals (CUFLOW_NUMPY_DEVICES), got {device!r}")
+        return a
+    ns = _ns()
+    dev = ns.Device(device).id
+    rt = ns.get_backend()
+    if getattr(a, "_cf_device", 0) == dev:
+        return a
+    with ns.Device(dev):
+        return rt.as_darray(numpy.array(a.view(numpy.ndarray), copy=True))
 
 
 def _mod_operators(remainder, wrap):

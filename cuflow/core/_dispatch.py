@@ -75,6 +75,8 @@ def ufunc2(name: str, src: Any, other: Any, dst: Any, out: Any, stream: Any, cas
         return run_on(stream, ufunc2, name, src, other, dst, None, None, casting, dtype)
     rt = runtime()
     uf = _ufunc(rt, name)
+    if rt.multi:
+        rt.check_devices(name, src, other)
     try:
         if dst is None:
             if dtype is None and casting == "same_kind":
@@ -109,6 +111,8 @@ def ufunc1(name: str, src: Any, dst: Any, out: Any, stream: Any, casting: str,
         return run_on(stream, ufunc1, name, src, dst, None, None, casting, dtype)
     rt = runtime()
     uf = _ufunc(rt, name)
+    if rt.multi:
+        rt.check_devices(name, src)
     try:
         if dst is None:
             if dtype is None and casting == "same_kind":
@@ -137,6 +141,8 @@ def ufunc_multi(name: str, args: tuple, dst: Any, out: Any, stream: Any, casting
         return run_on(stream, ufunc_multi, name, args, dst, None, None, casting, dtype)
     rt = runtime()
     uf = _ufunc(rt, name)
+    if rt.multi:
+        rt.check_devices(name, *args)
     try:
         if dst is None:
             return rt.wrap(uf(*args, casting=casting, dtype=dtype))
@@ -154,10 +160,24 @@ def ufunc_multi(name: str, args: tuple, dst: Any, out: Any, stream: Any, casting
 
 def call(name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)`` of the backend, its errors as cuflow's, its result a darray."""
+    rt = runtime()
+    if rt.multi:
+        rt.check_devices(name, *_arrays_in(args))
     try:
-        return runtime().wrap(fn(*args, **kwargs))
+        return rt.wrap(fn(*args, **kwargs))
     except Exception as e:
         reraise(name, e)
+
+
+def _arrays_in(args: tuple) -> list[Any]:
+    """The arguments, one level of lists and tuples opened (``concatenate``'s sequence)."""
+    found: list[Any] = []
+    for a in args:
+        if isinstance(a, list | tuple):
+            found.extend(a)
+        else:
+            found.append(a)
+    return found
 
 
 def wrap_view(r: Any, *inputs: Any) -> Any:

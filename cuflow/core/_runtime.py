@@ -13,6 +13,13 @@ Nothing here runs at ``import cuflow``: the backend is chosen on first need
 imports CuPy or creates a CUDA context.  ``CUFLOW_BACKEND=cupy|numpy`` forces
 the choice; otherwise CuPy is used when it imports and sees a GPU, and NumPy is
 used with a one-line warning.
+
+Devices: :class:`Device` makes a device current for a block (``with
+cuflow.Device(1):``), on CuPy through ``cupy.cuda.Device``.  With
+``CUFLOW_NUMPY_DEVICES=N`` the NumPy backend emulates ``N`` devices, so the
+device bookkeeping runs without a GPU: every darray is made on the current
+device and knows it (one darray subclass per emulated device), and an op that
+mixes devices raises :class:`~cuflow.DeviceError` exactly as on the GPU.
 """
 
 from __future__ import annotations
@@ -27,13 +34,13 @@ from typing import Any
 
 import numpy
 
-from .._errors import BackendError
+from .._errors import ArgumentError, BackendError, DeviceError
 from ._cupy_ufuncs import make_remainder
 from ._darray import make_darray_class
 from ._fastpath import FastPath, make_fast_path
 
-__all__ = ["Runtime", "runtime", "active", "get_backend", "set_backend", "on_select",
-           "probe_cupy"]
+__all__ = ["Runtime", "Device", "runtime", "active", "get_backend", "set_backend", "on_select",
+           "probe_cupy", "emulated_devices"]
 
 _VALID = ("cupy", "numpy")
 
@@ -71,9 +78,15 @@ class Runtime:
     stream_ptr_fn : capsule or None
         CuPy's C function that returns the current stream's handle.
     current_device : callable
-        The current device's ordinal (0 on the NumPy backend).
+        The current device's ordinal (0 on the NumPy backend unless it emulates devices).
     is_gpu : bool
         True on the CuPy backend.
+    set_device : callable
+        Make the device of this ordinal current (for this thread); :class:`Device` calls it.
+    multi : bool
+        More than one device: ops check that their arrays are on the current device.
+    device_classes : tuple of type
+        The NumPy backend's darray class of each emulated device (empty otherwise).
     """
 
     name: str
@@ -90,7 +103,9 @@ class Runtime:
     stream_ptr_fn: Any = None
     current_device: Callable[[], int] = field(default=lambda: 0)
     is_gpu: bool = False
-
+    set_device: Callable[[int], None] = field(default=lambda i: None)
+    multi: bool = False
+    device_classes: tuple = ()
 
     def data_ptr(self, x: Any) -> int:
         """Address of ``x``'s first element."""
@@ -103,16 +118,128 @@ class Runtime:
             if self.name == "cupy":
                 r.__class__ = self.darray  # same layout, no new object
                 return r
-            return r.view(self.darray)
+            return r.view(self._host_class())
         if t is tuple or t is list:
             return t(self.wrap(x) for x in r)
         if self.name == "numpy" and isinstance(r, numpy.generic):
-            return numpy.asarray(r).view(self.darray)  # CuPy returns 0-d arrays, never scalars
+            # CuPy returns 0-d arrays, never scalars
+            return numpy.asarray(r).view(self._host_class())
         return r
 
     def as_darray(self, x: Any) -> Any:
         """``x`` (an array of the backend) as a darray, without copying or mutating ``x``."""
-        return x if isinstance(x, self.darray) else x.view(self.darray)
+        if isinstance(x, self.darray):
+            return x
+        return x.view(self.darray if self.is_gpu else self._host_class())
+
+    def _host_class(self) -> type:
+        """The NumPy backend's darray class of the current (emulated) device."""
+        return self.device_classes[self.current_device()] if self.device_classes else self.darray
+
+    # -- devices ------------------------------------------------------------
+    def device_of(self, x: Any) -> int | None:
+        """The device ordinal of array ``x``; None for host data (usable on every device)."""
+        if self.is_gpu:
+            return x.data.device_id if isinstance(x, self.ndarray) else None
+        return getattr(x, "_cf_device", None)
+
+    def check_devices(self, name: str, *arrays: Any) -> None:
+        """Raise :class:`~cuflow.DeviceError` unless every array of ``arrays`` is on the current device.
+
+        Scalars, host arrays and None pass.  Cheap enough for every op: a no-op
+        with one device.
+        """
+        if not self.multi:
+            return
+        dev = self.current_device()
+        for x in arrays:
+            if isinstance(x, self.ndarray):
+                d = self.device_of(x)
+                if d is not None and d != dev:
+                    raise DeviceError(
+                        f"cuflow.{name}: an input is on device {d} but the op runs on the "
+                        f"current device {dev}; copy it with x.to_device({dev}) or run the op "
+                        f"under `with cuflow.Device({d}):`")
+
+
+class Device:
+    """A device, and the context that makes it current: ``with cuflow.Device(1): ...``.
+
+    Parameters
+    ----------
+    device : int, Device, cupy.cuda.Device or None
+        The ordinal (an object with ``.id`` is read for it); None: the current device.
+
+    Notes
+    -----
+    Arrays, streams, events, Bufferizers and Pipelines belong to the device
+    that was current when they were made; ops run on the current device and
+    refuse arrays of another one (:class:`~cuflow.DeviceError`), except the
+    explicit copy ``x.to_device(i)``.  The block restores the previous device
+    on exit, also when it raises.  On CuPy the block is ``cupy.cuda.Device(i)``'s
+    (so CuPy code inside it runs there too); the NumPy backend keeps the
+    current device per thread.
+    """
+
+    __slots__ = ("id", "_prev")
+
+    def __init__(self, device: Any = None) -> None:
+        rt = runtime()
+        i = rt.current_device() if device is None else getattr(device, "id", device)
+        if isinstance(i, bool) or not isinstance(i, int | numpy.integer):
+            raise ArgumentError(f"cuflow.Device: device must be an int ordinal (or an object "
+                                f"with .id), got {device!r}")
+        n = max(rt.device_count, 1)
+        if not 0 <= i < n:
+            hint = ("" if rt.is_gpu else
+                    "; the NumPy backend emulates devices with CUFLOW_NUMPY_DEVICES=N")
+            raise ArgumentError(f"cuflow.Device: device must be in [0, {n}) on the {rt.name} "
+                                f"backend ({n} device(s)), got {i}{hint}")
+        self.id = int(i)
+        self._prev: list[int] = []
+
+    def __enter__(self) -> Device:
+        rt = runtime()
+        prev = rt.current_device()
+        self._prev.append(prev)
+        if prev != self.id:
+            rt.set_device(self.id)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        prev = self._prev.pop()
+        if prev != self.id:
+            runtime().set_device(prev)
+
+    def synchronize(self) -> None:
+        """Block the host until all work queued on this device is done."""
+        rt = runtime()
+        if rt.is_gpu:
+            rt.xp.cuda.Device(self.id).synchronize()
+
+    @property
+    def count(self) -> int:
+        """How many devices there are (emulated ones on the NumPy backend)."""
+        return max(runtime().device_count, 1)
+
+    def __index__(self) -> int:
+        return self.id
+
+    __int__ = __index__
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Device):
+            return self.id == other.id
+        if isinstance(other, int) and not isinstance(other, bool):
+            return self.id == other
+        oid = getattr(other, "id", None)
+        return NotImplemented if oid is None else self.id == oid
+
+    def __hash__(self) -> int:
+        return hash(("cuflow.Device", self.id))
+
+    def __repr__(self) -> str:
+        return f"<cuflow.Device {self.id}>"
 
 
 _lock = threading.Lock()
@@ -185,11 +312,111 @@ def _ufuncs(xp: ModuleType) -> dict[str, Any]:
     return table
 
 
+def emulated_devices() -> int:
+    """``CUFLOW_NUMPY_DEVICES``: how many devices the NumPy backend emulates (0: none)."""
+    env = os.environ.get("CUFLOW_NUMPY_DEVICES", "").strip()
+    if not env:
+        return 0
+    try:
+        n = int(env)
+    except ValueError:
+        n = -1
+    if n < 1:
+        raise BackendError(f"CUFLOW_NUMPY_DEVICES must be a positive int, got {env!r}")
+    return n
+
+
+_host_device = threading.local()
+
+
+def _host_current() -> int:
+    return getattr(_host_device, "id", 0)
+
+
+def _host_set(i: int) -> None:
+    _host_device.id = i
+
+
+def _make_numpy(reason: str) -> Runtime:
+    darray = make_darray_class(numpy.ndarray, "numpy", None)
+    n = emulated_devices()
+    if n == 0:
+        return Runtime("numpy", numpy, numpy.ndarray, darray, 0, reason, ufuncs=_ufuncs(numpy))
+    classes = _emulated_classes(darray, n)
+    rt = Runtime("numpy", numpy, numpy.ndarray, darray, n,
+                 f"{reason}; {n} emulated device(s) (CUFLOW_NUMPY_DEVICES)",
+                 ufuncs=_ufuncs(numpy), current_device=_host_current, set_device=_host_set,
+                 multi=n > 1, device_classes=classes)
+    for c in classes:
+        c._cf_wrap = staticmethod(rt.wrap)
+    return rt
+
+
+def _emulated_classes(darray: type, n: int) -> tuple[type, ...]:
+    """One darray class per emulated device; NumPy's ufuncs and functions check devices.
+
+    Device 0's class is ``darray`` itself; device k's subclasses it, so every
+    isinstance check of the backend holds.  A NumPy ufunc or function (the
+    Python operators included) refuses arrays of another device than the
+    current one, and its result is an array of the current device.
+    """
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        rt = runtime()
+        out = kwargs.get("out") or ()
+        rt.check_devices(ufunc.__name__, *inputs, *out)
+        base = numpy.ndarray
+        args = [x.view(base) if isinstance(x, darray) else x for x in inputs]
+        if out:
+            kwargs["out"] = tuple(o.view(base) if isinstance(o, darray) else o for o in out)
+        r = getattr(ufunc, method)(*args, **kwargs)
+        if out:
+            return out[0] if len(out) == 1 else out
+        return rt.wrap(r)
+
+    def __array_function__(self, func, types, args, kwargs):
+        if func is not numpy.copyto or isinstance(args[0] if args else kwargs.get("dst"), darray):
+            runtime().check_devices(func.__name__, *_arrays_in(args), *_arrays_in(kwargs.values()))
+        return numpy.ndarray.__array_function__(self, func, types, args, kwargs)
+
+    def __reduce__(self):
+        return _emulated_array, (self.view(numpy.ndarray), self._cf_device)
+
+    def device(self):
+        """The emulated :class:`Device` this array is on (CuPy's ``x.device``)."""
+        return Device(self._cf_device)
+
+    darray.device = property(device)
+    darray.__array_ufunc__ = __array_ufunc__
+    darray.__array_function__ = __array_function__
+    darray.__reduce__ = __reduce__
+    darray._cf_device = 0
+    extra = tuple(type("darray", (darray,), {"__slots__": (), "_cf_device": k,
+                                             "__module__": "cuflow", "__qualname__": "darray"})
+                  for k in range(1, n))
+    return (darray, *extra)
+
+
+def _arrays_in(values: Any) -> list[Any]:
+    """The arrays among ``values``, one level of lists and tuples opened (``concatenate``)."""
+    found = []
+    for v in values:
+        if isinstance(v, list | tuple):
+            found.extend(v)
+        else:
+            found.append(v)
+    return found
+
+
+def _emulated_array(a: numpy.ndarray, device: int) -> Any:
+    """Unpickle an emulated device's array (on device 0 where fewer devices are emulated)."""
+    rt = runtime()
+    cls = rt.device_classes[device] if device < len(rt.device_classes) else rt.darray
+    return a.view(cls)
+
+
 def _make(name: str, cupy: ModuleType | None, n: int, reason: str) -> Runtime:
     if name == "numpy":
-        darray = make_darray_class(numpy.ndarray, "numpy", None)
-        return Runtime("numpy", numpy, numpy.ndarray, darray, 0, reason,
-                       ufuncs=_ufuncs(numpy))
+        return _make_numpy(reason)
     assert cupy is not None
     from cupy_backends.cuda.api import driver, runtime as cuda_rt  # noqa: PLC0415
 
@@ -208,7 +435,8 @@ def _make(name: str, cupy: ModuleType | None, n: int, reason: str) -> Runtime:
         oom_errors=(cupy.cuda.memory.OutOfMemoryError,),
         unowned=cupy.cuda.memory.UnownedMemory, fast=fast,
         ufuncs=ufuncs,
-        stream_ptr_fn=stream_fn, current_device=cuda_rt.getDevice, is_gpu=True)
+        stream_ptr_fn=stream_fn, current_device=cuda_rt.getDevice, is_gpu=True,
+        set_device=cuda_rt.setDevice, multi=n > 1)
 
 
 def _select() -> Runtime:

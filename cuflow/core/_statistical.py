@@ -48,6 +48,8 @@ def _reduce(name: str, a: Any, axis: Any, dtype: Any, dst: Any, keepdims: bool, 
     rt = runtime()
     if not isinstance(a, rt.ndarray):
         bad_input(name, a)
+    if rt.multi:
+        rt.check_devices(name, a)
     base = getattr(rt.ndarray, name)
     kw: dict[str, Any] = {}
     if axis is not None:

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from ._runtime import get_backend
-from .._errors import CuflowError
+from .._errors import CuflowError, DeviceError
 
 __all__ = ["Stream", "Event", "current_stream", "synchronize", "streams", "as_cupy_stream",
            "as_stream", "use_stream"]
@@ -36,17 +36,24 @@ class Stream:
     -----
     ``with stream:`` makes it the current stream of cuflow *and* CuPy for the
     block, so ops without ``stream=`` (and plain CuPy calls) run on it.
-    ``Stream()`` creates the CUDA stream immediately.  Use :func:`streams` to
-    get several distinct streams (``[Stream()] * n`` is one stream n times).
+    ``Stream()`` creates the CUDA stream immediately, on the current device;
+    it belongs to that device (:attr:`device`), and ``with stream:`` or
+    ``stream=`` under another current device raises :class:`~cuflow.DeviceError`.
+    Use :func:`streams` to get several distinct streams (``[Stream()] * n`` is
+    one stream n times).
     """
 
-    __slots__ = ("_cp", "__weakref__")
+    __slots__ = ("_cp", "_dev", "__weakref__")
 
     def __init__(self, non_blocking: bool = True, priority: int | None = None, *,
                  _wrap: Any = None) -> None:
         b = get_backend()
+        self._dev: int | None = b.current_device()
         if _wrap is not None:
             self._cp = _wrap
+            dev = getattr(_wrap, "device_id", -1)
+            # CuPy's null stream and external streams say -1: the current device's, any device
+            self._dev = dev if dev >= 0 else None
         elif b.is_gpu:
             kw = {} if priority is None else {"priority": int(priority)}
             self._cp = b.xp.cuda.Stream(non_blocking=bool(non_blocking), **kw)
@@ -63,6 +70,11 @@ class Stream:
     def cupy(self):
         """The underlying ``cupy.cuda.Stream`` (None on the NumPy backend)."""
         return self._cp
+
+    @property
+    def device(self) -> int:
+        """The ordinal of the device this stream belongs to (the null stream: the current device)."""
+        return get_backend().current_device() if self._dev is None else self._dev
 
     def __cuda_stream__(self) -> tuple[int, int]:
         """The CUDA stream protocol (cuda.core, PyTorch, Numba)."""
@@ -81,6 +93,7 @@ class Stream:
 
     # -- context manager ----------------------------------------------------
     def __enter__(self) -> Stream:
+        _check_device("Stream", self._dev)
         if self._cp is not None:
             self._cp.__enter__()
         return self
@@ -128,10 +141,11 @@ class Event:
         ``synchronize()`` yields the CPU instead of spinning.
     """
 
-    __slots__ = ("_cp", "_t")
+    __slots__ = ("_cp", "_t", "_dev")
 
     def __init__(self, timing: bool = True, blocking: bool = False) -> None:
         b = get_backend()
+        self._dev = b.current_device()
         self._t: float | None = None
         self._cp = (b.xp.cuda.Event(block=bool(blocking), disable_timing=not timing)
                     if b.is_gpu else None)
@@ -142,7 +156,15 @@ class Event:
         return 0 if self._cp is None else int(self._cp.ptr)
 
     def record(self, stream: Any = None) -> Event:
-        """Record on ``stream`` (default: the current stream); returns self."""
+        """Record on ``stream`` (default: the current stream) of the event's device; returns self."""
+        b = get_backend()
+        if b.multi:
+            sdev = stream._dev if isinstance(stream, Stream) else None
+            sdev = b.current_device() if sdev is None else sdev
+            if sdev != self._dev:
+                raise DeviceError(f"cuflow.Event.record: the event belongs to device "
+                                  f"{self._dev} but the stream to device {sdev}; make the "
+                                  f"event under `with cuflow.Device({sdev}):`")
         self._t = time.perf_counter()
         if self._cp is not None:
             self._cp.record(as_cupy_stream(stream))
@@ -230,5 +252,17 @@ def streams(n: int, non_blocking: bool = True, priority: int | None = None) -> l
 
 def use_stream(stream: Any) -> Any:
     """A context that makes ``stream`` current for the block (nothing to do when None)."""
-    s = as_cupy_stream(stream) if stream is not None else None
+    if stream is None:
+        return contextlib.nullcontext()
+    if isinstance(stream, Stream):
+        _check_device("stream=", stream._dev)
+    s = as_cupy_stream(stream)
     return contextlib.nullcontext() if s is None else s
+
+
+def _check_device(what: str, dev: int | None) -> None:
+    """A stream of device ``dev`` used where another device is current is an error, not a hang."""
+    b = get_backend()
+    if b.multi and dev is not None and dev != b.current_device():
+        raise DeviceError(f"cuflow: {what} belongs to device {dev} but the current device is "
+                          f"{b.current_device()}; use it under `with cuflow.Device({dev}):`")

@@ -86,7 +86,9 @@ class Letterbox:
 def _prepare_dst(name: str, dst, shape, dtype, src_arrays):
     if dst is None:
         rt = runtime()
-        return rt.xp.empty(shape, dtype).view(rt.darray)
+        if rt.multi:
+            rt.check_devices(f"image.{name}", *src_arrays)
+        return rt.as_darray(rt.xp.empty(shape, dtype))
     prepare_out(f"image.{name}", dst, shape, dtype, inputs=src_arrays, casting="no",
                 overlap="refuse", contiguous=True)
     return dst

@@ -20,6 +20,7 @@ works.  Compared with Dolphin's class:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -27,7 +28,7 @@ from typing import Any
 import numpy
 
 from .._errors import CuflowError
-from ..core import (Event, Stream, as_cupy_stream, as_darray, as_stream, copy, empty,
+from ..core import (Device, Event, Stream, as_cupy_stream, as_darray, as_stream, copy, empty,
                     get_backend)
 
 __all__ = ["Bufferizer", "BufferizerError"]
@@ -37,6 +38,17 @@ Hook = Callable[["Bufferizer"], Any]
 
 class BufferizerError(CuflowError, ValueError):
     """An element does not match the Bufferizer (shape, dtype, backend)."""
+
+
+def _on_own_device(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Run ``method`` with the Bufferizer's device current (a no-op with one device)."""
+    @functools.wraps(method)
+    def run(self: Bufferizer, *args: Any, **kwargs: Any) -> Any:
+        if not self._multi or get_backend().current_device() == self._device:
+            return method(self, *args, **kwargs)
+        with Device(self._device):
+            return method(self, *args, **kwargs)
+    return run
 
 
 def _check_hook(name: str, hook: Any) -> Hook | None:
@@ -94,6 +106,9 @@ class Bufferizer:
         for name, v, lo in (("buffer_size", buffer_size, 1), ("n_buffers", n_buffers, 1)):
             if not isinstance(v, int | numpy.integer) or isinstance(v, bool) or v < lo:
                 raise ValueError(f"Bufferizer: {name} must be an int >= {lo}, got {v!r}")
+        rt = get_backend()
+        self._device = rt.current_device()  # buffers, stream and events live here
+        self._multi = rt.multi
         self._shape = shape
         self._len = int(buffer_size)
         self._dtype = numpy.dtype(dtype)
@@ -111,6 +126,7 @@ class Bufferizer:
         self._allocate_hook = _check_hook("allocate_hook", allocate_hook)
 
     # ------------------------------------------------------------------ memory
+    @_on_own_device
     def allocate(self) -> None:
         """(Re)allocate the buffers, zero them and empty the Bufferizer.
 
@@ -144,6 +160,7 @@ class Bufferizer:
             a.fill(value)
 
     # ---------------------------------------------------------------- appends
+    @_on_own_device
     def append(self, element: Any, *, stream: Any = None) -> None:
         """Append one element, a batch ``(k, *shape)`` or a list of elements.
 
@@ -160,6 +177,7 @@ class Bufferizer:
             f"Bufferizer.append: an element has shape {self._shape} and a batch (k, "
             f"{', '.join(map(str, self._shape))}); got {shape}")
 
+    @_on_own_device
     def append_one(self, element: Any, *, stream: Any = None) -> None:
         """Copy one element (shape ``shape``, dtype ``dtype``; any strides) into the next slot.
 
@@ -176,6 +194,7 @@ class Bufferizer:
         self._copy(element, self._buffers[self._active][self._n])
         self._appended(1, self._append_one_hook)
 
+    @_on_own_device
     def append_multiple(self, element: Any, *, stream: Any = None) -> None:
         """Copy a batch ``(k, *shape)`` or a list of ``k`` elements into the next ``k`` slots.
 
@@ -206,6 +225,7 @@ class Bufferizer:
             self._copy(element, buf[self._n:self._n + k])
         self._appended(k, self._append_multiple_hook)
 
+    @_on_own_device
     def next_slot(self, *, stream: Any = None) -> Any:
         """The view of the next free element, for a kernel to write into with ``dst=``.
 
@@ -229,6 +249,7 @@ class Bufferizer:
         self._appended(int(n), self._append_one_hook if n == 1 else self._append_multiple_hook)
 
     # -------------------------------------------------------------- consumers
+    @_on_own_device
     def take(self, *, stream: Any = None) -> Any:
         """Hand the elements appended so far (``darray[:len(self)]``) to a consumer.
 
@@ -254,6 +275,7 @@ class Bufferizer:
         self._n = 0
         return view
 
+    @_on_own_device
     def release(self, *, stream: Any = None) -> None:
         """The consumer's work on the oldest taken buffer is queued on ``stream``.
 
@@ -270,10 +292,12 @@ class Bufferizer:
         raise BufferError("Bufferizer.release: no buffer has been taken")
 
     @property
+    @_on_own_device
     def ready_event(self) -> Event:
         """An event recorded now on the buffer's stream: wait on it to read the buffer."""
         return self._stream.record()
 
+    @_on_own_device
     def flush(self, value: Any = 0) -> None:
         """Fill the active buffer with ``value``, empty it and fire ``flush_hook``.
 
@@ -392,6 +416,8 @@ class Bufferizer:
         if element.dtype != self._dtype:
             raise BufferizerError(f"Bufferizer.{name}: element dtype must be {self._dtype}, "
                                   f"got {element.dtype} (cast with astype(dst=) first)")
+        if self._multi:
+            get_backend().check_devices(f"Bufferizer.{name}", element)  # the Bufferizer's device
 
     def _room(self, k: int, name: str) -> None:
         self._writable(name)

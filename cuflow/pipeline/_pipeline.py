@@ -25,7 +25,7 @@ from typing import Any
 import numpy
 
 from .. import image, memory
-from ..core import Event, Stream, as_stream, copy, empty, get_backend, zeros
+from ..core import Device, Event, Stream, as_stream, copy, empty, get_backend, zeros
 from ._bufferizer import Bufferizer
 
 __all__ = ["Pipeline", "PipelineOptions"]
@@ -159,6 +159,7 @@ class Pipeline:
 
     def __init__(self, size: Any, batch_size: int, **options: Any) -> None:
         self.options = PipelineOptions(size=size, batch_size=batch_size, **options)
+        self.device = get_backend().current_device()  #: where its streams and buffers live
         self.copy_stream = Stream(non_blocking=True)
         self.compute_stream = Stream(non_blocking=True)
         self._slots = [_Slot() for _ in range(self.options.n_staging)]
@@ -266,8 +267,14 @@ class Pipeline:
         """Yield batches ``(n, C, H, W)`` (``n == batch_size`` except maybe the last).
 
         ``frames`` are ``(H, W, C)`` uint8 NumPy arrays (or ``(H*3//2, W)`` NV12
-        / I420 with ``src_format``), for example from a video decoder.
+        / I420 with ``src_format``), for example from a video decoder.  The work
+        runs on the Pipeline's device (the one current when it was made), whichever
+        device is current when the batches are asked for.
         """
+        gen = self._batches(frames, stream)
+        return _on_device(self.device, gen) if get_backend().multi else gen
+
+    def _batches(self, frames: Iterable[numpy.ndarray], stream: Any) -> Iterator[Any]:
         consumer = as_stream(stream)
         reused = self.options.frames_reused
         # frames taken but not uploaded yet: one (its host copy overlapping the previous
@@ -346,3 +353,18 @@ class Pipeline:
         """Wait for every upload and kernel queued so far."""
         self.copy_stream.synchronize()
         self.compute_stream.synchronize()
+
+
+def _on_device(device: int, gen: Generator[Any, None, None]) -> Iterator[Any]:
+    """``gen``'s items, each step run with ``device`` current (the caller's device between steps)."""
+    try:
+        while True:
+            with Device(device):
+                try:
+                    item = next(gen)
+                except StopIteration:
+                    return
+            yield item
+    finally:
+        with Device(device):
+            gen.close()

@@ -1,0 +1,129 @@
+"""darray as a Dask array chunk type: dispatch registrations, meta, host <-> device.
+
+``dask.array`` looks an operation up per chunk type (``concatenate_lookup`` &
+co.).  darray subclasses ``cupy.ndarray`` / ``numpy.ndarray``, so without
+:func:`register` Dask would use CuPy's (or NumPy's) functions and hand back the
+base type; registered, the results of concatenation, rechunking and
+``compute()`` stay darrays.  Registration is per process: the workers do it in
+:class:`~cuflow.dask.CuflowPool`'s setup and when they run a graph built by
+:func:`from_host` or with :func:`meta`; without it a worker still computes
+correctly, with the base type's functions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dask.array as da
+import numpy
+from dask.array import dispatch
+from distributed.protocol import cuda_deserialize, dask_deserialize
+
+from ..core import asarray, asnumpy, concatenate, empty, runtime
+
+__all__ = ["register", "meta", "from_host", "to_host"]
+
+_REGISTERED: set[type] = set()
+
+
+def register() -> type:
+    """Register the active backend's darray type with ``dask.array``; returns that type.
+
+    Idempotent.  Called by :func:`from_host`, :func:`meta` and the worker
+    plugin, so calling it yourself is needed only for graphs built by hand
+    from darray chunks.
+    """
+    rt = runtime()
+    t = rt.darray
+    if t in _REGISTERED:
+        return t
+    xp = rt.xp
+
+    def _concatenate(arrays, axis=0):
+        return concatenate([asarray(a) for a in arrays], axis=axis)
+
+    def _tensordot(a, b, axes=2):
+        return rt.wrap(xp.tensordot(a, b, axes=axes))
+
+    def _einsum(*args, **kwargs):
+        kwargs.pop("casting", None)  # CuPy takes neither
+        kwargs.pop("order", None)
+        return rt.wrap(xp.einsum(*args, **kwargs))
+
+    def _take(a, indices, axis=None):
+        return rt.wrap(xp.take(a, indices, axis=axis))
+
+    def _empty(shape, dtype=float, **kwargs):
+        return empty(shape, dtype=dtype)
+
+    def _to_numpy(data, **kwargs):
+        return asnumpy(data)
+
+    dispatch.concatenate_lookup.register(t, _concatenate)
+    dispatch.tensordot_lookup.register(t, _tensordot)
+    dispatch.einsum_lookup.register(t, _einsum)
+    dispatch.take_lookup.register(t, _take)
+    dispatch.empty_lookup.register(t, _empty)
+    dispatch.to_numpy_dispatch.register(t, _to_numpy)
+    _deserialize_as_darray(t, rt.ndarray)
+    _REGISTERED.add(t)
+    return t
+
+
+def _deserialize_as_darray(t: type, base: type) -> None:
+    """Chunks that travel between processes arrive as darrays, not as the base type.
+
+    ``distributed`` serializes a darray with its base class's serializer (found
+    along the MRO), and that deserializer builds the base type.
+    """
+    for family in (dask_deserialize, cuda_deserialize):
+        try:
+            of_base = family.dispatch(base)
+        except TypeError:  # no serializer of this family for the backend (cuda on NumPy)
+            continue
+
+        def deserialize(header, frames, of_base=of_base):
+            return runtime().as_darray(of_base(header, frames))
+
+        family.register(t, deserialize)
+
+
+# A process that imported this module registers darray at the first lookup of a
+# cuflow chunk type (Dask's lazy registration, keyed by the class's top-level module).
+for _lookup in (dispatch.concatenate_lookup, dispatch.tensordot_lookup, dispatch.einsum_lookup,
+                dispatch.take_lookup, dispatch.empty_lookup, dispatch.to_numpy_dispatch,
+                dask_deserialize, cuda_deserialize):
+    _lookup.register_lazy("cuflow", register)
+
+
+def _to_device(block: Any) -> Any:
+    register()  # this worker concatenates and ships darray chunks as darrays
+    return asarray(block)
+
+
+def meta(dtype: Any = numpy.float32, ndim: int = 1) -> Any:
+    """An empty darray of ``dtype`` and ``ndim``: the ``meta=`` of a Dask array of darray chunks."""
+    register()
+    return empty((0,) * int(ndim), dtype=dtype)
+
+
+def from_host(x: Any, chunks: Any = "auto") -> da.Array:
+    """A Dask array of darray chunks from host data (a NumPy array or a Dask array of NumPy chunks).
+
+    Each chunk is copied to the device of the worker that computes it.
+    """
+    register()
+    if not isinstance(x, da.Array):
+        x = da.from_array(numpy.asarray(x), chunks=chunks)
+    elif chunks != "auto":
+        x = x.rechunk(chunks)
+    return x.map_blocks(_to_device, dtype=x.dtype, meta=meta(x.dtype, x.ndim))
+
+
+def to_host(x: da.Array) -> da.Array:
+    """The same Dask array with NumPy chunks (each chunk copied to the host on its worker).
+
+    ``to_host(x).compute()`` gives a ``numpy.ndarray`` on the client, which then
+    needs no GPU.
+    """
+    return x.map_blocks(asnumpy, dtype=x.dtype, meta=numpy.empty((0,) * x.ndim, x.dtype))

@@ -1,0 +1,118 @@
+"""Shard a stream of frames over the workers' GPUs, one cuflow Pipeline per worker."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from distributed import Client
+
+from .._errors import ArgumentError
+from ..core import asnumpy
+from ..pipeline import Pipeline, PipelineOptions
+
+__all__ = ["map_frames"]
+
+_local = threading.local()
+
+
+def _pipeline(options: PipelineOptions) -> Pipeline:
+    """This worker thread's Pipeline for ``options``: made once, its buffers and kernels reused."""
+    cache = getattr(_local, "pipelines", None)
+    if cache is None:
+        cache = _local.pipelines = {}
+    key = repr(options)  # options may hold lists (mean=[...]): not hashable
+    pipe = cache.get(key)
+    if pipe is None:
+        fields = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
+        pipe = cache[key] = Pipeline(**fields)
+    return pipe
+
+
+def _identity(x: Any) -> Any:
+    return x
+
+
+def run_shard(items: Sequence[Any], options: PipelineOptions,
+              load: Callable[[Any], Any] | None = None,
+              consume: Callable[[Any], Any] | None = None,
+              reduce: Callable[[list[Any]], Any] | None = None) -> Any:
+    """One shard on this process's device: ``[consume(batch) for batch of Pipeline(load(item))]``.
+
+    With ``reduce``, ``reduce`` of that list.
+    """
+    pipe = _pipeline(options)
+    frames = map(load or _identity, items)
+    out = [(consume or asnumpy)(b) for b in pipe.batches(frames)]
+    return out if reduce is None else reduce(out)
+
+
+def map_frames(client: Client, items: Sequence[Any], options: PipelineOptions, *,
+               load: Callable[[Any], Any] | None = None,
+               consume: Callable[[Any], Any] | None = None,
+               reduce: Callable[[list[Any]], Any] | None = None,
+               frames_per_task: int | None = None) -> list[Any]:
+    """Pre-process ``items`` on every worker's GPU; the per-batch results, in order.
+
+    Parameters
+    ----------
+    client : distributed.Client
+    items : sequence
+        What each frame is made from: host frames (uint8 ``(H, W, C)``), file
+        names, indices... ``load`` turns one into a frame on the worker, so
+        only the items travel.
+    options : PipelineOptions
+        What each frame becomes (the :class:`cuflow.Pipeline`'s options).
+    load : callable, optional
+        ``item -> numpy.ndarray`` frame, run on the worker (default: the item is the frame).
+    consume : callable, optional
+        ``batch -> result``, run on the worker on each batch (a darray on the
+        worker's device, valid until the next batch); its result comes back.
+        Default: the batch copied to the host (``cuflow.asnumpy``).
+    reduce : callable, optional
+        ``list -> result``, run on the worker on the ``consume`` results of one
+        task (for example a device-side sum turned into one host number, so a
+        task synchronizes once, not once a batch).
+    frames_per_task : int, optional
+        Frames per task; default: the items split evenly over the workers.
+        Rounded up to a multiple of the batch size, so every batch but the
+        last is full.
+
+    Returns
+    -------
+    list
+        ``consume``'s result of each batch, in the order of ``items``; with
+        ``reduce``, its result of each task, in order.
+
+    Notes
+    -----
+    Contiguous shards of ``items`` go to the workers in turn; each worker
+    thread keeps one Pipeline per ``options``, so later calls reuse its
+    buffers and compiled kernels.  Functions must be picklable (module-level).
+    """
+    if not isinstance(options, PipelineOptions):
+        raise ArgumentError(f"map_frames: options must be a cuflow.PipelineOptions, got "
+                            f"{type(options).__name__}")
+    items = list(items)
+    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    if not workers:
+        raise ArgumentError("map_frames: the client's cluster has no workers")
+    if not items:
+        return []
+    b = options.batch_size
+    per = frames_per_task or math.ceil(len(items) / len(workers))
+    if not isinstance(per, int) or per < 1:
+        raise ArgumentError(f"map_frames: frames_per_task must be an int >= 1, got {per!r}")
+    per = math.ceil(per / b) * b
+    futures = []
+    for k, start in enumerate(range(0, len(items), per)):
+        futures.append(client.submit(run_shard, items[start:start + per], options, load,
+                                     consume, reduce, workers=[workers[k % len(workers)]],
+                                     allow_other_workers=False, pure=False))
+    shards = client.gather(futures)
+    if reduce is not None:
+        return shards
+    return [r for shard in shards for r in shard]

@@ -1,0 +1,174 @@
+"""cuflow.dask on a real ``distributed.LocalCluster``: two worker processes, nothing mocked.
+
+The workers use the backend the test process uses (the NumPy backend in CI; a GPU run
+starts them on the GPU), so darray chunks, the pool plugin and the frame sharding run
+exactly as on a GPU cluster, through the NumPy backend.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+distributed = pytest.importorskip("distributed", reason="cuflow.dask needs dask.distributed "
+                                                        "(pip install cuflow[dask])")
+da = pytest.importorskip("dask.array", reason="cuflow.dask needs dask.array")
+
+import cuflow  # noqa: E402
+import cuflow.dask as cfd  # noqa: E402
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+@pytest.fixture(scope="module")
+def client():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        backend = cuflow.get_backend().name
+    before = os.environ.get("CUFLOW_BACKEND")
+    os.environ["CUFLOW_BACKEND"] = backend  # the workers use the client's backend
+    try:
+        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                      dashboard_address=None,
+                                      worker_dashboard_address=None) as cl, \
+                distributed.Client(cl) as c:
+            yield c
+    finally:
+        if before is None:
+            del os.environ["CUFLOW_BACKEND"]
+        else:
+            os.environ["CUFLOW_BACKEND"] = before
+
+
+@pytest.fixture
+def ccf(client):
+    """cuflow on the backend the workers use."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cuflow.set_backend(client.run(_backend_name).popitem()[1])
+    return cuflow
+
+
+def _backend_name():
+    return cuflow.get_backend().name
+
+
+def test_two_worker_processes(client):
+    pids = client.run(os.getpid)
+    assert len(pids) == 2 and os.getpid() not in pids.values()
+
+
+def _chunk_info(block):
+    rt = cuflow.get_backend()
+    return np.array([[isinstance(block, rt.darray), type(block).__module__ == "cuflow"]])
+
+
+def test_chunks_are_darrays_on_the_workers(ccf, client, rng):
+    x = cfd.from_host(rng.standard_normal((40, 30)).astype(np.float32), chunks=(10, 15))
+    assert isinstance(x._meta, ccf.darray)
+    info = x.map_blocks(_chunk_info, dtype=bool, chunks=(1, 2), meta=np.empty((0, 0), bool))
+    assert cfd.to_host(info).compute().all()
+
+
+def _cuflow_block(b):
+    return cuflow.sqrt(cuflow.abs(b)) * 2 + cuflow.sum(b, axis=1, keepdims=True)
+
+
+def test_map_blocks_with_cuflow_ops(ccf, client, rng):
+    host = rng.standard_normal((64, 48)).astype(np.float32)
+    x = cfd.from_host(host, chunks=(16, 48))
+    y = x.map_blocks(_cuflow_block, dtype=np.float32, meta=cfd.meta(np.float32, 2))
+    got = cfd.to_host(y).compute()
+    want = np.sqrt(np.abs(host)) * 2 + host.sum(axis=1, keepdims=True)
+    assert type(got) is np.ndarray
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_reductions(ccf, client, rng):
+    host = rng.standard_normal((60, 50)).astype(np.float64)
+    x = cfd.from_host(host, chunks=(15, 25))
+    got = client.compute([x.sum(), x.mean(axis=0), x.max(axis=1), x.std()], sync=True)
+    want = [host.sum(), host.mean(axis=0), host.max(axis=1), host.std()]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(ccf.asnumpy(g), w, rtol=1e-10)
+
+
+def test_rechunk_and_compute_back_to_the_client(ccf, client, rng):
+    host = rng.integers(-1000, 1000, size=(36, 36), dtype=np.int32)
+    x = cfd.from_host(host, chunks=(6, 36)).rechunk((36, 4))
+    assert x.chunks == ((36,), (4,) * 9)
+    whole = x.compute()  # the chunks concatenated on the client: a darray
+    assert isinstance(whole, ccf.darray)
+    np.testing.assert_array_equal(ccf.asnumpy(whole), host)
+    np.testing.assert_array_equal(cfd.to_host(x.T).compute(), host.T)
+
+
+def test_concatenate_and_tensordot(ccf, client, rng):
+    a = rng.standard_normal((20, 8)).astype(np.float32)
+    b = rng.standard_normal((8, 12)).astype(np.float32)
+    x, y = cfd.from_host(a, chunks=(5, 4)), cfd.from_host(b, chunks=(4, 6))
+    cat = da.concatenate([x, x * 2], axis=0)
+    np.testing.assert_allclose(cfd.to_host(cat).compute(), np.concatenate([a, 2 * a]),
+                               rtol=1e-6)
+    np.testing.assert_allclose(cfd.to_host(da.tensordot(x, y, axes=1)).compute(), a @ b,
+                               rtol=1e-4, atol=1e-4)
+
+
+def _warm():
+    return float(cuflow.sum(cuflow.ones(1024)))
+
+
+def test_pool_plugin_reports_back(ccf, client):
+    client.register_plugin(cfd.CuflowPool("8MiB", limit="1GiB", warmup=_warm))
+    stats = cfd.pool_stats(client)
+    assert len(stats) == 2
+    for s in stats.values():
+        assert s["backend"] == ccf.get_backend().name
+        assert s["setup"]["reserved_at_setup"] >= 8 << 20
+        assert s["setup"]["warmup"] is not None
+        assert s["stats"]["limit_bytes"] == 1 << 30
+
+
+def test_pool_plugin_refuses_bad_sizes():
+    with pytest.raises(cuflow.ArgumentError, match="size must be bytes"):
+        cfd.CuflowPool("lots")
+    with pytest.raises(cuflow.ArgumentError, match="limit must be bytes"):
+        cfd.CuflowPool(limit=-5)
+    with pytest.raises(cuflow.ArgumentError, match="warmup must be callable"):
+        cfd.CuflowPool(warmup=3)
+
+
+def _frame(i):
+    return np.random.default_rng(int(i)).integers(0, 256, size=(30, 40, 3), dtype=np.uint8)
+
+
+def _summary(batch):
+    return os.getpid(), cuflow.asnumpy(batch)
+
+
+def test_map_frames_matches_one_pipeline(ccf, client):
+    options = ccf.PipelineOptions(size=(16, 24), batch_size=4, mean=MEAN, std=STD)
+    out = cfd.map_frames(client, range(22), options, load=_frame, consume=_summary)
+    pids = {p for p, _ in out}
+    got = np.concatenate([b for _, b in out])
+    pipe = ccf.Pipeline((16, 24), 4, mean=MEAN, std=STD)
+    want = np.concatenate([ccf.asnumpy(b) for b in pipe.batches(map(_frame, range(22)))])
+    assert len(pids) == 2  # both workers took a shard
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    # host frames as items, a batch copied back by default, several tasks per worker
+    frames = [_frame(i) for i in range(9)]
+    back = cfd.map_frames(client, frames, options, frames_per_task=3)
+    assert [len(b) for b in back] == [4, 4, 1]  # 3 frames per task rounds up to one batch
+    np.testing.assert_allclose(np.concatenate(back), want[:9], rtol=1e-6, atol=1e-6)
+
+
+def test_map_frames_validates(ccf, client):
+    with pytest.raises(cuflow.ArgumentError, match="options must be a cuflow.PipelineOptions"):
+        cfd.map_frames(client, [1], {"size": 8})
+    options = ccf.PipelineOptions(size=8, batch_size=2)
+    assert cfd.map_frames(client, [], options) == []
+    with pytest.raises(cuflow.ArgumentError, match="frames_per_task"):
+        cfd.map_frames(client, [1], options, frames_per_task=0.5)
