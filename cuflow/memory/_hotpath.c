@@ -177,21 +177,31 @@ static PyTypeObject PoolLockType = {
 typedef intptr_t (*stream_fn)(void);
 
 /* Block's slots used here, by offset */
-enum { B_PLAIN, B_REQ, B_STREAM, B_SIZE, B_PTR, B_FREE, B_QUICK, B_N };
-static const char *block_slots[B_N] = {"plain", "req", "stream", "size", "ptr", "free", "quick"};
+enum { B_PLAIN, B_REQ, B_STREAM, B_SIZE, B_PTR, B_FREE, B_QUICK, B_PREV, B_NEXT, B_SEG,
+       B_EVENTS, B_USES, B_N };
+static const char *block_slots[B_N] = {"plain", "req", "stream", "size", "ptr", "free", "quick",
+                                       "prev", "next", "seg", "events", "uses"};
+/* Segment's and FreeList's slots used by the general path */
+enum { S_KEEP, S_OWNER, F_BY_SIZE, F_SIZES, X_N };
 
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *pool, *attrs, *quick, *live, *freed, *hits, *block_type, *owner;
     PyObject *popitem, *free_other, *miss;
+    /* the general path (NULL without segment_type / freelist_type: it is then Python's) */
+    PyObject *segment_type, *freelist_type, *lists, *alloc_slow, *new_list, *drain;
     PoolLock *lock;
     Py_ssize_t off[B_N];
+    Py_ssize_t xoff[X_N];
     stream_fn get_stream;
 } HotAlloc;
 
 static PyObject *s_busy, *s_slow, *s_requested, *s_allocated, *s_peak_requested,
-    *s_peak_allocated, *s_peak_active, *s_pending_bytes;
+    *s_peak_allocated, *s_peak_active, *s_pending_bytes, *s_gone, *s_watched, *s_on_new_stream,
+    *s_capturing, *s_backend, *s_cheap_release, *s_segment_granularity, *s_recording;
+
+#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 
 static PyObject *
 slot(HotAlloc *self, PyObject *b, int i)
@@ -478,6 +488,545 @@ fail:
     return NULL;
 }
 
+/* ------------------------------------------------------------ the general path */
+/* Pool._alloc_locked for the general pool (no capture, no destroyed stream, no recording):
+ * flush the exact-size cache into the coalesced free lists, take the best fit, split it;
+ * FreeList.push / remove / pop_fit, Pool._insert_free and Pool._take decision for decision,
+ * on the same containers.  A miss of every free list calls Pool._alloc_slow (borrowing,
+ * pending frees, orphans, new segments). */
+
+#define SPLIT_MIN 512
+#define LARGE_SPLIT_MAX 2
+#define DEAD_STREAM (-1)
+
+static long long
+as_ll(PyObject *v)
+{
+    return PyLong_AsLongLong(v); /* -1 with an exception on error */
+}
+
+static int
+slot_set_ll(HotAlloc *self, PyObject *b, int i, long long v)
+{
+    PyObject *o = PyLong_FromLongLong(v);
+    if (o == NULL)
+        return -1;
+    Py_XSETREF(SLOT(b, self->off[i]), o);
+    return 0;
+}
+
+static int
+check_fl(HotAlloc *self, PyObject *fl, PyObject **by_size, PyObject **sizes)
+{
+    if (Py_TYPE(fl) != (PyTypeObject *)self->freelist_type) {
+        PyErr_Format(PyExc_TypeError, "the pool holds a %R, not a FreeList", Py_TYPE(fl));
+        return -1;
+    }
+    *by_size = SLOT(fl, self->xoff[F_BY_SIZE]);
+    *sizes = SLOT(fl, self->xoff[F_SIZES]);
+    if (*by_size == NULL || *sizes == NULL || !PyDict_Check(*by_size) || !PyList_Check(*sizes)) {
+        PyErr_SetString(PyExc_TypeError, "FreeList.by_size / sizes must be a dict / a list");
+        return -1;
+    }
+    return 0;
+}
+
+/* FreeList.push(b) */
+static int
+fl_push(HotAlloc *self, PyObject *fl, PyObject *b)
+{
+    PyObject *by_size, *sizes;
+    if (check_fl(self, fl, &by_size, &sizes) < 0)
+        return -1;
+    PyObject *size = SLOT(b, self->off[B_SIZE]);
+    PyObject *lst = PyDict_GetItemWithError(by_size, size);
+    if (lst != NULL)
+        return PyList_Append(lst, b);
+    if (PyErr_Occurred())
+        return -1;
+    long long sv = as_ll(size);
+    if (sv == -1 && PyErr_Occurred())
+        return -1;
+    Py_INCREF(size);
+    if ((lst = PyList_New(1)) == NULL) {
+        Py_DECREF(size);
+        return -1;
+    }
+    PyList_SET_ITEM(lst, 0, Py_NewRef(b));
+    int r = PyDict_SetItem(by_size, size, lst);
+    Py_DECREF(lst);
+    if (r == 0) { /* bisect.insort (to the right of equal sizes) */
+        Py_ssize_t lo = 0, hi = PyList_GET_SIZE(sizes);
+        while (lo < hi) {
+            Py_ssize_t mid = (lo + hi) / 2;
+            long long v = as_ll(PyList_GET_ITEM(sizes, mid));
+            if (v == -1 && PyErr_Occurred()) {
+                Py_DECREF(size);
+                return -1;
+            }
+            if (sv < v)
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+        r = PyList_Insert(sizes, lo, size);
+    }
+    Py_DECREF(size);
+    return r;
+}
+
+/* FreeList.remove(b) */
+static int
+fl_remove(HotAlloc *self, PyObject *fl, PyObject *b)
+{
+    PyObject *by_size, *sizes;
+    if (check_fl(self, fl, &by_size, &sizes) < 0)
+        return -1;
+    PyObject *lst = PyDict_GetItemWithError(by_size, SLOT(b, self->off[B_SIZE]));
+    if (lst == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetObject(PyExc_KeyError, SLOT(b, self->off[B_SIZE]));
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(lst); i++)
+        if (PyList_GET_ITEM(lst, i) == b)
+            return PyList_SetSlice(lst, i, i + 1, NULL);
+    PyErr_SetString(PyExc_ValueError, "list.remove(x): x not in list");
+    return -1;
+}
+
+/* lst.pop(j), a new reference */
+static PyObject *
+list_pop(PyObject *lst, Py_ssize_t j)
+{
+    PyObject *b = Py_NewRef(PyList_GET_ITEM(lst, j));
+    if (PyList_SetSlice(lst, j, j + 1, NULL) < 0) {
+        Py_DECREF(b);
+        return NULL;
+    }
+    return b;
+}
+
+/* FreeList.pop_fit(size, most) (most < 0: None); *out a new reference or NULL */
+static int
+fl_pop_fit(HotAlloc *self, PyObject *fl, long long size, long long most, PyObject **out)
+{
+    PyObject *by_size, *sizes;
+    *out = NULL;
+    if (check_fl(self, fl, &by_size, &sizes) < 0)
+        return -1;
+    Py_ssize_t lo = 0, hi = PyList_GET_SIZE(sizes);
+    while (lo < hi) { /* bisect_left */
+        Py_ssize_t mid = (lo + hi) / 2;
+        long long v = as_ll(PyList_GET_ITEM(sizes, mid));
+        if (v == -1 && PyErr_Occurred())
+            return -1;
+        if (v < size)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    Py_ssize_t i = lo;
+    while (i < PyList_GET_SIZE(sizes)) {
+        PyObject *s = PyList_GET_ITEM(sizes, i);
+        long long sv = as_ll(s);
+        if (sv == -1 && PyErr_Occurred())
+            return -1;
+        PyObject *lst = PyDict_GetItemWithError(by_size, s);
+        if (lst == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetObject(PyExc_KeyError, s);
+            return -1;
+        }
+        Py_ssize_t n = PyList_GET_SIZE(lst);
+        if (most >= 0 && sv > most) { /* only a kept segment's block may be that much larger */
+            for (Py_ssize_t j = n - 1; j >= 0; j--) {
+                PyObject *seg = SLOT(PyList_GET_ITEM(lst, j), self->off[B_SEG]);
+                PyObject *keep = seg == NULL ? NULL : SLOT(seg, self->xoff[S_KEEP]);
+                int k = keep == Py_True ? 1 : keep == Py_False ? 0
+                        : keep == NULL ? -1 : PyObject_IsTrue(keep);
+                if (k < 0) {
+                    if (!PyErr_Occurred())
+                        PyErr_SetString(PyExc_AttributeError, "Segment.keep");
+                    return -1;
+                }
+                if (k)
+                    return (*out = list_pop(lst, j)) == NULL ? -1 : 0;
+            }
+            i++;
+            continue;
+        }
+        if (n) { /* a whole segment first */
+            for (Py_ssize_t j = n - 1; j >= 0; j--) {
+                PyObject *b = PyList_GET_ITEM(lst, j);
+                if (SLOT(b, self->off[B_PREV]) == Py_None && SLOT(b, self->off[B_NEXT]) == Py_None)
+                    return (*out = list_pop(lst, j)) == NULL ? -1 : 0;
+            }
+            return (*out = list_pop(lst, n - 1)) == NULL ? -1 : 0;
+        }
+        Py_INCREF(s); /* an emptied size: deleted lazily */
+        int r = PyList_SetSlice(sizes, i, i + 1, NULL);
+        if (r == 0)
+            r = PyDict_DelItem(by_size, s);
+        Py_DECREF(s);
+        if (r < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Pool._list(owner, stream): a new reference */
+static PyObject *
+get_list(HotAlloc *self, PyObject *owner, PyObject *stream)
+{
+    PyObject *key = PyTuple_Pack(2, owner, stream);
+    if (key == NULL)
+        return NULL;
+    PyObject *fl = PyDict_GetItemWithError(self->lists, key);
+    Py_DECREF(key);
+    if (fl != NULL)
+        return Py_NewRef(fl);
+    if (PyErr_Occurred())
+        return NULL;
+    PyObject *args[2] = {owner, stream};
+    return PyObject_Vectorcall(self->new_list, args, 2, NULL);
+}
+
+/* a neighbour that coalesces with a free block of ``stream``: free, not in the exact-size
+ * cache, awaiting no event, on the same stream */
+static int
+joins(HotAlloc *self, PyObject *nb, PyObject *stream)
+{
+    if (nb == Py_None)
+        return 0;
+    if (Py_TYPE(nb) != (PyTypeObject *)self->block_type) {
+        PyErr_Format(PyExc_TypeError, "a Block's neighbour is a %R", Py_TYPE(nb));
+        return -1;
+    }
+    if (SLOT(nb, self->off[B_FREE]) != Py_True || SLOT(nb, self->off[B_QUICK]) != Py_False
+        || SLOT(nb, self->off[B_EVENTS]) != Py_None)
+        return 0;
+    return same_int(SLOT(nb, self->off[B_STREAM]), stream);
+}
+
+/* Pool._insert_free for a block of the general pool on a live stream */
+static int
+insert_free(HotAlloc *self, PyObject *b)
+{
+    PyObject *stream = SLOT(b, self->off[B_STREAM]), *seg = SLOT(b, self->off[B_SEG]);
+    PyObject *owner = seg == NULL ? NULL : SLOT(seg, self->xoff[S_OWNER]);
+    if (stream == NULL || owner == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "Block.stream / Block.seg.owner");
+        return -1;
+    }
+    long long sv = as_ll(stream);
+    if (sv == -1 && PyErr_Occurred())
+        return -1;
+    if (sv == DEAD_STREAM || owner != Py_None) { /* orphans, private pools: Python's */
+        PyObject *r = PyObject_CallMethod(self->pool, "_insert_free", "O", b);
+        Py_XDECREF(r);
+        return r == NULL ? -1 : 0;
+    }
+    Py_INCREF(b);
+    Py_INCREF(stream);
+    int r = -1, j;
+    PyObject *fl = get_list(self, Py_None, stream);
+    if (fl == NULL)
+        goto done;
+    PyObject *p = SLOT(b, self->off[B_PREV]), *n = SLOT(b, self->off[B_NEXT]);
+    Py_INCREF(p);
+    Py_INCREF(n);
+    if ((j = joins(self, p, stream)) < 0)
+        goto done2;
+    if (j) { /* b joins its free predecessor p */
+        long long ps = as_ll(SLOT(p, self->off[B_SIZE])), bs = as_ll(SLOT(b, self->off[B_SIZE]));
+        if (((ps == -1 || bs == -1) && PyErr_Occurred()) || fl_remove(self, fl, p) < 0
+            || slot_set_ll(self, p, B_SIZE, ps + bs) < 0)
+            goto done2;
+        Py_XSETREF(SLOT(p, self->off[B_NEXT]), Py_NewRef(n));
+        if (n != Py_None)
+            Py_XSETREF(SLOT(n, self->off[B_PREV]), Py_NewRef(p));
+        Py_SETREF(b, Py_NewRef(p));
+    }
+    if ((j = joins(self, n, stream)) < 0)
+        goto done2;
+    if (j) { /* its free successor n joins b */
+        long long ns = as_ll(SLOT(n, self->off[B_SIZE])), bs = as_ll(SLOT(b, self->off[B_SIZE]));
+        if (((ns == -1 || bs == -1) && PyErr_Occurred()) || fl_remove(self, fl, n) < 0
+            || slot_set_ll(self, b, B_SIZE, bs + ns) < 0)
+            goto done2;
+        PyObject *nn = SLOT(n, self->off[B_NEXT]);
+        Py_XSETREF(SLOT(b, self->off[B_NEXT]), Py_NewRef(nn));
+        if (nn != Py_None)
+            Py_XSETREF(SLOT(nn, self->off[B_PREV]), Py_NewRef(b));
+    }
+    r = fl_push(self, fl, b);
+done2:
+    Py_DECREF(p);
+    Py_DECREF(n);
+done:
+    Py_XDECREF(fl);
+    Py_DECREF(stream);
+    Py_DECREF(b);
+    return r;
+}
+
+/* Pool._flush_quick: the exact-size cache into the coalesced free lists */
+static int
+flush_quick(HotAlloc *self)
+{
+    if (PyDict_GET_SIZE(self->quick) == 0)
+        return 0;
+    PyObject *streams = PyDict_Values(self->quick);
+    if (streams == NULL)
+        return -1;
+    PyDict_Clear(self->quick); /* in place: the hot path holds this dict */
+    int r = 0;
+    for (Py_ssize_t i = 0; r == 0 && i < PyList_GET_SIZE(streams); i++) {
+        PyObject *by_size = PyList_GET_ITEM(streams, i);
+        if (!PyDict_Check(by_size)) {
+            PyErr_SetString(PyExc_TypeError, "the exact-size cache holds a non-dict");
+            r = -1;
+            break;
+        }
+        PyObject *lists = PyDict_Values(by_size);
+        if (lists == NULL) {
+            r = -1;
+            break;
+        }
+        for (Py_ssize_t k = 0; r == 0 && k < PyList_GET_SIZE(lists); k++) {
+            PyObject *lst = PyList_GET_ITEM(lists, k);
+            for (Py_ssize_t j = 0; r == 0 && j < PyList_GET_SIZE(lst); j++) {
+                PyObject *b = Py_NewRef(PyList_GET_ITEM(lst, j));
+                if (Py_TYPE(b) != (PyTypeObject *)self->block_type) {
+                    PyErr_Format(PyExc_TypeError, "the pool cached a %R", Py_TYPE(b));
+                    r = -1;
+                }
+                else {
+                    Py_XSETREF(SLOT(b, self->off[B_QUICK]), Py_NewRef(Py_False));
+                    r = insert_free(self, b);
+                }
+                Py_DECREF(b);
+            }
+        }
+        Py_DECREF(lists);
+    }
+    Py_DECREF(streams);
+    return r;
+}
+
+/* a new Block(ptr, size, seg, stream), as Block.__init__ makes it */
+static PyObject *
+new_block(HotAlloc *self, long long ptr, long long size, PyObject *seg, PyObject *stream)
+{
+    PyTypeObject *t = (PyTypeObject *)self->block_type;
+    PyObject *b = t->tp_alloc(t, 0);
+    if (b == NULL)
+        return NULL;
+    if (slot_set_ll(self, b, B_PTR, ptr) < 0 || slot_set_ll(self, b, B_SIZE, size) < 0
+        || slot_set_ll(self, b, B_REQ, 0) < 0) {
+        Py_DECREF(b);
+        return NULL;
+    }
+    SLOT(b, self->off[B_SEG]) = Py_NewRef(seg);
+    SLOT(b, self->off[B_STREAM]) = Py_NewRef(stream);
+    SLOT(b, self->off[B_PREV]) = Py_NewRef(Py_None);
+    SLOT(b, self->off[B_NEXT]) = Py_NewRef(Py_None);
+    SLOT(b, self->off[B_FREE]) = Py_NewRef(Py_True);
+    SLOT(b, self->off[B_QUICK]) = Py_NewRef(Py_False);
+    SLOT(b, self->off[B_USES]) = Py_NewRef(Py_None);
+    SLOT(b, self->off[B_EVENTS]) = Py_NewRef(Py_None);
+    SLOT(b, self->off[B_PLAIN]) = Py_NewRef(Py_False);
+    return b;
+}
+
+/* Pool._take: lend b for a request of nbytes (size rounded), splitting off its rest */
+static int
+take(HotAlloc *self, PyObject *b, long long size, PyObject *nbytes_obj, long long nbytes)
+{
+    long long bs = as_ll(SLOT(b, self->off[B_SIZE])), now, peak, pending;
+    if (bs == -1 && PyErr_Occurred())
+        return -1;
+    PyObject *seg = SLOT(b, self->off[B_SEG]);
+    PyObject *owner = SLOT(seg, self->xoff[S_OWNER]);
+    if (bs - size >= SPLIT_MIN) {
+        long long ptr = as_ll(SLOT(b, self->off[B_PTR]));
+        if (ptr == -1 && PyErr_Occurred())
+            return -1;
+        PyObject *stream = SLOT(b, self->off[B_STREAM]);
+        PyObject *r = new_block(self, ptr + size, bs - size, seg, stream);
+        if (r == NULL)
+            return -1;
+        PyObject *n = SLOT(b, self->off[B_NEXT]);
+        Py_SETREF(SLOT(r, self->off[B_PREV]), Py_NewRef(b));
+        Py_SETREF(SLOT(r, self->off[B_NEXT]), Py_NewRef(n));
+        if (n != Py_None)
+            Py_XSETREF(SLOT(n, self->off[B_PREV]), Py_NewRef(r));
+        Py_XSETREF(SLOT(b, self->off[B_NEXT]), Py_NewRef(r));
+        bs = size;
+        PyObject *fl = NULL;
+        if (slot_set_ll(self, b, B_SIZE, size) < 0
+            || (fl = get_list(self, owner, stream)) == NULL || fl_push(self, fl, r) < 0) {
+            Py_XDECREF(fl);
+            Py_DECREF(r);
+            return -1;
+        }
+        Py_DECREF(fl);
+        Py_DECREF(r);
+    }
+    Py_XSETREF(SLOT(b, self->off[B_FREE]), Py_NewRef(Py_False));
+    Py_XSETREF(SLOT(b, self->off[B_PLAIN]), Py_NewRef(owner == Py_None ? Py_True : Py_False));
+    Py_XSETREF(SLOT(b, self->off[B_REQ]), Py_NewRef(nbytes_obj));
+    if (add(self, s_allocated, bs, s_peak_allocated, &now) < 0
+        || add(self, s_requested, nbytes, s_peak_requested, &now) < 0
+        || get_ll(self, s_allocated, &now) < 0 || get_ll(self, s_pending_bytes, &pending) < 0
+        || get_ll(self, s_peak_active, &peak) < 0
+        || (now + pending > peak && set_ll(self, s_peak_active, now + pending) < 0))
+        return -1;
+    return 0;
+}
+
+/* Pool._alloc_locked for the general pool: a new reference to the lent block */
+static PyObject *
+alloc_general(HotAlloc *self, long long size, PyObject *nbytes_obj, long long nbytes,
+              PyObject *stream)
+{
+    if (flush_quick(self) < 0)
+        return NULL;
+    PyObject *fl = NULL, *b = NULL, *key = PyTuple_Pack(2, Py_None, stream);
+    if (key == NULL)
+        return NULL;
+    fl = PyDict_GetItemWithError(self->lists, key);
+    Py_DECREF(key);
+    if (fl == NULL && PyErr_Occurred())
+        return NULL;
+    Py_XINCREF(fl);
+    long long most = -1;
+    if (size >= SMALL) {
+        PyObject *be = PyDict_GetItemWithError(self->attrs, s_backend);
+        PyObject *cheap = be == NULL ? NULL : PyObject_GetAttr(be, s_cheap_release);
+        int c = cheap == NULL ? -1 : PyObject_IsTrue(cheap);
+        Py_XDECREF(cheap);
+        if (c < 0) {
+            if (!PyErr_Occurred())
+                PyErr_SetObject(PyExc_AttributeError, s_backend);
+            Py_XDECREF(fl);
+            return NULL;
+        }
+        if (c) { /* at most twice the request, or the segment a miss would make for it */
+            PyObject *g = PyObject_GetAttr(be, s_segment_granularity);
+            long long gv = g == NULL ? -1 : as_ll(g);
+            Py_XDECREF(g);
+            if (gv <= 0) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_ValueError, "segment_granularity must be > 0");
+                Py_XDECREF(fl);
+                return NULL;
+            }
+            long long seg = (size + gv - 1) / gv * gv;
+            most = size * LARGE_SPLIT_MAX > seg ? size * LARGE_SPLIT_MAX : seg;
+        }
+    }
+    if (fl != NULL) {
+        int r = fl_pop_fit(self, fl, size, most, &b);
+        Py_DECREF(fl);
+        if (r < 0)
+            return NULL;
+    }
+    PyObject *size_obj = PyLong_FromLongLong(size);
+    if (size_obj == NULL) {
+        Py_XDECREF(b);
+        return NULL;
+    }
+    if (b == NULL) {
+        PyObject *most_obj = most < 0 ? Py_NewRef(Py_None) : PyLong_FromLongLong(most);
+        if (most_obj != NULL) {
+            PyObject *args[4] = {size_obj, stream, Py_None, most_obj};
+            b = PyObject_Vectorcall(self->alloc_slow, args, 4, NULL);
+            Py_DECREF(most_obj);
+        }
+        if (b != NULL && Py_TYPE(b) != (PyTypeObject *)self->block_type) {
+            PyErr_Format(PyExc_TypeError, "Pool._alloc_slow gave a %R", Py_TYPE(b));
+            Py_CLEAR(b);
+        }
+    }
+    else if (count(self->hits, size_obj) < 0)
+        Py_CLEAR(b);
+    Py_DECREF(size_obj);
+    if (b != NULL && take(self, b, size, nbytes_obj, nbytes) < 0)
+        Py_CLEAR(b);
+    return b;
+}
+
+/* Pool._alloc_miss where the general path applies (else the Python method): a new
+ * reference to the pointer */
+static PyObject *
+alloc_miss(HotAlloc *self, long long size, PyObject *nbytes_obj, long long nbytes,
+           PyObject *stream)
+{
+    PyObject *size_obj, *r;
+    if (self->segment_type == NULL || nbytes < 0)
+        goto python;
+    PyObject *gone = PyDict_GetItemWithError(self->attrs, s_gone);
+    PyObject *cap = PyDict_GetItemWithError(self->attrs, s_capturing);
+    PyObject *rec = PyDict_GetItemWithError(self->attrs, s_recording);
+    if (gone == NULL || cap == NULL || rec == NULL || !PyList_Check(gone) || !PyDict_Check(cap))
+        goto python;
+    if (PyList_GET_SIZE(gone) || PyDict_GET_SIZE(cap) || rec != Py_None)
+        goto python;
+    long long sv = as_ll(stream);
+    if (sv == -1 && PyErr_Occurred())
+        return NULL;
+    if (sv > 2) { /* a stream met for the first time: the CuPy glue watches its life */
+        PyObject *watched = PyDict_GetItemWithError(self->attrs, s_watched);
+        PyObject *hook = PyDict_GetItemWithError(self->attrs, s_on_new_stream);
+        if (watched == NULL || hook == NULL || !PyAnySet_Check(watched))
+            goto python;
+        int known = PySet_Contains(watched, stream);
+        if (known < 0)
+            return NULL;
+        if (!known && hook != Py_None)
+            goto python;
+    }
+    if (PyDict_SetItem(self->attrs, s_busy, Py_True) < 0)
+        return NULL;
+    PyObject *b = alloc_general(self, size, nbytes_obj, nbytes, stream);
+    if (b == NULL) {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyDict_SetItem(self->attrs, s_busy, Py_False);
+        PyErr_Restore(et, ev, tb);
+        return NULL;
+    }
+    if (PyDict_SetItem(self->attrs, s_busy, Py_False) < 0) {
+        Py_DECREF(b);
+        return NULL;
+    }
+    PyObject *ptr = Py_NewRef(SLOT(b, self->off[B_PTR]));
+    int e = PyDict_SetItem(self->live, ptr, b);
+    Py_DECREF(b);
+    if (e < 0) {
+        Py_DECREF(ptr);
+        return NULL;
+    }
+    if (PyDict_GET_SIZE(self->freed)) { /* freed by finalizers meanwhile */
+        r = PyObject_CallNoArgs(self->drain);
+        if (r == NULL) {
+            Py_DECREF(ptr);
+            return NULL;
+        }
+        Py_DECREF(r);
+    }
+    return ptr;
+python:
+    if ((size_obj = PyLong_FromLongLong(size)) == NULL)
+        return NULL;
+    PyObject *args[3] = {size_obj, nbytes_obj, stream};
+    r = PyObject_Vectorcall(self->miss, args, 3, NULL);
+    Py_DECREF(size_obj);
+    return r;
+}
+
 static PyObject *
 alloc_locked(HotAlloc *self, PyObject *nbytes_obj, long long nbytes, PyObject *stream)
 {
@@ -513,13 +1062,7 @@ alloc_locked(HotAlloc *self, PyObject *nbytes_obj, long long nbytes, PyObject *s
         if (hit != Py_None)
             return hit; /* a pointer, or NULL */
     }
-    PyObject *size_obj = PyLong_FromLongLong(size);
-    if (size_obj == NULL)
-        return NULL;
-    PyObject *args[3] = {size_obj, nbytes_obj, stream};
-    PyObject *r = PyObject_Vectorcall(self->miss, args, 3, NULL);
-    Py_DECREF(size_obj);
-    return r;
+    return alloc_miss(self, size, nbytes_obj, nbytes, stream);
 }
 
 static PyObject *
@@ -568,6 +1111,12 @@ hot_traverse(HotAlloc *self, visitproc visit, void *arg)
     Py_VISIT(self->free_other);
     Py_VISIT(self->miss);
     Py_VISIT(self->lock);
+    Py_VISIT(self->segment_type);
+    Py_VISIT(self->freelist_type);
+    Py_VISIT(self->lists);
+    Py_VISIT(self->alloc_slow);
+    Py_VISIT(self->new_list);
+    Py_VISIT(self->drain);
     return 0;
 }
 
@@ -586,6 +1135,12 @@ hot_clear(HotAlloc *self)
     Py_CLEAR(self->free_other);
     Py_CLEAR(self->miss);
     Py_CLEAR(self->lock);
+    Py_CLEAR(self->segment_type);
+    Py_CLEAR(self->freelist_type);
+    Py_CLEAR(self->lists);
+    Py_CLEAR(self->alloc_slow);
+    Py_CLEAR(self->new_list);
+    Py_CLEAR(self->drain);
     return 0;
 }
 
@@ -618,11 +1173,18 @@ slot_offset(PyObject *type, const char *name)
 static PyObject *
 hot_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"pool", "block_type", "stream_fn", NULL};
-    PyObject *pool, *block_type, *fn = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!|O:HotAlloc", kwlist, &pool,
-                                     &PyType_Type, &block_type, &fn))
+    static char *kwlist[] = {"pool", "block_type", "stream_fn", "segment_type", "freelist_type",
+                             NULL};
+    PyObject *pool, *block_type, *fn = Py_None, *seg_type = Py_None, *fl_type = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!|O$OO:HotAlloc", kwlist, &pool,
+                                     &PyType_Type, &block_type, &fn, &seg_type, &fl_type))
         return NULL;
+    if ((seg_type == Py_None) != (fl_type == Py_None) || (seg_type != Py_None
+            && (!PyType_Check(seg_type) || !PyType_Check(fl_type)))) {
+        PyErr_SetString(PyExc_TypeError, "HotAlloc: segment_type and freelist_type are two "
+                                         "types, or both None (the general path is Python's)");
+        return NULL;
+    }
     stream_fn get_stream = NULL;
     if (fn != Py_None) {
         if (!PyCapsule_CheckExact(fn)) {
@@ -671,6 +1233,23 @@ hot_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         || (lock = PyObject_GetAttrString(pool, "_lock")) == NULL)
         goto fail;
     self->lock = (PoolLock *)lock;
+    if (seg_type != Py_None) {
+        self->segment_type = Py_NewRef(seg_type);
+        self->freelist_type = Py_NewRef(fl_type);
+        if ((self->xoff[S_KEEP] = slot_offset(seg_type, "keep")) < 0
+            || (self->xoff[S_OWNER] = slot_offset(seg_type, "owner")) < 0
+            || (self->xoff[F_BY_SIZE] = slot_offset(fl_type, "by_size")) < 0
+            || (self->xoff[F_SIZES] = slot_offset(fl_type, "sizes")) < 0
+            || (self->lists = PyObject_GetAttrString(pool, "_lists")) == NULL
+            || (self->alloc_slow = PyObject_GetAttrString(pool, "_alloc_slow")) == NULL
+            || (self->new_list = PyObject_GetAttrString(pool, "_list")) == NULL
+            || (self->drain = PyObject_GetAttrString(pool, "_drain")) == NULL)
+            goto fail;
+        if (!PyDict_Check(self->lists)) {
+            PyErr_SetString(PyExc_TypeError, "HotAlloc: the pool's _lists must be a dict");
+            goto fail;
+        }
+    }
     if (!Py_IS_TYPE(lock, &PoolLockType)) {
         PyErr_Format(PyExc_TypeError, "HotAlloc: the pool's _lock must be a PoolLock, got %R",
                      lock);
@@ -719,6 +1298,14 @@ PyInit__hotpath(void)
     INTERN(s_peak_allocated, "peak_allocated");
     INTERN(s_peak_active, "peak_active");
     INTERN(s_pending_bytes, "pending_bytes");
+    INTERN(s_gone, "_gone");
+    INTERN(s_watched, "_watched");
+    INTERN(s_on_new_stream, "_on_new_stream");
+    INTERN(s_capturing, "_capturing");
+    INTERN(s_backend, "backend");
+    INTERN(s_cheap_release, "cheap_release");
+    INTERN(s_segment_granularity, "segment_granularity");
+    INTERN(s_recording, "_recording");
 #undef INTERN
     if (PyType_Ready(&HotAllocType) < 0 || PyType_Ready(&PoolLockType) < 0)
         return NULL;

@@ -127,7 +127,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         containers does the same operations.
         """
         if HotAlloc is not None and (stream_of is None or stream_fn is not None):
-            return HotAlloc(self, Block, stream_fn)
+            return HotAlloc(self, Block, stream_fn, segment_type=Segment, freelist_type=FreeList)
         pool, quick, live, freed, hits = self, self._quick, self._live, self._freed, self.hits
         free_other, miss = self._free_locked, self._alloc_miss
         acquire, release = self._lock.acquire, self._lock.release  # cheaper than ``with``
