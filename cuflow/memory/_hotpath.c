@@ -172,6 +172,51 @@ static PyTypeObject PoolLockType = {
     .tp_methods = lock_methods,
 };
 
+/* ------------------------------------------------------------------ PoolState */
+
+/* The pool's counters and flags, shared by its Python code (``Pool.allocated`` ... are
+ * properties over it) and the compiled paths, which read and write the fields directly. */
+typedef struct {
+    PyObject_HEAD
+    long long requested, allocated, peak_requested, peak_allocated, peak_active, pending_bytes;
+    long long reserved;
+    char busy, slow;
+} PoolState;
+
+static PyMemberDef state_members[] = {
+    {"requested", T_LONGLONG, offsetof(PoolState, requested), 0, "bytes requested by lent blocks"},
+    {"allocated", T_LONGLONG, offsetof(PoolState, allocated), 0, "bytes of lent blocks"},
+    {"peak_requested", T_LONGLONG, offsetof(PoolState, peak_requested), 0, NULL},
+    {"peak_allocated", T_LONGLONG, offsetof(PoolState, peak_allocated), 0, NULL},
+    {"peak_active", T_LONGLONG, offsetof(PoolState, peak_active), 0, NULL},
+    {"pending_bytes", T_LONGLONG, offsetof(PoolState, pending_bytes), 0,
+     "bytes freed, waiting for other streams' work"},
+    {"reserved", T_LONGLONG, offsetof(PoolState, reserved), 0, "bytes of the pool's segments"},
+    {"busy", T_BOOL, offsetof(PoolState, busy), 0, "a slow path runs (frees wait in _freed)"},
+    {"slow", T_BOOL, offsetof(PoolState, slow), 0, "the hot path defers to the general one"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyObject *
+state_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    if (PyTuple_GET_SIZE(args) || (kwds != NULL && PyDict_GET_SIZE(kwds))) {
+        PyErr_SetString(PyExc_TypeError, "PoolState() takes no arguments");
+        return NULL;
+    }
+    return type->tp_alloc(type, 0); /* zeroed */
+}
+
+static PyTypeObject PoolStateType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cuflow.memory._hotpath.PoolState",
+    .tp_doc = "The memory pool's counters and flags (read and written by the compiled paths).",
+    .tp_basicsize = sizeof(PoolState),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = state_new,
+    .tp_members = state_members,
+};
+
 /* ------------------------------------------------------------------- HotAlloc */
 
 typedef intptr_t (*stream_fn)(void);
@@ -190,15 +235,15 @@ typedef struct {
     PyObject *pool, *attrs, *quick, *live, *freed, *hits, *block_type, *owner;
     PyObject *popitem, *free_other, *miss;
     /* the general path (NULL without segment_type / freelist_type: it is then Python's) */
-    PyObject *segment_type, *freelist_type, *lists, *alloc_slow, *new_list, *drain;
+    PyObject *segment_type, *freelist_type, *lists, *general, *alloc_slow, *new_list, *drain;
     PoolLock *lock;
+    PoolState *st;
     Py_ssize_t off[B_N];
     Py_ssize_t xoff[X_N];
     stream_fn get_stream;
 } HotAlloc;
 
-static PyObject *s_busy, *s_slow, *s_requested, *s_allocated, *s_peak_requested,
-    *s_peak_allocated, *s_peak_active, *s_pending_bytes, *s_gone, *s_watched, *s_on_new_stream,
+static PyObject *s_segment_granularity_min, *s_gone, *s_watched, *s_on_new_stream,
     *s_capturing, *s_backend, *s_cheap_release, *s_segment_granularity, *s_recording;
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
@@ -218,58 +263,18 @@ set_slot(HotAlloc *self, PyObject *b, int i, PyObject *v)
     Py_XSETREF(*(PyObject **)((char *)b + self->off[i]), Py_NewRef(v));
 }
 
-/* the pool's attribute ``name`` (an instance attribute) as a C integer */
-static int
-get_ll(HotAlloc *self, PyObject *name, long long *out)
+/* the peaks after lending bytes */
+static inline void
+lent(PoolState *st, long long size, long long nbytes)
 {
-    PyObject *v = PyDict_GetItemWithError(self->attrs, name);
-    if (v == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetObject(PyExc_AttributeError, name);
-        return -1;
-    }
-    *out = PyLong_AsLongLong(v);
-    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
-}
-
-static int
-set_ll(HotAlloc *self, PyObject *name, long long value)
-{
-    PyObject *v = PyLong_FromLongLong(value);
-    if (v == NULL)
-        return -1;
-    int r = PyDict_SetItem(self->attrs, name, v);
-    Py_DECREF(v);
-    return r;
-}
-
-static int
-get_flag(HotAlloc *self, PyObject *name)
-{
-    PyObject *v = PyDict_GetItemWithError(self->attrs, name);
-    if (v == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetObject(PyExc_AttributeError, name);
-        return -1;
-    }
-    return v == Py_False ? 0 : v == Py_True ? 1 : PyObject_IsTrue(v);
-}
-
-/* pool.<name> += delta, and pool.<peak> = max(pool.<peak>, the new value) when peak */
-static int
-add(HotAlloc *self, PyObject *name, long long delta, PyObject *peak, long long *now)
-{
-    long long v, p;
-    if (get_ll(self, name, &v) < 0 || set_ll(self, name, v + delta) < 0)
-        return -1;
-    *now = v + delta;
-    if (peak != NULL) {
-        if (get_ll(self, peak, &p) < 0)
-            return -1;
-        if (*now > p && set_ll(self, peak, *now) < 0)
-            return -1;
-    }
-    return 0;
+    st->requested += nbytes;
+    if (st->requested > st->peak_requested)
+        st->peak_requested = st->requested;
+    st->allocated += size;
+    if (st->allocated > st->peak_allocated)
+        st->peak_allocated = st->allocated;
+    if (st->allocated + st->pending_bytes > st->peak_active)
+        st->peak_active = st->allocated + st->pending_bytes;
 }
 
 /* d[key] += 1 for a dict whose missing keys count as 0 (the pool's defaultdict(int)) */
@@ -414,11 +419,11 @@ drain_one(HotAlloc *self, int slow, long long nbytes, PyObject *stream, PyObject
             goto done;
         }
     }
-    long long size_v = PyLong_AsLongLong(size), now;
-    if ((size_v == -1 && PyErr_Occurred()) || PyDict_DelItem(self->live, ptr) < 0
-        || add(self, s_requested, -req_v, NULL, &now) < 0
-        || add(self, s_allocated, -size_v, NULL, &now) < 0)
+    long long size_v = PyLong_AsLongLong(size);
+    if ((size_v == -1 && PyErr_Occurred()) || PyDict_DelItem(self->live, ptr) < 0)
         goto done;
+    self->st->requested -= req_v;
+    self->st->allocated -= size_v;
     set_slot(self, b, B_FREE, Py_True);
     set_slot(self, b, B_QUICK, Py_True);
     r = to_quick(self, b, bstream, size);
@@ -449,7 +454,6 @@ quick_hit(HotAlloc *self, long long nbytes, long long size_v, PyObject *stream)
         return PyErr_Occurred() ? NULL : Py_None;
     }
     b = Py_NewRef(PyList_GET_ITEM(lst, n - 1));
-    long long now, pending, peak;
     if (Py_TYPE(b) != (PyTypeObject *)self->block_type) {
         PyErr_Format(PyExc_TypeError, "the pool cached a %R, not a Block", Py_TYPE(b));
         goto fail;
@@ -459,18 +463,9 @@ quick_hit(HotAlloc *self, long long nbytes, long long size_v, PyObject *stream)
     set_slot(self, b, B_QUICK, Py_False);
     set_slot(self, b, B_FREE, Py_False);
     set_slot(self, b, B_REQ, req);
-    if (count(self->hits, size) < 0
-        || add(self, s_requested, nbytes, s_peak_requested, &now) < 0)
+    if (count(self->hits, size) < 0)
         goto fail;
-    if (get_ll(self, s_peak_allocated, &peak) < 0
-        || add(self, s_allocated, size_v, NULL, &now) < 0)
-        goto fail;
-    if (now > peak) { /* the peaks of allocated and active bytes */
-        if (set_ll(self, s_peak_allocated, now) < 0 || get_ll(self, s_pending_bytes, &pending) < 0
-            || get_ll(self, s_peak_active, &peak) < 0
-            || (now + pending > peak && set_ll(self, s_peak_active, now + pending) < 0))
-            goto fail;
-    }
+    lent(self->st, size_v, nbytes);
     if ((ptr = slot(self, b, B_PTR)) == NULL)
         goto fail;
     Py_INCREF(ptr);
@@ -679,6 +674,15 @@ fl_pop_fit(HotAlloc *self, PyObject *fl, long long size, long long most, PyObjec
 static PyObject *
 get_list(HotAlloc *self, PyObject *owner, PyObject *stream)
 {
+    if (owner == Py_None) { /* the general pool's lists by stream: no key tuple to make */
+        PyObject *fl = PyDict_GetItemWithError(self->general, stream);
+        if (fl != NULL)
+            return Py_NewRef(fl);
+        if (PyErr_Occurred())
+            return NULL;
+        PyObject *args[2] = {owner, stream};
+        return PyObject_Vectorcall(self->new_list, args, 2, NULL);
+    }
     PyObject *key = PyTuple_Pack(2, owner, stream);
     if (key == NULL)
         return NULL;
@@ -844,7 +848,7 @@ new_block(HotAlloc *self, long long ptr, long long size, PyObject *seg, PyObject
 static int
 take(HotAlloc *self, PyObject *b, long long size, PyObject *nbytes_obj, long long nbytes)
 {
-    long long bs = as_ll(SLOT(b, self->off[B_SIZE])), now, peak, pending;
+    long long bs = as_ll(SLOT(b, self->off[B_SIZE]));
     if (bs == -1 && PyErr_Occurred())
         return -1;
     PyObject *seg = SLOT(b, self->off[B_SEG]);
@@ -877,12 +881,7 @@ take(HotAlloc *self, PyObject *b, long long size, PyObject *nbytes_obj, long lon
     Py_XSETREF(SLOT(b, self->off[B_FREE]), Py_NewRef(Py_False));
     Py_XSETREF(SLOT(b, self->off[B_PLAIN]), Py_NewRef(owner == Py_None ? Py_True : Py_False));
     Py_XSETREF(SLOT(b, self->off[B_REQ]), Py_NewRef(nbytes_obj));
-    if (add(self, s_allocated, bs, s_peak_allocated, &now) < 0
-        || add(self, s_requested, nbytes, s_peak_requested, &now) < 0
-        || get_ll(self, s_allocated, &now) < 0 || get_ll(self, s_pending_bytes, &pending) < 0
-        || get_ll(self, s_peak_active, &peak) < 0
-        || (now + pending > peak && set_ll(self, s_peak_active, now + pending) < 0))
-        return -1;
+    lent(self->st, bs, nbytes);
     return 0;
 }
 
@@ -893,11 +892,7 @@ alloc_general(HotAlloc *self, long long size, PyObject *nbytes_obj, long long nb
 {
     if (flush_quick(self) < 0)
         return NULL;
-    PyObject *fl = NULL, *b = NULL, *key = PyTuple_Pack(2, Py_None, stream);
-    if (key == NULL)
-        return NULL;
-    fl = PyDict_GetItemWithError(self->lists, key);
-    Py_DECREF(key);
+    PyObject *b = NULL, *fl = PyDict_GetItemWithError(self->general, stream);
     if (fl == NULL && PyErr_Occurred())
         return NULL;
     Py_XINCREF(fl);
@@ -917,11 +912,23 @@ alloc_general(HotAlloc *self, long long size, PyObject *nbytes_obj, long long nb
             PyObject *g = PyObject_GetAttr(be, s_segment_granularity);
             long long gv = g == NULL ? -1 : as_ll(g);
             Py_XDECREF(g);
-            if (gv <= 0) {
+            PyObject *gm = gv <= 0 ? NULL : PyObject_GetAttr(be, s_segment_granularity_min);
+            long long least = gm == NULL ? -1 : as_ll(gm);
+            Py_XDECREF(gm);
+            if (gv <= 0 || least < 0) {
                 if (!PyErr_Occurred())
                     PyErr_SetString(PyExc_ValueError, "segment_granularity must be > 0");
                 Py_XDECREF(fl);
                 return NULL;
+            }
+            if (least) { /* _pool.granule */
+                long long r = self->st->reserved / 4, p = 1;
+                if (r < least)
+                    r = least;
+                while (p <= r / 2)
+                    p <<= 1;
+                if (p < gv)
+                    gv = p;
             }
             long long seg = (size + gv - 1) / gv * gv;
             most = size * LARGE_SPLIT_MAX > seg ? size * LARGE_SPLIT_MAX : seg;
@@ -967,12 +974,11 @@ alloc_miss(HotAlloc *self, long long size, PyObject *nbytes_obj, long long nbyte
     PyObject *size_obj, *r;
     if (self->segment_type == NULL || nbytes < 0)
         goto python;
-    PyObject *gone = PyDict_GetItemWithError(self->attrs, s_gone);
-    PyObject *cap = PyDict_GetItemWithError(self->attrs, s_capturing);
-    PyObject *rec = PyDict_GetItemWithError(self->attrs, s_recording);
-    if (gone == NULL || cap == NULL || rec == NULL || !PyList_Check(gone) || !PyDict_Check(cap))
+    if (self->st->slow) /* a capture, a recording, a destroyed stream */
         goto python;
-    if (PyList_GET_SIZE(gone) || PyDict_GET_SIZE(cap) || rec != Py_None)
+    /* a destroyed stream is queued before _slow is set (a finalizer, without the lock) */
+    PyObject *gone = PyDict_GetItemWithError(self->attrs, s_gone);
+    if (gone == NULL || !PyList_Check(gone) || PyList_GET_SIZE(gone))
         goto python;
     long long sv = as_ll(stream);
     if (sv == -1 && PyErr_Occurred())
@@ -988,20 +994,11 @@ alloc_miss(HotAlloc *self, long long size, PyObject *nbytes_obj, long long nbyte
         if (!known && hook != Py_None)
             goto python;
     }
-    if (PyDict_SetItem(self->attrs, s_busy, Py_True) < 0)
-        return NULL;
+    self->st->busy = 1;
     PyObject *b = alloc_general(self, size, nbytes_obj, nbytes, stream);
-    if (b == NULL) {
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        PyDict_SetItem(self->attrs, s_busy, Py_False);
-        PyErr_Restore(et, ev, tb);
+    self->st->busy = 0;
+    if (b == NULL)
         return NULL;
-    }
-    if (PyDict_SetItem(self->attrs, s_busy, Py_False) < 0) {
-        Py_DECREF(b);
-        return NULL;
-    }
     PyObject *ptr = Py_NewRef(SLOT(b, self->off[B_PTR]));
     int e = PyDict_SetItem(self->live, ptr, b);
     Py_DECREF(b);
@@ -1031,13 +1028,8 @@ static PyObject *
 alloc_locked(HotAlloc *self, PyObject *nbytes_obj, long long nbytes, PyObject *stream)
 {
     if (PyDict_GET_SIZE(self->freed)) {
-        int busy = get_flag(self, s_busy);
-        if (busy < 0)
-            return NULL;
-        if (!busy) {
-            int slow = get_flag(self, s_slow);
-            if (slow < 0)
-                return NULL;
+        if (!self->st->busy) {
+            int slow = self->st->slow;
             PyObject *again = NULL;
             while (PyDict_GET_SIZE(self->freed)) {
                 if (drain_one(self, slow, nbytes, stream, &again) < 0) {
@@ -1054,9 +1046,7 @@ alloc_locked(HotAlloc *self, PyObject *nbytes_obj, long long nbytes, PyObject *s
         size = nbytes > 0 ? ((nbytes + 511) >> 9) << 9 : 512;
     else
         size = (nbytes + LARGE_ROUND - 1) & ~(long long)(LARGE_ROUND - 1);
-    int slow = get_flag(self, s_slow);
-    if (slow < 0)
-        return NULL;
+    int slow = self->st->slow;
     if (!slow && nbytes >= 0) {
         PyObject *hit = quick_hit(self, nbytes, size, stream);
         if (hit != Py_None)
@@ -1111,9 +1101,11 @@ hot_traverse(HotAlloc *self, visitproc visit, void *arg)
     Py_VISIT(self->free_other);
     Py_VISIT(self->miss);
     Py_VISIT(self->lock);
+    Py_VISIT(self->st);
     Py_VISIT(self->segment_type);
     Py_VISIT(self->freelist_type);
     Py_VISIT(self->lists);
+    Py_VISIT(self->general);
     Py_VISIT(self->alloc_slow);
     Py_VISIT(self->new_list);
     Py_VISIT(self->drain);
@@ -1135,9 +1127,11 @@ hot_clear(HotAlloc *self)
     Py_CLEAR(self->free_other);
     Py_CLEAR(self->miss);
     Py_CLEAR(self->lock);
+    Py_CLEAR(self->st);
     Py_CLEAR(self->segment_type);
     Py_CLEAR(self->freelist_type);
     Py_CLEAR(self->lists);
+    Py_CLEAR(self->general);
     Py_CLEAR(self->alloc_slow);
     Py_CLEAR(self->new_list);
     Py_CLEAR(self->drain);
@@ -1196,20 +1190,6 @@ hot_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         if (get_stream == NULL)
             return NULL;
     }
-    /* the counters and flags are plain instance attributes, read and written in the
-     * instance dictionary: no class attribute may shadow them */
-    PyObject *names[] = {s_busy, s_slow, s_requested, s_allocated, s_peak_requested,
-                         s_peak_allocated, s_peak_active, s_pending_bytes};
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        PyObject *c = PyObject_GetAttr((PyObject *)Py_TYPE(pool), names[i]);
-        if (c != NULL) {
-            Py_DECREF(c);
-            PyErr_Format(PyExc_TypeError, "HotAlloc: %R has a class attribute %R",
-                         Py_TYPE(pool), names[i]);
-            return NULL;
-        }
-        PyErr_Clear();
-    }
     HotAlloc *self = (HotAlloc *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
@@ -1233,6 +1213,15 @@ hot_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         || (lock = PyObject_GetAttrString(pool, "_lock")) == NULL)
         goto fail;
     self->lock = (PoolLock *)lock;
+    PyObject *st = PyObject_GetAttrString(pool, "_state");
+    if (st == NULL)
+        goto fail;
+    self->st = (PoolState *)st;
+    if (!Py_IS_TYPE(st, &PoolStateType)) {
+        PyErr_Format(PyExc_TypeError, "HotAlloc: the pool's _state must be a PoolState, got %R",
+                     st);
+        goto fail;
+    }
     if (seg_type != Py_None) {
         self->segment_type = Py_NewRef(seg_type);
         self->freelist_type = Py_NewRef(fl_type);
@@ -1241,11 +1230,12 @@ hot_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             || (self->xoff[F_BY_SIZE] = slot_offset(fl_type, "by_size")) < 0
             || (self->xoff[F_SIZES] = slot_offset(fl_type, "sizes")) < 0
             || (self->lists = PyObject_GetAttrString(pool, "_lists")) == NULL
+            || (self->general = PyObject_GetAttrString(pool, "_general")) == NULL
             || (self->alloc_slow = PyObject_GetAttrString(pool, "_alloc_slow")) == NULL
             || (self->new_list = PyObject_GetAttrString(pool, "_list")) == NULL
             || (self->drain = PyObject_GetAttrString(pool, "_drain")) == NULL)
             goto fail;
-        if (!PyDict_Check(self->lists)) {
+        if (!PyDict_Check(self->lists) || !PyDict_Check(self->general)) {
             PyErr_SetString(PyExc_TypeError, "HotAlloc: the pool's _lists must be a dict");
             goto fail;
         }
@@ -1290,14 +1280,6 @@ PyMODINIT_FUNC
 PyInit__hotpath(void)
 {
 #define INTERN(v, s) if ((v = PyUnicode_InternFromString(s)) == NULL) return NULL
-    INTERN(s_busy, "_busy");
-    INTERN(s_slow, "_slow");
-    INTERN(s_requested, "requested");
-    INTERN(s_allocated, "allocated");
-    INTERN(s_peak_requested, "peak_requested");
-    INTERN(s_peak_allocated, "peak_allocated");
-    INTERN(s_peak_active, "peak_active");
-    INTERN(s_pending_bytes, "pending_bytes");
     INTERN(s_gone, "_gone");
     INTERN(s_watched, "_watched");
     INTERN(s_on_new_stream, "_on_new_stream");
@@ -1305,15 +1287,18 @@ PyInit__hotpath(void)
     INTERN(s_backend, "backend");
     INTERN(s_cheap_release, "cheap_release");
     INTERN(s_segment_granularity, "segment_granularity");
+    INTERN(s_segment_granularity_min, "segment_granularity_min");
     INTERN(s_recording, "_recording");
 #undef INTERN
-    if (PyType_Ready(&HotAllocType) < 0 || PyType_Ready(&PoolLockType) < 0)
+    if (PyType_Ready(&HotAllocType) < 0 || PyType_Ready(&PoolLockType) < 0
+        || PyType_Ready(&PoolStateType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
     if (PyModule_AddObjectRef(m, "HotAlloc", (PyObject *)&HotAllocType) < 0
-        || PyModule_AddObjectRef(m, "PoolLock", (PyObject *)&PoolLockType) < 0) {
+        || PyModule_AddObjectRef(m, "PoolLock", (PyObject *)&PoolLockType) < 0
+        || PyModule_AddObjectRef(m, "PoolState", (PyObject *)&PoolStateType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -39,13 +39,14 @@ replay), ``_stats`` (statistics, snapshot, summary); ``_blocks`` has the units.
 from __future__ import annotations
 
 import gc
-import os
+import operator
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from .._errors import OutOfMemoryError
 from ._backends import Backend
+from ._env import POOL_HOTPATH
 from ._blocks import (DEAD_STREAM, LARGE_ROUND, LARGE_SPLIT_MAX, MIN_SEGMENT, SMALL, SPLIT_MIN,
                       Block, FreeList, Segment, round_size, size_class)
 from ._exceptions import DoubleFreeError, MemoryValueError
@@ -56,11 +57,44 @@ from ._warmup import WarmupMixin
 
 try:  # the compiled hot path (an optional extension: a source install without a compiler
     # runs the same operations in Python)
-    from ._hotpath import HotAlloc, PoolLock
+    from ._hotpath import HotAlloc, PoolLock, PoolState
 except ImportError:
-    HotAlloc = PoolLock = None
-if os.environ.get("CUFLOW_POOL_HOTPATH", "").strip().lower() == "python":
-    HotAlloc = PoolLock = None
+    HotAlloc = PoolLock = PoolState = None
+if POOL_HOTPATH == "python":
+    HotAlloc = PoolLock = PoolState = None
+
+
+class PyPoolState:
+    """The pool's counters and flags where the extension was not built (``_hotpath.PoolState``
+    otherwise, whose fields the compiled paths read and write directly)."""
+
+    __slots__ = ("allocated", "busy", "peak_active", "peak_allocated", "peak_requested",
+                 "pending_bytes", "requested", "reserved", "slow")
+
+    def __init__(self) -> None:
+        self.requested = self.allocated = self.peak_requested = self.peak_allocated = 0
+        self.peak_active = self.pending_bytes = self.reserved = 0
+        self.busy = self.slow = False
+
+
+def granule(backend: Backend, reserved: int) -> int:
+    """The multiple a large segment is rounded to: the backend's ``segment_granularity``, or,
+    with a ``segment_granularity_min``, the power of two at or below a quarter of what the
+    pool reserves, between the two (a small pool does not pay for whole large granules)."""
+    g, least = backend.segment_granularity, backend.segment_granularity_min
+    if least:
+        r = max(least, reserved // 4)
+        g = min(g, 1 << (r.bit_length() - 1))
+    return g
+
+
+def _state_field(name: str, doc: str) -> property:
+    get = operator.attrgetter("_state." + name)
+
+    def set_(self: Pool, value: Any) -> None:
+        setattr(self._state, name, value)
+
+    return property(get, set_, doc=doc)
 
 __all__ = ["Block", "Pool", "round_size", "size_class"]
 
@@ -76,7 +110,20 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         Most bytes the pool may reserve; ``None`` for no limit.
     """
 
+    requested = _state_field("requested", "Bytes requested by the lent blocks.")
+    allocated = _state_field("allocated", "Bytes of the lent blocks (rounded sizes).")
+    peak_requested = _state_field("peak_requested", "Most requested bytes since a reset.")
+    peak_allocated = _state_field("peak_allocated", "Most allocated bytes since a reset.")
+    peak_active = _state_field("peak_active", "Most allocated plus pending bytes.")
+    pending_bytes = _state_field("pending_bytes", "Freed bytes awaiting other streams' work.")
+    reserved = _state_field("reserved", "Bytes of the pool's segments.")
+    _busy = _state_field("busy", "A slow path runs: frees wait in ``_freed``.")
+    _slow = _state_field("slow", "The hot path defers to the general one.")
+
     def __init__(self, backend: Backend, limit: int | None = None) -> None:
+        #: counters and flags (a C struct where the extension was built: the compiled
+        #: paths use its fields; the properties above read and write them)
+        self._state = PyPoolState() if PoolState is None else PoolState()
         self.backend = backend
         self.limit = limit
         # Reentrant: a finalizer may call free() while this thread is inside the pool; the
@@ -88,6 +135,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         self._quick: dict[int, dict[int, list[Block]]] = {}  # stream -> size -> freed blocks
         self._gone: list[int] = []  # destroyed streams, not yet processed
         self._lists: dict[tuple[Any, int], FreeList] = {}
+        self._general: dict[int, FreeList] = {}  # stream -> self._lists[(None, stream)]
         self._segments: dict[int, Segment] = {}
         self._pending: list[Block] = []
         self._deferred: list[Block] = []  # freed during a capture, used on a capturing stream
@@ -128,7 +176,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         """
         if HotAlloc is not None and (stream_of is None or stream_fn is not None):
             return HotAlloc(self, Block, stream_fn, segment_type=Segment, freelist_type=FreeList)
-        pool, quick, live, freed, hits = self, self._quick, self._live, self._freed, self.hits
+        pool, quick, live, freed, hits = self._state, self._quick, self._live, self._freed, self.hits
         free_other, miss = self._free_locked, self._alloc_miss
         acquire, release = self._lock.acquire, self._lock.release  # cheaper than ``with``
 
@@ -136,8 +184,8 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
             stream = arg if stream_of is None else stream_of().ptr
             acquire()
             try:
-                if freed and not pool._busy:
-                    slow, again = pool._slow, 0
+                if freed and not pool.busy:
+                    slow, again = pool.slow, 0
                     while freed:  # the queued frees, inlined for the common case
                         ptr = freed.popitem()[0]
                         b = live[ptr]
@@ -170,7 +218,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
                     size = (((nbytes + 511) >> 9) << 9) or 512
                 else:
                     size = (nbytes + LARGE_ROUND - 1) & ~(LARGE_ROUND - 1)
-                if not pool._slow and nbytes >= 0:
+                if not pool.slow and nbytes >= 0:
                     q = quick.get(stream)
                     if q is not None:
                         lst = q.get(size)
@@ -293,6 +341,8 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         fl = self._lists.get((owner, stream))
         if fl is None:
             fl = self._lists[(owner, stream)] = FreeList()
+            if owner is None:
+                self._general[stream] = fl
         return fl
 
     def _flush_quick(self) -> None:
@@ -377,7 +427,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
             return max(size, MIN_SEGMENT)
         if owner is not None:  # a graph's private segment (cudaMalloc): exactly the request
             return size
-        g = self.backend.segment_granularity  # whole granules: the pool owns the rest
+        g = granule(self.backend, self.reserved)  # whole granules: the pool owns the rest
         return -(-size // g) * g
 
     # ------------------------------------------------------------------ free
