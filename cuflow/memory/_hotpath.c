@@ -181,7 +181,75 @@ typedef struct {
     long long requested, allocated, peak_requested, peak_allocated, peak_active, pending_bytes;
     long long reserved;
     char busy, slow;
+    long long hits[224]; /* cache hits by statistics class (_blocks.size_class) */
 } PoolState;
+
+/* the index of _blocks.size_class(n): four classes per power of two, from 512 B */
+static inline int
+class_index(long long n)
+{
+    if (n <= 512)
+        return 0;
+    int k = 64 - __builtin_clzll((unsigned long long)(n - 1));
+    long long q = 1LL << (k - 3);
+    return (k - 10) * 4 + (int)((n - 1 - (1LL << (k - 1))) / q) + 1;
+}
+
+static long long
+class_bound(int i)
+{
+    if (i == 0)
+        return 512;
+    int k = (i - 1) / 4 + 10;
+    return (1LL << (k - 1)) + (1LL << (k - 3)) * ((i - 1) % 4 + 1);
+}
+
+static PyObject *
+state_count_hit(PoolState *self, PyObject *size)
+{
+    long long n = PyLong_AsLongLong(size);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    self->hits[class_index(n)]++;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+state_hit_counts(PoolState *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *d = PyDict_New();
+    if (d == NULL)
+        return NULL;
+    for (int i = 0; i < 224; i++) {
+        if (!self->hits[i])
+            continue;
+        PyObject *k = PyLong_FromLongLong(class_bound(i)), *v = PyLong_FromLongLong(self->hits[i]);
+        if (k == NULL || v == NULL || PyDict_SetItem(d, k, v) < 0) {
+            Py_XDECREF(k);
+            Py_XDECREF(v);
+            Py_DECREF(d);
+            return NULL;
+        }
+        Py_DECREF(k);
+        Py_DECREF(v);
+    }
+    return d;
+}
+
+static PyObject *
+state_clear_hits(PoolState *self, PyObject *Py_UNUSED(ignored))
+{
+    memset(self->hits, 0, sizeof(self->hits));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef state_methods[] = {
+    {"count_hit", (PyCFunction)state_count_hit, METH_O, "count_hit(size): one more cache hit"},
+    {"hit_counts", (PyCFunction)state_hit_counts, METH_NOARGS,
+     "{size class: cache hits} (classes with hits)"},
+    {"clear_hits", (PyCFunction)state_clear_hits, METH_NOARGS, "forget the cache hits"},
+    {NULL, NULL, 0, NULL},
+};
 
 static PyMemberDef state_members[] = {
     {"requested", T_LONGLONG, offsetof(PoolState, requested), 0, "bytes requested by lent blocks"},
@@ -215,6 +283,7 @@ static PyTypeObject PoolStateType = {
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = state_new,
     .tp_members = state_members,
+    .tp_methods = state_methods,
 };
 
 /* ------------------------------------------------------------------- HotAlloc */
@@ -232,7 +301,7 @@ enum { S_KEEP, S_OWNER, F_BY_SIZE, F_SIZES, X_N };
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
-    PyObject *pool, *attrs, *quick, *live, *freed, *hits, *block_type, *owner;
+    PyObject *pool, *attrs, *quick, *live, *freed, *block_type, *owner;
     PyObject *popitem, *free_other, *miss;
     /* the general path (NULL without segment_type / freelist_type: it is then Python's) */
     PyObject *segment_type, *freelist_type, *lists, *general, *alloc_slow, *new_list, *drain;
@@ -275,27 +344,6 @@ lent(PoolState *st, long long size, long long nbytes)
         st->peak_allocated = st->allocated;
     if (st->allocated + st->pending_bytes > st->peak_active)
         st->peak_active = st->allocated + st->pending_bytes;
-}
-
-/* d[key] += 1 for a dict whose missing keys count as 0 (the pool's defaultdict(int)) */
-static int
-count(PyObject *d, PyObject *key)
-{
-    PyObject *v = PyDict_GetItemWithError(d, key);
-    long long n = 0;
-    if (v != NULL) {
-        n = PyLong_AsLongLong(v);
-        if (n == -1 && PyErr_Occurred())
-            return -1;
-    }
-    else if (PyErr_Occurred())
-        return -1;
-    PyObject *nv = PyLong_FromLongLong(n + 1);
-    if (nv == NULL)
-        return -1;
-    int r = PyDict_SetItem(d, key, nv);
-    Py_DECREF(nv);
-    return r;
 }
 
 static int
@@ -412,8 +460,10 @@ drain_one(HotAlloc *self, int slow, long long nbytes, PyObject *stream, PyObject
         if (same < 0)
             goto done;
         if (same) { /* it stays lent, its statistics unchanged; the other frees go on */
-            if (count(self->hits, size) < 0)
+            long long sv = PyLong_AsLongLong(size);
+            if (sv == -1 && PyErr_Occurred())
                 goto done;
+            self->st->hits[class_index(sv)]++;
             *again = Py_NewRef(ptr);
             r = 0;
             goto done;
@@ -463,8 +513,7 @@ quick_hit(HotAlloc *self, long long nbytes, long long size_v, PyObject *stream)
     set_slot(self, b, B_QUICK, Py_False);
     set_slot(self, b, B_FREE, Py_False);
     set_slot(self, b, B_REQ, req);
-    if (count(self->hits, size) < 0)
-        goto fail;
+    self->st->hits[class_index(size_v)]++;
     lent(self->st, size_v, nbytes);
     if ((ptr = slot(self, b, B_PTR)) == NULL)
         goto fail;
@@ -957,8 +1006,8 @@ alloc_general(HotAlloc *self, long long size, PyObject *nbytes_obj, long long nb
             Py_CLEAR(b);
         }
     }
-    else if (count(self->hits, size_obj) < 0)
-        Py_CLEAR(b);
+    else
+        self->st->hits[class_index(size)]++;
     Py_DECREF(size_obj);
     if (b != NULL && take(self, b, size, nbytes_obj, nbytes) < 0)
         Py_CLEAR(b);
@@ -1094,7 +1143,6 @@ hot_traverse(HotAlloc *self, visitproc visit, void *arg)
     Py_VISIT(self->quick);
     Py_VISIT(self->live);
     Py_VISIT(self->freed);
-    Py_VISIT(self->hits);
     Py_VISIT(self->block_type);
     Py_VISIT(self->owner);
     Py_VISIT(self->popitem);
@@ -1120,7 +1168,6 @@ hot_clear(HotAlloc *self)
     Py_CLEAR(self->quick);
     Py_CLEAR(self->live);
     Py_CLEAR(self->freed);
-    Py_CLEAR(self->hits);
     Py_CLEAR(self->block_type);
     Py_CLEAR(self->owner);
     Py_CLEAR(self->popitem);
@@ -1206,7 +1253,6 @@ hot_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         || (self->quick = PyObject_GetAttrString(pool, "_quick")) == NULL
         || (self->live = PyObject_GetAttrString(pool, "_live")) == NULL
         || (self->freed = PyObject_GetAttrString(pool, "_freed")) == NULL
-        || (self->hits = PyObject_GetAttrString(pool, "hits")) == NULL
         || (self->free_other = PyObject_GetAttrString(pool, "_free_locked")) == NULL
         || (self->miss = PyObject_GetAttrString(pool, "_alloc_miss")) == NULL
         || (self->popitem = PyObject_GetAttrString(self->freed, "popitem")) == NULL
@@ -1246,9 +1292,9 @@ hot_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         goto fail;
     }
     if (!PyDict_Check(self->attrs) || !PyDict_Check(self->quick) || !PyDict_Check(self->live)
-        || !PyDict_Check(self->freed) || !PyDict_Check(self->hits)) {
-        PyErr_SetString(PyExc_TypeError, "HotAlloc: the pool's __dict__, _quick, _live, _freed "
-                                         "and hits must be dicts");
+        || !PyDict_Check(self->freed)) {
+        PyErr_SetString(PyExc_TypeError, "HotAlloc: the pool's __dict__, _quick, _live and "
+                                         "_freed must be dicts");
         goto fail;
     }
     return (PyObject *)self;

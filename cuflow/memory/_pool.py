@@ -41,6 +41,7 @@ from __future__ import annotations
 import gc
 import operator
 import threading
+from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -68,13 +69,25 @@ class PyPoolState:
     """The pool's counters and flags where the extension was not built (``_hotpath.PoolState``
     otherwise, whose fields the compiled paths read and write directly)."""
 
-    __slots__ = ("allocated", "busy", "peak_active", "peak_allocated", "peak_requested",
+    __slots__ = ("allocated", "busy", "hits", "peak_active", "peak_allocated", "peak_requested",
                  "pending_bytes", "requested", "reserved", "slow")
 
     def __init__(self) -> None:
         self.requested = self.allocated = self.peak_requested = self.peak_allocated = 0
         self.peak_active = self.pending_bytes = self.reserved = 0
         self.busy = self.slow = False
+        self.hits: defaultdict[int, int] = defaultdict(int)
+
+    def count_hit(self, size: int) -> None:
+        """One more cache hit of a block of ``size`` bytes."""
+        self.hits[size_class(size)] += 1
+
+    def hit_counts(self) -> dict[int, int]:
+        """{size class: cache hits}, for the classes with hits."""
+        return dict(self.hits)
+
+    def clear_hits(self) -> None:
+        self.hits.clear()
 
 
 def granule(backend: Backend, reserved: int) -> int:
@@ -176,7 +189,8 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         """
         if HotAlloc is not None and (stream_of is None or stream_fn is not None):
             return HotAlloc(self, Block, stream_fn, segment_type=Segment, freelist_type=FreeList)
-        pool, quick, live, freed, hits = self._state, self._quick, self._live, self._freed, self.hits
+        pool, quick, live, freed = self._state, self._quick, self._live, self._freed
+        count_hit = pool.count_hit
         free_other, miss = self._free_locked, self._alloc_miss
         acquire, release = self._lock.acquire, self._lock.release  # cheaper than ``with``
 
@@ -196,7 +210,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
                             # the block just freed was asked for with this very size: hand it
                             # straight back (it stays lent, its statistics are unchanged; the
                             # other queued frees still go on)
-                            hits[b.size] += 1
+                            count_hit(b.size)
                             again = ptr
                         else:
                             del live[ptr]
@@ -226,7 +240,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
                             b = lst.pop()
                             b.quick = b.free = False
                             b.req = nbytes
-                            hits[size] += 1
+                            count_hit(size)
                             n = pool.requested = pool.requested + nbytes
                             if n > pool.peak_requested:
                                 pool.peak_requested = n
@@ -309,7 +323,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         if b is None:
             b = self._alloc_slow(size, stream, owner, most)
         else:
-            self.hits[size] += 1
+            self._state.count_hit(size)
         self._take(b, size, nbytes)
         return b
 
@@ -365,17 +379,17 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         if (self._pending or self._deferred) and not capturing and self._process_pending():
             b = self._list(owner, stream).pop_fit(size, most)
             if b is not None:
-                self.hits[size] += 1
+                self._state.count_hit(size)
                 return b
         b = self._borrow(size, stream, most) if owner is None else None
         if b is not None:
-            self.hits[size] += 1
+            self._state.count_hit(size)
             return b
         if self._orphans and not capturing:
             self._adopt_orphans()
             b = self._list(owner, stream).pop_fit(size) if stream == 0 else None
             if b is not None:
-                self.hits[size] += 1
+                self._state.count_hit(size)
                 return b
         self.misses[size] += 1
         seg_bytes = self._segment_bytes(size, owner)
