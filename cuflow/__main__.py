@@ -29,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="traces: the memory pools on the allocation traces only")
     pb.add_argument("--record", action="store_true",
                     help="with traces: record the real workloads' traces into bench/traces/")
+    pb.add_argument("--variants", action="store_true",
+                    help="with traces: also cuflow's pool with whole 64 MiB granules")
     pn = sub.add_parser("run-notebook", help="execute a notebook's code cells without Jupyter")
     pn.add_argument("path")
     pn.add_argument("--write", action="store_true", help="store the outputs in the notebook")
@@ -48,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{k:20s} {v}")
         return 0
     if args.section == "traces":
-        return bench_traces(record=args.record, quick=args.quick, json_path=args.json)
+        return bench_traces(record=args.record, quick=args.quick, json_path=args.json,
+                            variants=args.variants)
     if args.from_json:
         if not args.plot:
             p.error("--from-json only makes sense with --plot")

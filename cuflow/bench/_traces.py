@@ -125,9 +125,11 @@ class _Cuflow(_CupyAllocator):
 
     name = "cuflow"
 
-    def __init__(self, cupy: Any, python: bool = False) -> None:
+    def __init__(self, cupy: Any, python: bool = False, fixed_granule: bool = False) -> None:
         self.cupy = cupy
         self.pool = Pool(DriverPoolBackend(cupy.cuda.runtime.getDevice()))
+        if fixed_granule:  # every large segment a whole number of 64 MiB granules
+            self.pool.backend.segment_granularity_min = 0
         saved = _pool.HotAlloc
         if python:
             _pool.HotAlloc = None
@@ -387,14 +389,17 @@ def empty_latency(makers: dict[str, Callable[[], Any]], nbytes: int, n: int = 20
     return res
 
 
-def compare(names: list[str] | None = None, rounds: int = 3, torch: Any = None
-            ) -> list[dict[str, Any]]:
+def compare(names: list[str] | None = None, rounds: int = 3, torch: Any = None,
+            variants: bool = False) -> list[dict[str, Any]]:
     """Every trace through every allocator (and cuflow after its warm-up), ``rounds`` times
     with the allocators alternated; per trace and allocator the median host time per
-    operation, and footprint and steady-state device allocations of the median run."""
+    operation, and footprint and steady-state device allocations of the median run.
+    ``variants`` adds cuflow's pool with whole 64 MiB granules for every large segment."""
     import cupy  # noqa: PLC0415  (optional dependency)
 
     makers = allocators(cupy, torch)
+    if variants:
+        makers["cuflow, 64 MiB granules"] = lambda: _Cuflow(cupy, fixed_granule=True)
     rows = []
     for name in names or list(TRACES):
         its = TRACES[name]()
@@ -425,7 +430,8 @@ def format_compare(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def bench_traces(record: bool = False, quick: bool = False, json_path: str | None = None) -> int:
+def bench_traces(record: bool = False, quick: bool = False, json_path: str | None = None,
+                 variants: bool = False) -> int:
     """``python -m cuflow bench traces [--record]``: record the real workloads' traces (with
     ``--record``), then compare the allocators on every trace."""
     if record:
@@ -439,7 +445,7 @@ def bench_traces(record: bool = False, quick: bool = False, json_path: str | Non
         torch = torch if torch.cuda.is_available() else None
     except ImportError:
         torch = None
-    rows = compare(rounds=1 if quick else 3, torch=torch)
+    rows = compare(rounds=1 if quick else 3, torch=torch, variants=variants)
     print(format_compare(rows))
     if json_path:
         with open(json_path, "w") as f:
