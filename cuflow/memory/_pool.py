@@ -537,14 +537,19 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
                     del self._private[seg.owner]
 
     def _release_free_segments(self, owner: Any = None, kept: bool = True) -> int:
+        """Release ``owner``'s wholly free segments (without ``kept``, not those a warm-up
+        kept); the number released.  A segment is wholly free when its first block spans it
+        and sits in a free list (free, not in the exact-size cache, awaiting no event, of a
+        live stream); looking at segments, not at every free block, keeps a miss cheap."""
         n = 0
-        for (o, _), fl in list(self._lists.items()):
-            if o != owner:
+        for seg in list(self._segments.values()):
+            b = seg.first
+            if (seg.owner != owner or b.next is not None or not b.free or b.quick
+                    or b.events is not None or b.stream == DEAD_STREAM
+                    or not (kept or not seg.keep)):
                 continue
-            for b in [b for b in fl.blocks()
-                      if b.prev is None and b.next is None and (kept or not b.seg.keep)]:
-                self._release_segment(b, fl)
-                n += 1
+            self._release_segment(b, self._lists[(owner, b.stream)])
+            n += 1
         return n
 
     def _settle(self) -> None:
