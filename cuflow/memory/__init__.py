@@ -3,19 +3,22 @@
 With the CuPy backend, cuflow makes its :class:`Pool` CuPy's allocator on the
 first allocation, so plain CuPy calls made by or alongside cuflow use it too;
 ``CUFLOW_POOL=off`` leaves CuPy's own pool in place, and :func:`using_pool`
-scopes a pool to a block (thread-local).  Its hit path is C (an optional
-extension, ``_hotpath.c``; a Python closure where it was not built) behind
-CuPy's ``PythonFunctionAllocator`` (host time of both against CuPy's Cython
-pool: bench/test_bench_memory.py::test_empty_hit_latency).  One pool per
-device; segments come from a private CUDA stream-ordered pool by default
-(``CUFLOW_POOL_BACKEND=driver|cudamalloc``).
+scopes a pool to a block (thread-local).  Its allocation paths are C (an
+optional extension, ``_hotpath.c``; the same decisions in Python where it was
+not built) behind CuPy's ``PythonFunctionAllocator`` (host time against CuPy's
+pools on synthetic and recorded traces: ``python -m cuflow bench traces``,
+bench/test_bench_memory.py).  One pool per
+device (every function takes ``device=``, checked against the visible
+devices); segments come from a private CUDA stream-ordered pool by default
+(``CUFLOW_POOL_BACKEND=driver|cudamalloc``).  The pool's environment variables
+are checked at import (``_env``).
 
 What it gives over CuPy's pool (footprint and device allocations:
 bench/test_bench_memory.py::test_trace):
 
 * footprint: blocks are split and coalesced; large segments are whole multiples
   of 64 MiB (the driver pool reserves 32 MiB chunks and packs their rest poorly, so
-  the pool keeps the rest and splits it); a large request does not split a cached
+  the pool keeps the rest and splits it), or of less while the pool is small; a large request does not split a cached
   block larger than twice its size or than its own segment would be (that pins
   it and fragments memory) but misses, and a miss returns the free segments to
   the driver pool, which reuses them for any size;

@@ -1,19 +1,27 @@
-/* The pool's allocation hot path in C: Pool._make_alloc's Python closure, decision for
- * decision, on the same Python containers (so every other path of the pool, written in
- * Python, sees the same state).  An optional extension: without a C compiler the pool
- * runs the Python closure.
+/* The pool's allocation paths in C: Pool._make_alloc's Python closure (the hot path) and
+ * Pool._alloc_miss's general path for the general pool (flush of the exact-size cache,
+ * best fit, split, coalescing), decision for decision, on the same Python containers (so
+ * every other path of the pool, written in Python, sees the same state).  An optional
+ * extension: without a C compiler the pool runs the Python ones.
  *
  * PoolLock: the pool's reentrant lock (threading.RLock's acquire / release / with), whose
- * state the hot path reads and takes without a Python call.
+ * state the compiled paths read and take without a Python call.
  *
- * HotAlloc(pool, block_type, stream_fn=None) is a callable alloc(nbytes, arg) -> pointer:
+ * PoolState: the pool's counters and flags (Pool.allocated, ... are properties over it), and
+ * its cache hits by statistics class, as C fields.
+ *
+ * HotAlloc(pool, block_type, stream_fn=None, *, segment_type=None, freelist_type=None) is a
+ * callable alloc(nbytes, arg) -> pointer:
  *   - stream_fn None: arg is the stream (Pool.alloc_ptr);
  *   - stream_fn a capsule of ``intptr_t (*)(void)`` (CuPy's
  *     cupy_backends.cuda.stream.get_current_stream_ptr): arg is CuPy's device id (the
- *     PythonFunctionAllocator callback) and the stream is the current one.
- * It holds the GIL throughout and runs no Python code on a hit: dictionary and list
- * operations on int keys, the pool's instance dictionary, and Block's slots read and
- * written at their offsets.  Anything but a hit calls the pool's Python methods.
+ *     PythonFunctionAllocator callback) and the stream is the current one;
+ *   - with segment_type and freelist_type (the types whose slots it reads), the general path
+ *     is compiled too; without them it calls Pool._alloc_miss.
+ * It holds the GIL throughout and runs no Python code on a hit or a fit: dictionary and list
+ * operations on int keys, and Block's, Segment's and FreeList's slots read and written at
+ * their offsets.  A miss of every free list calls Pool._alloc_slow; a capture, a recording,
+ * a destroyed stream or a stream met for the first time call Pool._alloc_miss.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

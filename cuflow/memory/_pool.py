@@ -9,9 +9,17 @@ Hot path: a freed block goes, without coalescing, to a per-stream cache of
 exact sizes (``_quick``), and an allocation of that size on that stream takes
 it back: two dictionary lookups and a list pop.  The CuPy hook frees by
 storing the pointer in ``_freed`` (a C-level dictionary store, safe from
-finalizers and other threads); the next pool operation drains it.  The hot
-path is compiled (``_hotpath.c``: the same decisions on the same containers)
-where the extension was built, else the Python closure of :meth:`Pool._make_alloc`.
+finalizers and other threads); the next pool operation drains it.
+
+Compiled paths (``_hotpath.c``, where the extension was built): the hot path
+and the general path below for the general pool (flush, best fit, split,
+coalescing, statistics), the same decisions on the same containers; the
+counters and flags are a C struct (``_state``: ``PoolState``, whose fields
+the ``Pool`` properties ``allocated`` ... read and write).  A miss of every
+free list, cross-stream bookkeeping, graph-private pools, destroyed streams
+and recording run in Python.  Without the extension (or with
+``CUFLOW_POOL_HOTPATH=python``) the Python closure of :meth:`Pool._make_alloc`
+and :meth:`Pool._alloc_miss` make every decision; the tests run both.
 
 Otherwise (``size`` = request rounded to 512 B, or to 128 KiB at or above
 1 MiB): the exact-size cache is flushed into the coalesced free lists, then
@@ -24,14 +32,13 @@ process blocks whose cross-stream uses have finished; else borrow a block
 freed on another stream by making this stream wait on an event recorded there
 (no host synchronization); else (a miss) release fully free segments when the
 backend can reuse them cheaply (all but kept ones), and get a new segment
-(for a request of 1 MiB or more, a whole number of the backend's
-``segment_granularity``).  Coalescing joins free neighbours of the same stream.
+(for a request of 1 MiB or more, a whole number of granules: the backend's
+``segment_granularity``, or less while the pool is small, see :func:`granule`).  Coalescing joins free neighbours of the same stream.
 A block used on other streams (``record_stream``) is not reused until events
 recorded on those streams at free time have completed.
 
-One state and one lock, with its concerns in mixins (the compiled hot path
-reads and writes that state in the pool's instance dictionary, so they share
-it rather than wrap it): ``_streams`` (cross-stream use, destroyed streams),
+One state and one lock, with its concerns in mixins (the compiled paths read
+and write that state, so they share it rather than wrap it): ``_streams`` (cross-stream use, destroyed streams),
 ``_graphs`` (graph-private pools), ``_warmup`` (kept segments, recording,
 replay), ``_stats`` (statistics, snapshot, summary); ``_blocks`` has the units.
 """
