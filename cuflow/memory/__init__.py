@@ -57,14 +57,14 @@ from ._blocks import Block, round_size, size_class
 from ._cupy import Pool
 from ._env import MEMORY_LIMIT, POOL_BACKEND, POOL_ON
 from ._exceptions import DoubleFreeError, MemoryLimitWarning, MemoryTypeError, MemoryValueError
-from ._limit import limit_of, parse_limit_env
+from ._limit import LimitingAdaptor, limit_of, parse_limit_env
 
 __all__ = [
     "Pool", "Backend", "DriverPoolBackend", "CudaMallocBackend", "HostBackend",
     "get_pool", "using_pool", "stats", "summary", "snapshot", "empty_cache",
     "reset_peak_stats", "set_limit", "warmup", "record_stream", "empty_pinned",
     "zeros_pinned", "round_size", "size_class", "Block", "DoubleFreeError", "MemoryValueError",
-    "MemoryTypeError", "MemoryLimitWarning",
+    "MemoryTypeError", "MemoryLimitWarning", "LimitingAdaptor",
 ]
 
 

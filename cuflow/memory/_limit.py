@@ -1,11 +1,15 @@
-"""Memory limits: ``set_limit`` and ``CUFLOW_MEMORY_LIMIT``, in bytes or a fraction.
+"""Memory limits: the limiting adaptor, ``set_limit`` and ``CUFLOW_MEMORY_LIMIT``.
+
+:class:`LimitingAdaptor` (RMM's ``LimitingResourceAdaptor``) is a segment
+source over another that refuses segments beyond a number of bytes held; the
+pool stacks one over its backend while it has a limit, and none otherwise, so
+an unlimited pool pays nothing for limits.
 
 A limit is ``None`` (no limit), bytes (an ``int``, or a string such as
 ``"8GiB"``, ``"512MB"``, ``"8e9"``) or a fraction of the device's memory (a
-``float`` in (0, 1], or a string such as ``"0.8"`` or ``"80%"``).  The pool
-checks its limit where a miss would take a new segment (see ``_pool``): its
-free segments go back first, so the limit bounds reserved bytes, not only
-bytes in use.
+``float`` in (0, 1], or a string such as ``"0.8"`` or ``"80%"``).  A miss that
+the limit refuses returns the pool's free segments and tries again (see
+``_pool``), so the limit bounds reserved bytes, not only bytes in use.
 """
 
 from __future__ import annotations
@@ -17,11 +21,61 @@ from typing import Any
 from ._backends import Backend, HostBackend
 from ._exceptions import MemoryTypeError, MemoryValueError
 
-__all__ = ["check_limit_text", "limit_bytes", "limit_of", "parse_limit_env"]
+__all__ = ["LimitExceeded", "LimitingAdaptor", "check_limit_text", "limit_bytes", "limit_of",
+           "parse_limit_env"]
 
 _UNITS = {"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40, "kb": 10**3,
           "mb": 10**6, "gb": 10**9, "tb": 10**12, "b": 1}
 _FORMS = "bytes (an int, or '8GiB', '512MB', '8e9') or a fraction of device memory (0.8, '80%')"
+
+
+class LimitExceeded(MemoryError):
+    """A segment the limit refuses (the pool turns it into ``cuflow.OutOfMemoryError``)."""
+
+
+class LimitingAdaptor(Backend):
+    """A segment source over ``upstream`` that holds at most ``limit`` bytes.
+
+    Parameters
+    ----------
+    upstream : Backend
+        Where segments come from.
+    limit : int
+        Most bytes held at once (segments taken and not given back).
+    held : int, optional
+        Bytes already held from ``upstream`` (a limit set on a pool in use).
+    """
+
+    def __init__(self, upstream: Backend, limit: int, held: int = 0) -> None:
+        self.upstream = upstream
+        self.limit = limit
+        self.held = held
+        self.name = upstream.name
+
+    def _take(self, nbytes: int) -> None:
+        if self.held + nbytes > self.limit:
+            raise LimitExceeded(f"{nbytes} bytes more would hold {self.held + nbytes}, over the "
+                                f"limit of {self.limit}")
+
+    def alloc(self, nbytes: int, stream: int) -> int:
+        self._take(nbytes)
+        ptr = self.upstream.alloc(nbytes, stream)
+        self.held += nbytes
+        return ptr
+
+    def free(self, ptr: int, nbytes: int, stream: int) -> None:
+        self.upstream.free(ptr, nbytes, stream)
+        self.held -= nbytes
+
+    def alloc_private(self, nbytes: int) -> int:
+        self._take(nbytes)
+        ptr = self.upstream.alloc_private(nbytes)
+        self.held += nbytes
+        return ptr
+
+    def free_private(self, ptr: int, nbytes: int) -> None:
+        self.upstream.free_private(ptr, nbytes)
+        self.held -= nbytes
 
 
 def limit_bytes(size: int | None, fraction: float | None, backend: Backend) -> int | None:

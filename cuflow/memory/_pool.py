@@ -59,6 +59,7 @@ from ._blocks import (DEAD_STREAM, LARGE_ROUND, LARGE_SPLIT_MAX, MIN_SEGMENT, SM
                       Block, FreeList, Segment, round_size, size_class)
 from ._exceptions import DoubleFreeError, MemoryValueError
 from ._graphs import GraphPoolsMixin
+from ._limit import LimitExceeded, LimitingAdaptor
 from ._stats import StatsMixin, fmt_bytes
 from ._streams import StreamsMixin
 from ._warmup import WarmupMixin
@@ -145,6 +146,8 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         #: paths use its fields; the properties above read and write them)
         self._state = PyPoolState() if PoolState is None else PoolState()
         self.backend = backend
+        #: where segments come from: the backend, or adaptors over it (a limit)
+        self._source: Backend = backend
         self.limit = limit
         # Reentrant: a finalizer may call free() while this thread is inside the pool; the
         # slow paths set _busy and such frees then wait in _freed for the end of the operation.
@@ -402,16 +405,18 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         seg_bytes = self._segment_bytes(size, owner)
         if self.backend.cheap_release and owner is None and not capturing:
             self._release_free_segments(kept=False)
-        if self.limit is not None and self.reserved + seg_bytes > self.limit:
+        try:
+            ptr = self._new_segment(seg_bytes, stream, owner)
+        except LimitExceeded:
+            # the limit bounds what the pool reserves: its free segments go back first
             if not capturing:
                 self._release_free_segments()
-            if self.reserved + seg_bytes > self.limit:
+            try:
+                ptr = self._new_segment(seg_bytes, stream, owner)
+            except LimitExceeded:
                 self.num_ooms += 1
                 raise OutOfMemoryError(self._oom_message(size, f"the pool's limit of "
-                                                               f"{fmt_bytes(self.limit)}"))
-        try:
-            ptr = (self.backend.alloc(seg_bytes, stream) if owner is None
-                   else self.backend.alloc_private(seg_bytes))
+                                                               f"{fmt_bytes(self.limit)}")) from None
         except MemoryError as first:
             self.num_alloc_retries += 1
             gc.collect()  # finalizers of collected arrays queue their frees; drain them
@@ -425,8 +430,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
             if b is not None:
                 return b
             try:
-                ptr = (self.backend.alloc(seg_bytes, stream) if owner is None
-                       else self.backend.alloc_private(seg_bytes))
+                ptr = self._new_segment(seg_bytes, stream, owner)
             except MemoryError:
                 self.num_ooms += 1
                 raise OutOfMemoryError(self._oom_message(size, "the device")) from first
@@ -441,6 +445,27 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
             self._private[owner]["segments"] += 1
         seg.first = Block(ptr, seg_bytes, seg, stream)
         return seg.first
+
+    def _new_segment(self, nbytes: int, stream: int, owner: Any) -> int:
+        """A new segment from the pool's source (the backend, or the adaptors over it)."""
+        src = self._source
+        return src.alloc(nbytes, stream) if owner is None else src.alloc_private(nbytes)
+
+    @property
+    def limit(self) -> int | None:
+        """Most bytes the pool may reserve (``None``: no limit).  A limit is a
+        :class:`~cuflow.memory.LimitingAdaptor` over the backend, absent without one."""
+        src = self._source
+        return src.limit if isinstance(src, LimitingAdaptor) else None
+
+    @limit.setter
+    def limit(self, value: int | None) -> None:
+        if value is None:
+            self._source = self.backend
+        elif isinstance(self._source, LimitingAdaptor):
+            self._source.limit = value
+        else:
+            self._source = LimitingAdaptor(self.backend, value, held=self.reserved)
 
     def _segment_bytes(self, size: int, owner: Any) -> int:
         """The segment a miss on a request of ``size`` bytes gets from the backend."""
@@ -530,9 +555,9 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
                 if ev is not None:
                     self.backend.wait(b.stream, ev)
         if seg.owner is None:
-            self.backend.free(seg.ptr, seg.nbytes, b.stream)
+            self._source.free(seg.ptr, seg.nbytes, b.stream)
         else:
-            self.backend.free_private(seg.ptr, seg.nbytes)
+            self._source.free_private(seg.ptr, seg.nbytes)
         del self._segments[seg.ptr]
         self.reserved -= seg.nbytes
         self.num_segment_free += 1
