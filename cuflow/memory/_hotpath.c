@@ -294,6 +294,335 @@ static PyTypeObject PoolStateType = {
     .tp_methods = state_methods,
 };
 
+/* ------------------------------------------------------------------- FreeList */
+
+/* _blocks.FreeList in C: the free blocks of one (owner, stream), in buckets of one size kept
+ * in size order (an empty bucket is dropped at once, which _blocks.FreeList does lazily:
+ * the same blocks are found in the same order).  Python calls its methods; the compiled
+ * general path calls fl_* below with the sizes and slots it has already read. */
+typedef struct {
+    long long size;
+    Py_ssize_t n, cap;
+    PyObject **v;
+} Bucket;
+
+typedef struct {
+    PyObject_HEAD
+    Bucket *b;
+    Py_ssize_t n, cap;
+} FreeListObject;
+
+static PyTypeObject FreeListType;
+
+/* the first bucket whose size is at least ``size`` */
+static Py_ssize_t
+fl_find(FreeListObject *fl, long long size)
+{
+    Py_ssize_t lo = 0, hi = fl->n;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (fl->b[mid].size < size)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static int
+fl_add(FreeListObject *fl, PyObject *blk, long long size)
+{
+    Py_ssize_t i = fl_find(fl, size);
+    if (i == fl->n || fl->b[i].size != size) { /* a new bucket at i */
+        if (fl->n == fl->cap) {
+            Py_ssize_t cap = fl->cap ? fl->cap * 2 : 8;
+            Bucket *nb = PyMem_Realloc(fl->b, cap * sizeof(Bucket));
+            if (nb == NULL) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            fl->b = nb;
+            fl->cap = cap;
+        }
+        memmove(fl->b + i + 1, fl->b + i, (fl->n - i) * sizeof(Bucket));
+        fl->b[i].size = size;
+        fl->b[i].n = fl->b[i].cap = 0;
+        fl->b[i].v = NULL;
+        fl->n++;
+    }
+    Bucket *k = fl->b + i;
+    if (k->n == k->cap) {
+        Py_ssize_t cap = k->cap ? k->cap * 2 : 4;
+        PyObject **nv = PyMem_Realloc(k->v, cap * sizeof(PyObject *));
+        if (nv == NULL) {
+            if (k->n == 0) { /* drop the bucket just made */
+                memmove(fl->b + i, fl->b + i + 1, (fl->n - i - 1) * sizeof(Bucket));
+                fl->n--;
+            }
+            PyErr_NoMemory();
+            return -1;
+        }
+        k->v = nv;
+        k->cap = cap;
+    }
+    k->v[k->n++] = Py_NewRef(blk);
+    return 0;
+}
+
+/* take item j of bucket i (a new reference: the list's) */
+static PyObject *
+fl_take(FreeListObject *fl, Py_ssize_t i, Py_ssize_t j)
+{
+    Bucket *k = fl->b + i;
+    PyObject *blk = k->v[j];
+    memmove(k->v + j, k->v + j + 1, (k->n - j - 1) * sizeof(PyObject *));
+    if (--k->n == 0) {
+        PyMem_Free(k->v);
+        memmove(fl->b + i, fl->b + i + 1, (fl->n - i - 1) * sizeof(Bucket));
+        fl->n--;
+    }
+    return blk;
+}
+
+/* remove ``blk`` (of ``size`` bytes); a ValueError if it is not there */
+static int
+fl_drop(FreeListObject *fl, PyObject *blk, long long size)
+{
+    Py_ssize_t i = fl_find(fl, size);
+    if (i < fl->n && fl->b[i].size == size) {
+        Bucket *k = fl->b + i;
+        for (Py_ssize_t j = 0; j < k->n; j++)
+            if (k->v[j] == blk) {
+                Py_DECREF(fl_take(fl, i, j));
+                return 0;
+            }
+    }
+    PyErr_SetString(PyExc_ValueError, "FreeList.remove(b): b is not in the free list");
+    return -1;
+}
+
+/* what pop_fit asks of a block: whole (no neighbours), its segment kept; -1 on error */
+typedef int (*block_test)(void *ctx, PyObject *blk);
+
+static int
+attr_is(PyObject *o, const char *name, PyObject *value)
+{
+    PyObject *v = PyObject_GetAttrString(o, name);
+    if (v == NULL)
+        return -1;
+    int r = v == value;
+    Py_DECREF(v);
+    return r;
+}
+
+static int
+py_whole(void *ctx, PyObject *blk)
+{
+    int p = attr_is(blk, "prev", Py_None);
+    return p <= 0 ? p : attr_is(blk, "next", Py_None);
+}
+
+static int
+py_kept(void *ctx, PyObject *blk)
+{
+    PyObject *seg = PyObject_GetAttrString(blk, "seg");
+    if (seg == NULL)
+        return -1;
+    PyObject *keep = PyObject_GetAttrString(seg, "keep");
+    Py_DECREF(seg);
+    if (keep == NULL)
+        return -1;
+    int r = PyObject_IsTrue(keep);
+    Py_DECREF(keep);
+    return r;
+}
+
+/* FreeList.pop_fit: the smallest block of ``size`` to ``most`` bytes (most < 0: no bound;
+ * a larger one only from a kept segment); among equal sizes a whole segment first, else
+ * the last freed.  *out: a new reference or NULL (none). */
+static int
+fl_fit(FreeListObject *fl, long long size, long long most, block_test whole, block_test kept,
+       void *ctx, PyObject **out)
+{
+    *out = NULL;
+    for (Py_ssize_t i = fl_find(fl, size); i < fl->n; i++) {
+        Bucket *k = fl->b + i;
+        if (most >= 0 && k->size > most) {
+            for (Py_ssize_t j = k->n - 1; j >= 0; j--) {
+                int r = kept(ctx, k->v[j]);
+                if (r < 0)
+                    return -1;
+                if (r) {
+                    *out = fl_take(fl, i, j);
+                    return 0;
+                }
+            }
+            continue;
+        }
+        for (Py_ssize_t j = k->n - 1; j >= 0; j--) {
+            int r = whole(ctx, k->v[j]);
+            if (r < 0)
+                return -1;
+            if (r) {
+                *out = fl_take(fl, i, j);
+                return 0;
+            }
+        }
+        *out = fl_take(fl, i, k->n - 1);
+        return 0;
+    }
+    return 0;
+}
+
+static long long
+size_of(PyObject *blk)
+{
+    PyObject *s = PyObject_GetAttrString(blk, "size");
+    if (s == NULL)
+        return -1;
+    long long v = PyLong_AsLongLong(s);
+    Py_DECREF(s);
+    if (v < 0 && !PyErr_Occurred())
+        PyErr_SetString(PyExc_ValueError, "a block's size must be >= 0");
+    return v;
+}
+
+static PyObject *
+freelist_push(FreeListObject *self, PyObject *blk)
+{
+    long long size = size_of(blk);
+    if (size < 0 || fl_add(self, blk, size) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+freelist_remove(FreeListObject *self, PyObject *blk)
+{
+    long long size = size_of(blk);
+    if (size < 0 || fl_drop(self, blk, size) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+freelist_pop_fit(FreeListObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "pop_fit(size, most=None)");
+        return NULL;
+    }
+    long long size = PyLong_AsLongLong(args[0]), most = -1;
+    if (size == -1 && PyErr_Occurred())
+        return NULL;
+    if (nargs == 2 && args[1] != Py_None) {
+        most = PyLong_AsLongLong(args[1]);
+        if (most == -1 && PyErr_Occurred())
+            return NULL;
+        if (most < 0) {
+            PyErr_SetString(PyExc_ValueError, "pop_fit: most must be >= 0 or None");
+            return NULL;
+        }
+    }
+    PyObject *out;
+    if (fl_fit(self, size, most, py_whole, py_kept, NULL, &out) < 0)
+        return NULL;
+    return out != NULL ? out : Py_NewRef(Py_None);
+}
+
+static PyObject *
+freelist_blocks(FreeListObject *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < self->n; i++)
+        for (Py_ssize_t j = 0; j < self->b[i].n; j++)
+            if (PyList_Append(out, self->b[i].v[j]) < 0) {
+                Py_DECREF(out);
+                return NULL;
+            }
+    return out;
+}
+
+static Py_ssize_t
+freelist_len(FreeListObject *self)
+{
+    Py_ssize_t n = 0;
+    for (Py_ssize_t i = 0; i < self->n; i++)
+        n += self->b[i].n;
+    return n;
+}
+
+static PyObject *
+freelist_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    if (PyTuple_GET_SIZE(args) || (kwds != NULL && PyDict_GET_SIZE(kwds))) {
+        PyErr_SetString(PyExc_TypeError, "FreeList() takes no arguments");
+        return NULL;
+    }
+    return type->tp_alloc(type, 0);
+}
+
+static int
+freelist_traverse(FreeListObject *self, visitproc visit, void *arg)
+{
+    for (Py_ssize_t i = 0; i < self->n; i++)
+        for (Py_ssize_t j = 0; j < self->b[i].n; j++)
+            Py_VISIT(self->b[i].v[j]);
+    return 0;
+}
+
+static int
+freelist_clear(FreeListObject *self)
+{
+    Bucket *b = self->b;
+    Py_ssize_t n = self->n;
+    self->b = NULL;
+    self->n = self->cap = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        for (Py_ssize_t j = 0; j < b[i].n; j++)
+            Py_DECREF(b[i].v[j]);
+        PyMem_Free(b[i].v);
+    }
+    PyMem_Free(b);
+    return 0;
+}
+
+static void
+freelist_dealloc(FreeListObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    freelist_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef freelist_methods[] = {
+    {"push", (PyCFunction)freelist_push, METH_O, "push(b): add free block b"},
+    {"remove", (PyCFunction)freelist_remove, METH_O, "remove(b): take b out"},
+    {"pop_fit", (PyCFunction)(void (*)(void))freelist_pop_fit, METH_FASTCALL,
+     "pop_fit(size, most=None): the smallest block of size to most bytes (any size in a "
+     "segment a warm-up kept); among equal sizes a whole segment first; None if none"},
+    {"blocks", (PyCFunction)freelist_blocks, METH_NOARGS, "the free blocks, in size order"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods freelist_as_sequence = {.sq_length = (lenfunc)freelist_len};
+
+static PyTypeObject FreeListType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cuflow.memory._hotpath.FreeList",
+    .tp_doc = "Free blocks of one (owner, stream), by size (_blocks.FreeList in C).",
+    .tp_basicsize = sizeof(FreeListObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = freelist_new,
+    .tp_dealloc = (destructor)freelist_dealloc,
+    .tp_traverse = (traverseproc)freelist_traverse,
+    .tp_clear = (inquiry)freelist_clear,
+    .tp_methods = freelist_methods,
+    .tp_as_sequence = &freelist_as_sequence,
+};
+
 /* ------------------------------------------------------------------- HotAlloc */
 
 typedef intptr_t (*stream_fn)(void);
@@ -304,7 +633,7 @@ enum { B_PLAIN, B_REQ, B_STREAM, B_SIZE, B_PTR, B_FREE, B_QUICK, B_PREV, B_NEXT,
 static const char *block_slots[B_N] = {"plain", "req", "stream", "size", "ptr", "free", "quick",
                                        "prev", "next", "seg", "events", "uses"};
 /* Segment's and FreeList's slots used by the general path */
-enum { S_KEEP, S_OWNER, F_BY_SIZE, F_SIZES, X_N };
+enum { S_KEEP, S_OWNER, X_N };
 
 typedef struct {
     PyObject_HEAD
@@ -568,16 +897,10 @@ slot_set_ll(HotAlloc *self, PyObject *b, int i, long long v)
 }
 
 static int
-check_fl(HotAlloc *self, PyObject *fl, PyObject **by_size, PyObject **sizes)
+check_fl(PyObject *fl)
 {
-    if (Py_TYPE(fl) != (PyTypeObject *)self->freelist_type) {
-        PyErr_Format(PyExc_TypeError, "the pool holds a %R, not a FreeList", Py_TYPE(fl));
-        return -1;
-    }
-    *by_size = SLOT(fl, self->xoff[F_BY_SIZE]);
-    *sizes = SLOT(fl, self->xoff[F_SIZES]);
-    if (*by_size == NULL || *sizes == NULL || !PyDict_Check(*by_size) || !PyList_Check(*sizes)) {
-        PyErr_SetString(PyExc_TypeError, "FreeList.by_size / sizes must be a dict / a list");
+    if (!Py_IS_TYPE(fl, &FreeListType)) {
+        PyErr_Format(PyExc_TypeError, "the pool holds a %R, not a _hotpath.FreeList", Py_TYPE(fl));
         return -1;
     }
     return 0;
@@ -587,144 +910,58 @@ check_fl(HotAlloc *self, PyObject *fl, PyObject **by_size, PyObject **sizes)
 static int
 fl_push(HotAlloc *self, PyObject *fl, PyObject *b)
 {
-    PyObject *by_size, *sizes;
-    if (check_fl(self, fl, &by_size, &sizes) < 0)
+    long long size = as_ll(SLOT(b, self->off[B_SIZE]));
+    if ((size == -1 && PyErr_Occurred()) || check_fl(fl) < 0)
         return -1;
-    PyObject *size = SLOT(b, self->off[B_SIZE]);
-    PyObject *lst = PyDict_GetItemWithError(by_size, size);
-    if (lst != NULL)
-        return PyList_Append(lst, b);
-    if (PyErr_Occurred())
-        return -1;
-    long long sv = as_ll(size);
-    if (sv == -1 && PyErr_Occurred())
-        return -1;
-    Py_INCREF(size);
-    if ((lst = PyList_New(1)) == NULL) {
-        Py_DECREF(size);
-        return -1;
-    }
-    PyList_SET_ITEM(lst, 0, Py_NewRef(b));
-    int r = PyDict_SetItem(by_size, size, lst);
-    Py_DECREF(lst);
-    if (r == 0) { /* bisect.insort (to the right of equal sizes) */
-        Py_ssize_t lo = 0, hi = PyList_GET_SIZE(sizes);
-        while (lo < hi) {
-            Py_ssize_t mid = (lo + hi) / 2;
-            long long v = as_ll(PyList_GET_ITEM(sizes, mid));
-            if (v == -1 && PyErr_Occurred()) {
-                Py_DECREF(size);
-                return -1;
-            }
-            if (sv < v)
-                hi = mid;
-            else
-                lo = mid + 1;
-        }
-        r = PyList_Insert(sizes, lo, size);
-    }
-    Py_DECREF(size);
-    return r;
+    return fl_add((FreeListObject *)fl, b, size);
 }
 
 /* FreeList.remove(b) */
 static int
 fl_remove(HotAlloc *self, PyObject *fl, PyObject *b)
 {
-    PyObject *by_size, *sizes;
-    if (check_fl(self, fl, &by_size, &sizes) < 0)
+    long long size = as_ll(SLOT(b, self->off[B_SIZE]));
+    if ((size == -1 && PyErr_Occurred()) || check_fl(fl) < 0)
         return -1;
-    PyObject *lst = PyDict_GetItemWithError(by_size, SLOT(b, self->off[B_SIZE]));
-    if (lst == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetObject(PyExc_KeyError, SLOT(b, self->off[B_SIZE]));
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(lst); i++)
-        if (PyList_GET_ITEM(lst, i) == b)
-            return PyList_SetSlice(lst, i, i + 1, NULL);
-    PyErr_SetString(PyExc_ValueError, "list.remove(x): x not in list");
-    return -1;
+    return fl_drop((FreeListObject *)fl, b, size);
 }
 
-/* lst.pop(j), a new reference */
-static PyObject *
-list_pop(PyObject *lst, Py_ssize_t j)
+static int
+hot_whole(void *ctx, PyObject *b)
 {
-    PyObject *b = Py_NewRef(PyList_GET_ITEM(lst, j));
-    if (PyList_SetSlice(lst, j, j + 1, NULL) < 0) {
-        Py_DECREF(b);
-        return NULL;
+    HotAlloc *self = (HotAlloc *)ctx;
+    if (Py_TYPE(b) != (PyTypeObject *)self->block_type) {
+        PyErr_Format(PyExc_TypeError, "a free list holds a %R, not a Block", Py_TYPE(b));
+        return -1;
     }
-    return b;
+    return SLOT(b, self->off[B_PREV]) == Py_None && SLOT(b, self->off[B_NEXT]) == Py_None;
+}
+
+static int
+hot_kept(void *ctx, PyObject *b)
+{
+    HotAlloc *self = (HotAlloc *)ctx;
+    if (Py_TYPE(b) != (PyTypeObject *)self->block_type) {
+        PyErr_Format(PyExc_TypeError, "a free list holds a %R, not a Block", Py_TYPE(b));
+        return -1;
+    }
+    PyObject *seg = SLOT(b, self->off[B_SEG]);
+    if (seg == NULL || Py_TYPE(seg) != (PyTypeObject *)self->segment_type) {
+        PyErr_SetString(PyExc_TypeError, "a Block's seg must be a Segment");
+        return -1;
+    }
+    PyObject *keep = SLOT(seg, self->xoff[S_KEEP]);
+    return keep == Py_True ? 1 : keep == Py_False ? 0 : keep == NULL ? 0 : PyObject_IsTrue(keep);
 }
 
 /* FreeList.pop_fit(size, most) (most < 0: None); *out a new reference or NULL */
 static int
 fl_pop_fit(HotAlloc *self, PyObject *fl, long long size, long long most, PyObject **out)
 {
-    PyObject *by_size, *sizes;
     *out = NULL;
-    if (check_fl(self, fl, &by_size, &sizes) < 0)
+    if (check_fl(fl) < 0)
         return -1;
-    Py_ssize_t lo = 0, hi = PyList_GET_SIZE(sizes);
-    while (lo < hi) { /* bisect_left */
-        Py_ssize_t mid = (lo + hi) / 2;
-        long long v = as_ll(PyList_GET_ITEM(sizes, mid));
-        if (v == -1 && PyErr_Occurred())
-            return -1;
-        if (v < size)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    Py_ssize_t i = lo;
-    while (i < PyList_GET_SIZE(sizes)) {
-        PyObject *s = PyList_GET_ITEM(sizes, i);
-        long long sv = as_ll(s);
-        if (sv == -1 && PyErr_Occurred())
-            return -1;
-        PyObject *lst = PyDict_GetItemWithError(by_size, s);
-        if (lst == NULL) {
-            if (!PyErr_Occurred())
-                PyErr_SetObject(PyExc_KeyError, s);
-            return -1;
-        }
-        Py_ssize_t n = PyList_GET_SIZE(lst);
-        if (most >= 0 && sv > most) { /* only a kept segment's block may be that much larger */
-            for (Py_ssize_t j = n - 1; j >= 0; j--) {
-                PyObject *seg = SLOT(PyList_GET_ITEM(lst, j), self->off[B_SEG]);
-                PyObject *keep = seg == NULL ? NULL : SLOT(seg, self->xoff[S_KEEP]);
-                int k = keep == Py_True ? 1 : keep == Py_False ? 0
-                        : keep == NULL ? -1 : PyObject_IsTrue(keep);
-                if (k < 0) {
-                    if (!PyErr_Occurred())
-                        PyErr_SetString(PyExc_AttributeError, "Segment.keep");
-                    return -1;
-                }
-                if (k)
-                    return (*out = list_pop(lst, j)) == NULL ? -1 : 0;
-            }
-            i++;
-            continue;
-        }
-        if (n) { /* a whole segment first */
-            for (Py_ssize_t j = n - 1; j >= 0; j--) {
-                PyObject *b = PyList_GET_ITEM(lst, j);
-                if (SLOT(b, self->off[B_PREV]) == Py_None && SLOT(b, self->off[B_NEXT]) == Py_None)
-                    return (*out = list_pop(lst, j)) == NULL ? -1 : 0;
-            }
-            return (*out = list_pop(lst, n - 1)) == NULL ? -1 : 0;
-        }
-        Py_INCREF(s); /* an emptied size: deleted lazily */
-        int r = PyList_SetSlice(sizes, i, i + 1, NULL);
-        if (r == 0)
-            r = PyDict_DelItem(by_size, s);
-        Py_DECREF(s);
-        if (r < 0)
-            return -1;
-    }
-    return 0;
+    return fl_fit((FreeListObject *)fl, size, most, hot_whole, hot_kept, self, out);
 }
 
 /* Pool._list(owner, stream): a new reference */
@@ -1276,13 +1513,13 @@ hot_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                      st);
         goto fail;
     }
-    if (seg_type != Py_None) {
+    if (seg_type != Py_None && fl_type == (PyObject *)&FreeListType) {
+        /* the general path works on the compiled free lists (a pool of _blocks.FreeList
+         * runs Python's) */
         self->segment_type = Py_NewRef(seg_type);
         self->freelist_type = Py_NewRef(fl_type);
         if ((self->xoff[S_KEEP] = slot_offset(seg_type, "keep")) < 0
             || (self->xoff[S_OWNER] = slot_offset(seg_type, "owner")) < 0
-            || (self->xoff[F_BY_SIZE] = slot_offset(fl_type, "by_size")) < 0
-            || (self->xoff[F_SIZES] = slot_offset(fl_type, "sizes")) < 0
             || (self->lists = PyObject_GetAttrString(pool, "_lists")) == NULL
             || (self->general = PyObject_GetAttrString(pool, "_general")) == NULL
             || (self->alloc_slow = PyObject_GetAttrString(pool, "_alloc_slow")) == NULL
@@ -1345,14 +1582,15 @@ PyInit__hotpath(void)
     INTERN(s_recording, "_recording");
 #undef INTERN
     if (PyType_Ready(&HotAllocType) < 0 || PyType_Ready(&PoolLockType) < 0
-        || PyType_Ready(&PoolStateType) < 0)
+        || PyType_Ready(&PoolStateType) < 0 || PyType_Ready(&FreeListType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
     if (PyModule_AddObjectRef(m, "HotAlloc", (PyObject *)&HotAllocType) < 0
         || PyModule_AddObjectRef(m, "PoolLock", (PyObject *)&PoolLockType) < 0
-        || PyModule_AddObjectRef(m, "PoolState", (PyObject *)&PoolStateType) < 0) {
+        || PyModule_AddObjectRef(m, "PoolState", (PyObject *)&PoolStateType) < 0
+        || PyModule_AddObjectRef(m, "FreeList", (PyObject *)&FreeListType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

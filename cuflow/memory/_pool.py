@@ -66,11 +66,12 @@ from ._warmup import WarmupMixin
 
 try:  # the compiled hot path (an optional extension: a source install without a compiler
     # runs the same operations in Python)
+    from ._hotpath import FreeList as CFreeList
     from ._hotpath import HotAlloc, PoolLock, PoolState
 except ImportError:
-    HotAlloc = PoolLock = PoolState = None
+    HotAlloc = PoolLock = PoolState = CFreeList = None
 if POOL_HOTPATH == "python":
-    HotAlloc = PoolLock = PoolState = None
+    HotAlloc = PoolLock = PoolState = CFreeList = None
 
 
 class PyPoolState:
@@ -157,6 +158,8 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         self._freed: dict[int, Any] = {}  # pointers given back, not yet processed
         self._quick: dict[int, dict[int, list[Block]]] = {}  # stream -> size -> freed blocks
         self._gone: list[int] = []  # destroyed streams, not yet processed
+        #: free lists: the compiled ones where the compiled paths run (they work on those)
+        self._freelist_type = FreeList if HotAlloc is None or CFreeList is None else CFreeList
         self._lists: dict[tuple[Any, int], FreeList] = {}
         self._general: dict[int, FreeList] = {}  # stream -> self._lists[(None, stream)]
         self._segments: dict[int, Segment] = {}
@@ -198,7 +201,8 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         containers does the same operations.
         """
         if HotAlloc is not None and (stream_of is None or stream_fn is not None):
-            return HotAlloc(self, Block, stream_fn, segment_type=Segment, freelist_type=FreeList)
+            return HotAlloc(self, Block, stream_fn, segment_type=Segment,
+                            freelist_type=self._freelist_type)
         pool, quick, live, freed = self._state, self._quick, self._live, self._freed
         count_hit = pool.count_hit
         free_other, miss = self._free_locked, self._alloc_miss
@@ -364,7 +368,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
     def _list(self, owner: Any, stream: int) -> FreeList:
         fl = self._lists.get((owner, stream))
         if fl is None:
-            fl = self._lists[(owner, stream)] = FreeList()
+            fl = self._lists[(owner, stream)] = self._freelist_type()
             if owner is None:
                 self._general[stream] = fl
         return fl

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from cuflow.memory import HostBackend, Pool, _pool, round_size
 
-from .conftest import python_hot_path
+from .conftest import python_hot_path, python_pool
 
 
 class _Granular(HostBackend):
@@ -35,7 +35,7 @@ def test_both_hot_paths_make_the_same_decisions(backend):
                                             rng.randrange(1, 5 << 20)]),
             rng.randrange(3), rng.randrange(10**6)) for _ in range(3000)]
     results = []
-    for pool in (Pool(backend()), python_hot_path(Pool(backend()))):
+    for pool in (Pool(backend()), python_hot_path(Pool(backend())), python_pool(backend())):
         # where each block lies: (segment's rank, offset); the segments are held so that no
         # later one reuses an id
         segs, held, live, trace = {}, [], [], []
@@ -51,7 +51,7 @@ def test_both_hot_paths_make_the_same_decisions(backend):
         s = pool.stats()
         results.append((trace, {k: v for k, v in s.items() if k != "backend"}))
     assert type(Pool(HostBackend()).alloc_ptr).__name__ == "HotAlloc"
-    assert results[0] == results[1]
+    assert results[0] == results[1] == results[2]
 
 
 def test_compiled_hot_path_checks_its_arguments():
