@@ -1,8 +1,10 @@
 """cuflow's pool against CuPy's MemoryPool / MemoryAsyncPool and PyTorch's allocator.
 
-Traces R0, G, S (defined in ``cuflow.bench._traces``): footprint (peak
-reserved over peak requested), device allocations in steady state, host time
-per operation.  Then ``empty`` + free latency on a pool hit.
+Traces R0, G, S (defined in ``cuflow.bench._traces``) and the traces recorded
+from real workloads (``bench/traces/``, ``real:<name>``; ``python -m cuflow bench
+traces --record`` records them): footprint (peak reserved over peak requested),
+device allocations in steady state, host time per operation.  Then ``empty`` +
+free latency on a pool hit.
 """
 
 from __future__ import annotations

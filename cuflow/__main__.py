@@ -10,6 +10,7 @@ import sys
 import cuflow
 
 from .bench._headline import format_table, run_headline
+from .bench._traces import bench_traces
 from .bench._plot import plot
 from .testing import output_text, run_notebook
 
@@ -24,6 +25,12 @@ def main(argv: list[str] | None = None) -> int:
     pb.add_argument("--plot", metavar="PNG", help="also draw the comparisons (needs matplotlib)")
     pb.add_argument("--from-json", metavar="PATH",
                     help="with --plot: draw a saved --json result instead of running")
+    pb.add_argument("section", nargs="?", choices=["traces"],
+                    help="traces: the memory pools on the allocation traces only")
+    pb.add_argument("--record", action="store_true",
+                    help="with traces: record the real workloads' traces into bench/traces/")
+    pb.add_argument("--variants", action="store_true",
+                    help="with traces: also cuflow's pool with whole 64 MiB granules")
     pn = sub.add_parser("run-notebook", help="execute a notebook's code cells without Jupyter")
     pn.add_argument("path")
     pn.add_argument("--write", action="store_true", help="store the outputs in the notebook")
@@ -42,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
         for k, v in cuflow.backend_info().items():
             print(f"{k:20s} {v}")
         return 0
+    if args.section == "traces":
+        return bench_traces(record=args.record, quick=args.quick, json_path=args.json,
+                            variants=args.variants)
     if args.from_json:
         if not args.plot:
             p.error("--from-json only makes sense with --plot")

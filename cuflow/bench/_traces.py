@@ -1,7 +1,9 @@
 """Allocation traces and their replay against cuflow's pool, CuPy's pools and PyTorch's.
 
 R0 (random-shape inference), G (monotonic growth) and S (random 2-D shapes)
-are defined as in the pool's issue; bytes are fp16 for R0/G.  A trace is a
+are defined as in the pool's issue; bytes are fp16 for R0/G.  The traces
+recorded from real workloads (``_realtraces``, ``bench/traces/``) are named
+``real:<name>``.  A trace is a
 list of ``(op, key, nbytes)`` with op ``"a"`` (allocate) or ``"f"`` (free),
 split into iterations.  Replays allocate real device arrays through each
 library's normal path (``cupy.empty`` / ``torch.empty``), so host times include
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import math
 import random
 import statistics
@@ -21,6 +24,7 @@ from typing import Any
 
 from .. import memory
 from ..memory import DriverPoolBackend, Pool, _pool
+from . import _realtraces
 
 H = 4096
 
@@ -85,7 +89,9 @@ def trace_s(seed: int = 0, n: int = 400, alive: int = 4) -> list[list[tuple]]:
     return its
 
 
-TRACES: dict[str, Callable[[], list[list[tuple]]]] = {"R0": trace_r0, "G": trace_g, "S": trace_s}
+TRACES: dict[str, Callable[..., list[list[tuple]]]] = {"R0": trace_r0, "G": trace_g, "S": trace_s}
+TRACES.update({name: functools.partial(_realtraces.load, path)
+               for name, path in _realtraces.saved().items()})
 
 
 def peak_requested(its: list[list[tuple]]) -> int:
@@ -119,9 +125,11 @@ class _Cuflow(_CupyAllocator):
 
     name = "cuflow"
 
-    def __init__(self, cupy: Any, python: bool = False) -> None:
+    def __init__(self, cupy: Any, python: bool = False, fixed_granule: bool = False) -> None:
         self.cupy = cupy
         self.pool = Pool(DriverPoolBackend(cupy.cuda.runtime.getDevice()))
+        if fixed_granule:  # every large segment a whole number of 64 MiB granules
+            self.pool.backend.segment_granularity_min = 0
         saved = _pool.HotAlloc
         if python:
             _pool.HotAlloc = None
@@ -287,6 +295,19 @@ def replay(make: Callable[[], Any], its: list[list[tuple]], *,
     return res
 
 
+def largest_iteration(its: list[list[tuple]]) -> list[tuple]:
+    """The iteration of ``its`` that holds the most bytes at once (its own allocations), with
+    frees of earlier iterations' allocations left out."""
+    best, most = its[0], -1
+    for ops in its:
+        mine = {key for op, key, _ in ops if op == "a"}
+        own = [o for o in ops if o[0] == "a" or o[1] in mine]
+        p = peak_requested([own])
+        if p > most:
+            best, most = own, p
+    return best
+
+
 def warmup_for(trace: str) -> Callable[[Any], None]:
     """cuflow's documented warm-up for each trace: the largest input once."""
 
@@ -296,7 +317,8 @@ def warmup_for(trace: str) -> Callable[[Any], None]:
             if trace == "S":
                 pool.warmup([(4096, 4096)] * 4, dtype="float32")
             else:
-                its = trace_r0(iterations=1) if trace == "R0" else trace_g()[-1:]
+                its = (trace_r0(iterations=1) if trace == "R0" else trace_g()[-1:]
+                       if trace == "G" else [largest_iteration(TRACES[trace]())])
 
                 def fn() -> None:
                     live = {}
@@ -365,3 +387,67 @@ def empty_latency(makers: dict[str, Callable[[], Any]], nbytes: int, n: int = 20
                   "p99_us": round(max(v[int(0.99 * len(v))] - timer, 0) / 1e3, 3),
                   "timer_us": round(timer / 1e3, 3)}
     return res
+
+
+def compare(names: list[str] | None = None, rounds: int = 3, torch: Any = None,
+            variants: bool = False) -> list[dict[str, Any]]:
+    """Every trace through every allocator (and cuflow after its warm-up), ``rounds`` times
+    with the allocators alternated; per trace and allocator the median host time per
+    operation, and footprint and steady-state device allocations of the median run.
+    ``variants`` adds cuflow's pool with whole 64 MiB granules for every large segment."""
+    import cupy  # noqa: PLC0415  (optional dependency)
+
+    makers = allocators(cupy, torch)
+    if variants:
+        makers["cuflow, 64 MiB granules"] = lambda: _Cuflow(cupy, fixed_granule=True)
+    rows = []
+    for name in names or list(TRACES):
+        its = TRACES[name]()
+        runs: dict[str, list[dict[str, Any]]] = {}
+        for _ in range(rounds):
+            for aname, make in makers.items():
+                runs.setdefault(aname, []).append(replay(make, its))
+            runs.setdefault("cuflow after warmup", []).append(
+                replay(makers["cuflow"], its, warmup=warmup_for(name)))
+        ref = statistics.median(r["host_us_per_op"] for r in runs["cupy MemoryPool"])
+        for aname, rs in runs.items():
+            rs = sorted(rs, key=lambda r: r["host_us_per_op"])
+            r = rs[len(rs) // 2]
+            rows.append({"trace": name, "allocator": aname, **{k: v for k, v in r.items()
+                                                               if k != "allocator"},
+                         "host_us_per_op_all": [x["host_us_per_op"] for x in rs],
+                         "ratio_vs_cupy_pool": round(r["host_us_per_op"] / ref, 3)})
+    return rows
+
+
+def format_compare(rows: list[dict[str, Any]]) -> str:
+    lines = [f"{'trace':28s} {'allocator':26s} {'us/op':>7s} {'x cupy':>7s} "
+             f"{'footprint':>9s} {'dev allocs':>10s}"]
+    for r in rows:
+        lines.append(f"{r['trace']:28s} {r['allocator']:26s} {r['host_us_per_op']:7.3f} "
+                     f"{r['ratio_vs_cupy_pool']:7.3f} {r['footprint']:9.3f} "
+                     f"{r['device_allocs_steady']:10d}")
+    return "\n".join(lines)
+
+
+def bench_traces(record: bool = False, quick: bool = False, json_path: str | None = None,
+                 variants: bool = False) -> int:
+    """``python -m cuflow bench traces [--record]``: record the real workloads' traces (with
+    ``--record``), then compare the allocators on every trace."""
+    if record:
+        for name, info in _realtraces.record_all().items():
+            print(f"recorded {name}: {info}")
+        TRACES.update({name: functools.partial(_realtraces.load, path)
+                       for name, path in _realtraces.saved().items()})
+    try:
+        import torch  # noqa: PLC0415  (optional dependency)
+
+        torch = torch if torch.cuda.is_available() else None
+    except ImportError:
+        torch = None
+    rows = compare(rounds=1 if quick else 3, torch=torch, variants=variants)
+    print(format_compare(rows))
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0

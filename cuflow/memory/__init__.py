@@ -3,19 +3,22 @@
 With the CuPy backend, cuflow makes its :class:`Pool` CuPy's allocator on the
 first allocation, so plain CuPy calls made by or alongside cuflow use it too;
 ``CUFLOW_POOL=off`` leaves CuPy's own pool in place, and :func:`using_pool`
-scopes a pool to a block (thread-local).  Its hit path is C (an optional
-extension, ``_hotpath.c``; a Python closure where it was not built) behind
-CuPy's ``PythonFunctionAllocator`` (host time of both against CuPy's Cython
-pool: bench/test_bench_memory.py::test_empty_hit_latency).  One pool per
-device; segments come from a private CUDA stream-ordered pool by default
-(``CUFLOW_POOL_BACKEND=driver|cudamalloc``).
+scopes a pool to a block (thread-local).  Its allocation paths are C (an
+optional extension, ``_hotpath.c``; the same decisions in Python where it was
+not built) behind CuPy's ``PythonFunctionAllocator`` (host time against CuPy's
+pools on synthetic and recorded traces: ``python -m cuflow bench traces``,
+bench/test_bench_memory.py).  One pool per
+device (every function takes ``device=``, checked against the visible
+devices); segments come from a private CUDA stream-ordered pool by default
+(``CUFLOW_POOL_BACKEND=driver|cudamalloc``).  The pool's environment variables
+are checked at import (``_env``).
 
 What it gives over CuPy's pool (footprint and device allocations:
 bench/test_bench_memory.py::test_trace):
 
 * footprint: blocks are split and coalesced; large segments are whole multiples
   of 64 MiB (the driver pool reserves 32 MiB chunks and packs their rest poorly, so
-  the pool keeps the rest and splits it); a large request does not split a cached
+  the pool keeps the rest and splits it), or of less while the pool is small; a large request does not split a cached
   block larger than twice its size or than its own segment would be (that pins
   it and fragments memory) but misses, and a miss returns the free segments to
   the driver pool, which reuses them for any size;
@@ -39,7 +42,7 @@ bench/test_bench_memory.py::test_trace):
 from __future__ import annotations
 
 import contextlib
-import os
+import numbers
 import warnings
 import weakref
 from collections.abc import Callable
@@ -52,14 +55,16 @@ from ..core._streams import as_cupy_stream
 from ._backends import Backend, CudaMallocBackend, DriverPoolBackend, HostBackend
 from ._blocks import Block, round_size, size_class
 from ._cupy import Pool
-from ._exceptions import DoubleFreeError, MemoryValueError
-from ._limit import parse_limit_env
+from ._env import MEMORY_LIMIT, POOL_BACKEND, POOL_ON
+from ._exceptions import DoubleFreeError, MemoryLimitWarning, MemoryTypeError, MemoryValueError
+from ._limit import LimitingAdaptor, limit_of, parse_limit_env
 
 __all__ = [
     "Pool", "Backend", "DriverPoolBackend", "CudaMallocBackend", "HostBackend",
     "get_pool", "using_pool", "stats", "summary", "snapshot", "empty_cache",
     "reset_peak_stats", "set_limit", "warmup", "record_stream", "empty_pinned",
     "zeros_pinned", "round_size", "size_class", "Block", "DoubleFreeError", "MemoryValueError",
+    "MemoryTypeError", "MemoryLimitWarning", "LimitingAdaptor",
 ]
 
 
@@ -69,38 +74,51 @@ _INSTALLED = False
 
 
 def _new_pool(device_id: int) -> Pool:
-    kind = os.environ.get("CUFLOW_POOL_BACKEND", "driver").strip().lower()
-    if kind in ("driver", "async", ""):
-        backend: Backend = DriverPoolBackend(device_id)
-    elif kind == "cudamalloc":
-        backend = CudaMallocBackend(device_id)
-    else:
-        raise MemoryValueError(f"CUFLOW_POOL_BACKEND={kind!r}: expected 'driver' or 'cudamalloc'")
+    backend: Backend = (CudaMallocBackend(device_id) if POOL_BACKEND == "cudamalloc"
+                        else DriverPoolBackend(device_id))
     pool = Pool(backend)
-    env = os.environ.get("CUFLOW_MEMORY_LIMIT")
-    if env:
-        pool.limit = parse_limit_env(env, backend)
+    if MEMORY_LIMIT:
+        pool.limit = parse_limit_env(MEMORY_LIMIT, backend)
     return pool
+
+
+def _device(device: Any, where: str) -> int:
+    """``device=`` checked against the runtime's devices (``None``: the current one)."""
+    b = runtime()
+    if device is None:
+        return int(b.current_device())
+    if isinstance(device, bool) or not isinstance(device, numbers.Integral):
+        raise MemoryTypeError(f"cuflow.memory.{where}: device must be an int device ordinal or "
+                              f"None, got {type(device).__name__} {device!r}")
+    n = max(b.device_count, 1)  # the NumPy backend has one (host) device
+    if not 0 <= device < n:
+        raise MemoryValueError(f"cuflow.memory.{where}: device must be in [0, {n}) ({n} "
+                               f"device{'s' if n > 1 else ''} visible), got {device}")
+    return int(device)
 
 
 def get_pool(device: int | None = None) -> Pool:
     """The pool cuflow uses for ``device`` (default: the current device).
 
-    On the NumPy backend a host-memory pool is returned, so code that reads
-    statistics runs unchanged.
+    On the NumPy backend a host-memory pool per device is returned, so code
+    that reads statistics runs unchanged.
+
+    Raises
+    ------
+    MemoryTypeError, MemoryValueError
+        ``device`` is not an int, or not a visible device.
     """
 
+    dev = _device(device, "get_pool")
     b = runtime()
     if not b.is_gpu:
-        dev = -1
-        if dev not in _POOLS:
-            _POOLS[dev] = Pool(HostBackend())
-        return _POOLS[dev]
-    if device is None:
-        device = b.xp.cuda.runtime.getDevice()
-    pool = _POOLS.get(device)
+        key = -1 - dev  # host pools apart from device pools
+        if key not in _POOLS:
+            _POOLS[key] = Pool(HostBackend())
+        return _POOLS[key]
+    pool = _POOLS.get(dev)
     if pool is None:
-        pool = _POOLS[device] = _new_pool(device)
+        pool = _POOLS[dev] = _new_pool(dev)
     return pool
 
 
@@ -113,7 +131,7 @@ def _install(backend: Any) -> None:
     global _INSTALLED
     if _INSTALLED or not backend.is_gpu:
         return
-    if os.environ.get("CUFLOW_POOL", "on").strip().lower() in ("off", "0", "false", "no"):
+    if not POOL_ON:
         return
     cupy = backend.xp
     single = backend.device_count == 1
@@ -149,34 +167,67 @@ def using_pool(pool: Pool):
 
 # ------------------------------------------------------------ module level
 def stats(device: int | None = None) -> dict[str, Any]:
-    """:meth:`Pool.stats` of the current device's pool (PyTorch's key names)."""
+    """:meth:`Pool.stats` of ``device``'s pool (default: the current device's), with
+    PyTorch's key names."""
     return get_pool(device).stats()
 
 
 def summary(device: int | None = None) -> str:
+    """:meth:`Pool.summary` of ``device``'s pool (default: the current device's)."""
     return get_pool(device).summary()
 
 
 def snapshot(device: int | None = None) -> list[dict[str, Any]]:
+    """:meth:`Pool.snapshot` of ``device``'s pool (default: the current device's)."""
     return get_pool(device).snapshot()
 
 
 def empty_cache(device: int | None = None) -> int:
-    """Return cached, fully free segments to the device; the number released."""
+    """Return ``device``'s cached, fully free segments to the device; the number released."""
     return get_pool(device).empty_cache()
 
 
 def reset_peak_stats(device: int | None = None) -> None:
+    """Reset the peak statistics of ``device``'s pool."""
     get_pool(device).reset_peak_stats()
 
 
-def set_limit(limit: int | float | None, device: int | None = None) -> None:
-    """Cap the pool's reserved bytes: an int is bytes, a float in (0, 1] a fraction of memory."""
+def set_limit(limit: int | float | str | None, device: int | None = None) -> None:
+    """Cap the bytes ``device``'s pool reserves.
+
+    Parameters
+    ----------
+    limit : int, float, str or None
+        Bytes (an ``int``, or a string as ``CUFLOW_MEMORY_LIMIT`` takes: ``"8GiB"``,
+        ``"512MB"``, ``"8e9"``), a fraction of the device's memory (a ``float`` in
+        (0, 1], or ``"0.8"``, ``"80%"``), or ``None`` for no limit.
+    device : int, optional
+        Default: the current device.
+
+    Raises
+    ------
+    MemoryTypeError
+        ``limit`` is a bool or of another type.
+    MemoryValueError
+        A negative or NaN limit, a float outside (0, 1], a malformed string.
+
+    Warns
+    -----
+    MemoryLimitWarning
+        The pool holds more than the new limit even after returning its free
+        segments: the limit applies to new segments, so allocations that need
+        one fail until enough memory is freed (nothing already allocated is lost).
+    """
     pool = get_pool(device)
-    if isinstance(limit, float) and limit <= 1:
-        pool.set_limit(fraction=limit)
-    else:
-        pool.set_limit(size=None if limit is None else int(limit))
+    pool.limit = limit_of(limit, pool.backend)
+    if pool.limit is not None and pool.reserved > pool.limit:
+        pool.empty_cache()
+        if pool.reserved > pool.limit:
+            warnings.warn(
+                f"cuflow.memory.set_limit: the pool of device {pool.backend.device_id} reserves "
+                f"{pool.reserved} bytes ({pool.allocated} in use), more than the new limit of "
+                f"{pool.limit}; allocations that need a new segment raise OutOfMemoryError "
+                f"until enough is freed", MemoryLimitWarning, stacklevel=2)
 
 
 def record_stream(array: Any, stream: Any) -> None:
@@ -188,13 +239,18 @@ def record_stream(array: Any, stream: Any) -> None:
     cuda.core stream must outlive the array's free.
     """
 
+    try:
+        s = as_cupy_stream(stream)
+    except TypeError as e:
+        raise MemoryTypeError(f"cuflow.memory.record_stream: stream must be a stream object "
+                              f"(cuflow.Stream, a CuPy, PyTorch or cuda.core stream), got "
+                              f"{type(stream).__name__} {stream!r}") from e
     ptr = getattr(getattr(getattr(array, "data", None), "mem", None), "ptr", None)
     if ptr is None:
         return  # host memory (the NumPy backend)
     for pool in list(_POOLS.values()) + list(_SCOPED):
         block = pool.block_of(ptr)
         if block is not None:
-            s = as_cupy_stream(stream)
             # the pool watches the life of streams CuPy owns (an ExternalStream made here for
             # a PyTorch or cuda.core stream would die at once, though that stream lives on);
             # a pool block means CuPy is there
@@ -231,6 +287,9 @@ def warmup(fn: Callable[..., Any], *largest_inputs: Any, pool: Pool | None = Non
         The pool to prepare (default: the current device's); ``fn`` runs with it.
     """
 
+    if not callable(fn):
+        raise MemoryTypeError(f"cuflow.memory.warmup: fn must be a callable run with the "
+                              f"largest inputs, got {type(fn).__name__} {fn!r}")
     if pool is None:
         pool = get_pool()
     pool.start_recording()

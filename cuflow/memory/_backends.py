@@ -33,6 +33,9 @@ class Backend(abc.ABC):
     #: segments for large requests are rounded up to a multiple of this, so that the
     #: pool, which can split the remainder, owns it rather than the source
     segment_granularity = 1
+    #: when set, a small pool rounds large segments to less: the power of two at or below a
+    #: quarter of what it reserves, from this up to ``segment_granularity``
+    segment_granularity_min = 0
     device_id = -1
     #: allocations that took new memory from the device, and releases that gave it back
     device_allocs = 0
@@ -188,8 +191,12 @@ class DriverPoolBackend(_CudaEvents):
     # (a later request does not reuse the free rest of an earlier chunk), so large segments
     # are whole multiples of its chunk, and the pool splits the rest.  64 MiB multiples keep
     # the worst footprint (peak reserved over peak requested) of the traces lowest, against
-    # exact sizes and 32 MiB multiples: bench/test_bench_memory.py::test_trace.
+    # exact sizes and 32 MiB multiples: bench/test_bench_memory.py::test_trace.  A pool that
+    # reserves little rounds to less (down to 2 MiB, the driver's own granularity), or a model
+    # whose peak is a few granules pays for a whole extra one (the recorded traces in
+    # bench/traces/, python -m cuflow bench traces).
     segment_granularity = 64 << 20
+    segment_granularity_min = 2 << 20
 
     def __init__(self, device_id: int) -> None:
         super().__init__(device_id)

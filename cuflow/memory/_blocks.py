@@ -77,7 +77,8 @@ class Block:
 
 
 class FreeList:
-    """Free blocks of one (owner, stream), indexed by size (lazy deletion of empty sizes)."""
+    """Free blocks of one (owner, stream), indexed by size (lazy deletion of empty sizes);
+    ``_hotpath.FreeList`` is the same in C, which the compiled paths use."""
 
     __slots__ = ("by_size", "sizes")
 
@@ -122,6 +123,7 @@ class FreeList:
         self.by_size[b.size].remove(b)
 
     def blocks(self) -> Iterable[Block]:
-        for lst in self.by_size.values():
-            yield from lst
+        """The free blocks, in size order (as the compiled free list gives them)."""
+        for s in self.sizes:
+            yield from self.by_size[s]
 

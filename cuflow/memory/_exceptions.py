@@ -7,13 +7,23 @@ from __future__ import annotations
 
 from .._errors import CuflowError
 
-__all__ = ["DoubleFreeError", "MemoryValueError"]
+__all__ = ["DoubleFreeError", "MemoryLimitWarning", "MemoryTypeError", "MemoryValueError"]
 
 
 class MemoryValueError(CuflowError, ValueError):
-    """A negative allocation size, or a bad limit or pool setting (``set_limit``,
-    ``CUFLOW_MEMORY_LIMIT``, ``CUFLOW_POOL_BACKEND``)."""
+    """A negative allocation size, or a bad limit, device or pool setting (``set_limit``,
+    ``CUFLOW_MEMORY_LIMIT``, ``device=``)."""
+
+
+class MemoryTypeError(CuflowError, TypeError):
+    """An argument of the wrong type (``set_limit(True)``, ``stats(device="x")``, a stream
+    that is not one, ``warmup`` of something that is not callable)."""
 
 
 class DoubleFreeError(CuflowError, RuntimeError):
     """A block given back twice, or to a pool that did not lend it."""
+
+
+class MemoryLimitWarning(RuntimeWarning):
+    """A limit below what the pool already holds (it applies to new segments), or a pool
+    environment variable with a value that is not one of its choices."""

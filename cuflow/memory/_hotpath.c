@@ -1,19 +1,27 @@
-/* The pool's allocation hot path in C: Pool._make_alloc's Python closure, decision for
- * decision, on the same Python containers (so every other path of the pool, written in
- * Python, sees the same state).  An optional extension: without a C compiler the pool
- * runs the Python closure.
+/* The pool's allocation paths in C: Pool._make_alloc's Python closure (the hot path) and
+ * Pool._alloc_miss's general path for the general pool (flush of the exact-size cache,
+ * best fit, split, coalescing), decision for decision, on the same Python containers (so
+ * every other path of the pool, written in Python, sees the same state).  An optional
+ * extension: without a C compiler the pool runs the Python ones.
  *
  * PoolLock: the pool's reentrant lock (threading.RLock's acquire / release / with), whose
- * state the hot path reads and takes without a Python call.
+ * state the compiled paths read and take without a Python call.
  *
- * HotAlloc(pool, block_type, stream_fn=None) is a callable alloc(nbytes, arg) -> pointer:
+ * PoolState: the pool's counters and flags (Pool.allocated, ... are properties over it), and
+ * its cache hits by statistics class, as C fields.
+ *
+ * HotAlloc(pool, block_type, stream_fn=None, *, segment_type=None, freelist_type=None) is a
+ * callable alloc(nbytes, arg) -> pointer:
  *   - stream_fn None: arg is the stream (Pool.alloc_ptr);
  *   - stream_fn a capsule of ``intptr_t (*)(void)`` (CuPy's
  *     cupy_backends.cuda.stream.get_current_stream_ptr): arg is CuPy's device id (the
- *     PythonFunctionAllocator callback) and the stream is the current one.
- * It holds the GIL throughout and runs no Python code on a hit: dictionary and list
- * operations on int keys, the pool's instance dictionary, and Block's slots read and
- * written at their offsets.  Anything but a hit calls the pool's Python methods.
+ *     PythonFunctionAllocator callback) and the stream is the current one;
+ *   - with segment_type and freelist_type (the types whose slots it reads), the general path
+ *     is compiled too; without them it calls Pool._alloc_miss.
+ * It holds the GIL throughout and runs no Python code on a hit or a fit: dictionary and list
+ * operations on int keys, and Block's, Segment's and FreeList's slots read and written at
+ * their offsets.  A miss of every free list calls Pool._alloc_slow; a capture, a recording,
+ * a destroyed stream or a stream met for the first time call Pool._alloc_miss.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -172,26 +180,479 @@ static PyTypeObject PoolLockType = {
     .tp_methods = lock_methods,
 };
 
+/* ------------------------------------------------------------------ PoolState */
+
+/* The pool's counters and flags, shared by its Python code (``Pool.allocated`` ... are
+ * properties over it) and the compiled paths, which read and write the fields directly. */
+typedef struct {
+    PyObject_HEAD
+    long long requested, allocated, peak_requested, peak_allocated, peak_active, pending_bytes;
+    long long reserved;
+    char busy, slow;
+    long long hits[224]; /* cache hits by statistics class (_blocks.size_class) */
+} PoolState;
+
+/* the index of _blocks.size_class(n): four classes per power of two, from 512 B */
+static inline int
+class_index(long long n)
+{
+    if (n <= 512)
+        return 0;
+    int k = 64 - __builtin_clzll((unsigned long long)(n - 1));
+    long long q = 1LL << (k - 3);
+    return (k - 10) * 4 + (int)((n - 1 - (1LL << (k - 1))) / q) + 1;
+}
+
+static long long
+class_bound(int i)
+{
+    if (i == 0)
+        return 512;
+    int k = (i - 1) / 4 + 10;
+    return (1LL << (k - 1)) + (1LL << (k - 3)) * ((i - 1) % 4 + 1);
+}
+
+static PyObject *
+state_count_hit(PoolState *self, PyObject *size)
+{
+    long long n = PyLong_AsLongLong(size);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    self->hits[class_index(n)]++;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+state_hit_counts(PoolState *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *d = PyDict_New();
+    if (d == NULL)
+        return NULL;
+    for (int i = 0; i < 224; i++) {
+        if (!self->hits[i])
+            continue;
+        PyObject *k = PyLong_FromLongLong(class_bound(i)), *v = PyLong_FromLongLong(self->hits[i]);
+        if (k == NULL || v == NULL || PyDict_SetItem(d, k, v) < 0) {
+            Py_XDECREF(k);
+            Py_XDECREF(v);
+            Py_DECREF(d);
+            return NULL;
+        }
+        Py_DECREF(k);
+        Py_DECREF(v);
+    }
+    return d;
+}
+
+static PyObject *
+state_clear_hits(PoolState *self, PyObject *Py_UNUSED(ignored))
+{
+    memset(self->hits, 0, sizeof(self->hits));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef state_methods[] = {
+    {"count_hit", (PyCFunction)state_count_hit, METH_O, "count_hit(size): one more cache hit"},
+    {"hit_counts", (PyCFunction)state_hit_counts, METH_NOARGS,
+     "{size class: cache hits} (classes with hits)"},
+    {"clear_hits", (PyCFunction)state_clear_hits, METH_NOARGS, "forget the cache hits"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef state_members[] = {
+    {"requested", T_LONGLONG, offsetof(PoolState, requested), 0, "bytes requested by lent blocks"},
+    {"allocated", T_LONGLONG, offsetof(PoolState, allocated), 0, "bytes of lent blocks"},
+    {"peak_requested", T_LONGLONG, offsetof(PoolState, peak_requested), 0, NULL},
+    {"peak_allocated", T_LONGLONG, offsetof(PoolState, peak_allocated), 0, NULL},
+    {"peak_active", T_LONGLONG, offsetof(PoolState, peak_active), 0, NULL},
+    {"pending_bytes", T_LONGLONG, offsetof(PoolState, pending_bytes), 0,
+     "bytes freed, waiting for other streams' work"},
+    {"reserved", T_LONGLONG, offsetof(PoolState, reserved), 0, "bytes of the pool's segments"},
+    {"busy", T_BOOL, offsetof(PoolState, busy), 0, "a slow path runs (frees wait in _freed)"},
+    {"slow", T_BOOL, offsetof(PoolState, slow), 0, "the hot path defers to the general one"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyObject *
+state_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    if (PyTuple_GET_SIZE(args) || (kwds != NULL && PyDict_GET_SIZE(kwds))) {
+        PyErr_SetString(PyExc_TypeError, "PoolState() takes no arguments");
+        return NULL;
+    }
+    return type->tp_alloc(type, 0); /* zeroed */
+}
+
+static PyTypeObject PoolStateType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cuflow.memory._hotpath.PoolState",
+    .tp_doc = "The memory pool's counters and flags (read and written by the compiled paths).",
+    .tp_basicsize = sizeof(PoolState),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = state_new,
+    .tp_members = state_members,
+    .tp_methods = state_methods,
+};
+
+/* ------------------------------------------------------------------- FreeList */
+
+/* _blocks.FreeList in C: the free blocks of one (owner, stream), in buckets of one size kept
+ * in size order (an empty bucket is dropped at once, which _blocks.FreeList does lazily:
+ * the same blocks are found in the same order).  Python calls its methods; the compiled
+ * general path calls fl_* below with the sizes and slots it has already read. */
+typedef struct {
+    long long size;
+    Py_ssize_t n, cap;
+    PyObject **v;
+} Bucket;
+
+typedef struct {
+    PyObject_HEAD
+    Bucket *b;
+    Py_ssize_t n, cap;
+} FreeListObject;
+
+static PyTypeObject FreeListType;
+
+/* the first bucket whose size is at least ``size`` */
+static Py_ssize_t
+fl_find(FreeListObject *fl, long long size)
+{
+    Py_ssize_t lo = 0, hi = fl->n;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (fl->b[mid].size < size)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static int
+fl_add(FreeListObject *fl, PyObject *blk, long long size)
+{
+    Py_ssize_t i = fl_find(fl, size);
+    if (i == fl->n || fl->b[i].size != size) { /* a new bucket at i */
+        if (fl->n == fl->cap) {
+            Py_ssize_t cap = fl->cap ? fl->cap * 2 : 8;
+            Bucket *nb = PyMem_Realloc(fl->b, cap * sizeof(Bucket));
+            if (nb == NULL) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            fl->b = nb;
+            fl->cap = cap;
+        }
+        memmove(fl->b + i + 1, fl->b + i, (fl->n - i) * sizeof(Bucket));
+        fl->b[i].size = size;
+        fl->b[i].n = fl->b[i].cap = 0;
+        fl->b[i].v = NULL;
+        fl->n++;
+    }
+    Bucket *k = fl->b + i;
+    if (k->n == k->cap) {
+        Py_ssize_t cap = k->cap ? k->cap * 2 : 4;
+        PyObject **nv = PyMem_Realloc(k->v, cap * sizeof(PyObject *));
+        if (nv == NULL) {
+            if (k->n == 0) { /* drop the bucket just made */
+                memmove(fl->b + i, fl->b + i + 1, (fl->n - i - 1) * sizeof(Bucket));
+                fl->n--;
+            }
+            PyErr_NoMemory();
+            return -1;
+        }
+        k->v = nv;
+        k->cap = cap;
+    }
+    k->v[k->n++] = Py_NewRef(blk);
+    return 0;
+}
+
+/* take item j of bucket i (a new reference: the list's) */
+static PyObject *
+fl_take(FreeListObject *fl, Py_ssize_t i, Py_ssize_t j)
+{
+    Bucket *k = fl->b + i;
+    PyObject *blk = k->v[j];
+    memmove(k->v + j, k->v + j + 1, (k->n - j - 1) * sizeof(PyObject *));
+    if (--k->n == 0) {
+        PyMem_Free(k->v);
+        memmove(fl->b + i, fl->b + i + 1, (fl->n - i - 1) * sizeof(Bucket));
+        fl->n--;
+    }
+    return blk;
+}
+
+/* remove ``blk`` (of ``size`` bytes); a ValueError if it is not there */
+static int
+fl_drop(FreeListObject *fl, PyObject *blk, long long size)
+{
+    Py_ssize_t i = fl_find(fl, size);
+    if (i < fl->n && fl->b[i].size == size) {
+        Bucket *k = fl->b + i;
+        for (Py_ssize_t j = 0; j < k->n; j++)
+            if (k->v[j] == blk) {
+                Py_DECREF(fl_take(fl, i, j));
+                return 0;
+            }
+    }
+    PyErr_SetString(PyExc_ValueError, "FreeList.remove(b): b is not in the free list");
+    return -1;
+}
+
+/* what pop_fit asks of a block: whole (no neighbours), its segment kept; -1 on error */
+typedef int (*block_test)(void *ctx, PyObject *blk);
+
+static int
+attr_is(PyObject *o, const char *name, PyObject *value)
+{
+    PyObject *v = PyObject_GetAttrString(o, name);
+    if (v == NULL)
+        return -1;
+    int r = v == value;
+    Py_DECREF(v);
+    return r;
+}
+
+static int
+py_whole(void *ctx, PyObject *blk)
+{
+    int p = attr_is(blk, "prev", Py_None);
+    return p <= 0 ? p : attr_is(blk, "next", Py_None);
+}
+
+static int
+py_kept(void *ctx, PyObject *blk)
+{
+    PyObject *seg = PyObject_GetAttrString(blk, "seg");
+    if (seg == NULL)
+        return -1;
+    PyObject *keep = PyObject_GetAttrString(seg, "keep");
+    Py_DECREF(seg);
+    if (keep == NULL)
+        return -1;
+    int r = PyObject_IsTrue(keep);
+    Py_DECREF(keep);
+    return r;
+}
+
+/* FreeList.pop_fit: the smallest block of ``size`` to ``most`` bytes (most < 0: no bound;
+ * a larger one only from a kept segment); among equal sizes a whole segment first, else
+ * the last freed.  *out: a new reference or NULL (none). */
+static int
+fl_fit(FreeListObject *fl, long long size, long long most, block_test whole, block_test kept,
+       void *ctx, PyObject **out)
+{
+    *out = NULL;
+    for (Py_ssize_t i = fl_find(fl, size); i < fl->n; i++) {
+        Bucket *k = fl->b + i;
+        if (most >= 0 && k->size > most) {
+            for (Py_ssize_t j = k->n - 1; j >= 0; j--) {
+                int r = kept(ctx, k->v[j]);
+                if (r < 0)
+                    return -1;
+                if (r) {
+                    *out = fl_take(fl, i, j);
+                    return 0;
+                }
+            }
+            continue;
+        }
+        for (Py_ssize_t j = k->n - 1; j >= 0; j--) {
+            int r = whole(ctx, k->v[j]);
+            if (r < 0)
+                return -1;
+            if (r) {
+                *out = fl_take(fl, i, j);
+                return 0;
+            }
+        }
+        *out = fl_take(fl, i, k->n - 1);
+        return 0;
+    }
+    return 0;
+}
+
+static long long
+size_of(PyObject *blk)
+{
+    PyObject *s = PyObject_GetAttrString(blk, "size");
+    if (s == NULL)
+        return -1;
+    long long v = PyLong_AsLongLong(s);
+    Py_DECREF(s);
+    if (v < 0 && !PyErr_Occurred())
+        PyErr_SetString(PyExc_ValueError, "a block's size must be >= 0");
+    return v;
+}
+
+static PyObject *
+freelist_push(FreeListObject *self, PyObject *blk)
+{
+    long long size = size_of(blk);
+    if (size < 0 || fl_add(self, blk, size) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+freelist_remove(FreeListObject *self, PyObject *blk)
+{
+    long long size = size_of(blk);
+    if (size < 0 || fl_drop(self, blk, size) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+freelist_pop_fit(FreeListObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "pop_fit(size, most=None)");
+        return NULL;
+    }
+    long long size = PyLong_AsLongLong(args[0]), most = -1;
+    if (size == -1 && PyErr_Occurred())
+        return NULL;
+    if (nargs == 2 && args[1] != Py_None) {
+        most = PyLong_AsLongLong(args[1]);
+        if (most == -1 && PyErr_Occurred())
+            return NULL;
+        if (most < 0) {
+            PyErr_SetString(PyExc_ValueError, "pop_fit: most must be >= 0 or None");
+            return NULL;
+        }
+    }
+    PyObject *out;
+    if (fl_fit(self, size, most, py_whole, py_kept, NULL, &out) < 0)
+        return NULL;
+    return out != NULL ? out : Py_NewRef(Py_None);
+}
+
+static PyObject *
+freelist_blocks(FreeListObject *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < self->n; i++)
+        for (Py_ssize_t j = 0; j < self->b[i].n; j++)
+            if (PyList_Append(out, self->b[i].v[j]) < 0) {
+                Py_DECREF(out);
+                return NULL;
+            }
+    return out;
+}
+
+static Py_ssize_t
+freelist_len(FreeListObject *self)
+{
+    Py_ssize_t n = 0;
+    for (Py_ssize_t i = 0; i < self->n; i++)
+        n += self->b[i].n;
+    return n;
+}
+
+static PyObject *
+freelist_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    if (PyTuple_GET_SIZE(args) || (kwds != NULL && PyDict_GET_SIZE(kwds))) {
+        PyErr_SetString(PyExc_TypeError, "FreeList() takes no arguments");
+        return NULL;
+    }
+    return type->tp_alloc(type, 0);
+}
+
+static int
+freelist_traverse(FreeListObject *self, visitproc visit, void *arg)
+{
+    for (Py_ssize_t i = 0; i < self->n; i++)
+        for (Py_ssize_t j = 0; j < self->b[i].n; j++)
+            Py_VISIT(self->b[i].v[j]);
+    return 0;
+}
+
+static int
+freelist_clear(FreeListObject *self)
+{
+    Bucket *b = self->b;
+    Py_ssize_t n = self->n;
+    self->b = NULL;
+    self->n = self->cap = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        for (Py_ssize_t j = 0; j < b[i].n; j++)
+            Py_DECREF(b[i].v[j]);
+        PyMem_Free(b[i].v);
+    }
+    PyMem_Free(b);
+    return 0;
+}
+
+static void
+freelist_dealloc(FreeListObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    freelist_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef freelist_methods[] = {
+    {"push", (PyCFunction)freelist_push, METH_O, "push(b): add free block b"},
+    {"remove", (PyCFunction)freelist_remove, METH_O, "remove(b): take b out"},
+    {"pop_fit", (PyCFunction)(void (*)(void))freelist_pop_fit, METH_FASTCALL,
+     "pop_fit(size, most=None): the smallest block of size to most bytes (any size in a "
+     "segment a warm-up kept); among equal sizes a whole segment first; None if none"},
+    {"blocks", (PyCFunction)freelist_blocks, METH_NOARGS, "the free blocks, in size order"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods freelist_as_sequence = {.sq_length = (lenfunc)freelist_len};
+
+static PyTypeObject FreeListType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cuflow.memory._hotpath.FreeList",
+    .tp_doc = "Free blocks of one (owner, stream), by size (_blocks.FreeList in C).",
+    .tp_basicsize = sizeof(FreeListObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = freelist_new,
+    .tp_dealloc = (destructor)freelist_dealloc,
+    .tp_traverse = (traverseproc)freelist_traverse,
+    .tp_clear = (inquiry)freelist_clear,
+    .tp_methods = freelist_methods,
+    .tp_as_sequence = &freelist_as_sequence,
+};
+
 /* ------------------------------------------------------------------- HotAlloc */
 
 typedef intptr_t (*stream_fn)(void);
 
 /* Block's slots used here, by offset */
-enum { B_PLAIN, B_REQ, B_STREAM, B_SIZE, B_PTR, B_FREE, B_QUICK, B_N };
-static const char *block_slots[B_N] = {"plain", "req", "stream", "size", "ptr", "free", "quick"};
+enum { B_PLAIN, B_REQ, B_STREAM, B_SIZE, B_PTR, B_FREE, B_QUICK, B_PREV, B_NEXT, B_SEG,
+       B_EVENTS, B_USES, B_N };
+static const char *block_slots[B_N] = {"plain", "req", "stream", "size", "ptr", "free", "quick",
+                                       "prev", "next", "seg", "events", "uses"};
+/* Segment's and FreeList's slots used by the general path */
+enum { S_KEEP, S_OWNER, X_N };
 
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
-    PyObject *pool, *attrs, *quick, *live, *freed, *hits, *block_type, *owner;
+    PyObject *pool, *attrs, *quick, *live, *freed, *block_type, *owner;
     PyObject *popitem, *free_other, *miss;
+    /* the general path (NULL without segment_type / freelist_type: it is then Python's) */
+    PyObject *segment_type, *freelist_type, *lists, *general, *alloc_slow, *new_list, *drain;
     PoolLock *lock;
+    PoolState *st;
     Py_ssize_t off[B_N];
+    Py_ssize_t xoff[X_N];
     stream_fn get_stream;
 } HotAlloc;
 
-static PyObject *s_busy, *s_slow, *s_requested, *s_allocated, *s_peak_requested,
-    *s_peak_allocated, *s_peak_active, *s_pending_bytes;
+static PyObject *s_segment_granularity_min, *s_gone, *s_watched, *s_on_new_stream,
+    *s_capturing, *s_backend, *s_cheap_release, *s_segment_granularity, *s_recording;
+
+#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 
 static PyObject *
 slot(HotAlloc *self, PyObject *b, int i)
@@ -208,79 +669,18 @@ set_slot(HotAlloc *self, PyObject *b, int i, PyObject *v)
     Py_XSETREF(*(PyObject **)((char *)b + self->off[i]), Py_NewRef(v));
 }
 
-/* the pool's attribute ``name`` (an instance attribute) as a C integer */
-static int
-get_ll(HotAlloc *self, PyObject *name, long long *out)
+/* the peaks after lending bytes */
+static inline void
+lent(PoolState *st, long long size, long long nbytes)
 {
-    PyObject *v = PyDict_GetItemWithError(self->attrs, name);
-    if (v == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetObject(PyExc_AttributeError, name);
-        return -1;
-    }
-    *out = PyLong_AsLongLong(v);
-    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
-}
-
-static int
-set_ll(HotAlloc *self, PyObject *name, long long value)
-{
-    PyObject *v = PyLong_FromLongLong(value);
-    if (v == NULL)
-        return -1;
-    int r = PyDict_SetItem(self->attrs, name, v);
-    Py_DECREF(v);
-    return r;
-}
-
-static int
-get_flag(HotAlloc *self, PyObject *name)
-{
-    PyObject *v = PyDict_GetItemWithError(self->attrs, name);
-    if (v == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetObject(PyExc_AttributeError, name);
-        return -1;
-    }
-    return v == Py_False ? 0 : v == Py_True ? 1 : PyObject_IsTrue(v);
-}
-
-/* pool.<name> += delta, and pool.<peak> = max(pool.<peak>, the new value) when peak */
-static int
-add(HotAlloc *self, PyObject *name, long long delta, PyObject *peak, long long *now)
-{
-    long long v, p;
-    if (get_ll(self, name, &v) < 0 || set_ll(self, name, v + delta) < 0)
-        return -1;
-    *now = v + delta;
-    if (peak != NULL) {
-        if (get_ll(self, peak, &p) < 0)
-            return -1;
-        if (*now > p && set_ll(self, peak, *now) < 0)
-            return -1;
-    }
-    return 0;
-}
-
-/* d[key] += 1 for a dict whose missing keys count as 0 (the pool's defaultdict(int)) */
-static int
-count(PyObject *d, PyObject *key)
-{
-    PyObject *v = PyDict_GetItemWithError(d, key);
-    long long n = 0;
-    if (v != NULL) {
-        n = PyLong_AsLongLong(v);
-        if (n == -1 && PyErr_Occurred())
-            return -1;
-    }
-    else if (PyErr_Occurred())
-        return -1;
-    PyObject *nv = PyLong_FromLongLong(n + 1);
-    if (nv == NULL)
-        return -1;
-    int r = PyDict_SetItem(d, key, nv);
-    Py_DECREF(nv);
-    return r;
+    st->requested += nbytes;
+    if (st->requested > st->peak_requested)
+        st->peak_requested = st->requested;
+    st->allocated += size;
+    if (st->allocated > st->peak_allocated)
+        st->peak_allocated = st->allocated;
+    if (st->allocated + st->pending_bytes > st->peak_active)
+        st->peak_active = st->allocated + st->pending_bytes;
 }
 
 static int
@@ -397,18 +797,20 @@ drain_one(HotAlloc *self, int slow, long long nbytes, PyObject *stream, PyObject
         if (same < 0)
             goto done;
         if (same) { /* it stays lent, its statistics unchanged; the other frees go on */
-            if (count(self->hits, size) < 0)
+            long long sv = PyLong_AsLongLong(size);
+            if (sv == -1 && PyErr_Occurred())
                 goto done;
+            self->st->hits[class_index(sv)]++;
             *again = Py_NewRef(ptr);
             r = 0;
             goto done;
         }
     }
-    long long size_v = PyLong_AsLongLong(size), now;
-    if ((size_v == -1 && PyErr_Occurred()) || PyDict_DelItem(self->live, ptr) < 0
-        || add(self, s_requested, -req_v, NULL, &now) < 0
-        || add(self, s_allocated, -size_v, NULL, &now) < 0)
+    long long size_v = PyLong_AsLongLong(size);
+    if ((size_v == -1 && PyErr_Occurred()) || PyDict_DelItem(self->live, ptr) < 0)
         goto done;
+    self->st->requested -= req_v;
+    self->st->allocated -= size_v;
     set_slot(self, b, B_FREE, Py_True);
     set_slot(self, b, B_QUICK, Py_True);
     r = to_quick(self, b, bstream, size);
@@ -439,7 +841,6 @@ quick_hit(HotAlloc *self, long long nbytes, long long size_v, PyObject *stream)
         return PyErr_Occurred() ? NULL : Py_None;
     }
     b = Py_NewRef(PyList_GET_ITEM(lst, n - 1));
-    long long now, pending, peak;
     if (Py_TYPE(b) != (PyTypeObject *)self->block_type) {
         PyErr_Format(PyExc_TypeError, "the pool cached a %R, not a Block", Py_TYPE(b));
         goto fail;
@@ -449,18 +850,8 @@ quick_hit(HotAlloc *self, long long nbytes, long long size_v, PyObject *stream)
     set_slot(self, b, B_QUICK, Py_False);
     set_slot(self, b, B_FREE, Py_False);
     set_slot(self, b, B_REQ, req);
-    if (count(self->hits, size) < 0
-        || add(self, s_requested, nbytes, s_peak_requested, &now) < 0)
-        goto fail;
-    if (get_ll(self, s_peak_allocated, &peak) < 0
-        || add(self, s_allocated, size_v, NULL, &now) < 0)
-        goto fail;
-    if (now > peak) { /* the peaks of allocated and active bytes */
-        if (set_ll(self, s_peak_allocated, now) < 0 || get_ll(self, s_pending_bytes, &pending) < 0
-            || get_ll(self, s_peak_active, &peak) < 0
-            || (now + pending > peak && set_ll(self, s_peak_active, now + pending) < 0))
-            goto fail;
-    }
+    self->st->hits[class_index(size_v)]++;
+    lent(self->st, size_v, nbytes);
     if ((ptr = slot(self, b, B_PTR)) == NULL)
         goto fail;
     Py_INCREF(ptr);
@@ -478,17 +869,461 @@ fail:
     return NULL;
 }
 
+/* ------------------------------------------------------------ the general path */
+/* Pool._alloc_locked for the general pool (no capture, no destroyed stream, no recording):
+ * flush the exact-size cache into the coalesced free lists, take the best fit, split it;
+ * FreeList.push / remove / pop_fit, Pool._insert_free and Pool._take decision for decision,
+ * on the same containers.  A miss of every free list calls Pool._alloc_slow (borrowing,
+ * pending frees, orphans, new segments). */
+
+#define SPLIT_MIN 512
+#define LARGE_SPLIT_MAX 2
+#define DEAD_STREAM (-1)
+
+static long long
+as_ll(PyObject *v)
+{
+    return PyLong_AsLongLong(v); /* -1 with an exception on error */
+}
+
+static int
+slot_set_ll(HotAlloc *self, PyObject *b, int i, long long v)
+{
+    PyObject *o = PyLong_FromLongLong(v);
+    if (o == NULL)
+        return -1;
+    Py_XSETREF(SLOT(b, self->off[i]), o);
+    return 0;
+}
+
+static int
+check_fl(PyObject *fl)
+{
+    if (!Py_IS_TYPE(fl, &FreeListType)) {
+        PyErr_Format(PyExc_TypeError, "the pool holds a %R, not a _hotpath.FreeList", Py_TYPE(fl));
+        return -1;
+    }
+    return 0;
+}
+
+/* FreeList.push(b) */
+static int
+fl_push(HotAlloc *self, PyObject *fl, PyObject *b)
+{
+    long long size = as_ll(SLOT(b, self->off[B_SIZE]));
+    if ((size == -1 && PyErr_Occurred()) || check_fl(fl) < 0)
+        return -1;
+    return fl_add((FreeListObject *)fl, b, size);
+}
+
+/* FreeList.remove(b) */
+static int
+fl_remove(HotAlloc *self, PyObject *fl, PyObject *b)
+{
+    long long size = as_ll(SLOT(b, self->off[B_SIZE]));
+    if ((size == -1 && PyErr_Occurred()) || check_fl(fl) < 0)
+        return -1;
+    return fl_drop((FreeListObject *)fl, b, size);
+}
+
+static int
+hot_whole(void *ctx, PyObject *b)
+{
+    HotAlloc *self = (HotAlloc *)ctx;
+    if (Py_TYPE(b) != (PyTypeObject *)self->block_type) {
+        PyErr_Format(PyExc_TypeError, "a free list holds a %R, not a Block", Py_TYPE(b));
+        return -1;
+    }
+    return SLOT(b, self->off[B_PREV]) == Py_None && SLOT(b, self->off[B_NEXT]) == Py_None;
+}
+
+static int
+hot_kept(void *ctx, PyObject *b)
+{
+    HotAlloc *self = (HotAlloc *)ctx;
+    if (Py_TYPE(b) != (PyTypeObject *)self->block_type) {
+        PyErr_Format(PyExc_TypeError, "a free list holds a %R, not a Block", Py_TYPE(b));
+        return -1;
+    }
+    PyObject *seg = SLOT(b, self->off[B_SEG]);
+    if (seg == NULL || Py_TYPE(seg) != (PyTypeObject *)self->segment_type) {
+        PyErr_SetString(PyExc_TypeError, "a Block's seg must be a Segment");
+        return -1;
+    }
+    PyObject *keep = SLOT(seg, self->xoff[S_KEEP]);
+    return keep == Py_True ? 1 : keep == Py_False ? 0 : keep == NULL ? 0 : PyObject_IsTrue(keep);
+}
+
+/* FreeList.pop_fit(size, most) (most < 0: None); *out a new reference or NULL */
+static int
+fl_pop_fit(HotAlloc *self, PyObject *fl, long long size, long long most, PyObject **out)
+{
+    *out = NULL;
+    if (check_fl(fl) < 0)
+        return -1;
+    return fl_fit((FreeListObject *)fl, size, most, hot_whole, hot_kept, self, out);
+}
+
+/* Pool._list(owner, stream): a new reference */
+static PyObject *
+get_list(HotAlloc *self, PyObject *owner, PyObject *stream)
+{
+    if (owner == Py_None) { /* the general pool's lists by stream: no key tuple to make */
+        PyObject *fl = PyDict_GetItemWithError(self->general, stream);
+        if (fl != NULL)
+            return Py_NewRef(fl);
+        if (PyErr_Occurred())
+            return NULL;
+        PyObject *args[2] = {owner, stream};
+        return PyObject_Vectorcall(self->new_list, args, 2, NULL);
+    }
+    PyObject *key = PyTuple_Pack(2, owner, stream);
+    if (key == NULL)
+        return NULL;
+    PyObject *fl = PyDict_GetItemWithError(self->lists, key);
+    Py_DECREF(key);
+    if (fl != NULL)
+        return Py_NewRef(fl);
+    if (PyErr_Occurred())
+        return NULL;
+    PyObject *args[2] = {owner, stream};
+    return PyObject_Vectorcall(self->new_list, args, 2, NULL);
+}
+
+/* a neighbour that coalesces with a free block of ``stream``: free, not in the exact-size
+ * cache, awaiting no event, on the same stream */
+static int
+joins(HotAlloc *self, PyObject *nb, PyObject *stream)
+{
+    if (nb == Py_None)
+        return 0;
+    if (Py_TYPE(nb) != (PyTypeObject *)self->block_type) {
+        PyErr_Format(PyExc_TypeError, "a Block's neighbour is a %R", Py_TYPE(nb));
+        return -1;
+    }
+    if (SLOT(nb, self->off[B_FREE]) != Py_True || SLOT(nb, self->off[B_QUICK]) != Py_False
+        || SLOT(nb, self->off[B_EVENTS]) != Py_None)
+        return 0;
+    return same_int(SLOT(nb, self->off[B_STREAM]), stream);
+}
+
+/* Pool._insert_free for a block of the general pool on a live stream */
+static int
+insert_free(HotAlloc *self, PyObject *b)
+{
+    PyObject *stream = SLOT(b, self->off[B_STREAM]), *seg = SLOT(b, self->off[B_SEG]);
+    PyObject *owner = seg == NULL ? NULL : SLOT(seg, self->xoff[S_OWNER]);
+    if (stream == NULL || owner == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "Block.stream / Block.seg.owner");
+        return -1;
+    }
+    long long sv = as_ll(stream);
+    if (sv == -1 && PyErr_Occurred())
+        return -1;
+    if (sv == DEAD_STREAM || owner != Py_None) { /* orphans, private pools: Python's */
+        PyObject *r = PyObject_CallMethod(self->pool, "_insert_free", "O", b);
+        Py_XDECREF(r);
+        return r == NULL ? -1 : 0;
+    }
+    Py_INCREF(b);
+    Py_INCREF(stream);
+    int r = -1, j;
+    PyObject *fl = get_list(self, Py_None, stream);
+    if (fl == NULL)
+        goto done;
+    PyObject *p = SLOT(b, self->off[B_PREV]), *n = SLOT(b, self->off[B_NEXT]);
+    Py_INCREF(p);
+    Py_INCREF(n);
+    if ((j = joins(self, p, stream)) < 0)
+        goto done2;
+    if (j) { /* b joins its free predecessor p */
+        long long ps = as_ll(SLOT(p, self->off[B_SIZE])), bs = as_ll(SLOT(b, self->off[B_SIZE]));
+        if (((ps == -1 || bs == -1) && PyErr_Occurred()) || fl_remove(self, fl, p) < 0
+            || slot_set_ll(self, p, B_SIZE, ps + bs) < 0)
+            goto done2;
+        Py_XSETREF(SLOT(p, self->off[B_NEXT]), Py_NewRef(n));
+        if (n != Py_None)
+            Py_XSETREF(SLOT(n, self->off[B_PREV]), Py_NewRef(p));
+        Py_SETREF(b, Py_NewRef(p));
+    }
+    if ((j = joins(self, n, stream)) < 0)
+        goto done2;
+    if (j) { /* its free successor n joins b */
+        long long ns = as_ll(SLOT(n, self->off[B_SIZE])), bs = as_ll(SLOT(b, self->off[B_SIZE]));
+        if (((ns == -1 || bs == -1) && PyErr_Occurred()) || fl_remove(self, fl, n) < 0
+            || slot_set_ll(self, b, B_SIZE, bs + ns) < 0)
+            goto done2;
+        PyObject *nn = SLOT(n, self->off[B_NEXT]);
+        Py_XSETREF(SLOT(b, self->off[B_NEXT]), Py_NewRef(nn));
+        if (nn != Py_None)
+            Py_XSETREF(SLOT(nn, self->off[B_PREV]), Py_NewRef(b));
+    }
+    r = fl_push(self, fl, b);
+done2:
+    Py_DECREF(p);
+    Py_DECREF(n);
+done:
+    Py_XDECREF(fl);
+    Py_DECREF(stream);
+    Py_DECREF(b);
+    return r;
+}
+
+/* Pool._flush_quick: the exact-size cache into the coalesced free lists */
+static int
+flush_quick(HotAlloc *self)
+{
+    if (PyDict_GET_SIZE(self->quick) == 0)
+        return 0;
+    PyObject *streams = PyDict_Values(self->quick);
+    if (streams == NULL)
+        return -1;
+    PyDict_Clear(self->quick); /* in place: the hot path holds this dict */
+    int r = 0;
+    for (Py_ssize_t i = 0; r == 0 && i < PyList_GET_SIZE(streams); i++) {
+        PyObject *by_size = PyList_GET_ITEM(streams, i);
+        if (!PyDict_Check(by_size)) {
+            PyErr_SetString(PyExc_TypeError, "the exact-size cache holds a non-dict");
+            r = -1;
+            break;
+        }
+        PyObject *lists = PyDict_Values(by_size);
+        if (lists == NULL) {
+            r = -1;
+            break;
+        }
+        for (Py_ssize_t k = 0; r == 0 && k < PyList_GET_SIZE(lists); k++) {
+            PyObject *lst = PyList_GET_ITEM(lists, k);
+            for (Py_ssize_t j = 0; r == 0 && j < PyList_GET_SIZE(lst); j++) {
+                PyObject *b = Py_NewRef(PyList_GET_ITEM(lst, j));
+                if (Py_TYPE(b) != (PyTypeObject *)self->block_type) {
+                    PyErr_Format(PyExc_TypeError, "the pool cached a %R", Py_TYPE(b));
+                    r = -1;
+                }
+                else {
+                    Py_XSETREF(SLOT(b, self->off[B_QUICK]), Py_NewRef(Py_False));
+                    r = insert_free(self, b);
+                }
+                Py_DECREF(b);
+            }
+        }
+        Py_DECREF(lists);
+    }
+    Py_DECREF(streams);
+    return r;
+}
+
+/* a new Block(ptr, size, seg, stream), as Block.__init__ makes it */
+static PyObject *
+new_block(HotAlloc *self, long long ptr, long long size, PyObject *seg, PyObject *stream)
+{
+    PyTypeObject *t = (PyTypeObject *)self->block_type;
+    PyObject *b = t->tp_alloc(t, 0);
+    if (b == NULL)
+        return NULL;
+    if (slot_set_ll(self, b, B_PTR, ptr) < 0 || slot_set_ll(self, b, B_SIZE, size) < 0
+        || slot_set_ll(self, b, B_REQ, 0) < 0) {
+        Py_DECREF(b);
+        return NULL;
+    }
+    SLOT(b, self->off[B_SEG]) = Py_NewRef(seg);
+    SLOT(b, self->off[B_STREAM]) = Py_NewRef(stream);
+    SLOT(b, self->off[B_PREV]) = Py_NewRef(Py_None);
+    SLOT(b, self->off[B_NEXT]) = Py_NewRef(Py_None);
+    SLOT(b, self->off[B_FREE]) = Py_NewRef(Py_True);
+    SLOT(b, self->off[B_QUICK]) = Py_NewRef(Py_False);
+    SLOT(b, self->off[B_USES]) = Py_NewRef(Py_None);
+    SLOT(b, self->off[B_EVENTS]) = Py_NewRef(Py_None);
+    SLOT(b, self->off[B_PLAIN]) = Py_NewRef(Py_False);
+    return b;
+}
+
+/* Pool._take: lend b for a request of nbytes (size rounded), splitting off its rest */
+static int
+take(HotAlloc *self, PyObject *b, long long size, PyObject *nbytes_obj, long long nbytes)
+{
+    long long bs = as_ll(SLOT(b, self->off[B_SIZE]));
+    if (bs == -1 && PyErr_Occurred())
+        return -1;
+    PyObject *seg = SLOT(b, self->off[B_SEG]);
+    PyObject *owner = SLOT(seg, self->xoff[S_OWNER]);
+    if (bs - size >= SPLIT_MIN) {
+        long long ptr = as_ll(SLOT(b, self->off[B_PTR]));
+        if (ptr == -1 && PyErr_Occurred())
+            return -1;
+        PyObject *stream = SLOT(b, self->off[B_STREAM]);
+        PyObject *r = new_block(self, ptr + size, bs - size, seg, stream);
+        if (r == NULL)
+            return -1;
+        PyObject *n = SLOT(b, self->off[B_NEXT]);
+        Py_SETREF(SLOT(r, self->off[B_PREV]), Py_NewRef(b));
+        Py_SETREF(SLOT(r, self->off[B_NEXT]), Py_NewRef(n));
+        if (n != Py_None)
+            Py_XSETREF(SLOT(n, self->off[B_PREV]), Py_NewRef(r));
+        Py_XSETREF(SLOT(b, self->off[B_NEXT]), Py_NewRef(r));
+        bs = size;
+        PyObject *fl = NULL;
+        if (slot_set_ll(self, b, B_SIZE, size) < 0
+            || (fl = get_list(self, owner, stream)) == NULL || fl_push(self, fl, r) < 0) {
+            Py_XDECREF(fl);
+            Py_DECREF(r);
+            return -1;
+        }
+        Py_DECREF(fl);
+        Py_DECREF(r);
+    }
+    Py_XSETREF(SLOT(b, self->off[B_FREE]), Py_NewRef(Py_False));
+    Py_XSETREF(SLOT(b, self->off[B_PLAIN]), Py_NewRef(owner == Py_None ? Py_True : Py_False));
+    Py_XSETREF(SLOT(b, self->off[B_REQ]), Py_NewRef(nbytes_obj));
+    lent(self->st, bs, nbytes);
+    return 0;
+}
+
+/* Pool._alloc_locked for the general pool: a new reference to the lent block */
+static PyObject *
+alloc_general(HotAlloc *self, long long size, PyObject *nbytes_obj, long long nbytes,
+              PyObject *stream)
+{
+    if (flush_quick(self) < 0)
+        return NULL;
+    PyObject *b = NULL, *fl = PyDict_GetItemWithError(self->general, stream);
+    if (fl == NULL && PyErr_Occurred())
+        return NULL;
+    Py_XINCREF(fl);
+    long long most = -1;
+    if (size >= SMALL) {
+        PyObject *be = PyDict_GetItemWithError(self->attrs, s_backend);
+        PyObject *cheap = be == NULL ? NULL : PyObject_GetAttr(be, s_cheap_release);
+        int c = cheap == NULL ? -1 : PyObject_IsTrue(cheap);
+        Py_XDECREF(cheap);
+        if (c < 0) {
+            if (!PyErr_Occurred())
+                PyErr_SetObject(PyExc_AttributeError, s_backend);
+            Py_XDECREF(fl);
+            return NULL;
+        }
+        if (c) { /* at most twice the request, or the segment a miss would make for it */
+            PyObject *g = PyObject_GetAttr(be, s_segment_granularity);
+            long long gv = g == NULL ? -1 : as_ll(g);
+            Py_XDECREF(g);
+            PyObject *gm = gv <= 0 ? NULL : PyObject_GetAttr(be, s_segment_granularity_min);
+            long long least = gm == NULL ? -1 : as_ll(gm);
+            Py_XDECREF(gm);
+            if (gv <= 0 || least < 0) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_ValueError, "segment_granularity must be > 0");
+                Py_XDECREF(fl);
+                return NULL;
+            }
+            if (least) { /* _pool.granule */
+                long long r = self->st->reserved / 4, p = 1;
+                if (r < least)
+                    r = least;
+                while (p <= r / 2)
+                    p <<= 1;
+                if (p < gv)
+                    gv = p;
+            }
+            long long seg = (size + gv - 1) / gv * gv;
+            most = size * LARGE_SPLIT_MAX > seg ? size * LARGE_SPLIT_MAX : seg;
+        }
+    }
+    if (fl != NULL) {
+        int r = fl_pop_fit(self, fl, size, most, &b);
+        Py_DECREF(fl);
+        if (r < 0)
+            return NULL;
+    }
+    PyObject *size_obj = PyLong_FromLongLong(size);
+    if (size_obj == NULL) {
+        Py_XDECREF(b);
+        return NULL;
+    }
+    if (b == NULL) {
+        PyObject *most_obj = most < 0 ? Py_NewRef(Py_None) : PyLong_FromLongLong(most);
+        if (most_obj != NULL) {
+            PyObject *args[4] = {size_obj, stream, Py_None, most_obj};
+            b = PyObject_Vectorcall(self->alloc_slow, args, 4, NULL);
+            Py_DECREF(most_obj);
+        }
+        if (b != NULL && Py_TYPE(b) != (PyTypeObject *)self->block_type) {
+            PyErr_Format(PyExc_TypeError, "Pool._alloc_slow gave a %R", Py_TYPE(b));
+            Py_CLEAR(b);
+        }
+    }
+    else
+        self->st->hits[class_index(size)]++;
+    Py_DECREF(size_obj);
+    if (b != NULL && take(self, b, size, nbytes_obj, nbytes) < 0)
+        Py_CLEAR(b);
+    return b;
+}
+
+/* Pool._alloc_miss where the general path applies (else the Python method): a new
+ * reference to the pointer */
+static PyObject *
+alloc_miss(HotAlloc *self, long long size, PyObject *nbytes_obj, long long nbytes,
+           PyObject *stream)
+{
+    PyObject *size_obj, *r;
+    if (self->segment_type == NULL || nbytes < 0)
+        goto python;
+    if (self->st->slow) /* a capture, a recording, a destroyed stream */
+        goto python;
+    /* a destroyed stream is queued before _slow is set (a finalizer, without the lock) */
+    PyObject *gone = PyDict_GetItemWithError(self->attrs, s_gone);
+    if (gone == NULL || !PyList_Check(gone) || PyList_GET_SIZE(gone))
+        goto python;
+    long long sv = as_ll(stream);
+    if (sv == -1 && PyErr_Occurred())
+        return NULL;
+    if (sv > 2) { /* a stream met for the first time: the CuPy glue watches its life */
+        PyObject *watched = PyDict_GetItemWithError(self->attrs, s_watched);
+        PyObject *hook = PyDict_GetItemWithError(self->attrs, s_on_new_stream);
+        if (watched == NULL || hook == NULL || !PyAnySet_Check(watched))
+            goto python;
+        int known = PySet_Contains(watched, stream);
+        if (known < 0)
+            return NULL;
+        if (!known && hook != Py_None)
+            goto python;
+    }
+    self->st->busy = 1;
+    PyObject *b = alloc_general(self, size, nbytes_obj, nbytes, stream);
+    self->st->busy = 0;
+    if (b == NULL)
+        return NULL;
+    PyObject *ptr = Py_NewRef(SLOT(b, self->off[B_PTR]));
+    int e = PyDict_SetItem(self->live, ptr, b);
+    Py_DECREF(b);
+    if (e < 0) {
+        Py_DECREF(ptr);
+        return NULL;
+    }
+    if (PyDict_GET_SIZE(self->freed)) { /* freed by finalizers meanwhile */
+        r = PyObject_CallNoArgs(self->drain);
+        if (r == NULL) {
+            Py_DECREF(ptr);
+            return NULL;
+        }
+        Py_DECREF(r);
+    }
+    return ptr;
+python:
+    if ((size_obj = PyLong_FromLongLong(size)) == NULL)
+        return NULL;
+    PyObject *args[3] = {size_obj, nbytes_obj, stream};
+    r = PyObject_Vectorcall(self->miss, args, 3, NULL);
+    Py_DECREF(size_obj);
+    return r;
+}
+
 static PyObject *
 alloc_locked(HotAlloc *self, PyObject *nbytes_obj, long long nbytes, PyObject *stream)
 {
     if (PyDict_GET_SIZE(self->freed)) {
-        int busy = get_flag(self, s_busy);
-        if (busy < 0)
-            return NULL;
-        if (!busy) {
-            int slow = get_flag(self, s_slow);
-            if (slow < 0)
-                return NULL;
+        if (!self->st->busy) {
+            int slow = self->st->slow;
             PyObject *again = NULL;
             while (PyDict_GET_SIZE(self->freed)) {
                 if (drain_one(self, slow, nbytes, stream, &again) < 0) {
@@ -505,21 +1340,13 @@ alloc_locked(HotAlloc *self, PyObject *nbytes_obj, long long nbytes, PyObject *s
         size = nbytes > 0 ? ((nbytes + 511) >> 9) << 9 : 512;
     else
         size = (nbytes + LARGE_ROUND - 1) & ~(long long)(LARGE_ROUND - 1);
-    int slow = get_flag(self, s_slow);
-    if (slow < 0)
-        return NULL;
+    int slow = self->st->slow;
     if (!slow && nbytes >= 0) {
         PyObject *hit = quick_hit(self, nbytes, size, stream);
         if (hit != Py_None)
             return hit; /* a pointer, or NULL */
     }
-    PyObject *size_obj = PyLong_FromLongLong(size);
-    if (size_obj == NULL)
-        return NULL;
-    PyObject *args[3] = {size_obj, nbytes_obj, stream};
-    PyObject *r = PyObject_Vectorcall(self->miss, args, 3, NULL);
-    Py_DECREF(size_obj);
-    return r;
+    return alloc_miss(self, size, nbytes_obj, nbytes, stream);
 }
 
 static PyObject *
@@ -561,13 +1388,20 @@ hot_traverse(HotAlloc *self, visitproc visit, void *arg)
     Py_VISIT(self->quick);
     Py_VISIT(self->live);
     Py_VISIT(self->freed);
-    Py_VISIT(self->hits);
     Py_VISIT(self->block_type);
     Py_VISIT(self->owner);
     Py_VISIT(self->popitem);
     Py_VISIT(self->free_other);
     Py_VISIT(self->miss);
     Py_VISIT(self->lock);
+    Py_VISIT(self->st);
+    Py_VISIT(self->segment_type);
+    Py_VISIT(self->freelist_type);
+    Py_VISIT(self->lists);
+    Py_VISIT(self->general);
+    Py_VISIT(self->alloc_slow);
+    Py_VISIT(self->new_list);
+    Py_VISIT(self->drain);
     return 0;
 }
 
@@ -579,13 +1413,20 @@ hot_clear(HotAlloc *self)
     Py_CLEAR(self->quick);
     Py_CLEAR(self->live);
     Py_CLEAR(self->freed);
-    Py_CLEAR(self->hits);
     Py_CLEAR(self->block_type);
     Py_CLEAR(self->owner);
     Py_CLEAR(self->popitem);
     Py_CLEAR(self->free_other);
     Py_CLEAR(self->miss);
     Py_CLEAR(self->lock);
+    Py_CLEAR(self->st);
+    Py_CLEAR(self->segment_type);
+    Py_CLEAR(self->freelist_type);
+    Py_CLEAR(self->lists);
+    Py_CLEAR(self->general);
+    Py_CLEAR(self->alloc_slow);
+    Py_CLEAR(self->new_list);
+    Py_CLEAR(self->drain);
     return 0;
 }
 
@@ -618,11 +1459,18 @@ slot_offset(PyObject *type, const char *name)
 static PyObject *
 hot_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"pool", "block_type", "stream_fn", NULL};
-    PyObject *pool, *block_type, *fn = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!|O:HotAlloc", kwlist, &pool,
-                                     &PyType_Type, &block_type, &fn))
+    static char *kwlist[] = {"pool", "block_type", "stream_fn", "segment_type", "freelist_type",
+                             NULL};
+    PyObject *pool, *block_type, *fn = Py_None, *seg_type = Py_None, *fl_type = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!|O$OO:HotAlloc", kwlist, &pool,
+                                     &PyType_Type, &block_type, &fn, &seg_type, &fl_type))
         return NULL;
+    if ((seg_type == Py_None) != (fl_type == Py_None) || (seg_type != Py_None
+            && (!PyType_Check(seg_type) || !PyType_Check(fl_type)))) {
+        PyErr_SetString(PyExc_TypeError, "HotAlloc: segment_type and freelist_type are two "
+                                         "types, or both None (the general path is Python's)");
+        return NULL;
+    }
     stream_fn get_stream = NULL;
     if (fn != Py_None) {
         if (!PyCapsule_CheckExact(fn)) {
@@ -633,20 +1481,6 @@ hot_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         get_stream = (stream_fn)PyCapsule_GetPointer(fn, PyCapsule_GetName(fn));
         if (get_stream == NULL)
             return NULL;
-    }
-    /* the counters and flags are plain instance attributes, read and written in the
-     * instance dictionary: no class attribute may shadow them */
-    PyObject *names[] = {s_busy, s_slow, s_requested, s_allocated, s_peak_requested,
-                         s_peak_allocated, s_peak_active, s_pending_bytes};
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        PyObject *c = PyObject_GetAttr((PyObject *)Py_TYPE(pool), names[i]);
-        if (c != NULL) {
-            Py_DECREF(c);
-            PyErr_Format(PyExc_TypeError, "HotAlloc: %R has a class attribute %R",
-                         Py_TYPE(pool), names[i]);
-            return NULL;
-        }
-        PyErr_Clear();
     }
     HotAlloc *self = (HotAlloc *)type->tp_alloc(type, 0);
     if (self == NULL)
@@ -664,22 +1498,48 @@ hot_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         || (self->quick = PyObject_GetAttrString(pool, "_quick")) == NULL
         || (self->live = PyObject_GetAttrString(pool, "_live")) == NULL
         || (self->freed = PyObject_GetAttrString(pool, "_freed")) == NULL
-        || (self->hits = PyObject_GetAttrString(pool, "hits")) == NULL
         || (self->free_other = PyObject_GetAttrString(pool, "_free_locked")) == NULL
         || (self->miss = PyObject_GetAttrString(pool, "_alloc_miss")) == NULL
         || (self->popitem = PyObject_GetAttrString(self->freed, "popitem")) == NULL
         || (lock = PyObject_GetAttrString(pool, "_lock")) == NULL)
         goto fail;
     self->lock = (PoolLock *)lock;
+    PyObject *st = PyObject_GetAttrString(pool, "_state");
+    if (st == NULL)
+        goto fail;
+    self->st = (PoolState *)st;
+    if (!Py_IS_TYPE(st, &PoolStateType)) {
+        PyErr_Format(PyExc_TypeError, "HotAlloc: the pool's _state must be a PoolState, got %R",
+                     st);
+        goto fail;
+    }
+    if (seg_type != Py_None && fl_type == (PyObject *)&FreeListType) {
+        /* the general path works on the compiled free lists (a pool of _blocks.FreeList
+         * runs Python's) */
+        self->segment_type = Py_NewRef(seg_type);
+        self->freelist_type = Py_NewRef(fl_type);
+        if ((self->xoff[S_KEEP] = slot_offset(seg_type, "keep")) < 0
+            || (self->xoff[S_OWNER] = slot_offset(seg_type, "owner")) < 0
+            || (self->lists = PyObject_GetAttrString(pool, "_lists")) == NULL
+            || (self->general = PyObject_GetAttrString(pool, "_general")) == NULL
+            || (self->alloc_slow = PyObject_GetAttrString(pool, "_alloc_slow")) == NULL
+            || (self->new_list = PyObject_GetAttrString(pool, "_list")) == NULL
+            || (self->drain = PyObject_GetAttrString(pool, "_drain")) == NULL)
+            goto fail;
+        if (!PyDict_Check(self->lists) || !PyDict_Check(self->general)) {
+            PyErr_SetString(PyExc_TypeError, "HotAlloc: the pool's _lists must be a dict");
+            goto fail;
+        }
+    }
     if (!Py_IS_TYPE(lock, &PoolLockType)) {
         PyErr_Format(PyExc_TypeError, "HotAlloc: the pool's _lock must be a PoolLock, got %R",
                      lock);
         goto fail;
     }
     if (!PyDict_Check(self->attrs) || !PyDict_Check(self->quick) || !PyDict_Check(self->live)
-        || !PyDict_Check(self->freed) || !PyDict_Check(self->hits)) {
-        PyErr_SetString(PyExc_TypeError, "HotAlloc: the pool's __dict__, _quick, _live, _freed "
-                                         "and hits must be dicts");
+        || !PyDict_Check(self->freed)) {
+        PyErr_SetString(PyExc_TypeError, "HotAlloc: the pool's __dict__, _quick, _live and "
+                                         "_freed must be dicts");
         goto fail;
     }
     return (PyObject *)self;
@@ -711,22 +1571,26 @@ PyMODINIT_FUNC
 PyInit__hotpath(void)
 {
 #define INTERN(v, s) if ((v = PyUnicode_InternFromString(s)) == NULL) return NULL
-    INTERN(s_busy, "_busy");
-    INTERN(s_slow, "_slow");
-    INTERN(s_requested, "requested");
-    INTERN(s_allocated, "allocated");
-    INTERN(s_peak_requested, "peak_requested");
-    INTERN(s_peak_allocated, "peak_allocated");
-    INTERN(s_peak_active, "peak_active");
-    INTERN(s_pending_bytes, "pending_bytes");
+    INTERN(s_gone, "_gone");
+    INTERN(s_watched, "_watched");
+    INTERN(s_on_new_stream, "_on_new_stream");
+    INTERN(s_capturing, "_capturing");
+    INTERN(s_backend, "backend");
+    INTERN(s_cheap_release, "cheap_release");
+    INTERN(s_segment_granularity, "segment_granularity");
+    INTERN(s_segment_granularity_min, "segment_granularity_min");
+    INTERN(s_recording, "_recording");
 #undef INTERN
-    if (PyType_Ready(&HotAllocType) < 0 || PyType_Ready(&PoolLockType) < 0)
+    if (PyType_Ready(&HotAllocType) < 0 || PyType_Ready(&PoolLockType) < 0
+        || PyType_Ready(&PoolStateType) < 0 || PyType_Ready(&FreeListType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
     if (PyModule_AddObjectRef(m, "HotAlloc", (PyObject *)&HotAllocType) < 0
-        || PyModule_AddObjectRef(m, "PoolLock", (PyObject *)&PoolLockType) < 0) {
+        || PyModule_AddObjectRef(m, "PoolLock", (PyObject *)&PoolLockType) < 0
+        || PyModule_AddObjectRef(m, "PoolState", (PyObject *)&PoolStateType) < 0
+        || PyModule_AddObjectRef(m, "FreeList", (PyObject *)&FreeListType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

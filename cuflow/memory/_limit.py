@@ -1,16 +1,81 @@
-"""Memory limits: ``Pool.set_limit`` and ``CUFLOW_MEMORY_LIMIT``, in bytes or a fraction.
+"""Memory limits: the limiting adaptor, ``set_limit`` and ``CUFLOW_MEMORY_LIMIT``.
 
-The pool checks its limit where a miss would take a new segment (see
-``_pool``): its free segments go back first, so the limit bounds reserved
-bytes, not only bytes in use.
+:class:`LimitingAdaptor` (RMM's ``LimitingResourceAdaptor``) is a segment
+source over another that refuses segments beyond a number of bytes held; the
+pool stacks one over its backend while it has a limit, and none otherwise, so
+an unlimited pool pays nothing for limits.
+
+A limit is ``None`` (no limit), bytes (an ``int``, or a string such as
+``"8GiB"``, ``"512MB"``, ``"8e9"``) or a fraction of the device's memory (a
+``float`` in (0, 1], or a string such as ``"0.8"`` or ``"80%"``).  A miss that
+the limit refuses returns the pool's free segments and tries again (see
+``_pool``), so the limit bounds reserved bytes, not only bytes in use.
 """
 
 from __future__ import annotations
 
-from ._backends import Backend, HostBackend
-from ._exceptions import MemoryValueError
+import math
+import numbers
+from typing import Any
 
-__all__ = ["limit_bytes", "parse_limit_env"]
+from ._backends import Backend, HostBackend
+from ._exceptions import MemoryTypeError, MemoryValueError
+
+__all__ = ["LimitExceeded", "LimitingAdaptor", "check_limit_text", "limit_bytes", "limit_of",
+           "parse_limit_env"]
+
+_UNITS = {"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40, "kb": 10**3,
+          "mb": 10**6, "gb": 10**9, "tb": 10**12, "b": 1}
+_FORMS = "bytes (an int, or '8GiB', '512MB', '8e9') or a fraction of device memory (0.8, '80%')"
+
+
+class LimitExceeded(MemoryError):
+    """A segment the limit refuses (the pool turns it into ``cuflow.OutOfMemoryError``)."""
+
+
+class LimitingAdaptor(Backend):
+    """A segment source over ``upstream`` that holds at most ``limit`` bytes.
+
+    Parameters
+    ----------
+    upstream : Backend
+        Where segments come from.
+    limit : int
+        Most bytes held at once (segments taken and not given back).
+    held : int, optional
+        Bytes already held from ``upstream`` (a limit set on a pool in use).
+    """
+
+    def __init__(self, upstream: Backend, limit: int, held: int = 0) -> None:
+        self.upstream = upstream
+        self.limit = limit
+        self.held = held
+        self.name = upstream.name
+
+    def _take(self, nbytes: int) -> None:
+        if self.held + nbytes > self.limit:
+            raise LimitExceeded(f"{nbytes} bytes more would hold {self.held + nbytes}, over the "
+                                f"limit of {self.limit}")
+
+    def alloc(self, nbytes: int, stream: int) -> int:
+        self._take(nbytes)
+        ptr = self.upstream.alloc(nbytes, stream)
+        self.held += nbytes
+        return ptr
+
+    def free(self, ptr: int, nbytes: int, stream: int) -> None:
+        self.upstream.free(ptr, nbytes, stream)
+        self.held -= nbytes
+
+    def alloc_private(self, nbytes: int) -> int:
+        self._take(nbytes)
+        ptr = self.upstream.alloc_private(nbytes)
+        self.held += nbytes
+        return ptr
+
+    def free_private(self, ptr: int, nbytes: int) -> None:
+        self.upstream.free_private(ptr, nbytes)
+        self.held -= nbytes
 
 
 def limit_bytes(size: int | None, fraction: float | None, backend: Backend) -> int | None:
@@ -18,43 +83,98 @@ def limit_bytes(size: int | None, fraction: float | None, backend: Backend) -> i
     if size is not None and fraction is not None:
         raise MemoryValueError("cuflow.memory.set_limit: give size or fraction, not both")
     if fraction is not None:
-        if not 0 < fraction <= 1:
+        if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real):
+            raise MemoryTypeError(f"cuflow.memory.set_limit: fraction must be a real number in "
+                                  f"(0, 1], got {type(fraction).__name__} {fraction!r}")
+        if not 0 < fraction <= 1:  # NaN fails this too
             raise MemoryValueError(f"cuflow.memory.set_limit: fraction must be in (0, 1], "
                                    f"got {fraction}")
         return int(fraction * device_total(backend))
-    if size is not None and size < 0:
+    if size is None:
+        return None
+    if isinstance(size, bool) or not isinstance(size, numbers.Integral):
+        raise MemoryTypeError(f"cuflow.memory.set_limit: size must be an int number of bytes, "
+                              f"got {type(size).__name__} {size!r}")
+    if size < 0:
         raise MemoryValueError(f"cuflow.memory.set_limit: size must be >= 0 bytes, got {size}")
-    return size
+    return int(size)
+
+
+def limit_of(limit: Any, backend: Backend) -> int | None:
+    """``set_limit``'s argument in bytes (see the module docstring for its forms)."""
+    if limit is None:
+        return None
+    if isinstance(limit, bool):
+        raise MemoryTypeError(f"cuflow.memory.set_limit: limit must be {_FORMS} or None, "
+                              f"got the bool {limit!r}")
+    if isinstance(limit, numbers.Integral):
+        return limit_bytes(int(limit), None, backend)
+    if isinstance(limit, numbers.Real):
+        x = float(limit)
+        if math.isnan(x) or not 0 < x <= 1:
+            raise MemoryValueError(
+                f"cuflow.memory.set_limit: a float limit is a fraction of device memory in "
+                f"(0, 1], got {limit!r}; give bytes as an int or a string such as '1.5GB'")
+        return limit_bytes(None, x, backend)
+    if isinstance(limit, str):
+        return _parse(limit, "cuflow.memory.set_limit: limit", backend)
+    raise MemoryTypeError(f"cuflow.memory.set_limit: limit must be {_FORMS} or None, got "
+                          f"{type(limit).__name__} {limit!r}")
 
 
 def device_total(backend: Backend) -> int:
     """Bytes of memory ``backend`` draws from (a host backend: its capacity)."""
     if isinstance(backend, HostBackend):
         if backend.capacity is None:
-            raise MemoryValueError("a fraction limit needs a backend with a known capacity")
+            raise MemoryValueError("a fraction limit needs a backend with a known capacity "
+                                   "(HostBackend(capacity=...)), or give the limit in bytes")
         return backend.capacity
     from cupy_backends.cuda.api import runtime  # noqa: PLC0415  (optional dependency)
 
     return int(runtime.memGetInfo()[1])
 
 
+def _split(text: str, what: str) -> tuple[str, float]:
+    """``text`` as (kind, value): ``("bytes", n)``, ``("fraction", x)`` or ``("none", 0)``."""
+    low = text.strip().lower()
+    if not low:
+        return "none", 0.0
+    try:
+        if low.endswith("%"):
+            x = float(low[:-1]) / 100
+            kind = "fraction"
+        else:
+            for u, mult in _UNITS.items():
+                if low.endswith(u):
+                    x, kind = float(low[: -len(u)]) * mult, "bytes"
+                    break
+            else:
+                x = float(low)
+                kind = "fraction" if x <= 1 else "bytes"
+    except ValueError:
+        raise MemoryValueError(f"{what}={text!r}: expected {_FORMS}") from None
+    if math.isnan(x) or math.isinf(x) or x < 0 or (kind == "fraction" and x == 0):
+        raise MemoryValueError(f"{what}={text!r}: expected {_FORMS}, a finite positive amount")
+    if kind == "fraction" and x > 1:
+        raise MemoryValueError(f"{what}={text!r}: a fraction of device memory must be in (0, 1]")
+    return kind, x
+
+
+def _parse(text: str, what: str, backend: Backend) -> int | None:
+    kind, x = _split(text, what)
+    if kind == "none":
+        return None
+    if kind == "fraction":
+        return limit_bytes(None, x, backend)
+    return int(x)
+
+
+def check_limit_text(text: str, what: str = "CUFLOW_MEMORY_LIMIT") -> None:
+    """Raise :class:`MemoryValueError` if ``text`` is not a limit (checked without a device)."""
+    _split(text, what)
+
+
 def parse_limit_env(value: str, backend: Backend) -> int | None:
     """``CUFLOW_MEMORY_LIMIT``: bytes (``8e9``, ``8GiB``, ``512MB``) or a fraction of device
     memory (``0.8``, ``80%``)."""
-    v = value.strip()
-    if not v:
-        return None
-    units = {"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "kb": 10**3, "mb": 10**6,
-             "gb": 10**9, "b": 1}
-    low = v.lower()
-    try:
-        if low.endswith("%"):
-            return limit_bytes(None, float(low[:-1]) / 100, backend)
-        for u, mult in units.items():
-            if low.endswith(u):
-                return int(float(low[: -len(u)]) * mult)
-        x = float(low)
-    except ValueError:
-        raise MemoryValueError(f"CUFLOW_MEMORY_LIMIT={value!r}: expected bytes (8e9, 8GiB, "
-                               f"512MB) or a fraction of device memory (0.8, 80%)") from None
-    return limit_bytes(None, x, backend) if x <= 1 else int(x)
+    return _parse(value, "CUFLOW_MEMORY_LIMIT", backend)

@@ -9,9 +9,17 @@ Hot path: a freed block goes, without coalescing, to a per-stream cache of
 exact sizes (``_quick``), and an allocation of that size on that stream takes
 it back: two dictionary lookups and a list pop.  The CuPy hook frees by
 storing the pointer in ``_freed`` (a C-level dictionary store, safe from
-finalizers and other threads); the next pool operation drains it.  The hot
-path is compiled (``_hotpath.c``: the same decisions on the same containers)
-where the extension was built, else the Python closure of :meth:`Pool._make_alloc`.
+finalizers and other threads); the next pool operation drains it.
+
+Compiled paths (``_hotpath.c``, where the extension was built): the hot path
+and the general path below for the general pool (flush, best fit, split,
+coalescing, statistics), the same decisions on the same containers; the
+counters and flags are a C struct (``_state``: ``PoolState``, whose fields
+the ``Pool`` properties ``allocated`` ... read and write).  A miss of every
+free list, cross-stream bookkeeping, graph-private pools, destroyed streams
+and recording run in Python.  Without the extension (or with
+``CUFLOW_POOL_HOTPATH=python``) the Python closure of :meth:`Pool._make_alloc`
+and :meth:`Pool._alloc_miss` make every decision; the tests run both.
 
 Otherwise (``size`` = request rounded to 512 B, or to 128 KiB at or above
 1 MiB): the exact-size cache is flushed into the coalesced free lists, then
@@ -24,14 +32,13 @@ process blocks whose cross-stream uses have finished; else borrow a block
 freed on another stream by making this stream wait on an event recorded there
 (no host synchronization); else (a miss) release fully free segments when the
 backend can reuse them cheaply (all but kept ones), and get a new segment
-(for a request of 1 MiB or more, a whole number of the backend's
-``segment_granularity``).  Coalescing joins free neighbours of the same stream.
+(for a request of 1 MiB or more, a whole number of granules: the backend's
+``segment_granularity``, or less while the pool is small, see :func:`granule`).  Coalescing joins free neighbours of the same stream.
 A block used on other streams (``record_stream``) is not reused until events
 recorded on those streams at free time have completed.
 
-One state and one lock, with its concerns in mixins (the compiled hot path
-reads and writes that state in the pool's instance dictionary, so they share
-it rather than wrap it): ``_streams`` (cross-stream use, destroyed streams),
+One state and one lock, with its concerns in mixins (the compiled paths read
+and write that state, so they share it rather than wrap it): ``_streams`` (cross-stream use, destroyed streams),
 ``_graphs`` (graph-private pools), ``_warmup`` (kept segments, recording,
 replay), ``_stats`` (statistics, snapshot, summary); ``_blocks`` has the units.
 """
@@ -39,28 +46,77 @@ replay), ``_stats`` (statistics, snapshot, summary); ``_blocks`` has the units.
 from __future__ import annotations
 
 import gc
-import os
+import operator
 import threading
+from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
 from .._errors import OutOfMemoryError
 from ._backends import Backend
+from ._env import POOL_HOTPATH
 from ._blocks import (DEAD_STREAM, LARGE_ROUND, LARGE_SPLIT_MAX, MIN_SEGMENT, SMALL, SPLIT_MIN,
                       Block, FreeList, Segment, round_size, size_class)
 from ._exceptions import DoubleFreeError, MemoryValueError
 from ._graphs import GraphPoolsMixin
+from ._limit import LimitExceeded, LimitingAdaptor
 from ._stats import StatsMixin, fmt_bytes
 from ._streams import StreamsMixin
 from ._warmup import WarmupMixin
 
 try:  # the compiled hot path (an optional extension: a source install without a compiler
     # runs the same operations in Python)
-    from ._hotpath import HotAlloc, PoolLock
+    from ._hotpath import FreeList as CFreeList
+    from ._hotpath import HotAlloc, PoolLock, PoolState
 except ImportError:
-    HotAlloc = PoolLock = None
-if os.environ.get("CUFLOW_POOL_HOTPATH", "").strip().lower() == "python":
-    HotAlloc = PoolLock = None
+    HotAlloc = PoolLock = PoolState = CFreeList = None
+if POOL_HOTPATH == "python":
+    HotAlloc = PoolLock = PoolState = CFreeList = None
+
+
+class PyPoolState:
+    """The pool's counters and flags where the extension was not built (``_hotpath.PoolState``
+    otherwise, whose fields the compiled paths read and write directly)."""
+
+    __slots__ = ("allocated", "busy", "hits", "peak_active", "peak_allocated", "peak_requested",
+                 "pending_bytes", "requested", "reserved", "slow")
+
+    def __init__(self) -> None:
+        self.requested = self.allocated = self.peak_requested = self.peak_allocated = 0
+        self.peak_active = self.pending_bytes = self.reserved = 0
+        self.busy = self.slow = False
+        self.hits: defaultdict[int, int] = defaultdict(int)
+
+    def count_hit(self, size: int) -> None:
+        """One more cache hit of a block of ``size`` bytes."""
+        self.hits[size_class(size)] += 1
+
+    def hit_counts(self) -> dict[int, int]:
+        """{size class: cache hits}, for the classes with hits."""
+        return dict(self.hits)
+
+    def clear_hits(self) -> None:
+        self.hits.clear()
+
+
+def granule(backend: Backend, reserved: int) -> int:
+    """The multiple a large segment is rounded to: the backend's ``segment_granularity``, or,
+    with a ``segment_granularity_min``, the power of two at or below a quarter of what the
+    pool reserves, between the two (a small pool does not pay for whole large granules)."""
+    g, least = backend.segment_granularity, backend.segment_granularity_min
+    if least:
+        r = max(least, reserved // 4)
+        g = min(g, 1 << (r.bit_length() - 1))
+    return g
+
+
+def _state_field(name: str, doc: str) -> property:
+    get = operator.attrgetter("_state." + name)
+
+    def set_(self: Pool, value: Any) -> None:
+        setattr(self._state, name, value)
+
+    return property(get, set_, doc=doc)
 
 __all__ = ["Block", "Pool", "round_size", "size_class"]
 
@@ -76,8 +132,23 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         Most bytes the pool may reserve; ``None`` for no limit.
     """
 
+    requested = _state_field("requested", "Bytes requested by the lent blocks.")
+    allocated = _state_field("allocated", "Bytes of the lent blocks (rounded sizes).")
+    peak_requested = _state_field("peak_requested", "Most requested bytes since a reset.")
+    peak_allocated = _state_field("peak_allocated", "Most allocated bytes since a reset.")
+    peak_active = _state_field("peak_active", "Most allocated plus pending bytes.")
+    pending_bytes = _state_field("pending_bytes", "Freed bytes awaiting other streams' work.")
+    reserved = _state_field("reserved", "Bytes of the pool's segments.")
+    _busy = _state_field("busy", "A slow path runs: frees wait in ``_freed``.")
+    _slow = _state_field("slow", "The hot path defers to the general one.")
+
     def __init__(self, backend: Backend, limit: int | None = None) -> None:
+        #: counters and flags (a C struct where the extension was built: the compiled
+        #: paths use its fields; the properties above read and write them)
+        self._state = PyPoolState() if PoolState is None else PoolState()
         self.backend = backend
+        #: where segments come from: the backend, or adaptors over it (a limit)
+        self._source: Backend = backend
         self.limit = limit
         # Reentrant: a finalizer may call free() while this thread is inside the pool; the
         # slow paths set _busy and such frees then wait in _freed for the end of the operation.
@@ -87,7 +158,10 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         self._freed: dict[int, Any] = {}  # pointers given back, not yet processed
         self._quick: dict[int, dict[int, list[Block]]] = {}  # stream -> size -> freed blocks
         self._gone: list[int] = []  # destroyed streams, not yet processed
+        #: free lists: the compiled ones where the compiled paths run (they work on those)
+        self._freelist_type = FreeList if HotAlloc is None or CFreeList is None else CFreeList
         self._lists: dict[tuple[Any, int], FreeList] = {}
+        self._general: dict[int, FreeList] = {}  # stream -> self._lists[(None, stream)]
         self._segments: dict[int, Segment] = {}
         self._pending: list[Block] = []
         self._deferred: list[Block] = []  # freed during a capture, used on a capturing stream
@@ -127,8 +201,10 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         containers does the same operations.
         """
         if HotAlloc is not None and (stream_of is None or stream_fn is not None):
-            return HotAlloc(self, Block, stream_fn)
-        pool, quick, live, freed, hits = self, self._quick, self._live, self._freed, self.hits
+            return HotAlloc(self, Block, stream_fn, segment_type=Segment,
+                            freelist_type=self._freelist_type)
+        pool, quick, live, freed = self._state, self._quick, self._live, self._freed
+        count_hit = pool.count_hit
         free_other, miss = self._free_locked, self._alloc_miss
         acquire, release = self._lock.acquire, self._lock.release  # cheaper than ``with``
 
@@ -136,8 +212,8 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
             stream = arg if stream_of is None else stream_of().ptr
             acquire()
             try:
-                if freed and not pool._busy:
-                    slow, again = pool._slow, 0
+                if freed and not pool.busy:
+                    slow, again = pool.slow, 0
                     while freed:  # the queued frees, inlined for the common case
                         ptr = freed.popitem()[0]
                         b = live[ptr]
@@ -148,7 +224,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
                             # the block just freed was asked for with this very size: hand it
                             # straight back (it stays lent, its statistics are unchanged; the
                             # other queued frees still go on)
-                            hits[b.size] += 1
+                            count_hit(b.size)
                             again = ptr
                         else:
                             del live[ptr]
@@ -170,7 +246,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
                     size = (((nbytes + 511) >> 9) << 9) or 512
                 else:
                     size = (nbytes + LARGE_ROUND - 1) & ~(LARGE_ROUND - 1)
-                if not pool._slow and nbytes >= 0:
+                if not pool.slow and nbytes >= 0:
                     q = quick.get(stream)
                     if q is not None:
                         lst = q.get(size)
@@ -178,7 +254,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
                             b = lst.pop()
                             b.quick = b.free = False
                             b.req = nbytes
-                            hits[size] += 1
+                            count_hit(size)
                             n = pool.requested = pool.requested + nbytes
                             if n > pool.peak_requested:
                                 pool.peak_requested = n
@@ -261,7 +337,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         if b is None:
             b = self._alloc_slow(size, stream, owner, most)
         else:
-            self.hits[size] += 1
+            self._state.count_hit(size)
         self._take(b, size, nbytes)
         return b
 
@@ -292,7 +368,9 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
     def _list(self, owner: Any, stream: int) -> FreeList:
         fl = self._lists.get((owner, stream))
         if fl is None:
-            fl = self._lists[(owner, stream)] = FreeList()
+            fl = self._lists[(owner, stream)] = self._freelist_type()
+            if owner is None:
+                self._general[stream] = fl
         return fl
 
     def _flush_quick(self) -> None:
@@ -315,32 +393,34 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         if (self._pending or self._deferred) and not capturing and self._process_pending():
             b = self._list(owner, stream).pop_fit(size, most)
             if b is not None:
-                self.hits[size] += 1
+                self._state.count_hit(size)
                 return b
         b = self._borrow(size, stream, most) if owner is None else None
         if b is not None:
-            self.hits[size] += 1
+            self._state.count_hit(size)
             return b
         if self._orphans and not capturing:
             self._adopt_orphans()
             b = self._list(owner, stream).pop_fit(size) if stream == 0 else None
             if b is not None:
-                self.hits[size] += 1
+                self._state.count_hit(size)
                 return b
         self.misses[size] += 1
         seg_bytes = self._segment_bytes(size, owner)
         if self.backend.cheap_release and owner is None and not capturing:
             self._release_free_segments(kept=False)
-        if self.limit is not None and self.reserved + seg_bytes > self.limit:
+        try:
+            ptr = self._new_segment(seg_bytes, stream, owner)
+        except LimitExceeded:
+            # the limit bounds what the pool reserves: its free segments go back first
             if not capturing:
                 self._release_free_segments()
-            if self.reserved + seg_bytes > self.limit:
+            try:
+                ptr = self._new_segment(seg_bytes, stream, owner)
+            except LimitExceeded:
                 self.num_ooms += 1
                 raise OutOfMemoryError(self._oom_message(size, f"the pool's limit of "
-                                                               f"{fmt_bytes(self.limit)}"))
-        try:
-            ptr = (self.backend.alloc(seg_bytes, stream) if owner is None
-                   else self.backend.alloc_private(seg_bytes))
+                                                               f"{fmt_bytes(self.limit)}")) from None
         except MemoryError as first:
             self.num_alloc_retries += 1
             gc.collect()  # finalizers of collected arrays queue their frees; drain them
@@ -354,8 +434,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
             if b is not None:
                 return b
             try:
-                ptr = (self.backend.alloc(seg_bytes, stream) if owner is None
-                       else self.backend.alloc_private(seg_bytes))
+                ptr = self._new_segment(seg_bytes, stream, owner)
             except MemoryError:
                 self.num_ooms += 1
                 raise OutOfMemoryError(self._oom_message(size, "the device")) from first
@@ -371,13 +450,34 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         seg.first = Block(ptr, seg_bytes, seg, stream)
         return seg.first
 
+    def _new_segment(self, nbytes: int, stream: int, owner: Any) -> int:
+        """A new segment from the pool's source (the backend, or the adaptors over it)."""
+        src = self._source
+        return src.alloc(nbytes, stream) if owner is None else src.alloc_private(nbytes)
+
+    @property
+    def limit(self) -> int | None:
+        """Most bytes the pool may reserve (``None``: no limit).  A limit is a
+        :class:`~cuflow.memory.LimitingAdaptor` over the backend, absent without one."""
+        src = self._source
+        return src.limit if isinstance(src, LimitingAdaptor) else None
+
+    @limit.setter
+    def limit(self, value: int | None) -> None:
+        if value is None:
+            self._source = self.backend
+        elif isinstance(self._source, LimitingAdaptor):
+            self._source.limit = value
+        else:
+            self._source = LimitingAdaptor(self.backend, value, held=self.reserved)
+
     def _segment_bytes(self, size: int, owner: Any) -> int:
         """The segment a miss on a request of ``size`` bytes gets from the backend."""
         if size < SMALL:
             return max(size, MIN_SEGMENT)
         if owner is not None:  # a graph's private segment (cudaMalloc): exactly the request
             return size
-        g = self.backend.segment_granularity  # whole granules: the pool owns the rest
+        g = granule(self.backend, self.reserved)  # whole granules: the pool owns the rest
         return -(-size // g) * g
 
     # ------------------------------------------------------------------ free
@@ -459,9 +559,9 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
                 if ev is not None:
                     self.backend.wait(b.stream, ev)
         if seg.owner is None:
-            self.backend.free(seg.ptr, seg.nbytes, b.stream)
+            self._source.free(seg.ptr, seg.nbytes, b.stream)
         else:
-            self.backend.free_private(seg.ptr, seg.nbytes)
+            self._source.free_private(seg.ptr, seg.nbytes)
         del self._segments[seg.ptr]
         self.reserved -= seg.nbytes
         self.num_segment_free += 1
@@ -473,14 +573,19 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
                     del self._private[seg.owner]
 
     def _release_free_segments(self, owner: Any = None, kept: bool = True) -> int:
+        """Release ``owner``'s wholly free segments (without ``kept``, not those a warm-up
+        kept); the number released.  A segment is wholly free when its first block spans it
+        and sits in a free list (free, not in the exact-size cache, awaiting no event, of a
+        live stream); looking at segments, not at every free block, keeps a miss cheap."""
         n = 0
-        for (o, _), fl in list(self._lists.items()):
-            if o != owner:
+        for seg in list(self._segments.values()):
+            b = seg.first
+            if (seg.owner != owner or b.next is not None or not b.free or b.quick
+                    or b.events is not None or b.stream == DEAD_STREAM
+                    or not (kept or not seg.keep)):
                 continue
-            for b in [b for b in fl.blocks()
-                      if b.prev is None and b.next is None and (kept or not b.seg.keep)]:
-                self._release_segment(b, fl)
-                n += 1
+            self._release_segment(b, self._lists[(owner, b.stream)])
+            n += 1
         return n
 
     def _settle(self) -> None:

@@ -20,9 +20,13 @@ class StatsMixin:
     """Statistics of :class:`~cuflow.memory._pool.Pool` (its state, its lock)."""
 
     def _init_stats(self) -> None:
-        self.hits: defaultdict[int, int] = defaultdict(int)
         self.misses: defaultdict[int, int] = defaultdict(int)
         self.reset_stats()
+
+    @property
+    def hits(self) -> dict[int, int]:
+        """Cache hits by size class (:func:`~cuflow.memory.size_class`)."""
+        return self._state.hit_counts()
 
     def reset_stats(self) -> None:
         self.allocated = self.requested = self.reserved = self.pending_bytes = 0
@@ -30,7 +34,7 @@ class StatsMixin:
         self.num_segment_alloc = self.num_segment_free = 0
         self._device_base = (self.backend.device_allocs, self.backend.device_frees)
         self.num_alloc_retries = self.num_ooms = self.num_cross_stream = 0
-        self.hits.clear()  # cleared in place: the hot path holds these objects
+        self._state.clear_hits()
         self.misses.clear()
 
     def reset_peak_stats(self) -> None:
@@ -50,13 +54,14 @@ class StatsMixin:
     @property
     def num_alloc(self) -> int:
         """Allocations served so far (each is a cache hit or a miss)."""
-        return sum(self.hits.values()) + sum(self.misses.values())
+        return sum(self._state.hit_counts().values()) + sum(self.misses.values())
 
     def stats(self) -> dict[str, Any]:
         """Counters with PyTorch's key names, plus cache hits and misses per size class."""
         with self._lock:
             if not self._busy:
                 self._drain()
+            hits = self._state.hit_counts()
             free = list(self._free_blocks())
             inactive_split = sum(b.size for b in free if b.prev is not None or b.next is not None)
             free_cached = sum(b.size for b in free)
@@ -84,13 +89,13 @@ class StatsMixin:
                 "num_cross_stream_reuse": self.num_cross_stream,
                 "num_pending_cross_stream": len(self._pending) + len(self._deferred),
                 "private_pools": len(self._private),
-                "cache_hits": sum(self.hits.values()),
+                "cache_hits": sum(hits.values()),
                 "cache_misses": sum(self.misses.values()),
                 "backend": self.backend.name,
                 "limit_bytes": self.limit,
             }
             per: dict[int, list[int]] = {}
-            for d, j in ((self.hits, 0), (self.misses, 1)):
+            for d, j in ((hits, 0), (self.misses, 1)):
                 for size, cnt in d.items():
                     per.setdefault(size_class(size), [0, 0])[j] += cnt
             s["size_classes"] = {c: {"hits": h, "misses": m} for c, (h, m) in sorted(per.items())}

@@ -59,6 +59,7 @@ class StreamsMixin:
         for b in itertools.chain(self._live.values(), self._pending, self._deferred):
             self._forget_block(b, ptr)
         orphans = [b for by_size in self._quick.pop(ptr, {}).values() for b in by_size]
+        self._general.pop(ptr, None)
         for key in [k for k in self._lists if k[1] == ptr]:
             orphans += self._lists.pop(key).blocks()
         for b in orphans:

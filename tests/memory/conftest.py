@@ -107,6 +107,16 @@ def hot_path(request, monkeypatch):
     return which
 
 
+def python_pool(*args, **kwargs):
+    """``Pool(*args, **kwargs)`` as a build without a compiler makes it: Python paths and
+    Python free lists."""
+    saved, _pool.HotAlloc = _pool.HotAlloc, None
+    try:
+        return _pool.Pool(*args, **kwargs)
+    finally:
+        _pool.HotAlloc = saved
+
+
 def python_hot_path(pool):
     """``pool`` with the Python hot path (what a build without a compiler runs)."""
     saved, _pool.HotAlloc = _pool.HotAlloc, None

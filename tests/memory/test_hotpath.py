@@ -13,24 +13,37 @@ from hypothesis import strategies as st
 
 from cuflow.memory import HostBackend, Pool, _pool, round_size
 
-from .conftest import python_hot_path
+from .conftest import python_hot_path, python_pool
 
 
-def test_both_hot_paths_make_the_same_decisions():
-    """The same random sequence (queued frees, exact-size hits, misses, streams) gives the
-    same pointers and statistics through the compiled and the Python hot path."""
+class _Granular(HostBackend):
+    """Large segments of whole granules, fewer while the pool is small (the driver's way)."""
+
+    segment_granularity = 8 << 20
+    segment_granularity_min = 1 << 20
+
+
+@pytest.mark.parametrize("backend", [HostBackend, _Granular])
+def test_both_hot_paths_make_the_same_decisions(backend):
+    """The same random sequence (queued frees, exact-size hits, misses, splits, coalescing,
+    streams) gives the same pointers and statistics through the compiled and the Python
+    path."""
     if _pool.HotAlloc is None:
         pytest.fail("the compiled hot path was not built (see the hot_path fixture)")
     rng = random.Random(7)
-    ops = [(rng.random() < 0.6, rng.choice([0, 100, 512, 5000, 70000, 3 << 20]),
+    ops = [(rng.random() < 0.6, rng.choice([0, 100, 512, 5000, 70000, 3 << 20, 9 << 20,
+                                            rng.randrange(1, 5 << 20)]),
             rng.randrange(3), rng.randrange(10**6)) for _ in range(3000)]
     results = []
-    for pool in (Pool(HostBackend()), python_hot_path(Pool(HostBackend()))):
-        segs, live, trace = {}, [], []  # where each block lies: (segment's rank, offset)
+    for pool in (Pool(backend()), python_hot_path(Pool(backend())), python_pool(backend())):
+        # where each block lies: (segment's rank, offset); the segments are held so that no
+        # later one reuses an id
+        segs, held, live, trace = {}, [], [], []
         for is_alloc, n, stream, pick in ops:
             if is_alloc or not live:
                 p = pool.alloc_ptr(n, stream)
                 seg = pool._live[p].seg
+                held.append(seg)
                 trace.append((segs.setdefault(id(seg), len(segs)), p - seg.ptr))
                 live.append(p)
             else:
@@ -38,7 +51,7 @@ def test_both_hot_paths_make_the_same_decisions():
         s = pool.stats()
         results.append((trace, {k: v for k, v in s.items() if k != "backend"}))
     assert type(Pool(HostBackend()).alloc_ptr).__name__ == "HotAlloc"
-    assert results[0] == results[1]
+    assert results[0] == results[1] == results[2]
 
 
 def test_compiled_hot_path_checks_its_arguments():

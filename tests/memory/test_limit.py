@@ -65,3 +65,44 @@ def test_memory_errors_are_cuflow_errors():
         parse_limit_env("lots", pool.backend)
     with pytest.raises(cuflow.CuflowError, match="fraction"):
         pool.set_limit(fraction=2.0)
+
+
+def test_limiting_adaptor_alone():
+    """The limit is an adaptor over any segment source: it holds at most its limit."""
+    from cuflow.memory import LimitingAdaptor
+    from cuflow.memory._limit import LimitExceeded
+
+    up = HostBackend()
+    lim = LimitingAdaptor(up, 3 << 20)
+    a = lim.alloc(2 << 20, 0)
+    with pytest.raises(LimitExceeded, match="limit"):
+        lim.alloc(2 << 20, 0)
+    with pytest.raises(MemoryError):
+        lim.alloc_private(2 << 20)
+    assert lim.held == 2 << 20 and up.in_use == 2 << 20  # nothing taken by the refusals
+    p = lim.alloc_private(1 << 20)
+    lim.free(a, 2 << 20, 0)
+    lim.free_private(p, 1 << 20)
+    assert lim.held == 0 and up.in_use == 0 and lim.name == up.name
+
+
+def test_limit_is_absent_when_unused_and_counts_what_is_held():
+    """An unlimited pool takes segments from its backend directly; a limit set on a pool in
+    use counts the segments it already holds, and can be raised, lowered and removed."""
+    from cuflow.memory import LimitingAdaptor
+
+    pool = Pool(HostBackend())
+    assert pool.limit is None and pool._source is pool.backend
+    a = pool.alloc(3 << 20, 0)
+    pool.limit = 4 << 20
+    assert isinstance(pool._source, LimitingAdaptor) and pool._source.held == pool.reserved
+    with pytest.raises(cuflow.OutOfMemoryError, match="limit"):
+        pool.alloc(3 << 20, 0)
+    pool.limit = 16 << 20
+    b = pool.alloc(3 << 20, 0)
+    for x in (a, b):
+        pool.free(x)
+    pool.empty_cache()
+    assert pool._source.held == pool.reserved == 0
+    pool.limit = None
+    assert pool._source is pool.backend and pool.stats()["limit_bytes"] is None

@@ -1,0 +1,50 @@
+"""The pool's environment variables, read once at import and checked against their choices.
+
+* ``CUFLOW_POOL``: ``on`` (default) or ``off`` (CuPy keeps its own pool);
+* ``CUFLOW_POOL_BACKEND``: ``driver`` (default) or ``cudamalloc``;
+* ``CUFLOW_POOL_HOTPATH``: ``compiled`` (default, where the extension was built) or ``python``;
+* ``CUFLOW_MEMORY_LIMIT``: see ``_limit`` (bytes or a fraction of device memory).
+
+A value outside the choices of the first three warns once (:class:`MemoryLimitWarning`,
+naming the choices) and the default applies; a malformed ``CUFLOW_MEMORY_LIMIT`` raises
+:class:`MemoryValueError` at import, since running without the limit asked for could take
+the memory it was meant to leave to others.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+from ._exceptions import MemoryLimitWarning
+from ._limit import check_limit_text
+
+__all__ = ["MEMORY_LIMIT", "POOL_BACKEND", "POOL_HOTPATH", "POOL_ON"]
+
+_CHOICES = {
+    "CUFLOW_POOL": ({"on": "on", "1": "on", "true": "on", "yes": "on", "": "on",
+                     "off": "off", "0": "off", "false": "off", "no": "off"}, "on"),
+    "CUFLOW_POOL_BACKEND": ({"driver": "driver", "async": "driver", "": "driver",
+                             "cudamalloc": "cudamalloc"}, "driver"),
+    "CUFLOW_POOL_HOTPATH": ({"compiled": "compiled", "c": "compiled", "": "compiled",
+                             "python": "python"}, "compiled"),
+}
+
+
+def _choice(name: str) -> str:
+    choices, default = _CHOICES[name]
+    raw = os.environ.get(name, "")
+    value = choices.get(raw.strip().lower())
+    if value is None:
+        names = sorted({v for v in choices.values()})
+        warnings.warn(f"{name}={raw!r} is not one of {names}; using {default!r}",
+                      MemoryLimitWarning, stacklevel=2)
+        return default
+    return value
+
+
+POOL_ON = _choice("CUFLOW_POOL") == "on"
+POOL_BACKEND = _choice("CUFLOW_POOL_BACKEND")
+POOL_HOTPATH = _choice("CUFLOW_POOL_HOTPATH")
+MEMORY_LIMIT = os.environ.get("CUFLOW_MEMORY_LIMIT", "")
+check_limit_text(MEMORY_LIMIT)

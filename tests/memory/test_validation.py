@@ -1,0 +1,148 @@
+"""Argument and environment checks of cuflow.memory's module API (cuflow/memory/__init__.py,
+_limit.py, _env.py): every deliberate error is a CuflowError naming the argument, the rule
+and the value."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import cuflow
+from cuflow.memory import HostBackend, MemoryLimitWarning, Pool
+from cuflow.memory._limit import limit_of
+
+
+@pytest.fixture
+def restore_limit(cf):
+    pool = cf.memory.get_pool()
+    old = pool.limit
+    yield pool
+    pool.limit = old
+
+
+@pytest.mark.parametrize(("value", "exc", "words"), [
+    (1.5, ValueError, ("limit", "(0, 1]", "1.5")),
+    (float("nan"), ValueError, ("limit", "(0, 1]", "nan")),
+    (-0.5, ValueError, ("limit", "(0, 1]", "-0.5")),
+    (True, TypeError, ("limit", "bool", "True")),
+    (-5, ValueError, ("size", ">= 0", "-5")),
+    ("lots", ValueError, ("limit", "8GiB", "lots")),
+    ("-1GB", ValueError, ("limit", "positive", "-1GB")),
+    ("150%", ValueError, ("limit", "(0, 1]", "150%")),
+    ([1], TypeError, ("limit", "list", "[1]")),
+])
+def test_set_limit_refuses(cf, restore_limit, value, exc, words):
+    with pytest.raises(cuflow.CuflowError) as ei:
+        cf.memory.set_limit(value)
+    assert isinstance(ei.value, exc)
+    for w in words:
+        assert w in str(ei.value)
+    assert restore_limit.limit is None or restore_limit.limit >= 0
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("1GB", 10**9), ("8GiB", 8 << 30), ("512MB", 512 * 10**6), ("8e9", 8 * 10**9),
+    (123456, 123456), (None, None)])
+def test_set_limit_accepts_the_env_forms(cf, restore_limit, value, expected):
+    cf.memory.set_limit(value)
+    assert restore_limit.limit == expected
+    assert cf.memory.stats()["limit_bytes"] == expected
+
+
+@given(st.floats(min_value=1e-6, max_value=1.0))
+def test_fractions_of_a_known_capacity(x):
+    assert limit_of(x, HostBackend(capacity=10**9)) == int(x * 10**9)
+
+
+@given(st.one_of(st.floats(allow_nan=True, allow_infinity=True).filter(
+    lambda v: math.isnan(v) or not 0 < v <= 1), st.booleans(), st.text(max_size=8).filter(
+    lambda t: t.strip() and not any(c.isdigit() for c in t))))
+def test_other_limits_are_refused(v):
+    with pytest.raises(cuflow.CuflowError) as ei:
+        limit_of(v, HostBackend(capacity=10**9))
+    assert isinstance(ei.value, ValueError | TypeError)
+
+
+def test_limit_below_use_warns_applies_to_new_segments_and_keeps_data(cf, restore_limit):
+    pool = restore_limit
+    held = pool.alloc(3 << 20, 0)  # the pool holds more than the new limit
+    ctypes.memset(held.ptr, 0x5A, held.req) if not cf.memory._INSTALLED else None
+    try:
+        with pytest.warns(MemoryLimitWarning, match="more than the new limit"):
+            cf.memory.set_limit(1000)
+        assert pool.limit == 1000
+        with pytest.raises(cuflow.OutOfMemoryError, match="limit"):
+            pool.alloc(4 << 20, 0)
+        if not cf.memory._INSTALLED:  # host memory: the held block is intact
+            assert ctypes.string_at(held.ptr, held.req) == b"\x5a" * held.req
+    finally:
+        pool.limit = None
+        pool.free(held)
+
+
+@pytest.mark.parametrize(("call", "exc", "words"), [
+    (lambda m: m.empty_cache(device=99), ValueError, ("device", "[0,", "99")),
+    (lambda m: m.stats(device="x"), TypeError, ("device", "int", "'x'")),
+    (lambda m: m.summary(device=-1), ValueError, ("device", "[0,", "-1")),
+    (lambda m: m.snapshot(device=True), TypeError, ("device", "bool", "True")),
+    (lambda m: m.set_limit(None, device=1.0), TypeError, ("device", "float", "1.0")),
+    (lambda m: m.warmup(42), TypeError, ("fn", "callable", "42")),
+])
+def test_module_api_refuses(cf, call, exc, words):
+    with pytest.raises(cuflow.CuflowError) as ei:
+        call(cf.memory)
+    assert isinstance(ei.value, exc)
+    for w in words:
+        assert w in str(ei.value)
+
+
+def test_record_stream_refuses_what_is_not_a_stream(cf):
+    a = cf.testing.random_array((1000,), "float32")
+    with pytest.raises(cuflow.CuflowError) as ei:
+        cf.memory.record_stream(a, "bogus")
+    assert isinstance(ei.value, TypeError) and "stream" in str(ei.value)
+    assert "'bogus'" in str(ei.value)
+
+
+def test_every_device_has_its_pool(cf):
+    from cuflow.core._runtime import runtime  # noqa: PLC0415  (the device count to check)
+
+    n = max(runtime().device_count, 1)
+    pools = [cf.memory.get_pool(i) for i in range(n)]
+    assert len({id(p) for p in pools}) == n
+    for i in range(n):
+        assert cf.memory.stats(device=i)["allocated_bytes.all.current"] >= 0
+        assert cf.memory.empty_cache(device=i) >= 0
+    with pytest.raises(cuflow.CuflowError, match=f"\\[0, {n}\\)"):
+        cf.memory.stats(device=n)
+
+
+_IMPORT = "import warnings, cuflow.memory as m; print('imported')"
+
+
+@pytest.mark.parametrize(("name", "value", "allowed"), [
+    ("CUFLOW_POOL", "maybe", "'off'"), ("CUFLOW_POOL_BACKEND", "magic", "'cudamalloc'"),
+    ("CUFLOW_POOL_HOTPATH", "rust", "'python'")])
+def test_bogus_pool_env_warns_once_naming_the_choices(name, value, allowed):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUFLOW_POOL")}
+    env[name] = value
+    r = subprocess.run([sys.executable, "-W", "always", "-c", _IMPORT], env=env,
+                       capture_output=True, text=True, check=True)
+    assert "imported" in r.stdout
+    warned = [line for line in r.stderr.splitlines() if "MemoryLimitWarning" in line]
+    assert len(warned) == 1 and name in warned[0] and allowed in warned[0]
+
+
+def test_bogus_memory_limit_env_raises_at_import():
+    env = {k: v for k, v in os.environ.items() if k != "CUFLOW_MEMORY_LIMIT"}
+    env["CUFLOW_MEMORY_LIMIT"] = "plenty"
+    r = subprocess.run([sys.executable, "-c", _IMPORT], env=env, capture_output=True, text=True)
+    assert r.returncode != 0
+    assert "MemoryValueError" in r.stderr and "CUFLOW_MEMORY_LIMIT='plenty'" in r.stderr
