@@ -38,9 +38,6 @@ def test_every_device_has_statistics(dcf):
         dcf.memory.reset_peak_stats(device=i)
 
 
-@pytest.mark.xfail(reason="cuflow.memory does not yet check device= against the device count "
-                          "(stats/empty_cache/set_limit of a device that does not exist)",
-                   strict=False)
 @pytest.mark.parametrize("fn", ["stats", "empty_cache", "summary", "reset_peak_stats"])
 def test_a_device_that_does_not_exist_is_refused(dcf, fn):
     n = dcf.Device().count
