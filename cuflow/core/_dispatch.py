@@ -30,10 +30,11 @@ from .._errors import CudaError, OutOfMemoryError
 from ._contract import (
     broadcast_shape, check_out_pair, prepare_out, resolve_out, translate_type_error,
 )
+from ._expr import Expr, TraceError, apply, caller_line
 from ._runtime import on_select, runtime
 from ._streams import use_stream
 
-__all__ = ["run_on", "reraise", "ufunc1", "ufunc2", "ufunc_multi", "call",
+__all__ = ["run_on", "reraise", "ufunc1", "ufunc2", "ufunc_multi", "call", "traced",
            "wrap_view", "ufunc_methods"]
 
 
@@ -69,6 +70,8 @@ def _shape(nd: type, x: Any) -> tuple:
 def ufunc2(name: str, src: Any, other: Any, dst: Any, out: Any, stream: Any, casting: str,
            dtype: Any) -> Any:
     """The backend's ufunc ``name`` on two inputs, under the output contract."""
+    if isinstance(src, Expr) or isinstance(other, Expr):
+        return traced(name, (src, other), dst, out, dtype)
     if out is not None:
         dst = resolve_out(dst, out, name)
     if stream is not None:
@@ -103,6 +106,8 @@ def ufunc2(name: str, src: Any, other: Any, dst: Any, out: Any, stream: Any, cas
 def ufunc1(name: str, src: Any, dst: Any, out: Any, stream: Any, casting: str,
            dtype: Any) -> Any:
     """The backend's ufunc ``name`` on one input, under the output contract."""
+    if isinstance(src, Expr):
+        return traced(name, (src,), dst, out, dtype)
     if out is not None:
         dst = resolve_out(dst, out, name)
     if stream is not None:
@@ -127,6 +132,15 @@ def ufunc1(name: str, src: Any, dst: Any, out: Any, stream: Any, casting: str,
         return dst
     except Exception as e:
         reraise(name, e, dst)
+
+
+def traced(name: str, args: tuple, dst: Any, out: Any, dtype: Any) -> Any:
+    """An elementwise function called on a traced array inside ``cuflow.fuse``: a node."""
+    if dst is not None or out is not None:
+        raise TraceError(f"cuflow.fuse cannot trace cuflow.{name}(..., dst=) at "
+                         f"{caller_line()}: give dst= to the fused call instead")
+    r = apply(name, *args)
+    return r if dtype is None else r.astype(dtype)
 
 
 def ufunc_multi(name: str, args: tuple, dst: Any, out: Any, stream: Any, casting: str,

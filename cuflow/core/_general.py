@@ -14,6 +14,8 @@ import numpy
 from ._contract import prepare_out, resolve_out
 from ._contract import bad_input
 from ._dispatch import reraise, run_on
+from ._expr import Expr
+from ._expr import clip as traced_clip
 from ._runtime import runtime
 
 __all__ = ["matmul", "dot", "clip", "around", "round", "cumsum", "cumprod"]
@@ -114,6 +116,8 @@ def clip(a, min=None, max=None, dst=None, *, a_min=None, a_max=None, out=None,  
         raise TypeError("cuflow.clip: give min/max (array API) or a_min/a_max (NumPy), not both")
     lo = a_min if min is None else min
     hi = a_max if max is None else max
+    if isinstance(a, Expr):  # inside cuflow.fuse
+        return traced_clip(a, lo, hi)
     return _general("clip", numpy.clip, "clip", (a, lo, hi), resolve_out(dst, out, "clip"),
                     stream, elementwise=True)
 

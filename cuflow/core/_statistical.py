@@ -19,6 +19,8 @@ from .._errors import ArgumentError
 from ._contract import may_share, prepare_out, reduced_shape, resolve_out
 from ._contract import bad_input
 from ._dispatch import reraise, run_on
+from ._expr import Expr
+from ._expr import reduce as _traced_reduce
 from ._runtime import runtime
 
 __all__ = ["sum", "prod", "mean", "std", "var", "min", "max", "argmin", "argmax", "any", "all"]
@@ -43,6 +45,8 @@ def _result_dtype(name: str, dtype: Any, kwdtype: Any) -> numpy.dtype:
 
 def _reduce(name: str, a: Any, axis: Any, dtype: Any, dst: Any, keepdims: bool, ddof: Any,
             stream: Any) -> Any:
+    if isinstance(a, Expr):  # inside cuflow.fuse: a trailing reduction
+        return _traced_reduce(name, a, axis, keepdims, dtype)
     if stream is not None:
         return run_on(stream, _reduce, name, a, axis, dtype, dst, keepdims, ddof, None)
     rt = runtime()
@@ -78,6 +82,8 @@ def _reduce(name: str, a: Any, axis: Any, dtype: Any, dst: Any, keepdims: bool, 
 
 def _full(name: str, a: Any) -> Any:
     """The common call, ``a.sum()``: the backend's method, nothing else."""
+    if isinstance(a, Expr):
+        return _traced_reduce(name, a)
     rt = runtime()
     if not isinstance(a, rt.ndarray):
         bad_input(name, a)

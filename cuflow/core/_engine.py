@@ -1,0 +1,387 @@
+"""The elementwise engine: compile generated kernels once, then launch them with no CuPy in between.
+
+:func:`plan` turns an expression's output nodes and the concrete operands
+(dtypes, shapes, strides, alignment) into a :class:`Plan`: the broadcast
+class of each input after collapsing dimensions, the vector width, the
+compiled function, the grid and the layout of the kernel's parameters.  A
+plan depends on shapes only through its broadcast classes and the parameters
+it packs per call, so one compiled kernel serves every shape of the same
+class.  :meth:`Plan.launch` packs the pointers and scalars into a per-thread
+buffer and calls ``cuLaunchKernel``.
+
+Kernels are cached by their source: in memory per device, and on disk as
+cubins (``$CUFLOW_KERNEL_CACHE``, default ``~/.cache/cuflow/kernels``), so a
+second process loads instead of compiling.  :func:`stats` reports compiles,
+compile time and cache hits.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import hashlib
+import os
+import struct
+import threading
+import time
+from typing import Any
+
+import numpy
+
+from .._errors import KernelCompileError
+from ._ewgen import BLOCK, ENTRY, ENTRY_FIN, Layout, Reduction, generate
+
+__all__ = ["Plan", "Source", "source", "plan", "stats", "compile_cubin", "OPTIONS", "cache_dir", "collapse",
+           "classify"]
+
+#: NVRTC options of every generated kernel (no -ftz and no fast math: NumPy's results)
+OPTIONS = ("--std=c++17",)
+#: resident waves a grid-stride launch is capped at (bench/test_bench_fusion.py)
+WAVES = 2
+
+
+@dataclasses.dataclass
+class _Stats:
+    compiles: int = 0
+    compile_s: float = 0.0
+    disk_hits: int = 0
+    memory_hits: int = 0
+    plans: int = 0
+
+
+_STATS = _Stats()
+
+
+def stats() -> dict[str, Any]:
+    """The engine's counters: ``compiles``, ``compile_ms``, ``disk_hits``, ``memory_hits``, ``plans``."""
+    s = _STATS
+    return {"compiles": s.compiles, "compile_ms": round(s.compile_s * 1e3, 3),
+            "disk_hits": s.disk_hits, "memory_hits": s.memory_hits, "plans": s.plans}
+
+
+def cache_dir() -> str:
+    """Where compiled kernels are kept across processes."""
+    d = os.environ.get("CUFLOW_KERNEL_CACHE")
+    if d:
+        return d
+    return os.path.join(os.path.expanduser("~"), ".cache", "cuflow", "kernels")
+
+
+def compile_cubin(src: str, arch: int) -> bytes:
+    """Compile generated ``src`` to a cubin for ``sm_<arch>`` with NVRTC (no GPU needed).
+
+    Raises :class:`~cuflow.KernelCompileError` with NVRTC's log and the source.
+    """
+    from cuda.bindings import nvrtc  # noqa: PLC0415  (optional dependency)
+
+    opts = [o.encode() for o in (*OPTIONS, f"-arch=sm_{arch}")]
+    err, prog = nvrtc.nvrtcCreateProgram(src.encode(), b"cuflow_fused.cu", 0, [], [])
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise KernelCompileError(f"nvrtcCreateProgram failed: {err}")
+    try:
+        err = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0]
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            _, size = nvrtc.nvrtcGetProgramLogSize(prog)
+            log = b" " * size
+            nvrtc.nvrtcGetProgramLog(prog, log)
+            raise KernelCompileError(
+                f"a generated cuflow kernel failed to compile for sm_{arch}: {err}\n"
+                f"{log.decode(errors='replace')}\n--- source ---\n{src}")
+        _, size = nvrtc.nvrtcGetCUBINSize(prog)
+        cubin = b" " * size
+        nvrtc.nvrtcGetCUBIN(prog, cubin)
+        return cubin
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+# ------------------------------------------------------------ the GPU side
+_CUDA: list[Any] = []
+
+
+def _cuda() -> Any:
+    if not _CUDA:
+        import cupy  # noqa: PLC0415  (optional dependency)
+        from cupy_backends.cuda.api import driver, runtime  # noqa: PLC0415
+
+        _CUDA[:] = [(cupy, driver, runtime)]
+    return _CUDA[0]
+
+
+_DEV: dict[int, tuple[int, int]] = {}  # device -> (arch, SM count)
+
+
+def _device(dev: int) -> tuple[int, int]:
+    d = _DEV.get(dev)
+    if d is None:
+        _, _, rt = _cuda()
+        major = rt.deviceGetAttribute(75, dev)  # cudaDevAttrComputeCapabilityMajor
+        minor = rt.deviceGetAttribute(76, dev)
+        sms = rt.deviceGetAttribute(16, dev)  # cudaDevAttrMultiProcessorCount
+        d = _DEV[dev] = (major * 10 + minor, sms)
+    return d
+
+
+_MODULES: dict[tuple[str, int], tuple[Any, int, int]] = {}
+_LOCK = threading.Lock()
+
+
+def _functions(src: str, dev: int) -> tuple[int, int]:
+    """``(main, finish)`` function pointers of ``src`` on ``dev`` (finish 0 when absent)."""
+    digest = hashlib.sha256(src.encode()).hexdigest()[:32]
+    hit = _MODULES.get((digest, dev))
+    if hit is not None:
+        _STATS.memory_hits += 1
+        return hit[1], hit[2]
+    with _LOCK:
+        cupy, _, _ = _cuda()
+        arch, _ = _device(dev)
+        path = os.path.join(cache_dir(), f"{digest}-sm{arch}.cubin")
+        cubin = None
+        try:
+            with open(path, "rb") as f:
+                cubin = f.read()
+            _STATS.disk_hits += 1
+        except OSError:
+            pass
+        if cubin is None:
+            t0 = time.perf_counter()
+            cubin = compile_cubin(src, arch)
+            _STATS.compiles += 1
+            _STATS.compile_s += time.perf_counter() - t0
+            try:
+                os.makedirs(cache_dir(), exist_ok=True)
+                tmp = f"{path}.{os.getpid()}.tmp"
+                with open(tmp, "wb") as f:
+                    f.write(cubin)
+                os.replace(tmp, path)  # atomic: a concurrent reader never sees half a file
+            except OSError:
+                pass  # a read-only home: compile again next process
+        mod = cupy.cuda.function.Module()
+        mod.load(cubin)
+        fp = mod.get_function(ENTRY).ptr
+        fin = mod.get_function(ENTRY_FIN).ptr if ENTRY_FIN in src else 0
+        _MODULES[(digest, dev)] = (mod, fp, fin)
+        return fp, fin
+
+
+class _Params(threading.local):
+    """Per-thread kernel-parameter slots (8 bytes each) and the ``void**`` array to them."""
+
+    N = 96
+
+    def __init__(self) -> None:
+        self.slots = (ctypes.c_uint64 * self.N)()
+        base = ctypes.addressof(self.slots)
+        self.argv = (ctypes.c_void_p * self.N)(*(base + 8 * i for i in range(self.N)))
+        self.argv_ptr = ctypes.addressof(self.argv)
+
+
+_P = _Params()
+
+
+# ------------------------------------------------------------------ layouts
+def collapse(shape: tuple, strides: list) -> tuple[tuple, list]:
+    """Merge neighbouring dimensions every operand walks contiguously; drop size-1 ones.
+
+    ``strides`` holds one stride tuple (in elements, 0 for broadcast) per operand.
+    """
+    dims = [(n, [s[d] for s in strides]) for d, n in enumerate(shape) if n != 1]
+    out: list = []
+    for n, st in dims:
+        if out and all(p == s * n for p, s in zip(out[-1][1], st)):
+            out[-1] = (out[-1][0] * n, st)
+        else:
+            out.append((n, st))
+    cshape = tuple(n for n, _ in out)
+    cstrides = [tuple(st[k] for _, st in out) for k in range(len(strides))]
+    return cshape, cstrides
+
+
+def _contig(shape: tuple) -> tuple:
+    st, acc = [], 1
+    for n in reversed(shape):
+        st.append(acc)
+        acc *= n
+    return tuple(reversed(st))
+
+
+def classify(cshape: tuple, st: tuple) -> tuple:
+    """``(class, extras)`` of an operand with strides ``st`` over collapsed ``cshape``."""
+    if all(s == 0 for s in st):
+        return "s", ()
+    if st == _contig(cshape):
+        return "c", ()
+    nz = [d for d, s in enumerate(st) if s != 0]
+    if len(nz) == 1 and st[nz[0]] == 1:
+        d = nz[0]
+        inner = 1
+        for n in cshape[d + 1:]:
+            inner *= n
+        return "v", (inner, cshape[d])
+    return "g", tuple(cshape) + tuple(st)
+
+
+def broadcast_strides(x: Any, shape: tuple) -> tuple | None:
+    """``x``'s strides in elements over ``shape`` (0 where broadcast); None when not whole elements."""
+    nd = len(shape)
+    off = nd - x.ndim
+    st = [0] * nd
+    isz = x.itemsize
+    for d in range(x.ndim):
+        if x.shape[d] != 1:
+            s = x.strides[d]
+            if s % isz:
+                return None
+            st[off + d] = s // isz
+    return tuple(st)
+
+
+@dataclasses.dataclass
+class Plan:
+    """A compiled kernel and how to call it for one operand signature."""
+
+    fp: int
+    fin: int
+    fmt: Any  # struct.Struct of the parameters after the pointers
+    extras: tuple  # per-call integer parameters (n, broadcast extents)
+    nin: int
+    grid: int
+    n: int
+    reduction: Reduction | None
+    red_extra: tuple = ()
+    acc_itemsize: int = 8
+    src: str = ""
+
+    def launch(self, in_ptrs: list, out_ptrs: list, scalars: list, stream: int,
+               tmp: Any = None) -> None:
+        """Queue the kernel on ``stream`` (``tmp``: the partials buffer of a full reduction)."""
+        if not self.n:
+            return
+        _, driver, _ = _cuda()
+        p = _P
+        if self.reduction is None:
+            self.fmt.pack_into(p.slots, 0, *in_ptrs, *out_ptrs, *self.extras, *scalars)
+            driver.launchKernel(self.fp, self.grid, 1, 1, BLOCK, 1, 1, 0, stream, p.argv_ptr, 0)
+            return
+        if self.reduction.mode == "all":
+            pa = tmp.data.ptr
+            pi = pa + self.grid * 8
+            self.fmt.pack_into(p.slots, 0, *in_ptrs, *self.extras, *scalars, pa, pi)
+            driver.launchKernel(self.fp, self.grid, 1, 1, BLOCK, 1, 1, 0, stream, p.argv_ptr, 0)
+            _FIN.pack_into(p.slots, 0, pa, pi, self.grid, out_ptrs[0], self.n)
+            driver.launchKernel(self.fin, 1, 1, 1, BLOCK, 1, 1, 0, stream, p.argv_ptr, 0)
+            return
+        self.fmt.pack_into(p.slots, 0, *in_ptrs, *self.extras, *scalars, out_ptrs[0],
+                           *self.red_extra)
+        driver.launchKernel(self.fp, self.grid, 1, 1, BLOCK, 1, 1, 0, stream, p.argv_ptr, 0)
+
+
+_FIN = struct.Struct("=QQqQq")
+
+
+def _occupancy(fp: int) -> int:
+    _, driver, _ = _cuda()
+    try:
+        return max(1, driver.occupancyMaxActiveBlocksPerMultiprocessor(fp, BLOCK, 0))
+    except Exception:
+        return 2048 // BLOCK
+
+
+@dataclasses.dataclass
+class Source:
+    """A generated kernel before compiling: its source and how its parameters are laid out."""
+
+    src: str
+    fmt: str
+    extras: tuple
+    n: int
+    vec: int
+    reduction: Reduction | None
+    red_extra: tuple
+
+
+def source(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
+           out_dtypes: tuple, shape: tuple, reduction: tuple | None, aligned: bool) -> Source:
+    """The kernel of ``outputs`` over ``arrays`` (contiguous outputs of ``shape``), uncompiled.
+
+    ``arrays`` need ``dtype``, ``shape``, ``strides`` and ``itemsize`` only (NumPy arrays
+    stand in for device arrays when checking the generator on a CPU).
+    ``reduction``: None, or ``(name, axis, out_dtype)`` for a trailing reduction of the
+    single output over ``axis`` (None: everything) of the pre-reduction ``shape``.
+    ``aligned``: every operand starts on 16 bytes (the vectorized kernel may run).
+    """
+    strides = [broadcast_strides(x, shape) for x in arrays]
+    n = 1
+    for s in shape:
+        n *= s
+    if reduction is None:
+        all_st = strides + [_contig(shape)] * len(out_dtypes)
+    else:
+        all_st = list(strides)
+    cshape, cst = collapse(shape, all_st) if all_st else (shape, [])
+    if not cshape:
+        cshape = (1,) if n else (0,)
+        cst = [(0,) if all(s == 0 for s in st) else (1,) for st in cst]
+    ins = []
+    extras: list = []
+    vec_items = [numpy.dtype(d).itemsize for d in out_dtypes] if reduction is None else []
+    for k, x in enumerate(arrays):
+        cls, ex = classify(cshape, cst[k])
+        ins.append((x.dtype, cls, len(cshape) if cls == "g" else 0))
+        extras += list(ex)
+        if cls == "c":
+            vec_items.append(x.itemsize)
+    # the widest contiguous operand moves 16 bytes per access; narrower ones fewer
+    # (coalesced all the same), which keeps the unrolled body short to compile
+    vec = 16 // max(vec_items) if vec_items and aligned else 1
+    red = None
+    red_extra: tuple = ()
+    if reduction is not None:
+        name, axis, odt = reduction
+        mode = "all"
+        if axis is not None:
+            inner = 1
+            for s in shape[axis + 1:]:
+                inner *= s
+            rlen = shape[axis]
+            if not (n and n == rlen):  # else one output: the whole array
+                mode = "rows" if inner == 1 else "cols"
+                red_extra = (rlen, inner)
+        red = Reduction(name, mode, outputs[0].dtype, numpy.dtype(odt))
+    layout = Layout(tuple(ins), tuple(sn.dtype for sn in scalar_nodes),
+                    tuple(numpy.dtype(d) for d in out_dtypes), vec, red)
+    src = generate(layout, outputs, input_nodes, scalar_nodes)
+    # parameter layout: pointers, n, class extras, scalars (+ reduction extras)
+    fmt = "=" + "Q" * len(arrays)
+    if reduction is None:
+        fmt += "Q" * len(out_dtypes)
+    fmt += "q" * (1 + len(extras))
+    fmt += "".join("d" if sn.dtype.kind == "f" else ("Q" if sn.dtype.kind == "u" else "q")
+                   for sn in scalar_nodes)
+    if red is not None:
+        fmt += "QQ" if red.mode == "all" else "Qqq"
+    return Source(src, fmt, (n, *extras), n, vec, red, red_extra)
+
+
+def plan(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
+         out_dtypes: tuple, shape: tuple, reduction: tuple | None, dev: int,
+         aligned: bool) -> Plan:
+    """Compile (or load) the kernel of :func:`source` and size its grid for device ``dev``."""
+    _STATS.plans += 1
+    s = source(outputs, input_nodes, scalar_nodes, arrays, out_dtypes, shape, reduction,
+               aligned)
+    fp, fin = _functions(s.src, dev)
+    _, sms = _device(dev)
+    occ = _occupancy(fp)
+    n, red = s.n, s.reduction
+    if red is None or red.mode == "all":
+        work = -(-max(n // s.vec, 1) // BLOCK)
+        grid = max(1, min(work, occ * sms * (WAVES if red is None else 1)))
+    else:
+        rlen, _ = s.red_extra
+        outs = n // max(rlen, 1) if n else 0
+        per = 32 if red.mode == "rows" else 1
+        grid = max(1, min(-(-max(outs * per, 1) // BLOCK), occ * sms * WAVES))
+    return Plan(fp, fin, struct.Struct(s.fmt), s.extras, len(arrays), grid, n, red,
+                s.red_extra, 8, s.src)
