@@ -266,11 +266,10 @@ class Fused:
                 writes.append(d if d.flags.c_contiguous else rt.darray(s, d.dtype))
         tmp = None
         p = ent.plan
-        if p.reduction is not None:
-            if not p.n:
-                return self._empty_reduction(rt, ent, writes[0], outs)
-            if p.reduction.mode == "all":
-                tmp = rt.xp.empty(p.grid * 16, numpy.uint8)
+        if p.reduction is not None and not p.n:
+            return self._empty_reduction(rt, ent, writes[0], outs)
+        if p.tmp_bytes:
+            tmp = rt.xp.empty(p.tmp_bytes, numpy.uint8)
         p.launch([a.data.ptr for a in arrays], [o.data.ptr for o in writes], scal,
                  rt.xp.cuda.get_current_stream().ptr, tmp)
         for o, w in zip(outs, writes):

@@ -29,7 +29,7 @@ from typing import Any
 import numpy
 
 from .._errors import KernelCompileError
-from ._ewgen import BLOCK, ENTRY, ENTRY_FIN, Layout, Reduction, generate
+from ._ewgen import BLOCK, ENTRY, ENTRY_FIN, ENTRY_LUT, Layout, Reduction, generate
 
 __all__ = ["Plan", "Source", "source", "plan", "stats", "compile_cubin", "OPTIONS", "cache_dir", "collapse",
            "classify"]
@@ -37,7 +37,13 @@ __all__ = ["Plan", "Source", "source", "plan", "stats", "compile_cubin", "OPTION
 #: NVRTC options of every generated kernel (no -ftz and no fast math: NumPy's results)
 OPTIONS = ("--std=c++17",)
 #: resident waves a grid-stride launch is capped at (bench/test_bench_fusion.py)
-WAVES = 2
+WAVES = 16
+#: the narrowest contiguous operand moves 16 bytes per access, unless the widest would then
+#: move more than this many bytes (bench/test_bench_fusion.py: uint8 -> float16 and float32)
+VEC_MAX_BYTES = 32
+#: a table lookup replaces the expression of one 8-bit input from this many elements on
+LUT_MIN_ELEMENTS = 1 << 16
+LUT_MAX_BYTES = 16384
 
 
 @dataclasses.dataclass
@@ -160,7 +166,8 @@ def _functions(src: str, dev: int) -> tuple[int, int]:
         mod = cupy.cuda.function.Module()
         mod.load(cubin)
         fp = mod.get_function(ENTRY).ptr
-        fin = mod.get_function(ENTRY_FIN).ptr if ENTRY_FIN in src else 0
+        fin = (mod.get_function(ENTRY_FIN).ptr if ENTRY_FIN in src else
+               mod.get_function(ENTRY_LUT).ptr if ENTRY_LUT in src else 0)
         _MODULES[(digest, dev)] = (mod, fp, fin)
         return fp, fin
 
@@ -252,6 +259,11 @@ class Plan:
     red_extra: tuple = ()
     acc_itemsize: int = 8
     src: str = ""
+    tmp_bytes: int = 0  # scratch the caller allocates per call (partials, tables)
+    lut: int = 0
+    lut_fmt: Any = None
+    lut_input: int = 0
+    table_offsets: tuple = ()
 
     def launch(self, in_ptrs: list, out_ptrs: list, scalars: list, stream: int,
                tmp: Any = None) -> None:
@@ -260,6 +272,15 @@ class Plan:
             return
         _, driver, _ = _cuda()
         p = _P
+        if self.lut:
+            base = tmp.data.ptr
+            tables = [base + o for o in self.table_offsets]
+            self.lut_fmt.pack_into(p.slots, 0, *in_ptrs, *tables, *scalars)
+            driver.launchKernel(self.fin, self.lut, 1, 1, BLOCK, 1, 1, 0, stream, p.argv_ptr, 0)
+            self.fmt.pack_into(p.slots, 0, in_ptrs[self.lut_input], *tables, *out_ptrs,
+                               *self.extras)
+            driver.launchKernel(self.fp, self.grid, 1, 1, BLOCK, 1, 1, 0, stream, p.argv_ptr, 0)
+            return
         if self.reduction is None:
             self.fmt.pack_into(p.slots, 0, *in_ptrs, *out_ptrs, *self.extras, *scalars)
             driver.launchKernel(self.fp, self.grid, 1, 1, BLOCK, 1, 1, 0, stream, p.argv_ptr, 0)
@@ -299,6 +320,10 @@ class Source:
     vec: int
     reduction: Reduction | None
     red_extra: tuple
+    lut: int = 0
+    fmt_lut: str = ""
+    lut_input: int = 0
+    table_bytes: tuple = ()
 
 
 def source(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
@@ -334,7 +359,24 @@ def source(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
             vec_items.append(x.itemsize)
     # the widest contiguous operand moves 16 bytes per access; narrower ones fewer
     # (coalesced all the same), which keeps the unrolled body short to compile
-    vec = 16 // max(vec_items) if vec_items and aligned else 1
+    vec = 1
+    if vec_items and aligned:
+        vec = 16 // min(vec_items)
+        while vec > 1 and vec * max(vec_items) > VEC_MAX_BYTES:
+            vec //= 2
+    lut = 0
+    cin = [k for k, (_, cls, _) in enumerate(ins) if cls == "c"]
+    vins = {(cst[k], ) for k, (_, cls, _) in enumerate(ins) if cls == "v"}
+    if (reduction is None and aligned and n >= LUT_MIN_ELEMENTS and len(cin) == 1
+            and arrays[cin[0]].itemsize == 1 and len(vins) <= 1
+            and all(cls in "csv" for _, cls, _ in ins)):
+        vex = [classify(cshape, cst[k])[1] for k, (_, cls, _) in enumerate(ins) if cls == "v"]
+        L = vex[0][1] if vex else 1
+        out_bytes = sum(numpy.dtype(d).itemsize for d in out_dtypes)
+        if L <= 16 and 256 * L * out_bytes <= LUT_MAX_BYTES:
+            lut = L
+            vec = 16
+            extras = [vex[0][0] if vex else 1]
     red = None
     red_extra: tuple = ()
     if reduction is not None:
@@ -350,8 +392,16 @@ def source(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
                 red_extra = (rlen, inner)
         red = Reduction(name, mode, outputs[0].dtype, numpy.dtype(odt))
     layout = Layout(tuple(ins), tuple(sn.dtype for sn in scalar_nodes),
-                    tuple(numpy.dtype(d) for d in out_dtypes), vec, red)
+                    tuple(numpy.dtype(d) for d in out_dtypes), vec, red, lut)
     src = generate(layout, outputs, input_nodes, scalar_nodes)
+    if lut:
+        sk = "".join("d" if sn.dtype.kind == "f" else ("Q" if sn.dtype.kind == "u" else "q")
+                     for sn in scalar_nodes)
+        nout = len(out_dtypes)
+        fmt_lut = "=" + "Q" * (len(arrays) + nout) + sk
+        fmt = "=Q" + "Q" * (2 * nout) + "qq"
+        return Source(src, fmt, (n, *extras), n, vec, None, (), lut, fmt_lut, cin[0],
+                      tuple(256 * lut * numpy.dtype(d).itemsize for d in out_dtypes))
     # parameter layout: pointers, n, class extras, scalars (+ reduction extras)
     fmt = "=" + "Q" * len(arrays)
     if reduction is None:
@@ -375,6 +425,16 @@ def plan(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
     _, sms = _device(dev)
     occ = _occupancy(fp)
     n, red = s.n, s.reduction
+    if s.lut:
+        work = -(-max(n // s.vec, 1) // BLOCK)
+        grid = max(1, min(work, occ * sms * WAVES))
+        offs, tot = [], 0
+        for b in s.table_bytes:
+            offs.append(tot)
+            tot += (b + 255) // 256 * 256
+        return Plan(fp, fin, struct.Struct(s.fmt), s.extras, len(arrays), grid, n, None,
+                    (), 8, s.src, tmp_bytes=tot, lut=s.lut, lut_fmt=struct.Struct(s.fmt_lut),
+                    lut_input=s.lut_input, table_offsets=tuple(offs))
     if red is None or red.mode == "all":
         work = -(-max(n // s.vec, 1) // BLOCK)
         grid = max(1, min(work, occ * sms * (WAVES if red is None else 1)))
@@ -384,4 +444,5 @@ def plan(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
         per = 32 if red.mode == "rows" else 1
         grid = max(1, min(-(-max(outs * per, 1) // BLOCK), occ * sms * WAVES))
     return Plan(fp, fin, struct.Struct(s.fmt), s.extras, len(arrays), grid, n, red,
-                s.red_extra, 8, s.src)
+                s.red_extra, 8, s.src, tmp_bytes=grid * 16 if red is not None and
+                red.mode == "all" else 0)

@@ -32,11 +32,12 @@ import numpy
 from ._expr import Expr
 
 __all__ = ["Layout", "Reduction", "generate", "carried", "memtype", "BLOCK", "ENTRY",
-           "ENTRY_FIN"]
+           "ENTRY_FIN", "ENTRY_LUT"]
 
 BLOCK = 256
 ENTRY = "cf_fused"
 ENTRY_FIN = "cf_fused_fin"
+ENTRY_LUT = "cf_fused_lut"
 
 _CT = {"bool": "bool", "int8": "signed char", "int16": "short", "int32": "int",
        "int64": "long long", "uint8": "unsigned char", "uint16": "unsigned short",
@@ -72,7 +73,12 @@ class Layout:
 
     ``inputs``: per array input, ``(dtype, class, ndim)`` with class ``c``/``s``/``v``/``g``
     (``ndim`` counts for ``g`` only); ``scalars``: the dtypes of runtime scalar arguments;
-    ``outputs``: the dtypes written to memory; ``vec``: elements per chunk.
+    ``outputs``: the dtypes written to memory; ``vec``: elements per chunk; ``lut``: when
+    the one contiguous input is 8-bit and every other input is one element or one
+    per-channel vector of ``lut`` entries, the outputs are a function of (byte, channel):
+    a first kernel evaluates the expression on all 256 x ``lut`` pairs, and the main
+    kernel only looks results up (the per-element work of any chain drops to a load,
+    a shared-memory read and a store).
     """
 
     inputs: tuple
@@ -80,6 +86,7 @@ class Layout:
     outputs: tuple
     vec: int
     reduction: Reduction | None = None
+    lut: int = 0  # >0: the 8-bit input through a table of 256 x lut entries (see generate)
 
 
 _PRELUDE = r"""
@@ -251,7 +258,7 @@ def _unary(op: str, dt: numpy.dtype, a: str) -> str:
             return f"{_fn('fabs', dt)}({a})"
         return f"(({a} < 0) ? ({T})(0 - {a}) : {a})" if dt.kind == "i" else a
     if op == "sign":
-        return f"(({a} > 0) ? ({T})1 : (({a} < 0) ? ({T})-1 : {a}))"
+        return f"(({a} > 0) ? ({T})1 : (({a} < 0) ? ({T})-1 : (({a} == 0) ? ({T})0 : {a})))"
     if op == "square":
         return f"(({T})({a} * {a}))"
     if op == "reciprocal":
@@ -484,6 +491,80 @@ def _final(red: Reduction, acc: str, a: str, ai: str, count: str) -> str:
     return _store(src, red.out, a)
 
 
+_V_START = """    long long wq{k} = (tid * {V}) / in{k}, wr{k} = tid * {V} - wq{k} * in{k}, wc{k} = wq{k} % ln{k};
+    const long long sq{k} = (nt * {V}) / in{k}, sr{k} = nt * {V} - sq{k} * in{k}, sc{k} = sq{k} % ln{k};"""
+_V_STEP = """        wr{k} += sr{k}; wc{k} += sc{k};
+        if (wr{k} >= in{k}) {{ wr{k} -= in{k}; ++wc{k}; }}
+        if (wc{k} >= ln{k}) wc{k} -= ln{k};"""
+
+
+def _generate_lut(layout: Layout, src: list) -> str:
+    """The table kernel and the lookup kernel of a ``lut`` layout (``src``: prelude and body)."""
+    L = layout.lut
+    V = layout.vec
+    nout = len(layout.outputs)
+    kp = [f"const {_MT[dt.name]} *__restrict__ p{k}" for k, (dt, _, _) in enumerate(layout.inputs)]
+    kp += [f"{_MT[dt.name]} *__restrict__ t{j}" for j, dt in enumerate(layout.outputs)]
+    kp += [f"{scalar_ctype(dt)} s{k}_" for k, dt in enumerate(layout.scalars)]
+    src.append(f'extern "C" __global__ void __launch_bounds__({BLOCK}) {ENTRY_LUT}('
+               + ", ".join(kp) + ") {")
+    src.append("    const int t = blockIdx.x * blockDim.x + threadIdx.x;")
+    src.append(f"    if (t >= 256 * {L}) return;")
+    src.append(f"    const int b = t / {L}, ch = t - b * {L};")
+    args = []
+    for k, (dt, cls, nd) in enumerate(layout.inputs):
+        if cls == "c":
+            args.append(_load(dt, f"(({_MT[dt.name]})b)"))
+        elif cls == "v":
+            args.append(_load(dt, f"p{k}[ch]"))
+        else:
+            args.append(_load(dt, f"p{k}[0]"))
+    args += [f"s{k}_" for k in range(len(layout.scalars))] + [f"t{j}[t]" for j in range(nout)]
+    src.append("    cf_body(" + ", ".join(args) + ");\n}")
+    (ci,) = [k for k, (_, cls, _) in enumerate(layout.inputs) if cls == "c"]
+    xm = _MT[layout.inputs[ci][0].name]
+    kp = [f"const {xm} *__restrict__ px"]
+    kp += [f"const {_MT[dt.name]} *__restrict__ t{j}" for j, dt in enumerate(layout.outputs)]
+    kp += [f"{_MT[dt.name]} *__restrict__ q{j}" for j, dt in enumerate(layout.outputs)]
+    kp += ["long long n", "long long inner"]
+    src.append(f'extern "C" __global__ void __launch_bounds__({BLOCK}) {ENTRY}('
+               + ", ".join(kp) + ") {")
+    for j, dt in enumerate(layout.outputs):
+        src.append(f"    __shared__ {_MT[dt.name]} st{j}[256 * {L}];")
+        src.append(f"    for (int t = threadIdx.x; t < 256 * {L}; t += {BLOCK}) st{j}[t] = t{j}[t];")
+    src.append("    __syncthreads();")
+    src.append("    const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;")
+    src.append("    const long long nt = (long long)gridDim.x * blockDim.x;")
+    src.append(f"    const long long nchunk = n / {V};")
+    src.append(f"    const long long ln0 = {L}, in0 = inner;  // the table's channel: (i / inner) % {L}")
+    src.append(_V_START.format(k=0, V=V))
+    src.append("    for (long long c = tid; c < nchunk; c += nt) {")
+    src.append(f"        const long long base = c * {V};")
+    src.append(f"        CF_ALIGN16 {xm} a[{V}];")
+    src.append(f"        cf_vload<{xm}, {V}>(a, px + base);")
+    src.append("        long long vr = wr0; int vc = (int)wc0;" if L > 1 else "")
+    for j, dt in enumerate(layout.outputs):
+        src.append(f"        CF_ALIGN16 {_MT[dt.name]} b{j}[{V}];")
+    src.append("#pragma unroll")
+    src.append(f"        for (int e = 0; e < {V}; ++e) {{")
+    idx = f"(int)(unsigned char)a[e] * {L} + vc" if L > 1 else "(unsigned char)a[e]"
+    for j in range(nout):
+        src.append(f"            b{j}[e] = st{j}[{idx}];")
+    if L > 1:
+        src.append(f"            if (++vr == (int)in0) {{ vr = 0; if (++vc == {L}) vc = 0; }}")
+    src.append("        }")
+    for j, dt in enumerate(layout.outputs):
+        src.append(f"        cf_vstore<{_MT[dt.name]}, {V}>(q{j} + base, b{j});")
+    src.append(_V_STEP.format(k=0))
+    src.append("    }")
+    src.append(f"    for (long long i = nchunk * {V} + tid; i < n; i += nt) {{")
+    src.append(f"        const int ch = (int)((i / inner) % {L});" if L > 1 else "        const int ch = 0;")
+    for j in range(nout):
+        src.append(f"        q{j}[i] = st{j}[(int)(unsigned char)px[i] * {L} + ch];")
+    src.append("    }\n}")
+    return "\n".join(src) + "\n"
+
+
 def generate(layout: Layout, outputs: tuple, input_nodes: list, scalar_nodes: list) -> str:
     """The CUDA source of the fused kernel(s) for ``outputs`` over ``layout``.
 
@@ -551,12 +632,17 @@ def generate(layout: Layout, outputs: tuple, input_nodes: list, scalar_nodes: li
                        f"    long long r = i, off = 0;\n{body_g}    return off;\n}}")
 
     scal_args = [f"s{k}_" for k in range(len(layout.scalars))]
+    if layout.lut:
+        return _generate_lut(layout, src)
     if red is None:
         src.append(f'extern "C" __global__ void __launch_bounds__({BLOCK}) {ENTRY}('
                    + ", ".join(kp) + ") {")
         src.append("    const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;")
         src.append("    const long long nt = (long long)gridDim.x * blockDim.x;")
         src.append(f"    const long long nchunk = n / {V};")
+        for k, (dt, cls, nd) in enumerate(layout.inputs):
+            if cls == "v":  # (i / inner) % len, advanced by additions from chunk to chunk
+                src.append(_V_START.format(k=k, V=V))
         src.append("    for (long long c = tid; c < nchunk; c += nt) {")
         src.append(f"        const long long base = c * {V};")
         for k, (dt, cls, nd) in enumerate(layout.inputs):
@@ -564,9 +650,7 @@ def generate(layout: Layout, outputs: tuple, input_nodes: list, scalar_nodes: li
                 src.append(f"        CF_ALIGN16 {_MT[dt.name]} a{k}[{V}];")
                 src.append(f"        cf_vload<{_MT[dt.name]}, {V}>(a{k}, p{k} + base);")
             elif cls == "v":
-                src.append(f"        long long vq{k} = base / in{k};")
-                src.append(f"        long long vr{k} = base - vq{k} * in{k};")
-                src.append(f"        long long vc{k} = vq{k} % ln{k};")
+                src.append(f"        long long vr{k} = wr{k}, vc{k} = wc{k};")
             elif cls == "s":
                 src.append(f"        const {_CT[dt.name]} a{k} = {_load(dt, f'p{k}[0]')};")
         for j, dt in enumerate(layout.outputs):
@@ -592,6 +676,9 @@ def generate(layout: Layout, outputs: tuple, input_nodes: list, scalar_nodes: li
         src.append("        }")
         for j, dt in enumerate(layout.outputs):
             src.append(f"        cf_vstore<{_MT[dt.name]}, {V}>(q{j} + base, b{j});")
+        for k, (dt, cls, nd) in enumerate(layout.inputs):
+            if cls == "v":
+                src.append(_V_STEP.format(k=k))
         src.append("    }")
         src.append(f"    for (long long i = nchunk * {V} + tid; i < n; i += nt) {{")
         args = [element_load(k, "i") for k in range(len(layout.inputs))]
