@@ -201,6 +201,8 @@ class Fused:
         self.name = options.name or getattr(fn, "__name__", "fused")
         self._entries: dict = {}
         self._warned = False
+        # one array output over same-shape contiguous operands: launched from C
+        self._op = _engine.EwOp(self.name, fn, fused=True)
         functools.update_wrapper(self, fn)
 
     def __repr__(self) -> str:
@@ -224,6 +226,10 @@ class Fused:
                 return self(*args, dst=dst, **kwargs)
         if not rt.is_gpu:
             return self._cpu(rt, args, kwargs, dst)
+        if not kwargs and rt.fast is not None:
+            r = rt.fast.ew(self._op, args, dst)
+            if r is not None:
+                return r
         nd = rt.ndarray
         key: list = []
         for a in args:

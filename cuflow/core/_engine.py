@@ -30,8 +30,12 @@ import numpy
 
 from .._errors import KernelCompileError
 from ._ewgen import BLOCK, ENTRY, ENTRY_FIN, ENTRY_LUT, Layout, Reduction, generate
+from ._expr import SHAPE_READS, Expr, apply
+from ._expr import astype as expr_astype
+from ._expr import clip as expr_clip
+from ._expr import where as expr_where
 
-__all__ = ["Plan", "Source", "source", "plan", "stats", "compile_cubin", "OPTIONS", "cache_dir", "collapse",
+__all__ = ["Plan", "Source", "source", "plan", "stats", "EwOp", "ew_op", "cast_op", "compile_cubin", "OPTIONS", "cache_dir", "collapse",
            "classify"]
 
 #: NVRTC options of every generated kernel (no -ftz and no fast math: NumPy's results)
@@ -264,6 +268,8 @@ class Plan:
     lut_fmt: Any = None
     lut_input: int = 0
     table_offsets: tuple = ()
+    vec: int = 1
+    cap: int = 0  # most blocks of a launch
 
     def launch(self, in_ptrs: list, out_ptrs: list, scalars: list, stream: int,
                tmp: Any = None) -> None:
@@ -327,7 +333,8 @@ class Source:
 
 
 def source(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
-           out_dtypes: tuple, shape: tuple, reduction: tuple | None, aligned: bool) -> Source:
+           out_dtypes: tuple, shape: tuple, reduction: tuple | None, aligned: bool,
+           allow_lut: bool = True) -> Source:
     """The kernel of ``outputs`` over ``arrays`` (contiguous outputs of ``shape``), uncompiled.
 
     ``arrays`` need ``dtype``, ``shape``, ``strides`` and ``itemsize`` only (NumPy arrays
@@ -367,7 +374,7 @@ def source(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
     lut = 0
     cin = [k for k, (_, cls, _) in enumerate(ins) if cls == "c"]
     vins = {(cst[k], ) for k, (_, cls, _) in enumerate(ins) if cls == "v"}
-    if (reduction is None and aligned and n >= LUT_MIN_ELEMENTS and len(cin) == 1
+    if (allow_lut and reduction is None and aligned and n >= LUT_MIN_ELEMENTS and len(cin) == 1
             and arrays[cin[0]].itemsize == 1 and len(vins) <= 1
             and all(cls in "csv" for _, cls, _ in ins)):
         vex = [classify(cshape, cst[k])[1] for k, (_, cls, _) in enumerate(ins) if cls == "v"]
@@ -416,11 +423,11 @@ def source(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
 
 def plan(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
          out_dtypes: tuple, shape: tuple, reduction: tuple | None, dev: int,
-         aligned: bool) -> Plan:
+         aligned: bool, allow_lut: bool = True) -> Plan:
     """Compile (or load) the kernel of :func:`source` and size its grid for device ``dev``."""
     _STATS.plans += 1
     s = source(outputs, input_nodes, scalar_nodes, arrays, out_dtypes, shape, reduction,
-               aligned)
+               aligned, allow_lut)
     fp, fin = _functions(s.src, dev)
     _, sms = _device(dev)
     occ = _occupancy(fp)
@@ -435,9 +442,10 @@ def plan(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
         return Plan(fp, fin, struct.Struct(s.fmt), s.extras, len(arrays), grid, n, None,
                     (), 8, s.src, tmp_bytes=tot, lut=s.lut, lut_fmt=struct.Struct(s.fmt_lut),
                     lut_input=s.lut_input, table_offsets=tuple(offs))
+    cap = occ * sms * (WAVES if red is None else 1)
     if red is None or red.mode == "all":
         work = -(-max(n // s.vec, 1) // BLOCK)
-        grid = max(1, min(work, occ * sms * (WAVES if red is None else 1)))
+        grid = max(1, min(work, cap))
     else:
         rlen, _ = s.red_extra
         outs = n // max(rlen, 1) if n else 0
@@ -445,4 +453,105 @@ def plan(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
         grid = max(1, min(-(-max(outs * per, 1) // BLOCK), occ * sms * WAVES))
     return Plan(fp, fin, struct.Struct(s.fmt), s.extras, len(arrays), grid, n, red,
                 s.red_extra, 8, s.src, tmp_bytes=grid * 16 if red is not None and
-                red.mode == "all" else 0)
+                red.mode == "all" else 0, vec=s.vec, cap=cap)
+
+
+# ------------------------------------------------- single ops, launched from C
+class EwOp:
+    """One elementwise function of the namespace as an engine expression.
+
+    ``fn`` builds the expression from operand nodes.  ``plans`` maps the compiled
+    launcher's key of an operand signature (``_ewlaunch.c``, ``Launcher.ew``) to
+    ``(function, result dtype, vector width, most blocks)``, or to None where the
+    engine leaves the call to the backend (integer arrays, shapes that differ, a
+    signature NumPy has no loop for: the backend then gives its result or error).
+    """
+
+    __slots__ = ("name", "fn", "plans", "fused")
+
+    def __init__(self, name: str, fn: Any, fused: bool = False) -> None:
+        self.name, self.fn, self.plans = name, fn, {}
+        self.fused = fused  # a cuflow.fuse function: every dtype (NumPy's semantics)
+
+    def __repr__(self) -> str:
+        return f"<engine op {self.name}>"
+
+    def load(self, key: int, args: tuple, dst: Any) -> Any:
+        try:
+            p = self._build(args, dst)
+        except Exception:  # noqa: BLE001  (the backend's path reports it)
+            p = None
+        self.plans[key] = p
+        return p
+
+    def _build(self, args: tuple, dst: Any) -> Any:
+        nodes, arrays, in_nodes, sc_nodes = [], [], [], []
+        shape: tuple = ()
+        for i, x in enumerate(args):
+            if type(x) is float or type(x) is int:
+                e = Expr("scalar", (), numpy.float64 if type(x) is float else numpy.int64, (),
+                         type(x)(0), weak=True)
+                sc_nodes.append(e)
+            else:
+                if x.dtype.kind not in ("biuf" if self.fused else "fb"):
+                    return None  # integers of single ops keep the backend's semantics
+                e = Expr("input", (), x.dtype, tuple(x.shape), i)
+                shape = tuple(x.shape)
+                arrays.append(x)
+                in_nodes.append(e)
+            nodes.append(e)
+        reads = SHAPE_READS[0]
+        with numpy.errstate(all="ignore"):
+            out = self.fn(*nodes)
+        if SHAPE_READS[0] != reads:
+            return None  # the expression may differ by shape: the caller's shape-keyed path
+        if not isinstance(out, Expr) or out.op in ("const", "scalar", "input") or \
+                out.op.startswith("reduce:") or out.shp != shape:
+            return None
+        odt = out.dtype
+        if dst is not None:
+            if not numpy.can_cast(odt, dst.dtype, "same_kind"):
+                return None
+            odt = dst.dtype
+        aligned = all(not x.data.ptr & 15 for x in arrays) and (
+            dst is None or not dst.data.ptr & 15)
+        _, _, rt = _cuda()
+        p = plan((out,), in_nodes, sc_nodes, arrays, (odt,), shape, None, rt.getDevice(),
+                 aligned, allow_lut=self.fused)
+        if p.lut or p.extras != (p.n,):  # one launch over contiguous operands only
+            return None
+        return (p.fp, out.dtype, p.vec, p.cap)
+
+
+_OPS: dict[Any, EwOp] = {}
+
+
+def ew_op(name: str) -> EwOp:
+    """The :class:`EwOp` of ufunc ``name`` (also ``"where"``, ``"clip"``, ``"copy"``)."""
+    op = _OPS.get(name)
+    if op is None:
+        if name == "where":
+            fn = expr_where
+        elif name == "clip":
+            fn = expr_clip
+        elif name == "copy":
+            def fn(x):
+                return apply("positive", x)
+        else:
+            def fn(*xs, _n=name):
+                return apply(_n, *xs)
+        op = _OPS[name] = EwOp(name, fn)
+    return op
+
+
+def cast_op(dtype: Any) -> EwOp:
+    """The :class:`EwOp` of ``astype(dtype)``."""
+    op = _OPS.get(dtype)
+    if op is not None:
+        return op
+    dt = numpy.dtype(dtype)
+    op = _OPS.get(dt)
+    if op is None:
+        op = _OPS[dtype] = _OPS[dt] = EwOp(f"astype({dt})", lambda x: expr_astype(x, dt) if x.dtype != dt
+                             else None)
+    return op

@@ -24,7 +24,12 @@ import numpy
 from .._errors import CuflowError
 
 __all__ = ["Expr", "TraceError", "UNARY", "BINARY", "REDUCTIONS", "EXTRA_UNARY", "apply",
-           "is_expr", "where", "clip", "astype", "reduce", "const", "caller_line"]
+           "is_expr", "where", "clip", "astype", "reduce", "const", "caller_line", "SHAPE_READS"]
+
+
+#: how often traced code read a shape (``x.shape``, ``ndim``, ``size``, ``len``): a trace
+#: that read none holds for every shape of the same dtypes
+SHAPE_READS = [0]
 
 
 class TraceError(CuflowError, TypeError):
@@ -90,30 +95,38 @@ class Expr:
         ``(axis, keepdims)``.
     """
 
-    __slots__ = ("op", "args", "dtype", "shape", "value", "weak", "__weakref__")
+    __slots__ = ("op", "args", "dtype", "shp", "value", "weak", "__weakref__")
     __array_priority__ = 1000  # NumPy defers binary operators to us
 
     def __init__(self, op: str, args: tuple, dtype: Any, shape: tuple, value: Any = None,
                  weak: bool = False) -> None:
-        self.op, self.args, self.dtype, self.shape = op, args, numpy.dtype(dtype), shape
+        self.op, self.args, self.dtype, self.shp = op, args, numpy.dtype(dtype), shape
         self.value, self.weak = value, weak
 
     # ------------------------------------------------------------ properties
     @property
+    def shape(self) -> tuple:
+        SHAPE_READS[0] += 1  # the traced code may depend on shapes
+        return self.shp
+
+    @property
     def ndim(self) -> int:
-        return len(self.shape)
+        SHAPE_READS[0] += 1
+        return len(self.shp)
 
     @property
     def size(self) -> int:
-        return int(numpy.prod(self.shape, dtype=numpy.int64))
+        SHAPE_READS[0] += 1
+        return int(numpy.prod(self.shp, dtype=numpy.int64))
 
     def __len__(self) -> int:
-        if not self.shape:
+        SHAPE_READS[0] += 1
+        if not self.shp:
             raise TypeError("len() of a 0-d traced array")
-        return self.shape[0]
+        return self.shp[0]
 
     def __repr__(self) -> str:
-        return f"<traced {self.op} {self.dtype} {self.shape}>"
+        return f"<traced {self.op} {self.dtype} {self.shp}>"
 
     # ------------------------------------------------------ untraceable uses
     def _data_dependent(self, what: str):
@@ -264,7 +277,7 @@ def const(x: Any) -> Expr:
     a = numpy.asarray(x)
     if a.ndim != 0:
         raise TraceError(
-            f"cuflow.fuse cannot bake a captured array of shape {a.shape} into a kernel at "
+            f"cuflow.fuse cannot bake a captured array of shape {a.shp} into a kernel at "
             f"{caller_line()}: pass it as an argument of the fused function")
     if a.dtype.kind not in "biuf":
         raise TraceError(f"cuflow.fuse does not fuse dtype {a.dtype} (at {caller_line()})")
@@ -283,10 +296,10 @@ def _resolve(name: str, dts: tuple) -> tuple:
 
 def _bshape(name: str, *xs: Expr) -> tuple:
     try:
-        return tuple(numpy.broadcast_shapes(*(x.shape for x in xs)))
+        return tuple(numpy.broadcast_shapes(*(x.shp for x in xs)))
     except ValueError:
         raise TraceError(f"cuflow.fuse: operands of {name} do not broadcast together: "
-                         f"{', '.join(str(x.shape) for x in xs)} (at {caller_line()})") from None
+                         f"{', '.join(str(x.shp) for x in xs)} (at {caller_line()})") from None
 
 
 def apply(name: str, *xs: Any) -> Expr:
@@ -296,7 +309,7 @@ def apply(name: str, *xs: Any) -> Expr:
     if name in EXTRA_UNARY:
         (a,) = args
         _, out = _resolve("exp", (_dtype_of(a),))
-        return Expr(name, (a,), out, a.shape)
+        return Expr(name, (a,), out, a.shp)
     if name not in UNARY and name not in BINARY:
         raise TraceError(f"cuflow.fuse cannot fuse {name!r} (at {caller_line()}): fusable "
                          "functions are the elementwise ufuncs, where, clip, astype, erf, "
@@ -345,7 +358,7 @@ def _cast_node(a: Expr, dt: numpy.dtype) -> Expr:
         return a
     if a.op == "const":
         return Expr("const", (), dt, (), numpy.asarray(a.value).astype(dt)[()].item())
-    return Expr("cast", (a,), dt, a.shape)
+    return Expr("cast", (a,), dt, a.shp)
 
 
 def astype(x: Any, dtype: Any) -> Expr:
@@ -358,7 +371,7 @@ def astype(x: Any, dtype: Any) -> Expr:
         return x
     if x.op == "const":
         return Expr("const", (), dt, (), numpy.asarray(x.value).astype(dt)[()].item())
-    return Expr("cast", (x,), dt, x.shape)
+    return Expr("cast", (x,), dt, x.shp)
 
 
 def where(cond: Any, a: Any, b: Any) -> Expr:
@@ -400,7 +413,7 @@ def reduce(name: str, x: Any, axis: Any = None, keepdims: bool = False,
     if x.op.startswith("reduce:"):
         raise TraceError(f"cuflow.fuse: a reduction of a reduction at {caller_line()}; "
                          "only one trailing reduction fuses")
-    nd = len(x.shape)
+    nd = len(x.shp)
     if axis is not None:
         if isinstance(axis, tuple):
             if len(axis) != 1:
@@ -415,7 +428,7 @@ def reduce(name: str, x: Any, axis: Any = None, keepdims: bool = False,
     if axis is None:
         shape = (1,) * nd if keepdims else ()
     else:
-        shape = tuple(1 if i == axis else n for i, n in enumerate(x.shape)) if keepdims else \
-            tuple(n for i, n in enumerate(x.shape) if i != axis)
+        shape = tuple(1 if i == axis else n for i, n in enumerate(x.shp)) if keepdims else \
+            tuple(n for i, n in enumerate(x.shp) if i != axis)
     dt = _reduce_dtype(name, x.dtype, None if dtype is None else numpy.dtype(dtype))
     return Expr(f"reduce:{name}", (x,), dt, shape, (axis, bool(keepdims)))

@@ -9,10 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 from ._contract import prepare_out
+from . import _runtime
 from ._dispatch import call, reraise, run_on, ufunc1, ufunc2, ufunc_methods
+from ._engine import ew_op
 from ._expr import Expr
 from ._expr import where as traced_where
 from ._runtime import runtime
+
+_WHERE = ew_op("where")
 
 __all__ = ["equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and",
            "logical_or", "logical_xor", "logical_not", "bitwise_and", "bitwise_or",
@@ -33,6 +37,12 @@ def where(condition: Any, x1: Any = None, x2: Any = None, /, *, dst: Any = None,
     """
     if isinstance(condition, Expr) or isinstance(x1, Expr) or isinstance(x2, Expr):
         return traced_where(condition, x1, x2)
+    if stream is None and x2 is not None:
+        rt = _runtime._current
+        if rt is not None and rt.fast is not None:
+            r = rt.fast.ew(_WHERE, (condition, x1, x2), dst)
+            if r is not None:
+                return r
     if stream is not None:
         return run_on(stream, where, condition, x1, x2, dst=dst)
     rt = runtime()
