@@ -397,6 +397,8 @@ def source(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
             if not (n and n == rlen):  # else one output: the whole array
                 mode = "rows" if inner == 1 else "cols"
                 red_extra = (rlen, inner)
+                if mode == "cols" or rlen % vec:
+                    vec = 1  # rows read V at a time only when every row starts aligned
         red = Reduction(name, mode, outputs[0].dtype, numpy.dtype(odt))
     layout = Layout(tuple(ins), tuple(sn.dtype for sn in scalar_nodes),
                     tuple(numpy.dtype(d) for d in out_dtypes), vec, red, lut)
