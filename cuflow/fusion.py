@@ -219,6 +219,12 @@ class Fused:
         Stream semantics: asynchronous; queued on ``stream`` or the current stream.
         """
         rt = _runtime._current
+        if rt is not None and stream is None and not kwargs:
+            fast = rt.fast
+            if fast is not None:  # same-shape contiguous operands: launched from C
+                r = fast.ew(self._op, args, dst)
+                if r is not None:
+                    return r
         if rt is None:
             rt = _runtime.runtime()
         if stream is not None:
@@ -226,10 +232,6 @@ class Fused:
                 return self(*args, dst=dst, **kwargs)
         if not rt.is_gpu:
             return self._cpu(rt, args, kwargs, dst)
-        if not kwargs and rt.fast is not None:
-            r = rt.fast.ew(self._op, args, dst)
-            if r is not None:
-                return r
         nd = rt.ndarray
         key: list = []
         for a in args:

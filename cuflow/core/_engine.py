@@ -33,6 +33,7 @@ from ._ewgen import BLOCK, ENTRY, ENTRY_FIN, ENTRY_LUT, Layout, Reduction, gener
 from ._expr import SHAPE_READS, Expr, apply
 from ._expr import astype as expr_astype
 from ._expr import clip as expr_clip
+from ._expr import reduce as expr_reduce
 from ._expr import where as expr_where
 
 __all__ = ["Plan", "Source", "source", "plan", "stats", "EwOp", "ew_op", "cast_op", "compile_cubin", "OPTIONS", "cache_dir", "collapse",
@@ -48,6 +49,8 @@ VEC_MAX_BYTES = 32
 #: a table lookup replaces the expression of one 8-bit input from this many elements on
 LUT_MIN_ELEMENTS = 1 << 16
 LUT_MAX_BYTES = 16384
+#: full reductions of up to this many elements run as one block launched from C
+ONE_BLOCK_MAX = 1 << 15
 
 
 @dataclasses.dataclass
@@ -294,8 +297,11 @@ class Plan:
         if self.reduction.mode == "all":
             pa = tmp.data.ptr
             pi = pa + self.grid * 8
-            self.fmt.pack_into(p.slots, 0, *in_ptrs, *self.extras, *scalars, pa, pi)
+            self.fmt.pack_into(p.slots, 0, *in_ptrs, out_ptrs[0], *self.extras, *scalars, pa,
+                               pi)
             driver.launchKernel(self.fp, self.grid, 1, 1, BLOCK, 1, 1, 0, stream, p.argv_ptr, 0)
+            if self.grid == 1:
+                return  # the one block wrote the result
             _FIN.pack_into(p.slots, 0, pa, pi, self.grid, out_ptrs[0], self.n)
             driver.launchKernel(self.fin, 1, 1, 1, BLOCK, 1, 1, 0, stream, p.argv_ptr, 0)
             return
@@ -413,7 +419,7 @@ def source(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
                       tuple(256 * lut * numpy.dtype(d).itemsize for d in out_dtypes))
     # parameter layout: pointers, n, class extras, scalars (+ reduction extras)
     fmt = "=" + "Q" * len(arrays)
-    if reduction is None:
+    if reduction is None or red.mode == "all":
         fmt += "Q" * len(out_dtypes)
     fmt += "q" * (1 + len(extras))
     fmt += "".join("d" if sn.dtype.kind == "f" else ("Q" if sn.dtype.kind == "u" else "q")
@@ -464,7 +470,8 @@ class EwOp:
 
     ``fn`` builds the expression from operand nodes.  ``plans`` maps the compiled
     launcher's key of an operand signature (``_ewlaunch.c``, ``Launcher.ew``) to
-    ``(function, result dtype, vector width, most blocks)``, or to None where the
+    ``(function, result dtype, vector width, most blocks, trailing zero parameters, result
+    shape or None for the operands', most elements or 0)``, or to None where the
     engine leaves the call to the backend (integer arrays, shapes that differ, a
     signature NumPy has no loop for: the backend then gives its result or error).
     """
@@ -507,6 +514,9 @@ class EwOp:
             out = self.fn(*nodes)
         if SHAPE_READS[0] != reads:
             return None  # the expression may differ by shape: the caller's shape-keyed path
+        if isinstance(out, Expr) and out.op.startswith("reduce:") and not self.fused and \
+                out.value == (None, False):
+            return self._reduction(out, in_nodes, sc_nodes, arrays, shape)
         if not isinstance(out, Expr) or out.op in ("const", "scalar", "input") or \
                 out.op.startswith("reduce:") or out.shp != shape:
             return None
@@ -522,20 +532,36 @@ class EwOp:
                  aligned, allow_lut=self.fused)
         if p.lut or p.extras != (p.n,):  # one launch over contiguous operands only
             return None
-        return (p.fp, out.dtype, p.vec, p.cap)
+        return (p.fp, out.dtype, p.vec, p.cap, 0, None, 0)
+
+    def _reduction(self, out: Expr, in_nodes: list, sc_nodes: list, arrays: list,
+                   shape: tuple) -> Any:
+        """A full reduction of a small array: one block, which writes the 0-d result."""
+        _, _, rt = _cuda()
+        name = out.op[7:]
+        aligned = all(not x.data.ptr & 15 for x in arrays)
+        p = plan((out.args[0],), in_nodes, sc_nodes, arrays, (out.dtype,), shape,
+                 (name, None, out.dtype), rt.getDevice(), aligned)
+        if p.reduction is None or p.reduction.mode != "all" or p.extras != (p.n,):
+            return None
+        return (p.fp, out.dtype, p.vec, 1, 2, (), ONE_BLOCK_MAX)
 
 
 _OPS: dict[Any, EwOp] = {}
 
 
 def ew_op(name: str) -> EwOp:
-    """The :class:`EwOp` of ufunc ``name`` (also ``"where"``, ``"clip"``, ``"copy"``)."""
+    """The :class:`EwOp` of ufunc ``name`` (also ``"where"``, ``"clip"``, ``"copy"``, and
+    ``"reduce:sum"`` & co. for full reductions of small arrays)."""
     op = _OPS.get(name)
     if op is None:
         if name == "where":
             fn = expr_where
         elif name == "clip":
             fn = expr_clip
+        elif name.startswith("reduce:"):
+            def fn(x, _n=name[7:]):
+                return expr_reduce(_n, x)
         elif name == "copy":
             def fn(x):
                 return apply("positive", x)

@@ -719,7 +719,11 @@ def generate(layout: Layout, outputs: tuple, input_nodes: list, scalar_nodes: li
         f"        ai = threadIdx.x < {BLOCK // 32} ? si[threadIdx.x] : 0x7fffffffffffffffLL;\n"
         + shfl.replace("    ", "        ", ) + "    }\n")
     if red.mode == "all":
-        kp2 = kp + [f"{acc} *__restrict__ pa", "long long *__restrict__ pi"]
+        # the parameters of a one-output elementwise kernel (inputs, output, n, scalars) and
+        # then the partials: a one-block launch writes the result itself
+        nin = len(layout.inputs)
+        kp2 = (kp[:nin] + [f"{_MT[red.out.name]} *__restrict__ q"] + kp[nin:]
+               + [f"{acc} *__restrict__ pa", "long long *__restrict__ pi"])
         src.append(f'extern "C" __global__ void __launch_bounds__({BLOCK}) {ENTRY}('
                    + ", ".join(kp2) + ") {")
         src.append(f"    {acc} a = {ident}; long long ai = 0x7fffffffffffffffLL;")
@@ -744,7 +748,9 @@ def generate(layout: Layout, outputs: tuple, input_nodes: list, scalar_nodes: li
         src.append(f"    for (long long i = nchunk * {V} + tid; i < n; i += nt)")
         src.append(f"        cf_comb(a, ai, cf_val({pass_args}, i), i);")
         src.append(block_reduce)
-        src.append("    if (threadIdx.x == 0) { pa[blockIdx.x] = a; pi[blockIdx.x] = ai; }\n}")
+        src.append("    if (threadIdx.x == 0) {")
+        src.append(f"        if (gridDim.x == 1) q[0] = {_final(red, acc, 'a', 'ai', 'n')};")
+        src.append("        else { pa[blockIdx.x] = a; pi[blockIdx.x] = ai; }\n    }\n}")
         src.append(f'extern "C" __global__ void __launch_bounds__({BLOCK}) {ENTRY_FIN}('
                    f"const {acc} *__restrict__ pa, const long long *__restrict__ pi, "
                    f"long long g, {_MT[red.out.name]} *__restrict__ q, long long count) {{")

@@ -237,8 +237,9 @@ error:
  * arrays and Python float/int scalars (core/_engine.py, EwOp).  The key packs, per operand,
  * 2 + 2 * dtype.num + (16-byte aligned) for an array and 250 / 251 for a float / int
  * scalar, one byte each, and the dst dtype's code above them; op.plans[key] is
- * (function, result dtype, vector width, most blocks) or None (the engine does not take
- * these operands).  A miss calls op.load(key, args, dst), which builds and stores the
+ * (function, result dtype, vector width, most blocks, trailing zero parameters, result
+ * shape or None for the operands' shape, most elements or 0) or None (the engine does
+ * not take these operands).  A miss calls op.load(key, args, dst), which builds and stores the
  * plan.  Returns the result, or None for the caller's other path. */
 #define EW_MAX 6
 static PyObject *s_plans, *s_ew_load;
@@ -352,7 +353,7 @@ launcher_ew(Launcher *self, PyObject *const *argv, Py_ssize_t nargs)
         }
     }
     Py_DECREF(k);
-    if (plan == Py_None || !PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) != 4) {
+    if (plan == Py_None || !PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) != 7) {
         Py_DECREF(plan);
         goto none;
     }
@@ -360,13 +361,20 @@ launcher_ew(Launcher *self, PyObject *const *argv, Py_ssize_t nargs)
     PyObject *odt = PyTuple_GET_ITEM(plan, 1);
     long long vec = PyLong_AsLongLong(PyTuple_GET_ITEM(plan, 2));
     long long cap = PyLong_AsLongLong(PyTuple_GET_ITEM(plan, 3));
+    long long nzero = PyLong_AsLongLong(PyTuple_GET_ITEM(plan, 4));
+    PyObject *oshape = PyTuple_GET_ITEM(plan, 5);
+    long long max_n = PyLong_AsLongLong(PyTuple_GET_ITEM(plan, 6));
     if (PyErr_Occurred()) {
         Py_DECREF(plan);
         goto error;
     }
+    if ((max_n > 0 && n > max_n) || nzero < 0 || nzero > 2 || (oshape != Py_None && dst != Py_None)) {
+        Py_DECREF(plan);
+        goto none;
+    }
     PyObject *c;
     if (dst == Py_None) {
-        PyObject *cargs[] = {shape, odt};
+        PyObject *cargs[] = {oshape == Py_None ? shape : oshape, odt};
         c = PyObject_Vectorcall(self->darray, cargs, 2, NULL);
         Py_DECREF(plan);
         if (c == NULL)
@@ -409,13 +417,16 @@ launcher_ew(Launcher *self, PyObject *const *argv, Py_ssize_t nargs)
         c = Py_NewRef(dst);
     }
     if (n > 0) {
-        void *kargs[2 * EW_MAX + 2];
+        void *kargs[2 * EW_MAX + 4];
+        unsigned long long zero = 0;
         int a = 0;
         for (int i = 0; i <= nptr; i++)
             kargs[a++] = &ptrs[i];
         kargs[a++] = &n;
         for (int i = 0; i < nsc; i++)
             kargs[a++] = &sc[i];
+        for (long long i = 0; i < nzero; i++)
+            kargs[a++] = &zero; /* the partials of a one-block reduction: unused */
         unsigned long long chunks = ((unsigned long long)n + (unsigned long long)vec - 1) / (unsigned long long)vec;
         unsigned long long g = (chunks + BLOCK - 1) / BLOCK;
         if (cap > 0 && g > (unsigned long long)cap)

@@ -19,6 +19,7 @@ from .._errors import ArgumentError
 from ._contract import may_share, prepare_out, reduced_shape, resolve_out
 from ._contract import bad_input
 from ._dispatch import reraise, run_on
+from ._engine import ew_op
 from ._expr import Expr
 from ._expr import reduce as _traced_reduce
 from ._runtime import runtime
@@ -26,6 +27,8 @@ from ._runtime import runtime
 __all__ = ["sum", "prod", "mean", "std", "var", "min", "max", "argmin", "argmax", "any", "all"]
 
 _RES_DTYPE: dict = {}
+_ENGINE = {n: ew_op(f"reduce:{n}") for n in ("sum", "mean", "max", "min", "prod", "argmax",
+                                              "argmin")}
 
 
 def _result_dtype(name: str, dtype: Any, kwdtype: Any) -> numpy.dtype:
@@ -85,6 +88,10 @@ def _full(name: str, a: Any) -> Any:
     if isinstance(a, Expr):
         return _traced_reduce(name, a)
     rt = runtime()
+    if rt.fast is not None and name in _ENGINE:  # small arrays: one block, launched from C
+        r = rt.fast.ew(_ENGINE[name], (a,), None)
+        if r is not None:
+            return r
     if not isinstance(a, rt.ndarray):
         bad_input(name, a)
     try:

@@ -429,7 +429,7 @@ def _code(x):
 
 def test_ew_packs_arrays_output_n_and_scalars(request):
     lo, rec = _compiled(request)
-    op = FakeOp((0xE0, np.dtype("float16"), 8, 3))
+    op = FakeOp((0xE0, np.dtype("float16"), 8, 3, 0, None, 0))
     a, b = FakeD((40, 50), "float32", ptr=1 << 40), FakeND((40, 50), "float32", ptr=2 << 40)
     rec.nparams = 5
     c = lo.ew(op, (a, 2.5, b), None)
@@ -451,14 +451,14 @@ def test_ew_grid_is_chunks_over_blocks_capped(request):
     lo, rec = _compiled(request)
     rec.nparams = 3
     x = FakeD((1 << 20,), "float32", ptr=1 << 40)
-    lo.ew(FakeOp((0xE1, np.dtype("float32"), 4, 0)), (x,), None)
-    lo.ew(FakeOp((0xE1, np.dtype("float32"), 4, 100)), (x,), None)
+    lo.ew(FakeOp((0xE1, np.dtype("float32"), 4, 0, 0, None, 0)), (x,), None)
+    lo.ew(FakeOp((0xE1, np.dtype("float32"), 4, 100, 0, None, 0)), (x,), None)
     assert [c[1] for c in rec.calls] == [(1 << 20) // 4 // 256, 100]
 
 
 def test_ew_hands_back_what_it_does_not_take(request):
     lo, rec = _compiled(request)
-    op = FakeOp((0xE2, np.dtype("float32"), 4, 0))
+    op = FakeOp((0xE2, np.dtype("float32"), 4, 0, 0, None, 0))
     a = FakeD((8, 8), "float32", ptr=1 << 40)
     cases = {
         "strided": ((FakeD((8, 8), "float32", contiguous=False),), None),
@@ -482,3 +482,15 @@ def test_ew_hands_back_what_it_does_not_take(request):
     rec.nparams = 3
     assert lo.ew(op, (a,), a) is a  # in place: dst is the input itself
     assert rec.calls[-1][-1] == (a.data.ptr, a.data.ptr, 64)
+
+
+def test_ew_one_block_reduction_writes_a_0d_result(request):
+    lo, rec = _compiled(request)
+    op = FakeOp((0xE3, np.dtype("int64"), 4, 1, 2, (), 1000))
+    x = FakeD((10, 100), "float32", ptr=1 << 40)
+    rec.nparams = 5
+    r = lo.ew(op, (x,), None)
+    assert r.shape == () and r.dtype == np.int64
+    assert rec.calls == [(0xE3, 1, 256, STREAM, (x.data.ptr, r.data.ptr, 1000, 0, 0))]
+    assert lo.ew(op, (FakeD((1001,), "float32", ptr=1 << 40),), None) is None  # too many
+    assert lo.ew(op, (x,), FakeD((), "int64")) is None  # dst: the contract's path
