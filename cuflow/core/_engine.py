@@ -305,7 +305,7 @@ class Plan:
             _FIN.pack_into(p.slots, 0, pa, pi, self.grid, out_ptrs[0], self.n)
             driver.launchKernel(self.fin, 1, 1, 1, BLOCK, 1, 1, 0, stream, p.argv_ptr, 0)
             return
-        self.fmt.pack_into(p.slots, 0, *in_ptrs, *self.extras, *scalars, out_ptrs[0],
+        self.fmt.pack_into(p.slots, 0, *in_ptrs, out_ptrs[0], *self.extras, *scalars,
                            *self.red_extra)
         driver.launchKernel(self.fp, self.grid, 1, 1, BLOCK, 1, 1, 0, stream, p.argv_ptr, 0)
 
@@ -340,7 +340,7 @@ class Source:
 
 def source(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
            out_dtypes: tuple, shape: tuple, reduction: tuple | None, aligned: bool,
-           allow_lut: bool = True) -> Source:
+           allow_lut: bool = True, keep_axis: bool = False) -> Source:
     """The kernel of ``outputs`` over ``arrays`` (contiguous outputs of ``shape``), uncompiled.
 
     ``arrays`` need ``dtype``, ``shape``, ``strides`` and ``itemsize`` only (NumPy arrays
@@ -400,7 +400,7 @@ def source(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
             for s in shape[axis + 1:]:
                 inner *= s
             rlen = shape[axis]
-            if not (n and n == rlen):  # else one output: the whole array
+            if keep_axis or not (n and n == rlen):  # else one output: the whole array
                 mode = "rows" if inner == 1 else "cols"
                 red_extra = (rlen, inner)
                 if mode == "cols" or rlen % vec:
@@ -419,23 +419,23 @@ def source(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
                       tuple(256 * lut * numpy.dtype(d).itemsize for d in out_dtypes))
     # parameter layout: pointers, n, class extras, scalars (+ reduction extras)
     fmt = "=" + "Q" * len(arrays)
-    if reduction is None or red.mode == "all":
+    if reduction is None or red is not None:
         fmt += "Q" * len(out_dtypes)
     fmt += "q" * (1 + len(extras))
     fmt += "".join("d" if sn.dtype.kind == "f" else ("Q" if sn.dtype.kind == "u" else "q")
                    for sn in scalar_nodes)
     if red is not None:
-        fmt += "QQ" if red.mode == "all" else "Qqq"
+        fmt += "QQ" if red.mode == "all" else "qq"
     return Source(src, fmt, (n, *extras), n, vec, red, red_extra)
 
 
 def plan(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
          out_dtypes: tuple, shape: tuple, reduction: tuple | None, dev: int,
-         aligned: bool, allow_lut: bool = True) -> Plan:
+         aligned: bool, allow_lut: bool = True, keep_axis: bool = False) -> Plan:
     """Compile (or load) the kernel of :func:`source` and size its grid for device ``dev``."""
     _STATS.plans += 1
     s = source(outputs, input_nodes, scalar_nodes, arrays, out_dtypes, shape, reduction,
-               aligned, allow_lut)
+               aligned, allow_lut, keep_axis)
     fp, fin = _functions(s.src, dev)
     _, sms = _device(dev)
     occ = _occupancy(fp)
@@ -515,7 +515,7 @@ class EwOp:
         if SHAPE_READS[0] != reads:
             return None  # the expression may differ by shape: the caller's shape-keyed path
         if isinstance(out, Expr) and out.op.startswith("reduce:") and not self.fused and \
-                out.value == (None, False):
+                out.value in ((None, False), (len(shape) - 1, False)) and shape:
             return self._reduction(out, in_nodes, sc_nodes, arrays, shape)
         if not isinstance(out, Expr) or out.op in ("const", "scalar", "input") or \
                 out.op.startswith("reduce:") or out.shp != shape:
@@ -540,9 +540,14 @@ class EwOp:
         _, _, rt = _cuda()
         name = out.op[7:]
         aligned = all(not x.data.ptr & 15 for x in arrays)
+        axis = out.value[0]
         p = plan((out.args[0],), in_nodes, sc_nodes, arrays, (out.dtype,), shape,
-                 (name, None, out.dtype), rt.getDevice(), aligned)
-        if p.reduction is None or p.reduction.mode != "all" or p.extras != (p.n,):
+                 (name, axis, out.dtype), rt.getDevice(), aligned, keep_axis=True)
+        if p.reduction is None or p.extras != (p.n,):
+            return None
+        if p.reduction.mode == "rows":  # the launcher appends (last extent, 1)
+            return (p.fp, out.dtype, p.vec, p.cap, -1, None, 0)
+        if p.reduction.mode != "all":
             return None
         return (p.fp, out.dtype, p.vec, 1, 2, (), ONE_BLOCK_MAX)
 
@@ -559,9 +564,11 @@ def ew_op(name: str) -> EwOp:
             fn = expr_where
         elif name == "clip":
             fn = expr_clip
-        elif name.startswith("reduce:"):
-            def fn(x, _n=name[7:]):
-                return expr_reduce(_n, x)
+        elif name.startswith("reduce:"):  # "reduce:sum" (everything), "reduce:sum:-1"
+            _, rname, *ax = name.split(":")
+
+            def fn(x, _n=rname, _a=int(ax[0]) if ax else None):
+                return expr_reduce(_n, x, _a)
         elif name == "copy":
             def fn(x):
                 return apply("positive", x)

@@ -760,7 +760,11 @@ def generate(layout: Layout, outputs: tuple, input_nodes: list, scalar_nodes: li
         src.append(f"    if (threadIdx.x == 0) q[0] = {_final(red, acc, 'a', 'ai', 'count')};\n}}")
         return "\n".join(src) + "\n"
 
-    kp2 = kp + [f"{_MT[red.out.name]} *__restrict__ q", "long long rlen", "long long inner"]
+    # (inputs, output, n, scalars) as a one-output elementwise kernel, then the row length
+    # and the inner extent
+    nin = len(layout.inputs)
+    kp2 = (kp[:nin] + [f"{_MT[red.out.name]} *__restrict__ q"] + kp[nin:]
+           + ["long long rlen", "long long inner"])
     src.append(f'extern "C" __global__ void __launch_bounds__({BLOCK}) {ENTRY}('
                + ", ".join(kp2) + ") {")
     src.append("    const long long outs = n / rlen;")

@@ -368,7 +368,35 @@ launcher_ew(Launcher *self, PyObject *const *argv, Py_ssize_t nargs)
         Py_DECREF(plan);
         goto error;
     }
-    if ((max_n > 0 && n > max_n) || nzero < 0 || nzero > 2 || (oshape != Py_None && dst != Py_None)) {
+    /* nzero -1: a last-axis reduction; the kernel takes (row length, 1), the result drops
+     * the last axis */
+    long long rlen = 0;
+    if (nzero == -1) {
+        Py_ssize_t nd = PyTuple_Check(shape) ? PyTuple_GET_SIZE(shape) : 0;
+        if (nd < 1 || dst != Py_None) {
+            Py_DECREF(plan);
+            goto none;
+        }
+        rlen = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, nd - 1));
+        if (rlen == -1 && PyErr_Occurred()) {
+            Py_DECREF(plan);
+            goto error;
+        }
+        /* rows read vec elements at a time; few long rows: CuPy's path */
+        if (rlen < 1 || rlen % vec || (n / rlen < 64 && rlen > 4096)) {
+            Py_DECREF(plan);
+            goto none;
+        }
+        oshape = PyTuple_GetSlice(shape, 0, nd - 1);
+        if (oshape == NULL) {
+            Py_DECREF(plan);
+            goto error;
+        }
+    }
+    else
+        Py_INCREF(oshape);
+    if ((max_n > 0 && n > max_n) || nzero < -1 || nzero > 2 || (oshape != Py_None && dst != Py_None)) {
+        Py_DECREF(oshape);
         Py_DECREF(plan);
         goto none;
     }
@@ -376,6 +404,7 @@ launcher_ew(Launcher *self, PyObject *const *argv, Py_ssize_t nargs)
     if (dst == Py_None) {
         PyObject *cargs[] = {oshape == Py_None ? shape : oshape, odt};
         c = PyObject_Vectorcall(self->darray, cargs, 2, NULL);
+        Py_DECREF(oshape);
         Py_DECREF(plan);
         if (c == NULL)
             goto error;
@@ -386,6 +415,7 @@ launcher_ew(Launcher *self, PyObject *const *argv, Py_ssize_t nargs)
         }
     }
     else {
+        Py_DECREF(oshape);
         Py_DECREF(plan);
         /* an input sharing memory with dst other than exactly: the contract's copy (Python) */
         PyObject *dsz = PyObject_GetAttr(dst, s_dtype);
@@ -427,7 +457,14 @@ launcher_ew(Launcher *self, PyObject *const *argv, Py_ssize_t nargs)
             kargs[a++] = &sc[i];
         for (long long i = 0; i < nzero; i++)
             kargs[a++] = &zero; /* the partials of a one-block reduction: unused */
+        long long one = 1;
+        if (nzero == -1) {
+            kargs[a++] = &rlen;
+            kargs[a++] = &one;
+        }
         unsigned long long chunks = ((unsigned long long)n + (unsigned long long)vec - 1) / (unsigned long long)vec;
+        if (nzero == -1) /* a warp per row */
+            chunks = (unsigned long long)(n / rlen) * 32;
         unsigned long long g = (chunks + BLOCK - 1) / BLOCK;
         if (cap > 0 && g > (unsigned long long)cap)
             g = (unsigned long long)cap;

@@ -29,6 +29,7 @@ __all__ = ["sum", "prod", "mean", "std", "var", "min", "max", "argmin", "argmax"
 _RES_DTYPE: dict = {}
 _ENGINE = {n: ew_op(f"reduce:{n}") for n in ("sum", "mean", "max", "min", "prod", "argmax",
                                               "argmin")}
+_LAST_AXIS = {n: ew_op(f"reduce:{n}:-1") for n in _ENGINE}
 
 
 def _result_dtype(name: str, dtype: Any, kwdtype: Any) -> numpy.dtype:
@@ -50,6 +51,12 @@ def _reduce(name: str, a: Any, axis: Any, dtype: Any, dst: Any, keepdims: bool, 
             stream: Any) -> Any:
     if isinstance(a, Expr):  # inside cuflow.fuse: a trailing reduction
         return _traced_reduce(name, a, axis, keepdims, dtype)
+    rt = runtime()
+    if (rt.fast is not None and stream is dst is dtype is None and not keepdims and not ddof
+            and name in _ENGINE and type(axis) is int and axis in (-1, getattr(a, "ndim", 0) - 1)):
+        r = rt.fast.ew(_LAST_AXIS[name], (a,), None)  # the last axis: a warp per row, from C
+        if r is not None:
+            return r
     if stream is not None:
         return run_on(stream, _reduce, name, a, axis, dtype, dst, keepdims, ddof, None)
     rt = runtime()

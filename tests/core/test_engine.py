@@ -91,3 +91,27 @@ def test_integer_and_strided_calls_keep_cupys_path(gpu_cf, rng):
     np.testing.assert_array_equal(cf.asnumpy(xi * 3), cf.asnumpy(xi) * 3)
     m = cf.asarray(rng.uniform(-1, 1, (20, 30)).astype(np.float32))
     np.testing.assert_allclose(cf.asnumpy(cf.tanh(m.T)), np.tanh(cf.asnumpy(m).T), rtol=1e-6)
+
+
+REDUCE = ["sum", "mean", "max", "min", "prod", "argmax", "argmin"]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64, np.bool_])
+@pytest.mark.parametrize("axis", [None, -1, 1])
+@pytest.mark.parametrize("name", REDUCE)
+def test_small_reductions_match_numpy(cf, rng, name, axis, dtype):
+    if dtype == np.bool_ and name in ("mean",):
+        pytest.skip("not meaningful for bool")
+    xa = (rng.uniform(0.5, 1.5, (16, 64)) if dtype != np.bool_ else
+          rng.integers(0, 2, (16, 64))).astype(dtype)
+    xa.flat[77] = xa.flat[5]  # a tie for the arg-reductions: the first index wins
+    want = np.asarray(getattr(xa, name)(axis=axis))
+    got = getattr(cf.asarray(xa), name)(axis=axis)
+    assert isinstance(got, cf.darray)
+    got = cf.asnumpy(got)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if want.dtype.kind == "f":
+        np.testing.assert_allclose(got, want, rtol={2: 2e-3, 4: 1e-5, 8: 1e-12}[
+            want.dtype.itemsize])
+    else:
+        np.testing.assert_array_equal(got, want)

@@ -494,3 +494,14 @@ def test_ew_one_block_reduction_writes_a_0d_result(request):
     assert rec.calls == [(0xE3, 1, 256, STREAM, (x.data.ptr, r.data.ptr, 1000, 0, 0))]
     assert lo.ew(op, (FakeD((1001,), "float32", ptr=1 << 40),), None) is None  # too many
     assert lo.ew(op, (x,), FakeD((), "int64")) is None  # dst: the contract's path
+
+
+def test_ew_last_axis_reduction_appends_the_row_length(request):
+    lo, rec = _compiled(request)
+    op = FakeOp((0xE4, np.dtype("float32"), 4, 0, -1, None, 0))
+    x = FakeD((10, 100), "float32", ptr=1 << 40)
+    rec.nparams = 5
+    r = lo.ew(op, (x,), None)
+    assert r.shape == (10,)
+    assert rec.calls == [(0xE4, 2, 256, STREAM, (x.data.ptr, r.data.ptr, 1000, 100, 1))]
+    assert lo.ew(op, (FakeD((10, 102), "float32", ptr=1 << 40),), None) is None  # 102 % 4
