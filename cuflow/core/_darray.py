@@ -175,6 +175,7 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
         ns.update(__getitem__=__getitem__)
         if fast is not None:
             ns.update(_fast_operators(base, fast))
+            ns["__hash__"] = base.__hash__  # defining __eq__ would otherwise unset it
         if remainder is not None:
             ns.update(_mod_operators(remainder, lambda r: _wrap(r)))
     else:

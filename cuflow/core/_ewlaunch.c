@@ -346,7 +346,7 @@ launcher_ew(Launcher *self, PyObject *const *argv, Py_ssize_t nargs)
             goto error;
         }
         PyObject *cargs[] = {op, k, args, dst};
-        plan = PyObject_VectorcallMethod(s_ew_load, cargs, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        plan = PyObject_VectorcallMethod(s_ew_load, cargs, 4, NULL);
         if (plan == NULL) {
             Py_DECREF(k);
             goto error;
@@ -367,6 +367,10 @@ launcher_ew(Launcher *self, PyObject *const *argv, Py_ssize_t nargs)
     if (PyErr_Occurred()) {
         Py_DECREF(plan);
         goto error;
+    }
+    if (nzero != 0 && n == 0) { /* an empty reduction: its identity or error (Python) */
+        Py_DECREF(plan);
+        goto none;
     }
     /* nzero -1: a last-axis reduction; the kernel takes (row length, 1), the result drops
      * the last axis */

@@ -494,6 +494,7 @@ def test_ew_one_block_reduction_writes_a_0d_result(request):
     assert rec.calls == [(0xE3, 1, 256, STREAM, (x.data.ptr, r.data.ptr, 1000, 0, 0))]
     assert lo.ew(op, (FakeD((1001,), "float32", ptr=1 << 40),), None) is None  # too many
     assert lo.ew(op, (x,), FakeD((), "int64")) is None  # dst: the contract's path
+    assert lo.ew(op, (FakeD((0,), "float32", ptr=1 << 40),), None) is None  # empty
 
 
 def test_ew_last_axis_reduction_appends_the_row_length(request):
