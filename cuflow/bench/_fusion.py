@@ -172,6 +172,9 @@ def fusion_rows(cf, quick: bool, copy_tbps: float, interleaved, device_time_us,
             cases["torch eager"] = lambda: chain(mt, *t_args)
             if compile_torch:
                 try:
+                    # a fresh cache per chain: the same wrapper compiled for many chains would
+                    # reach dynamo's recompile limit and silently run eager
+                    torch._dynamo.reset()
                     tc = torch.compile(lambda *a, _c=chain: _c(mt, *a))
                     t0 = time.perf_counter()
                     tc(*t_args)

@@ -553,6 +553,9 @@ class EwOp:
 
 
 _OPS: dict[Any, EwOp] = {}
+#: single ops left to the backend: its remainder family gives NumPy's signs of NaN results
+#: (cuflow's own remainder ufunc); fused code computes the same values with the GPU's NaN
+_BACKEND_ONLY = frozenset(("remainder", "mod", "fmod", "floor_divide"))
 
 
 def ew_op(name: str) -> EwOp:
@@ -572,6 +575,9 @@ def ew_op(name: str) -> EwOp:
         elif name == "copy":
             def fn(x):
                 return apply("positive", x)
+        elif name in _BACKEND_ONLY:
+            def fn(*xs):
+                return None
         else:
             def fn(*xs, _n=name):
                 return apply(_n, *xs)

@@ -377,9 +377,8 @@ def astype(x: Any, dtype: Any) -> Expr:
 def where(cond: Any, a: Any, b: Any) -> Expr:
     """``a`` where ``cond`` else ``b`` (NumPy's ``where``, promotion of ``a`` and ``b``)."""
     c, x, y = const(cond), const(a), const(b)
-    dt = numpy.result_type(_dtype_of(x), _dtype_of(y))
-    if x.weak and y.weak:
-        dt = numpy.result_type(x.value, y.value)
+    # Python scalars promote weakly: as values (result_type of the type float is float64)
+    dt = numpy.result_type(*(v.value if v.weak else v.dtype for v in (x, y)))
     shape = _bshape("where", c, x, y)
     return Expr("where", (_cast_node(c, numpy.dtype(bool)) if c.dtype != bool else c,
                           _cast_node(x, dt), _cast_node(y, dt)), dt, shape)

@@ -115,3 +115,12 @@ def test_small_reductions_match_numpy(cf, rng, name, axis, dtype):
             want.dtype.itemsize])
     else:
         np.testing.assert_array_equal(got, want)
+
+
+def test_where_with_a_python_scalar_keeps_the_array_dtype(cf, rng):
+    for dt in (np.float16, np.float32):
+        x = cf.asarray(rng.uniform(-1, 1, 64).astype(dt))
+        m = x > 0
+        assert cf.where(m, x, 0.0).dtype == dt
+        f = cf.fuse(lambda c, v: cf.where(c, v, 0.0))
+        assert f(m, x).dtype == dt
