@@ -247,6 +247,8 @@ class Fused:
                            if isinstance(a, nd) else _static_key(a))
         if dst is not None:
             key.append(_dst_key(nd, dst))
+        if rt.device_count > 1:
+            key.append(rt.current_device())  # a module is loaded per device
         tkey = tuple(key)
         ent = self._entries.get(tkey)
         if ent is None:

@@ -257,14 +257,13 @@ class Plan:
 
     fp: int
     fin: int
-    fmt: Any  # struct.Struct of the parameters after the pointers
+    fmt: Any  # struct.Struct of the kernel's parameters
     extras: tuple  # per-call integer parameters (n, broadcast extents)
     nin: int
     grid: int
     n: int
     reduction: Reduction | None
     red_extra: tuple = ()
-    acc_itemsize: int = 8
     src: str = ""
     tmp_bytes: int = 0  # scratch the caller allocates per call (partials, tables)
     lut: int = 0
@@ -276,7 +275,8 @@ class Plan:
 
     def launch(self, in_ptrs: list, out_ptrs: list, scalars: list, stream: int,
                tmp: Any = None) -> None:
-        """Queue the kernel on ``stream`` (``tmp``: the partials buffer of a full reduction)."""
+        """Queue the kernel(s) on ``stream``; ``tmp``: :attr:`tmp_bytes` of scratch (the
+        partials of a full reduction, the tables of a ``lut`` plan)."""
         if not self.n:
             return
         _, driver, _ = _cuda()
@@ -448,7 +448,7 @@ def plan(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
             offs.append(tot)
             tot += (b + 255) // 256 * 256
         return Plan(fp, fin, struct.Struct(s.fmt), s.extras, len(arrays), grid, n, None,
-                    (), 8, s.src, tmp_bytes=tot, lut=s.lut, lut_fmt=struct.Struct(s.fmt_lut),
+                    (), s.src, tmp_bytes=tot, lut=s.lut, lut_fmt=struct.Struct(s.fmt_lut),
                     lut_input=s.lut_input, table_offsets=tuple(offs))
     cap = occ * sms * (WAVES if red is None else 1)
     if red is None or red.mode == "all":
@@ -460,7 +460,7 @@ def plan(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
         per = 32 if red.mode == "rows" else 1
         grid = max(1, min(-(-max(outs * per, 1) // BLOCK), occ * sms * WAVES))
     return Plan(fp, fin, struct.Struct(s.fmt), s.extras, len(arrays), grid, n, red,
-                s.red_extra, 8, s.src, tmp_bytes=grid * 16 if red is not None and
+                s.red_extra, s.src, tmp_bytes=grid * 16 if red is not None and
                 red.mode == "all" else 0, vec=s.vec, cap=cap)
 
 
