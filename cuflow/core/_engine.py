@@ -449,7 +449,8 @@ def plan(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
             tot += (b + 255) // 256 * 256
         return Plan(fp, fin, struct.Struct(s.fmt), s.extras, len(arrays), grid, n, None,
                     (), s.src, tmp_bytes=tot, lut=s.lut, lut_fmt=struct.Struct(s.fmt_lut),
-                    lut_input=s.lut_input, table_offsets=tuple(offs))
+                    lut_input=s.lut_input, table_offsets=tuple(offs), vec=s.vec,
+                    cap=occ * sms * WAVES)
     cap = occ * sms * (WAVES if red is None else 1)
     if red is None or red.mode == "all":
         work = -(-max(n // s.vec, 1) // BLOCK)
