@@ -572,3 +572,10 @@ def test_second_process_loads_from_disk(gpu_cf, tmp_path):
                             text=True, check=True).stdout.split()
     assert first == ["1", "0"]
     assert second == ["0", "1"]
+
+
+def test_captured_array_must_be_an_argument(cf, rng):
+    w = cf.asarray(rand(rng, (8,), np.float32))
+    f = cf.fuse(lambda x: x * w)
+    with pytest.raises(cuflow.TraceError, match="argument"):
+        f(cf.asarray(rand(rng, (8,), np.float32)))

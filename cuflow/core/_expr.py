@@ -274,10 +274,14 @@ def const(x: Any) -> Expr:
     if isinstance(x, complex):
         raise TraceError(f"cuflow.fuse does not fuse complex values (got {x!r}) at "
                          f"{caller_line()}")
+    if hasattr(x, "__cuda_array_interface__"):
+        raise TraceError(
+            f"cuflow.fuse cannot bake a captured device array of shape {tuple(x.shape)} into a "
+            f"kernel at {caller_line()}: pass it as an argument of the fused function")
     a = numpy.asarray(x)
     if a.ndim != 0:
         raise TraceError(
-            f"cuflow.fuse cannot bake a captured array of shape {a.shp} into a kernel at "
+            f"cuflow.fuse cannot bake a captured array of shape {a.shape} into a kernel at "
             f"{caller_line()}: pass it as an argument of the fused function")
     if a.dtype.kind not in "biuf":
         raise TraceError(f"cuflow.fuse does not fuse dtype {a.dtype} (at {caller_line()})")
