@@ -19,7 +19,7 @@ import sys as _sys
 
 import numpy as _np
 
-from . import debug, graph, image, kernels, memory, testing
+from . import debug, fusion, graph, image, kernels, memory, testing
 from ._errors import (
     ArgumentError, BackendError, CudaError, CuflowError, DeviceError, DstDtypeError, DstError, DstShapeError, DstTypeError,
     KernelCompileError, OutOfMemoryError,
@@ -40,7 +40,7 @@ from .core import (  # noqa: A004
     greater, greater_equal, logical_and, logical_or, logical_xor, logical_not, bitwise_and,
     bitwise_or, bitwise_xor, invert, bitwise_invert, bitwise_not, left_shift,
     bitwise_left_shift, right_shift, bitwise_right_shift, bitwise_count, isfinite, isinf,
-    isnan, isnat, signbit, sum, prod, mean, std, var, min, max, argmin, argmax, any, all,
+    isnan, isnat, signbit, where, sum, prod, mean, std, var, min, max, argmin, argmax, any, all,
     empty, zeros, ones, full, empty_like, zeros_like, ones_like, full_like, arange, linspace,
     eye, identity, asarray, array, from_dlpack, asnumpy, as_darray, copy, astype, flatten,
     ravel, reshape, transpose, ascontiguousarray, concatenate, stack, matmul, dot, clip,
@@ -54,6 +54,7 @@ from .core import _linalg as _core_linalg
 from .core._info import (
     __array_namespace_info__, can_cast, finfo, iinfo, isdtype, result_type,
 )
+from .fusion import FuseOptions, TraceError, fuse
 from .pipeline import Bufferizer, BufferizerError, Pipeline, PipelineOptions
 
 __version__ = "0.1.0"
@@ -110,6 +111,8 @@ __all__ = [
     "darray", "ndarray", "backend_info", "get_backend", "set_backend", "get_array_module",
     "__array_api_version__", "__array_namespace_info__", "isdtype", "finfo", "iinfo",
     "result_type", "can_cast", "bool",
+    # fused kernels
+    "fuse", "FuseOptions", "TraceError", "fusion",
     # batching
     "Bufferizer", "BufferizerError", "Pipeline", "PipelineOptions",
     # profiling
@@ -134,7 +137,7 @@ __all__ = [
     "greater_equal", "logical_and", "logical_or", "logical_xor", "logical_not", "bitwise_and",
     "bitwise_or", "bitwise_xor", "invert", "bitwise_invert", "bitwise_not", "left_shift",
     "bitwise_left_shift", "right_shift", "bitwise_right_shift", "bitwise_count", "isfinite",
-    "isinf", "isnan", "isnat", "signbit", "sum", "prod", "mean", "std", "var", "min", "max",
+    "isinf", "isnan", "isnat", "signbit", "where", "sum", "prod", "mean", "std", "var", "min", "max",
     "argmin", "argmax", "any", "all", "empty", "zeros", "ones", "full", "empty_like",
     "zeros_like", "ones_like", "full_like", "arange", "linspace", "eye", "identity", "asarray",
     "array", "from_dlpack", "asnumpy", "as_darray", "copy", "astype", "flatten", "ravel",

@@ -16,7 +16,9 @@ import cuflow as cf
 
 from ..testing import copy_bandwidth_tbps, device_time_us, host_time_us
 from . import _traces
+from ._fusion import cold_start_rows, fusion_rows
 from ._image import image_rows
+from ._opzoo import opzoo_rows
 from ._pipeline import pipeline_rows
 
 __all__ = ["run_headline"]
@@ -134,6 +136,9 @@ def run_headline(quick: bool = False) -> dict[str, Any]:
     if gpu:
         rows += _elementwise_sweep(cf, quick, bw)
         rows += image_rows(cf, quick, bw, _interleaved, device_time_us, _torch())
+        rows += cold_start_rows(cf)
+        rows += fusion_rows(cf, quick, bw, _interleaved, device_time_us, _torch())
+        rows += opzoo_rows(cf, quick, _interleaved, host_time_us, _torch())
         rows += _pool_comparison(quick)
         # last: its GPU activity traces leave CUPTI attached to the process (see there)
         rows += pipeline_rows(cf, quick, bw, device_time_us, host_time_us, _torch())

@@ -21,7 +21,7 @@ from ._logical import (  # noqa: A004
     equal, not_equal, less, less_equal, greater, greater_equal, logical_and, logical_or,
     logical_xor, logical_not, bitwise_and, bitwise_or, bitwise_xor, invert, bitwise_invert,
     bitwise_not, left_shift, bitwise_left_shift, right_shift, bitwise_right_shift,
-    bitwise_count, isfinite, isinf, isnan, isnat, signbit,
+    bitwise_count, isfinite, isinf, isnan, isnat, signbit, where,
 )
 from ._statistical import (  # noqa: A004
     sum, prod, mean, std, var, min, max, argmin, argmax, any, all,

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy
 
+from ._engine import cast_op, ew_op
 from ._fastpath import KERNELS
 
 __all__ = ["make_darray_class", "REDUCTION_METHODS"]
@@ -73,6 +74,10 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
         if isinstance(order, base):  # Dolphin's positional dst
             order, dst = "K", order
         if dst is None and out is None and stream is None and casting is None:
+            if fast is not None and copy and order in ("K", "C", "A"):
+                r = fast.ew(cast_op(dtype), (self,), None)
+                if r is not None:
+                    return r
             return _wrap(base_astype(self, dtype, order=order, copy=copy))
         return _ns().astype(self, dtype, dst, out=out, order=order,
                            casting="unsafe" if casting is None else casting, copy=copy,
@@ -88,6 +93,10 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
         if isinstance(order, base):
             order, dst = "C", order
         if dst is None and out is None and stream is None:
+            if fast is not None and order in ("K", "C", "A"):
+                r = fast.ew(_COPY, (self,), None)
+                if r is not None:
+                    return r
             return _wrap(base_copy(self, order))
         return _ns().copy(self, dst, out=out, order=order, stream=stream)
 
@@ -177,6 +186,7 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
         ns.update(__getitem__=__getitem__)
         if fast is not None:
             ns.update(_fast_operators(base, fast))
+            ns["__hash__"] = base.__hash__  # defining __eq__ would otherwise unset it
         if remainder is not None:
             ns.update(_mod_operators(remainder, lambda r: _wrap(r)))
     else:
@@ -231,6 +241,14 @@ _FAST_BINARY_OPS = {"__add__": "add", "__sub__": "subtract", "__mul__": "multipl
                     "__truediv__": "divide", "__iadd__": "add", "__isub__": "subtract",
                     "__imul__": "multiply", "__itruediv__": "divide"}
 _FAST_UNARY_OPS = {"__neg__": "negative", "__abs__": "absolute"}
+# Operators the engine's generated kernels serve (scalar operands, comparisons, reflections)
+_EW_OPS = {"__radd__": ("add", True), "__rsub__": ("subtract", True),
+           "__rmul__": ("multiply", True), "__rtruediv__": ("divide", True),
+           "__pow__": ("power", False), "__rpow__": ("power", True),
+           "__lt__": ("less", False), "__le__": ("less_equal", False),
+           "__gt__": ("greater", False), "__ge__": ("greater_equal", False),
+           "__eq__": ("equal", False), "__ne__": ("not_equal", False)}
+_COPY = ew_op("copy")
 
 
 def _fast_operators(base, fast):
@@ -242,14 +260,31 @@ def _fast_operators(base, fast):
     for mname, op in _FAST_UNARY_OPS.items():
         ops[mname] = _fast_unop(fast, KERNELS[op], getattr(base, mname))
         ops[mname].__name__ = mname
+    for mname, (op, reflected) in _EW_OPS.items():
+        ops[mname] = _ew_binop(fast, ew_op(op), getattr(base, mname), reflected)
+        ops[mname].__name__ = mname
     return ops
+
+
+def _ew_binop(fast, op, base_fn, reflected):
+    def f(self, other):
+        r = fast.ew(op, (other, self) if reflected else (self, other), None)
+        if r is not None:
+            return r
+        if fast.multi:  # the engine is off with several devices: check them here
+            _check_devices(f.__name__, self, other)
+        return base_fn(self, other)
+    return f
 
 
 # fast.binary / fast.unary are looked up per call: binding the darray swaps in the compiled ones
 def _fast_binop(fast, k, base_fn, inplace):
+    # the same-dtype array case first (CuPy-bit-exact kernels), then the engine's
+    e = ew_op(k.entry[3:])
     if inplace:
         def op(self, other):
-            if fast.binary(k, self, other, self) is not None:
+            if fast.binary(k, self, other, self) is not None or fast.ew(
+                    e, (self, other), self) is not None:
                 return self
             if fast.multi:
                 _check_devices(op.__name__, self, other)
@@ -257,6 +292,9 @@ def _fast_binop(fast, k, base_fn, inplace):
     else:
         def op(self, other):
             r = fast.binary(k, self, other, None)
+            if r is not None:
+                return r
+            r = fast.ew(e, (self, other), None)
             if r is not None:
                 return r
             if fast.multi:  # CuPy would read another device's array through peer access

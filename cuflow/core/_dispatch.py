@@ -4,7 +4,10 @@ The written-out functions of the namespace (``add``, ``sum``, ``reshape`` ...)
 call these helpers; the helpers ask the runtime for the backend at call time.
 
 The elementwise functions (``_arithmetic``, ``_transcendental``, ``_logical``)
-are NumPy's ufuncs of the same names, with cuflow's output contract:
+are NumPy's ufuncs of the same names, with cuflow's output contract.  On the
+CuPy backend a call on same-shape contiguous floating/bool arrays and Python
+scalars runs the engine's generated kernel for the function
+(``rt.fast.ew``, compiled launcher); every other call runs the backend's ufunc:
 
 * ``dst`` (or its NumPy spelling ``out``): the result is written there and
   ``dst`` is returned; its shape must be the broadcast shape and the result
@@ -30,10 +33,13 @@ from .._errors import CudaError, OutOfMemoryError
 from ._contract import (
     broadcast_shape, check_out_pair, prepare_out, resolve_out, translate_type_error,
 )
+from . import _runtime
+from ._engine import ew_op
+from ._expr import Expr, TraceError, apply, caller_line
 from ._runtime import on_select, runtime
 from ._streams import use_stream
 
-__all__ = ["run_on", "reraise", "ufunc1", "ufunc2", "ufunc_multi", "call",
+__all__ = ["run_on", "reraise", "ufunc1", "ufunc2", "ufunc_multi", "call", "traced",
            "wrap_view", "ufunc_methods"]
 
 
@@ -69,6 +75,14 @@ def _shape(nd: type, x: Any) -> tuple:
 def ufunc2(name: str, src: Any, other: Any, dst: Any, out: Any, stream: Any, casting: str,
            dtype: Any) -> Any:
     """The backend's ufunc ``name`` on two inputs, under the output contract."""
+    if isinstance(src, Expr) or isinstance(other, Expr):
+        return traced(name, (src, other), dst, out, dtype)
+    if out is stream is dtype is None and casting == "same_kind":
+        rt = _runtime._current
+        if rt is not None and rt.fast is not None:
+            r = rt.fast.ew(ew_op(name), (src, other), dst)
+            if r is not None:
+                return r
     if out is not None:
         dst = resolve_out(dst, out, name)
     if stream is not None:
@@ -105,6 +119,14 @@ def ufunc2(name: str, src: Any, other: Any, dst: Any, out: Any, stream: Any, cas
 def ufunc1(name: str, src: Any, dst: Any, out: Any, stream: Any, casting: str,
            dtype: Any) -> Any:
     """The backend's ufunc ``name`` on one input, under the output contract."""
+    if isinstance(src, Expr):
+        return traced(name, (src,), dst, out, dtype)
+    if out is stream is dtype is None and casting == "same_kind":
+        rt = _runtime._current
+        if rt is not None and rt.fast is not None:
+            r = rt.fast.ew(ew_op(name), (src,), dst)
+            if r is not None:
+                return r
     if out is not None:
         dst = resolve_out(dst, out, name)
     if stream is not None:
@@ -131,6 +153,15 @@ def ufunc1(name: str, src: Any, dst: Any, out: Any, stream: Any, casting: str,
         return dst
     except Exception as e:
         reraise(name, e, dst)
+
+
+def traced(name: str, args: tuple, dst: Any, out: Any, dtype: Any) -> Any:
+    """An elementwise function called on a traced array inside ``cuflow.fuse``: a node."""
+    if dst is not None or out is not None:
+        raise TraceError(f"cuflow.fuse cannot trace cuflow.{name}(..., dst=) at "
+                         f"{caller_line()}: give dst= to the fused call instead")
+    r = apply(name, *args)
+    return r if dtype is None else r.astype(dtype)
 
 
 def ufunc_multi(name: str, args: tuple, dst: Any, out: Any, stream: Any, casting: str,

@@ -233,6 +233,275 @@ error:
     return NULL;
 }
 
+/* ew(op, args, dst): the engine's launch of a generated kernel over same-shape C-contiguous
+ * arrays and Python float/int scalars (core/_engine.py, EwOp).  The key packs, per operand,
+ * 2 + 2 * dtype.num + (16-byte aligned) for an array and 250 / 251 for a float / int
+ * scalar, one byte each, and the dst dtype's code above them; op.plans[key] is
+ * (function, result dtype, vector width, most blocks, trailing zero parameters, result
+ * shape or None for the operands' shape, most elements or 0) or None (the engine does
+ * not take these operands).  A miss calls op.load(key, args, dst), which builds and stores the
+ * plan.  Returns the result, or None for the caller's other path. */
+#define EW_MAX 6
+static PyObject *s_plans, *s_ew_load;
+
+static PyObject *
+launcher_ew(Launcher *self, PyObject *const *argv, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyTuple_Check(argv[1])) {
+        PyErr_SetString(PyExc_TypeError, "ew(op, args: tuple, dst) takes 3 arguments");
+        return NULL;
+    }
+    PyObject *op = argv[0], *args = argv[1], *dst = argv[2];
+    Py_ssize_t na = PyTuple_GET_SIZE(args);
+    if (na < 1 || na > EW_MAX)
+        Py_RETURN_NONE;
+    unsigned long long key = 0, ptrs[EW_MAX + 1];
+    union { double d; long long q; } sc[EW_MAX];
+    int nptr = 0, nsc = 0;
+    PyObject *shape = NULL, *first = NULL;
+    long long n = -1;
+    for (Py_ssize_t i = 0; i < na; i++) {
+        PyObject *x = PyTuple_GET_ITEM(args, i);
+        unsigned long long code;
+        if (Py_TYPE(x) == (PyTypeObject *)self->darray || Py_TYPE(x) == (PyTypeObject *)self->ndarray) {
+            int ok = contiguous(x);
+            if (ok <= 0)
+                goto out_none_or_err;
+            if (first == NULL) {
+                first = x;
+                if ((shape = PyObject_GetAttr(x, s_shape)) == NULL)
+                    return NULL;
+                if ((n = attr_ll(x, s_size)) == -1 && PyErr_Occurred())
+                    goto error;
+            }
+            else if ((ok = same_shape(x, shape)) <= 0)
+                goto out_none_or_err;
+            PyObject *dt = PyObject_GetAttr(x, s_dtype);
+            if (dt == NULL)
+                goto error;
+            long long num = attr_ll(dt, s_num);
+            Py_DECREF(dt);
+            if (num == -1 && PyErr_Occurred())
+                goto error;
+            unsigned long long p = data_ptr(x);
+            if (p == 0 && PyErr_Occurred())
+                goto error;
+            if (num < 0 || num > 100)
+                goto none;
+            ptrs[nptr++] = p;
+            code = 2 + 2 * (unsigned long long)num + ((p & 15) == 0);
+        }
+        else if (PyFloat_CheckExact(x)) {
+            sc[nsc++].d = PyFloat_AS_DOUBLE(x);
+            code = 250;
+        }
+        else if (PyLong_CheckExact(x)) {
+            int overflow = 0;
+            long long v = PyLong_AsLongLongAndOverflow(x, &overflow);
+            if (overflow || (v == -1 && PyErr_Occurred())) {
+                PyErr_Clear();
+                goto none;
+            }
+            sc[nsc++].q = v;
+            code = 251;
+        }
+        else
+            goto none;
+        key |= code << (8 * i);
+    }
+    if (first == NULL)
+        goto none;
+    if (dst != Py_None) {
+        if (Py_TYPE(dst) != (PyTypeObject *)self->darray && Py_TYPE(dst) != (PyTypeObject *)self->ndarray)
+            goto none;
+        int ok = contiguous(dst);
+        if (ok <= 0 || (ok = same_shape(dst, shape)) <= 0)
+            goto out_none_or_err;
+        PyObject *dt = PyObject_GetAttr(dst, s_dtype);
+        if (dt == NULL)
+            goto error;
+        long long num = attr_ll(dt, s_num);
+        Py_DECREF(dt);
+        if (num == -1 && PyErr_Occurred())
+            goto error;
+        unsigned long long p = data_ptr(dst);
+        if (p == 0 && PyErr_Occurred())
+            goto error;
+        if (num < 0 || num > 100)
+            goto none;
+        key |= (2 + 2 * (unsigned long long)num + ((p & 15) == 0)) << 48;
+        ptrs[nptr] = p;
+    }
+
+    PyObject *plans = PyObject_GetAttr(op, s_plans);
+    if (plans == NULL)
+        goto error;
+    PyObject *k = PyLong_FromUnsignedLongLong(key);
+    PyObject *plan = k == NULL ? NULL : PyDict_GetItemWithError(plans, k); /* borrowed */
+    Py_XINCREF(plan);
+    Py_DECREF(plans);
+    if (plan == NULL) {
+        if (k == NULL || PyErr_Occurred()) {
+            Py_XDECREF(k);
+            goto error;
+        }
+        PyObject *cargs[] = {op, k, args, dst};
+        plan = PyObject_VectorcallMethod(s_ew_load, cargs, 4, NULL);
+        if (plan == NULL) {
+            Py_DECREF(k);
+            goto error;
+        }
+    }
+    Py_DECREF(k);
+    if (plan == Py_None || !PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) != 7) {
+        Py_DECREF(plan);
+        goto none;
+    }
+    void *fp = PyLong_AsVoidPtr(PyTuple_GET_ITEM(plan, 0));
+    PyObject *odt = PyTuple_GET_ITEM(plan, 1);
+    long long vec = PyLong_AsLongLong(PyTuple_GET_ITEM(plan, 2));
+    long long cap = PyLong_AsLongLong(PyTuple_GET_ITEM(plan, 3));
+    long long nzero = PyLong_AsLongLong(PyTuple_GET_ITEM(plan, 4));
+    PyObject *oshape = PyTuple_GET_ITEM(plan, 5);
+    long long max_n = PyLong_AsLongLong(PyTuple_GET_ITEM(plan, 6));
+    if (PyErr_Occurred()) {
+        Py_DECREF(plan);
+        goto error;
+    }
+    if (nzero != 0 && n == 0) { /* an empty reduction: its identity or error (Python) */
+        Py_DECREF(plan);
+        goto none;
+    }
+    /* nzero -1: a last-axis reduction; the kernel takes (row length, 1), the result drops
+     * the last axis */
+    long long rlen = 0;
+    if (nzero == -1) {
+        Py_ssize_t nd = PyTuple_Check(shape) ? PyTuple_GET_SIZE(shape) : 0;
+        if (nd < 1 || dst != Py_None) {
+            Py_DECREF(plan);
+            goto none;
+        }
+        rlen = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, nd - 1));
+        if (rlen == -1 && PyErr_Occurred()) {
+            Py_DECREF(plan);
+            goto error;
+        }
+        /* rows read vec elements at a time; few long rows: CuPy's path */
+        if (rlen < 1 || rlen % vec || (n / rlen < 64 && rlen > 4096)) {
+            Py_DECREF(plan);
+            goto none;
+        }
+        oshape = PyTuple_GetSlice(shape, 0, nd - 1);
+        if (oshape == NULL) {
+            Py_DECREF(plan);
+            goto error;
+        }
+    }
+    else
+        Py_INCREF(oshape);
+    if ((max_n > 0 && n > max_n) || nzero < -1 || nzero > 2 || (oshape != Py_None && dst != Py_None)) {
+        Py_DECREF(oshape);
+        Py_DECREF(plan);
+        goto none;
+    }
+    PyObject *c;
+    if (dst == Py_None) {
+        PyObject *cargs[] = {oshape == Py_None ? shape : oshape, odt};
+        c = PyObject_Vectorcall(self->darray, cargs, 2, NULL);
+        Py_DECREF(oshape);
+        Py_DECREF(plan);
+        if (c == NULL)
+            goto error;
+        ptrs[nptr] = data_ptr(c);
+        if (ptrs[nptr] == 0 && PyErr_Occurred()) {
+            Py_DECREF(c);
+            goto error;
+        }
+    }
+    else {
+        Py_DECREF(oshape);
+        Py_DECREF(plan);
+        /* an input sharing memory with dst other than exactly: the contract's copy (Python) */
+        PyObject *dsz = PyObject_GetAttr(dst, s_dtype);
+        if (dsz == NULL)
+            goto error;
+        long long disz = attr_ll(dsz, s_itemsize);
+        Py_DECREF(dsz);
+        if (disz == -1 && PyErr_Occurred())
+            goto error;
+        unsigned long long dnb = (unsigned long long)n * (unsigned long long)disz;
+        int j = 0;
+        for (Py_ssize_t i = 0; i < na; i++) {
+            PyObject *x = PyTuple_GET_ITEM(args, i);
+            if (Py_TYPE(x) != (PyTypeObject *)self->darray && Py_TYPE(x) != (PyTypeObject *)self->ndarray)
+                continue;
+            unsigned long long p = ptrs[j++];
+            PyObject *xd = PyObject_GetAttr(x, s_dtype);
+            if (xd == NULL)
+                goto error;
+            long long xisz = attr_ll(xd, s_itemsize);
+            Py_DECREF(xd);
+            if (xisz == -1 && PyErr_Occurred())
+                goto error;
+            unsigned long long xnb = (unsigned long long)n * (unsigned long long)xisz;
+            int same = p == ptrs[nptr] && xisz == disz;
+            if (!same && p < ptrs[nptr] + dnb && ptrs[nptr] < p + xnb)
+                goto none;
+        }
+        c = Py_NewRef(dst);
+    }
+    if (n > 0) {
+        void *kargs[2 * EW_MAX + 4];
+        unsigned long long zero = 0;
+        int a = 0;
+        for (int i = 0; i <= nptr; i++)
+            kargs[a++] = &ptrs[i];
+        kargs[a++] = &n;
+        for (int i = 0; i < nsc; i++)
+            kargs[a++] = &sc[i];
+        for (long long i = 0; i < nzero; i++)
+            kargs[a++] = &zero; /* the partials of a one-block reduction: unused */
+        long long one = 1;
+        if (nzero == -1) {
+            kargs[a++] = &rlen;
+            kargs[a++] = &one;
+        }
+        unsigned long long chunks = ((unsigned long long)n + (unsigned long long)vec - 1) / (unsigned long long)vec;
+        if (nzero == -1) /* a warp per row */
+            chunks = (unsigned long long)(n / rlen) * 32;
+        unsigned long long g = (chunks + BLOCK - 1) / BLOCK;
+        if (cap > 0 && g > (unsigned long long)cap)
+            g = (unsigned long long)cap;
+        void *stream = (void *)self->get_stream();
+        int status;
+        Py_BEGIN_ALLOW_THREADS
+        status = self->launch(fp, (unsigned)g, 1, 1, BLOCK, 1, 1, 0, stream, kargs, NULL);
+        Py_END_ALLOW_THREADS
+        if (status != 0) {
+            Py_DECREF(c);
+            PyObject *st = PyLong_FromLong(status);
+            PyObject *r = st == NULL ? NULL : PyObject_CallOneArg(self->fail, st);
+            Py_XDECREF(st);
+            if (r != NULL) {
+                Py_DECREF(r);
+                PyErr_Format(PyExc_RuntimeError, "cuLaunchKernel failed with status %d", status);
+            }
+            goto error;
+        }
+    }
+    Py_XDECREF(shape);
+    return c;
+out_none_or_err:
+    if (PyErr_Occurred())
+        goto error;
+none:
+    Py_XDECREF(shape);
+    Py_RETURN_NONE;
+error:
+    Py_XDECREF(shape);
+    return NULL;
+}
+
 static PyObject *
 launcher_binary(Launcher *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -259,6 +528,8 @@ static PyMethodDef launcher_methods[] = {
      "binary(kernel, a, b, dst) -> result or None: kernel(a, b) into dst (or a new darray)"},
     {"unary", (PyCFunction)(void (*)(void))launcher_unary, METH_FASTCALL,
      "unary(kernel, a, dst) -> result or None: kernel(a) into dst (or a new darray)"},
+    {"ew", (PyCFunction)(void (*)(void))launcher_ew, METH_FASTCALL,
+     "ew(op, args, dst) -> result or None: the engine's kernel of op over args"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -365,6 +636,8 @@ PyInit__ewlaunch(void)
     INTERN(s_itemsize, "itemsize");
     INTERN(s_ptrs, "ptrs");
     INTERN(s_load, "load");
+    INTERN(s_plans, "plans");
+    INTERN(s_ew_load, "load");
 #undef INTERN
     if (PyType_Ready(&LauncherType) < 0)
         return NULL;

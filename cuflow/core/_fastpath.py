@@ -17,6 +17,12 @@ ufunc path unchanged, so results and errors are CuPy's there.
 Results are bit-identical to CuPy's ufuncs: the kernels use the same
 expressions and CuPy compiles them with the same options.
 
+``ew(op, args, dst)`` (compiled launcher only) runs any elementwise function
+of the namespace (an :class:`~cuflow.core._engine.EwOp`) on same-shape
+C-contiguous floating/bool arrays and Python scalars through the kernel the
+engine generated for it: one dictionary lookup keyed by the operands' dtypes,
+alignment and scalar kinds, one allocation, one ``cuLaunchKernel``.
+
 The runtime builds one :class:`FastPath` for the CuPy backend (none for NumPy,
 or with ``CUFLOW_FAST=0``) and ops ask it for ``binary`` / ``unary``.
 """
@@ -123,6 +129,7 @@ class FastPath:
         self.compiled: Any = None
         self.binary: Callable[..., Any] = self._py_binary
         self.unary: Callable[..., Any] = self._py_unary
+        self.ew: Callable[..., Any] = _no_ew
         for k in KERNELS.values():
             k.ptrs, k.by_dev, k.path = {}, {}, self
 
@@ -133,6 +140,7 @@ class FastPath:
             self.compiled = _compiled_launcher(darray, self.ndarray, self.stream_fn)
             if self.compiled is not None:
                 self.binary, self.unary = self.compiled.binary, self.compiled.unary
+                self.ew = self.compiled.ew
 
     def set_max_grid(self, dev: int) -> None:
         if not self.max_grid:
@@ -230,6 +238,11 @@ class FastPath:
             self.launch(fp, g if g < mg else mg, 1, 1, _BLOCK, 1, 1, 0,
                         self.current_stream().ptr, p.argv_ptr, 0)
         return c
+
+
+def _no_ew(op: Any, args: tuple, dst: Any) -> None:
+    """Without the compiled launcher (or with several GPUs) single ops take the backend's path."""
+    return None
 
 
 def _compiled_launcher(darray, ndarray, stream_fn):

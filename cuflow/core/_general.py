@@ -14,6 +14,10 @@ import numpy
 from ._contract import prepare_out, resolve_out
 from ._contract import bad_input
 from ._dispatch import reraise, run_on
+from . import _runtime
+from ._engine import ew_op
+from ._expr import Expr
+from ._expr import clip as traced_clip
 from ._runtime import runtime
 
 __all__ = ["matmul", "dot", "clip", "around", "round", "cumsum", "cumprod"]
@@ -100,6 +104,9 @@ def dot(a, b, dst=None, *, out=None, stream=None):
     return _general("dot", numpy.dot, "dot", (a, b), resolve_out(dst, out, "dot"), stream)
 
 
+_CLIP = ew_op("clip")
+
+
 def clip(a, min=None, max=None, dst=None, *, a_min=None, a_max=None, out=None,  # noqa: A002
          stream=None):
     """Clamp to ``[min, max]`` (array API ``clip``); with ``dst`` written there.
@@ -114,6 +121,14 @@ def clip(a, min=None, max=None, dst=None, *, a_min=None, a_max=None, out=None,  
         raise TypeError("cuflow.clip: give min/max (array API) or a_min/a_max (NumPy), not both")
     lo = a_min if min is None else min
     hi = a_max if max is None else max
+    if isinstance(a, Expr):  # inside cuflow.fuse
+        return traced_clip(a, lo, hi)
+    rt = _runtime._current
+    if stream is out is None and rt is not None and rt.fast is not None and (
+            lo is not None and hi is not None):
+        r = rt.fast.ew(_CLIP, (a, lo, hi), dst)
+        if r is not None:
+            return r
     return _general("clip", numpy.clip, "clip", (a, lo, hi), resolve_out(dst, out, "clip"),
                     stream, elementwise=True)
 

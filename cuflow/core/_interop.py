@@ -14,6 +14,7 @@ import numpy
 from .._errors import ArgumentError
 from ._contract import bad_input, check_cast, may_share, prepare_out, resolve_out
 from ._dispatch import reraise, run_on
+from ._expr import Expr
 from ._runtime import runtime
 from ._info import check_device
 from ._streams import as_cupy_stream
@@ -84,6 +85,8 @@ def astype(a, dtype, dst=None, *, out=None, order="K", casting="unsafe", copy=Tr
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
+    if isinstance(a, Expr):  # inside cuflow.fuse
+        return a.astype(dtype)
     rt = runtime()
     if device is not None:
         check_device("astype", device)

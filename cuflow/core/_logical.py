@@ -8,13 +8,55 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._dispatch import ufunc1, ufunc2, ufunc_methods
+from ._contract import prepare_out
+from . import _runtime
+from ._dispatch import call, reraise, run_on, ufunc1, ufunc2, ufunc_methods
+from ._engine import ew_op
+from ._expr import Expr
+from ._expr import where as traced_where
+from ._runtime import runtime
+
+_WHERE = ew_op("where")
 
 __all__ = ["equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and",
            "logical_or", "logical_xor", "logical_not", "bitwise_and", "bitwise_or",
            "bitwise_xor", "invert", "bitwise_invert", "bitwise_not", "left_shift",
            "bitwise_left_shift", "right_shift", "bitwise_right_shift", "bitwise_count",
-           "isfinite", "isinf", "isnan", "isnat", "signbit"]
+           "isfinite", "isinf", "isnan", "isnat", "signbit", "where"]
+
+
+def where(condition: Any, x1: Any = None, x2: Any = None, /, *, dst: Any = None,
+          stream: Any = None) -> Any:
+    """``x1`` where ``condition`` is true, else ``x2`` (array API ``where``); fuses in ``cuflow.fuse``.
+
+    With only ``condition``, NumPy's ``where(condition)`` (the indices of true elements).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    if isinstance(condition, Expr) or isinstance(x1, Expr) or isinstance(x2, Expr):
+        return traced_where(condition, x1, x2)
+    if stream is None and x2 is not None:
+        rt = _runtime._current
+        if rt is not None and rt.fast is not None:
+            r = rt.fast.ew(_WHERE, (condition, x1, x2), dst)
+            if r is not None:
+                return r
+    if stream is not None:
+        return run_on(stream, where, condition, x1, x2, dst=dst)
+    rt = runtime()
+    if x1 is None and x2 is None:
+        return call("where", rt.xp.where, condition)
+    if dst is None:
+        return call("where", rt.xp.where, condition, x1, x2)
+    try:
+        r = rt.xp.where(condition, x1, x2)
+        prepare_out("where", dst, r.shape, r.dtype)
+        rt.xp.copyto(dst, r, casting="same_kind")
+        return dst
+    except Exception as e:
+        reraise("where", e, dst)
 
 
 def equal(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,

@@ -19,11 +19,17 @@ from .._errors import ArgumentError
 from ._contract import may_share, prepare_out, reduced_shape, resolve_out
 from ._contract import bad_input
 from ._dispatch import reraise, run_on
+from ._engine import ew_op
+from ._expr import Expr
+from ._expr import reduce as _traced_reduce
 from ._runtime import runtime
 
 __all__ = ["sum", "prod", "mean", "std", "var", "min", "max", "argmin", "argmax", "any", "all"]
 
 _RES_DTYPE: dict = {}
+_ENGINE = {n: ew_op(f"reduce:{n}") for n in ("sum", "mean", "max", "min", "prod", "argmax",
+                                              "argmin")}
+_LAST_AXIS = {n: ew_op(f"reduce:{n}:-1") for n in _ENGINE}
 
 
 def _result_dtype(name: str, dtype: Any, kwdtype: Any) -> numpy.dtype:
@@ -43,6 +49,14 @@ def _result_dtype(name: str, dtype: Any, kwdtype: Any) -> numpy.dtype:
 
 def _reduce(name: str, a: Any, axis: Any, dtype: Any, dst: Any, keepdims: bool, ddof: Any,
             stream: Any) -> Any:
+    if isinstance(a, Expr):  # inside cuflow.fuse: a trailing reduction
+        return _traced_reduce(name, a, axis, keepdims, dtype)
+    rt = runtime()
+    if (rt.fast is not None and stream is dst is dtype is None and not keepdims and not ddof
+            and name in _ENGINE and type(axis) is int and axis in (-1, getattr(a, "ndim", 0) - 1)):
+        r = rt.fast.ew(_LAST_AXIS[name], (a,), None)  # the last axis: a warp per row, from C
+        if r is not None:
+            return r
     if stream is not None:
         return run_on(stream, _reduce, name, a, axis, dtype, dst, keepdims, ddof, None)
     rt = runtime()
@@ -80,7 +94,13 @@ def _reduce(name: str, a: Any, axis: Any, dtype: Any, dst: Any, keepdims: bool, 
 
 def _full(name: str, a: Any) -> Any:
     """The common call, ``a.sum()``: the backend's method, nothing else."""
+    if isinstance(a, Expr):
+        return _traced_reduce(name, a)
     rt = runtime()
+    if rt.fast is not None and name in _ENGINE:  # small arrays: one block, launched from C
+        r = rt.fast.ew(_ENGINE[name], (a,), None)
+        if r is not None:
+            return r
     if not isinstance(a, rt.ndarray):
         bad_input(name, a)
     try:

@@ -384,3 +384,125 @@ def test_compiled_and_python_make_the_same_decision(request):
         assert results[0] == results[1], f"{why}: compiled {results[0]} != python {results[1]}"
         assert results[0][0] == launches, f"{why}: launched={results[0][0]}, table={launches}"
     assert len(rows) >= 40
+
+
+# ------------------------------------------------- the engine's single-op launch
+class FakeOp:
+    """An engine EwOp: ``plans`` by key, ``load(key, args, dst)`` on a miss."""
+
+    def __init__(self, plan):
+        self.plans = {}
+        self.plan = plan
+        self.loads = []
+
+    def load(self, key, args, dst):
+        self.loads.append(key)
+        self.plans[key] = self.plan
+        return self.plan
+
+
+def _compiled(request):
+    launcher_mod = pytest.importorskip("cuflow.core._ewlaunch",
+                                       reason="the _ewlaunch extension was not built")
+    rec = Recorder()
+
+    def launch(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        vals = tuple(ctypes.c_uint64.from_address(params[i]).value for i in range(rec.nparams))
+        rec.calls.append((f, gx, bx, stream, vals))
+        return rec.status
+
+    cb_launch, cb_stream = _LAUNCH_T(launch), _STREAM_T(lambda: STREAM)
+    request.addfinalizer(lambda: (cb_launch, cb_stream))
+    lo = launcher_mod.Launcher(FakeD, FakeND, _capsule(ctypes.cast(cb_stream, ctypes.c_void_p)
+                                                       .value),
+                               ctypes.cast(cb_launch, ctypes.c_void_p).value, _fail)
+    return lo, rec
+
+
+def _code(x):
+    if isinstance(x, float):
+        return 250
+    if isinstance(x, int):
+        return 251
+    return 2 + 2 * x.dtype.num + (x.data.ptr % 16 == 0)
+
+
+def test_ew_packs_arrays_output_n_and_scalars(request):
+    lo, rec = _compiled(request)
+    op = FakeOp((0xE0, np.dtype("float16"), 8, 3, 0, None, 0))
+    a, b = FakeD((40, 50), "float32", ptr=1 << 40), FakeND((40, 50), "float32", ptr=2 << 40)
+    rec.nparams = 5
+    c = lo.ew(op, (a, 2.5, b), None)
+    assert type(c) is FakeD and c.shape == (40, 50) and c.dtype == np.float16
+    key = _code(a) | 250 << 8 | _code(b) << 16
+    assert op.loads == [key]
+    (f, g, bx, stream, vals) = rec.calls[0]
+    assert (f, bx, stream) == (0xE0, 256, STREAM)
+    assert g == 1  # ceil(ceil(2000 / 8) / 256), under the cap of 3
+    assert vals[:4] == (a.data.ptr, b.data.ptr, c.data.ptr, 2000)
+    assert ctypes.c_double.from_buffer_copy(vals[4].to_bytes(8, "little")).value == 2.5
+    rec.calls.clear()
+    lo.ew(op, (a, 7, b), None)  # an int scalar: its own key, packed as a 64-bit int
+    assert op.loads[-1] == _code(a) | 251 << 8 | _code(b) << 16
+    assert rec.calls[0][-1][4] == 7
+
+
+def test_ew_grid_is_chunks_over_blocks_capped(request):
+    lo, rec = _compiled(request)
+    rec.nparams = 3
+    x = FakeD((1 << 20,), "float32", ptr=1 << 40)
+    lo.ew(FakeOp((0xE1, np.dtype("float32"), 4, 0, 0, None, 0)), (x,), None)
+    lo.ew(FakeOp((0xE1, np.dtype("float32"), 4, 100, 0, None, 0)), (x,), None)
+    assert [c[1] for c in rec.calls] == [(1 << 20) // 4 // 256, 100]
+
+
+def test_ew_hands_back_what_it_does_not_take(request):
+    lo, rec = _compiled(request)
+    op = FakeOp((0xE2, np.dtype("float32"), 4, 0, 0, None, 0))
+    a = FakeD((8, 8), "float32", ptr=1 << 40)
+    cases = {
+        "strided": ((FakeD((8, 8), "float32", contiguous=False),), None),
+        "shapes differ": ((a, FakeD((8,), "float32")), None),
+        "a bool scalar": ((a, True), None),
+        "a NumPy array": ((a, np.ones((8, 8), np.float32)), None),
+        "only scalars": ((1.0, 2.0), None),
+        "dst strided": ((a,), FakeD((8, 8), "float32", contiguous=False)),
+        "dst of another shape": ((a,), FakeD((4, 16), "float32")),
+        "dst partly overlapping": ((a,), FakeD((8, 8), "float32", ptr=a.data.ptr + 4)),
+        "dst not an array": ((a,), np.empty((8, 8), np.float32)),
+        "an int beyond 64 bits": ((a, 1 << 70), None),
+    }
+    for why, (args, dst) in cases.items():
+        assert lo.ew(op, args, dst) is None, why
+    declined = FakeOp(None)
+    assert lo.ew(declined, (a,), None) is None
+    assert lo.ew(declined, (a,), None) is None
+    assert len(declined.loads) == 1  # the refusal is remembered
+    assert rec.calls == []
+    rec.nparams = 3
+    assert lo.ew(op, (a,), a) is a  # in place: dst is the input itself
+    assert rec.calls[-1][-1] == (a.data.ptr, a.data.ptr, 64)
+
+
+def test_ew_one_block_reduction_writes_a_0d_result(request):
+    lo, rec = _compiled(request)
+    op = FakeOp((0xE3, np.dtype("int64"), 4, 1, 2, (), 1000))
+    x = FakeD((10, 100), "float32", ptr=1 << 40)
+    rec.nparams = 5
+    r = lo.ew(op, (x,), None)
+    assert r.shape == () and r.dtype == np.int64
+    assert rec.calls == [(0xE3, 1, 256, STREAM, (x.data.ptr, r.data.ptr, 1000, 0, 0))]
+    assert lo.ew(op, (FakeD((1001,), "float32", ptr=1 << 40),), None) is None  # too many
+    assert lo.ew(op, (x,), FakeD((), "int64")) is None  # dst: the contract's path
+    assert lo.ew(op, (FakeD((0,), "float32", ptr=1 << 40),), None) is None  # empty
+
+
+def test_ew_last_axis_reduction_appends_the_row_length(request):
+    lo, rec = _compiled(request)
+    op = FakeOp((0xE4, np.dtype("float32"), 4, 0, -1, None, 0))
+    x = FakeD((10, 100), "float32", ptr=1 << 40)
+    rec.nparams = 5
+    r = lo.ew(op, (x,), None)
+    assert r.shape == (10,)
+    assert rec.calls == [(0xE4, 2, 256, STREAM, (x.data.ptr, r.data.ptr, 1000, 100, 1))]
+    assert lo.ew(op, (FakeD((10, 102), "float32", ptr=1 << 40),), None) is None  # 102 % 4

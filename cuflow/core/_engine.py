@@ -1,0 +1,599 @@
+"""The elementwise engine: compile generated kernels once, then launch them with no CuPy in between.
+
+:func:`plan` turns an expression's output nodes and the concrete operands
+(dtypes, shapes, strides, alignment) into a :class:`Plan`: the broadcast
+class of each input after collapsing dimensions, the vector width, the
+compiled function, the grid and the layout of the kernel's parameters.  A
+plan depends on shapes only through its broadcast classes and the parameters
+it packs per call, so one compiled kernel serves every shape of the same
+class.  :meth:`Plan.launch` packs the pointers and scalars into a per-thread
+buffer and calls ``cuLaunchKernel``.
+
+Kernels are cached by their source: in memory per device, and on disk as
+cubins (``$CUFLOW_KERNEL_CACHE``, default ``~/.cache/cuflow/kernels``), so a
+second process loads instead of compiling.  :func:`stats` reports compiles,
+compile time and cache hits.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import hashlib
+import os
+import struct
+import threading
+import time
+from typing import Any
+
+import numpy
+
+from .._errors import KernelCompileError
+from ._ewgen import BLOCK, ENTRY, ENTRY_FIN, ENTRY_LUT, Layout, Reduction, generate
+from ._expr import SHAPE_READS, Expr, apply
+from ._expr import astype as expr_astype
+from ._expr import clip as expr_clip
+from ._expr import reduce as expr_reduce
+from ._expr import where as expr_where
+
+__all__ = ["Plan", "Source", "source", "plan", "stats", "EwOp", "ew_op", "cast_op", "compile_cubin", "OPTIONS", "cache_dir", "collapse",
+           "classify"]
+
+#: NVRTC options of every generated kernel (no -ftz and no fast math: NumPy's results)
+OPTIONS = ("--std=c++17",)
+#: resident waves a grid-stride launch is capped at (bench/test_bench_fusion.py)
+WAVES = 16
+#: the narrowest contiguous operand moves 16 bytes per access, unless the widest would then
+#: move more than this many bytes (bench/test_bench_fusion.py: uint8 -> float16 and float32)
+VEC_MAX_BYTES = 32
+#: a table lookup replaces the expression of one 8-bit input from this many elements on
+LUT_MIN_ELEMENTS = 1 << 16
+LUT_MAX_BYTES = 16384
+#: full reductions of up to this many elements run as one block launched from C
+ONE_BLOCK_MAX = 1 << 15
+
+
+@dataclasses.dataclass
+class _Stats:
+    compiles: int = 0
+    compile_s: float = 0.0
+    disk_hits: int = 0
+    memory_hits: int = 0
+    plans: int = 0
+
+
+_STATS = _Stats()
+
+
+def stats() -> dict[str, Any]:
+    """The engine's counters: ``compiles``, ``compile_ms``, ``disk_hits``, ``memory_hits``, ``plans``."""
+    s = _STATS
+    return {"compiles": s.compiles, "compile_ms": round(s.compile_s * 1e3, 3),
+            "disk_hits": s.disk_hits, "memory_hits": s.memory_hits, "plans": s.plans}
+
+
+def cache_dir() -> str:
+    """Where compiled kernels are kept across processes."""
+    d = os.environ.get("CUFLOW_KERNEL_CACHE")
+    if d:
+        return d
+    return os.path.join(os.path.expanduser("~"), ".cache", "cuflow", "kernels")
+
+
+def compile_cubin(src: str, arch: int) -> bytes:
+    """Compile generated ``src`` to a cubin for ``sm_<arch>`` with NVRTC (no GPU needed).
+
+    Raises :class:`~cuflow.KernelCompileError` with NVRTC's log and the source.
+    """
+    from cuda.bindings import nvrtc  # noqa: PLC0415  (optional dependency)
+
+    opts = [o.encode() for o in (*OPTIONS, f"-arch=sm_{arch}")]
+    err, prog = nvrtc.nvrtcCreateProgram(src.encode(), b"cuflow_fused.cu", 0, [], [])
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise KernelCompileError(f"nvrtcCreateProgram failed: {err}")
+    try:
+        err = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0]
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            _, size = nvrtc.nvrtcGetProgramLogSize(prog)
+            log = b" " * size
+            nvrtc.nvrtcGetProgramLog(prog, log)
+            raise KernelCompileError(
+                f"a generated cuflow kernel failed to compile for sm_{arch}: {err}\n"
+                f"{log.decode(errors='replace')}\n--- source ---\n{src}")
+        _, size = nvrtc.nvrtcGetCUBINSize(prog)
+        cubin = b" " * size
+        nvrtc.nvrtcGetCUBIN(prog, cubin)
+        return cubin
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+# ------------------------------------------------------------ the GPU side
+_CUDA: list[Any] = []
+
+
+def _cuda() -> Any:
+    if not _CUDA:
+        import cupy  # noqa: PLC0415  (optional dependency)
+        from cupy_backends.cuda.api import driver, runtime  # noqa: PLC0415
+
+        _CUDA[:] = [(cupy, driver, runtime)]
+    return _CUDA[0]
+
+
+_DEV: dict[int, tuple[int, int]] = {}  # device -> (arch, SM count)
+
+
+def _device(dev: int) -> tuple[int, int]:
+    d = _DEV.get(dev)
+    if d is None:
+        _, _, rt = _cuda()
+        major = rt.deviceGetAttribute(75, dev)  # cudaDevAttrComputeCapabilityMajor
+        minor = rt.deviceGetAttribute(76, dev)
+        sms = rt.deviceGetAttribute(16, dev)  # cudaDevAttrMultiProcessorCount
+        d = _DEV[dev] = (major * 10 + minor, sms)
+    return d
+
+
+_MODULES: dict[tuple[str, int], tuple[Any, int, int]] = {}
+_LOCK = threading.Lock()
+
+
+def _functions(src: str, dev: int) -> tuple[int, int]:
+    """``(main, finish)`` function pointers of ``src`` on ``dev`` (finish 0 when absent)."""
+    digest = hashlib.sha256(src.encode()).hexdigest()[:32]
+    hit = _MODULES.get((digest, dev))
+    if hit is not None:
+        _STATS.memory_hits += 1
+        return hit[1], hit[2]
+    with _LOCK:
+        cupy, _, _ = _cuda()
+        arch, _ = _device(dev)
+        path = os.path.join(cache_dir(), f"{digest}-sm{arch}.cubin")
+        cubin = None
+        try:
+            with open(path, "rb") as f:
+                cubin = f.read()
+            _STATS.disk_hits += 1
+        except OSError:
+            pass
+        if cubin is None:
+            t0 = time.perf_counter()
+            cubin = compile_cubin(src, arch)
+            _STATS.compiles += 1
+            _STATS.compile_s += time.perf_counter() - t0
+            try:
+                os.makedirs(cache_dir(), exist_ok=True)
+                tmp = f"{path}.{os.getpid()}.tmp"
+                with open(tmp, "wb") as f:
+                    f.write(cubin)
+                os.replace(tmp, path)  # atomic: a concurrent reader never sees half a file
+            except OSError:
+                pass  # a read-only home: compile again next process
+        mod = cupy.cuda.function.Module()
+        mod.load(cubin)
+        fp = mod.get_function(ENTRY).ptr
+        fin = (mod.get_function(ENTRY_FIN).ptr if ENTRY_FIN in src else
+               mod.get_function(ENTRY_LUT).ptr if ENTRY_LUT in src else 0)
+        _MODULES[(digest, dev)] = (mod, fp, fin)
+        return fp, fin
+
+
+class _Params(threading.local):
+    """Per-thread kernel-parameter slots (8 bytes each) and the ``void**`` array to them."""
+
+    N = 96
+
+    def __init__(self) -> None:
+        self.slots = (ctypes.c_uint64 * self.N)()
+        base = ctypes.addressof(self.slots)
+        self.argv = (ctypes.c_void_p * self.N)(*(base + 8 * i for i in range(self.N)))
+        self.argv_ptr = ctypes.addressof(self.argv)
+
+
+_P = _Params()
+
+
+# ------------------------------------------------------------------ layouts
+def collapse(shape: tuple, strides: list) -> tuple[tuple, list]:
+    """Merge neighbouring dimensions every operand walks contiguously; drop size-1 ones.
+
+    ``strides`` holds one stride tuple (in elements, 0 for broadcast) per operand.
+    """
+    dims = [(n, [s[d] for s in strides]) for d, n in enumerate(shape) if n != 1]
+    out: list = []
+    for n, st in dims:
+        if out and all(p == s * n for p, s in zip(out[-1][1], st)):
+            out[-1] = (out[-1][0] * n, st)
+        else:
+            out.append((n, st))
+    cshape = tuple(n for n, _ in out)
+    cstrides = [tuple(st[k] for _, st in out) for k in range(len(strides))]
+    return cshape, cstrides
+
+
+def _contig(shape: tuple) -> tuple:
+    st, acc = [], 1
+    for n in reversed(shape):
+        st.append(acc)
+        acc *= n
+    return tuple(reversed(st))
+
+
+def classify(cshape: tuple, st: tuple) -> tuple:
+    """``(class, extras)`` of an operand with strides ``st`` over collapsed ``cshape``."""
+    if all(s == 0 for s in st):
+        return "s", ()
+    if st == _contig(cshape):
+        return "c", ()
+    nz = [d for d, s in enumerate(st) if s != 0]
+    if len(nz) == 1 and st[nz[0]] == 1:
+        d = nz[0]
+        inner = 1
+        for n in cshape[d + 1:]:
+            inner *= n
+        return "v", (inner, cshape[d])
+    return "g", tuple(cshape) + tuple(st)
+
+
+def broadcast_strides(x: Any, shape: tuple) -> tuple | None:
+    """``x``'s strides in elements over ``shape`` (0 where broadcast); None when not whole elements."""
+    nd = len(shape)
+    off = nd - x.ndim
+    st = [0] * nd
+    isz = x.itemsize
+    for d in range(x.ndim):
+        if x.shape[d] != 1:
+            s = x.strides[d]
+            if s % isz:
+                return None
+            st[off + d] = s // isz
+    return tuple(st)
+
+
+@dataclasses.dataclass
+class Plan:
+    """A compiled kernel and how to call it for one operand signature."""
+
+    fp: int
+    fin: int
+    fmt: Any  # struct.Struct of the kernel's parameters
+    extras: tuple  # per-call integer parameters (n, broadcast extents)
+    nin: int
+    grid: int
+    n: int
+    reduction: Reduction | None
+    red_extra: tuple = ()
+    src: str = ""
+    tmp_bytes: int = 0  # scratch the caller allocates per call (partials, tables)
+    lut: int = 0
+    lut_fmt: Any = None
+    lut_input: int = 0
+    table_offsets: tuple = ()
+    vec: int = 1
+    cap: int = 0  # most blocks of a launch
+
+    def launch(self, in_ptrs: list, out_ptrs: list, scalars: list, stream: int,
+               tmp: Any = None) -> None:
+        """Queue the kernel(s) on ``stream``; ``tmp``: :attr:`tmp_bytes` of scratch (the
+        partials of a full reduction, the tables of a ``lut`` plan)."""
+        if not self.n:
+            return
+        _, driver, _ = _cuda()
+        p = _P
+        if self.lut:
+            base = tmp.data.ptr
+            tables = [base + o for o in self.table_offsets]
+            self.lut_fmt.pack_into(p.slots, 0, *in_ptrs, *tables, *scalars)
+            driver.launchKernel(self.fin, self.lut, 1, 1, BLOCK, 1, 1, 0, stream, p.argv_ptr, 0)
+            self.fmt.pack_into(p.slots, 0, in_ptrs[self.lut_input], *tables, *out_ptrs,
+                               *self.extras)
+            driver.launchKernel(self.fp, self.grid, 1, 1, BLOCK, 1, 1, 0, stream, p.argv_ptr, 0)
+            return
+        if self.reduction is None:
+            self.fmt.pack_into(p.slots, 0, *in_ptrs, *out_ptrs, *self.extras, *scalars)
+            driver.launchKernel(self.fp, self.grid, 1, 1, BLOCK, 1, 1, 0, stream, p.argv_ptr, 0)
+            return
+        if self.reduction.mode == "all":
+            pa = tmp.data.ptr
+            pi = pa + self.grid * 8
+            self.fmt.pack_into(p.slots, 0, *in_ptrs, out_ptrs[0], *self.extras, *scalars, pa,
+                               pi)
+            driver.launchKernel(self.fp, self.grid, 1, 1, BLOCK, 1, 1, 0, stream, p.argv_ptr, 0)
+            if self.grid == 1:
+                return  # the one block wrote the result
+            _FIN.pack_into(p.slots, 0, pa, pi, self.grid, out_ptrs[0], self.n)
+            driver.launchKernel(self.fin, 1, 1, 1, BLOCK, 1, 1, 0, stream, p.argv_ptr, 0)
+            return
+        self.fmt.pack_into(p.slots, 0, *in_ptrs, out_ptrs[0], *self.extras, *scalars,
+                           *self.red_extra)
+        driver.launchKernel(self.fp, self.grid, 1, 1, BLOCK, 1, 1, 0, stream, p.argv_ptr, 0)
+
+
+_FIN = struct.Struct("=QQqQq")
+
+
+def _occupancy(fp: int) -> int:
+    _, driver, _ = _cuda()
+    try:
+        return max(1, driver.occupancyMaxActiveBlocksPerMultiprocessor(fp, BLOCK, 0))
+    except Exception:
+        return 2048 // BLOCK
+
+
+@dataclasses.dataclass
+class Source:
+    """A generated kernel before compiling: its source and how its parameters are laid out."""
+
+    src: str
+    fmt: str
+    extras: tuple
+    n: int
+    vec: int
+    reduction: Reduction | None
+    red_extra: tuple
+    lut: int = 0
+    fmt_lut: str = ""
+    lut_input: int = 0
+    table_bytes: tuple = ()
+
+
+def source(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
+           out_dtypes: tuple, shape: tuple, reduction: tuple | None, aligned: bool,
+           allow_lut: bool = True, keep_axis: bool = False) -> Source:
+    """The kernel of ``outputs`` over ``arrays`` (contiguous outputs of ``shape``), uncompiled.
+
+    ``arrays`` need ``dtype``, ``shape``, ``strides`` and ``itemsize`` only (NumPy arrays
+    stand in for device arrays when checking the generator on a CPU).
+    ``reduction``: None, or ``(name, axis, out_dtype)`` for a trailing reduction of the
+    single output over ``axis`` (None: everything) of the pre-reduction ``shape``.
+    ``aligned``: every operand starts on 16 bytes (the vectorized kernel may run).
+    """
+    strides = [broadcast_strides(x, shape) for x in arrays]
+    n = 1
+    for s in shape:
+        n *= s
+    if reduction is None:
+        all_st = strides + [_contig(shape)] * len(out_dtypes)
+    else:
+        all_st = list(strides)
+    cshape, cst = collapse(shape, all_st) if all_st else (shape, [])
+    if not cshape:
+        cshape = (1,) if n else (0,)
+        cst = [(0,) if all(s == 0 for s in st) else (1,) for st in cst]
+    ins = []
+    extras: list = []
+    vec_items = [numpy.dtype(d).itemsize for d in out_dtypes] if reduction is None else []
+    for k, x in enumerate(arrays):
+        cls, ex = classify(cshape, cst[k])
+        ins.append((x.dtype, cls, len(cshape) if cls == "g" else 0))
+        extras += list(ex)
+        if cls == "c":
+            vec_items.append(x.itemsize)
+    # the widest contiguous operand moves 16 bytes per access; narrower ones fewer
+    # (coalesced all the same), which keeps the unrolled body short to compile
+    vec = 1
+    if vec_items and aligned:
+        vec = 16 // min(vec_items)
+        while vec > 1 and vec * max(vec_items) > VEC_MAX_BYTES:
+            vec //= 2
+    lut = 0
+    cin = [k for k, (_, cls, _) in enumerate(ins) if cls == "c"]
+    vins = {(cst[k], ) for k, (_, cls, _) in enumerate(ins) if cls == "v"}
+    if (allow_lut and reduction is None and aligned and n >= LUT_MIN_ELEMENTS and len(cin) == 1
+            and arrays[cin[0]].itemsize == 1 and len(vins) <= 1
+            and all(cls in "csv" for _, cls, _ in ins)):
+        vex = [classify(cshape, cst[k])[1] for k, (_, cls, _) in enumerate(ins) if cls == "v"]
+        L = vex[0][1] if vex else 1
+        out_bytes = sum(numpy.dtype(d).itemsize for d in out_dtypes)
+        if L <= 16 and 256 * L * out_bytes <= LUT_MAX_BYTES:
+            lut = L
+            vec = 16
+            extras = [vex[0][0] if vex else 1]
+    red = None
+    red_extra: tuple = ()
+    if reduction is not None:
+        name, axis, odt = reduction
+        mode = "all"
+        if axis is not None:
+            inner = 1
+            for s in shape[axis + 1:]:
+                inner *= s
+            rlen = shape[axis]
+            if keep_axis or not (n and n == rlen):  # else one output: the whole array
+                mode = "rows" if inner == 1 else "cols"
+                red_extra = (rlen, inner)
+                if mode == "cols" or rlen % vec:
+                    vec = 1  # rows read V at a time only when every row starts aligned
+        red = Reduction(name, mode, outputs[0].dtype, numpy.dtype(odt))
+    layout = Layout(tuple(ins), tuple(sn.dtype for sn in scalar_nodes),
+                    tuple(numpy.dtype(d) for d in out_dtypes), vec, red, lut)
+    src = generate(layout, outputs, input_nodes, scalar_nodes)
+    if lut:
+        sk = "".join("d" if sn.dtype.kind == "f" else ("Q" if sn.dtype.kind == "u" else "q")
+                     for sn in scalar_nodes)
+        nout = len(out_dtypes)
+        fmt_lut = "=" + "Q" * (len(arrays) + nout) + sk
+        fmt = "=Q" + "Q" * (2 * nout) + "qq"
+        return Source(src, fmt, (n, *extras), n, vec, None, (), lut, fmt_lut, cin[0],
+                      tuple(256 * lut * numpy.dtype(d).itemsize for d in out_dtypes))
+    # parameter layout: pointers, n, class extras, scalars (+ reduction extras)
+    fmt = "=" + "Q" * len(arrays)
+    if reduction is None or red is not None:
+        fmt += "Q" * len(out_dtypes)
+    fmt += "q" * (1 + len(extras))
+    fmt += "".join("d" if sn.dtype.kind == "f" else ("Q" if sn.dtype.kind == "u" else "q")
+                   for sn in scalar_nodes)
+    if red is not None:
+        fmt += "QQ" if red.mode == "all" else "qq"
+    return Source(src, fmt, (n, *extras), n, vec, red, red_extra)
+
+
+def plan(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
+         out_dtypes: tuple, shape: tuple, reduction: tuple | None, dev: int,
+         aligned: bool, allow_lut: bool = True, keep_axis: bool = False) -> Plan:
+    """Compile (or load) the kernel of :func:`source` and size its grid for device ``dev``."""
+    _STATS.plans += 1
+    s = source(outputs, input_nodes, scalar_nodes, arrays, out_dtypes, shape, reduction,
+               aligned, allow_lut, keep_axis)
+    fp, fin = _functions(s.src, dev)
+    _, sms = _device(dev)
+    occ = _occupancy(fp)
+    n, red = s.n, s.reduction
+    if s.lut:
+        work = -(-max(n // s.vec, 1) // BLOCK)
+        grid = max(1, min(work, occ * sms * WAVES))
+        offs, tot = [], 0
+        for b in s.table_bytes:
+            offs.append(tot)
+            tot += (b + 255) // 256 * 256
+        return Plan(fp, fin, struct.Struct(s.fmt), s.extras, len(arrays), grid, n, None,
+                    (), s.src, tmp_bytes=tot, lut=s.lut, lut_fmt=struct.Struct(s.fmt_lut),
+                    lut_input=s.lut_input, table_offsets=tuple(offs), vec=s.vec,
+                    cap=occ * sms * WAVES)
+    cap = occ * sms * (WAVES if red is None else 1)
+    if red is None or red.mode == "all":
+        work = -(-max(n // s.vec, 1) // BLOCK)
+        grid = max(1, min(work, cap))
+    else:
+        rlen, _ = s.red_extra
+        outs = n // max(rlen, 1) if n else 0
+        per = 32 if red.mode == "rows" else 1
+        grid = max(1, min(-(-max(outs * per, 1) // BLOCK), occ * sms * WAVES))
+    return Plan(fp, fin, struct.Struct(s.fmt), s.extras, len(arrays), grid, n, red,
+                s.red_extra, s.src, tmp_bytes=grid * 16 if red is not None and
+                red.mode == "all" else 0, vec=s.vec, cap=cap)
+
+
+# ------------------------------------------------- single ops, launched from C
+class EwOp:
+    """One elementwise function of the namespace as an engine expression.
+
+    ``fn`` builds the expression from operand nodes.  ``plans`` maps the compiled
+    launcher's key of an operand signature (``_ewlaunch.c``, ``Launcher.ew``) to
+    ``(function, result dtype, vector width, most blocks, trailing zero parameters, result
+    shape or None for the operands', most elements or 0)``, or to None where the
+    engine leaves the call to the backend (integer arrays, shapes that differ, a
+    signature NumPy has no loop for: the backend then gives its result or error).
+    """
+
+    __slots__ = ("name", "fn", "plans", "fused")
+
+    def __init__(self, name: str, fn: Any, fused: bool = False) -> None:
+        self.name, self.fn, self.plans = name, fn, {}
+        self.fused = fused  # a cuflow.fuse function: every dtype (NumPy's semantics)
+
+    def __repr__(self) -> str:
+        return f"<engine op {self.name}>"
+
+    def load(self, key: int, args: tuple, dst: Any) -> Any:
+        try:
+            p = self._build(args, dst)
+        except Exception:  # noqa: BLE001  (the backend's path reports it)
+            p = None
+        self.plans[key] = p
+        return p
+
+    def _build(self, args: tuple, dst: Any) -> Any:
+        nodes, arrays, in_nodes, sc_nodes = [], [], [], []
+        shape: tuple = ()
+        for i, x in enumerate(args):
+            if type(x) is float or type(x) is int:
+                e = Expr("scalar", (), numpy.float64 if type(x) is float else numpy.int64, (),
+                         type(x)(0), weak=True)
+                sc_nodes.append(e)
+            else:
+                if x.dtype.kind not in ("biuf" if self.fused else "fb"):
+                    return None  # integers of single ops keep the backend's semantics
+                e = Expr("input", (), x.dtype, tuple(x.shape), i)
+                shape = tuple(x.shape)
+                arrays.append(x)
+                in_nodes.append(e)
+            nodes.append(e)
+        reads = SHAPE_READS[0]
+        with numpy.errstate(all="ignore"):
+            out = self.fn(*nodes)
+        if SHAPE_READS[0] != reads:
+            return None  # the expression may differ by shape: the caller's shape-keyed path
+        if isinstance(out, Expr) and out.op.startswith("reduce:") and not self.fused and \
+                out.value in ((None, False), (len(shape) - 1, False)) and shape:
+            return self._reduction(out, in_nodes, sc_nodes, arrays, shape)
+        if not isinstance(out, Expr) or out.op in ("const", "scalar", "input") or \
+                out.op.startswith("reduce:") or out.shp != shape:
+            return None
+        odt = out.dtype
+        if dst is not None:
+            if not numpy.can_cast(odt, dst.dtype, "same_kind"):
+                return None
+            odt = dst.dtype
+        aligned = all(not x.data.ptr & 15 for x in arrays) and (
+            dst is None or not dst.data.ptr & 15)
+        _, _, rt = _cuda()
+        p = plan((out,), in_nodes, sc_nodes, arrays, (odt,), shape, None, rt.getDevice(),
+                 aligned, allow_lut=self.fused)
+        if p.lut or p.extras != (p.n,):  # one launch over contiguous operands only
+            return None
+        return (p.fp, out.dtype, p.vec, p.cap, 0, None, 0)
+
+    def _reduction(self, out: Expr, in_nodes: list, sc_nodes: list, arrays: list,
+                   shape: tuple) -> Any:
+        """A full reduction of a small array: one block, which writes the 0-d result."""
+        _, _, rt = _cuda()
+        name = out.op[7:]
+        aligned = all(not x.data.ptr & 15 for x in arrays)
+        axis = out.value[0]
+        p = plan((out.args[0],), in_nodes, sc_nodes, arrays, (out.dtype,), shape,
+                 (name, axis, out.dtype), rt.getDevice(), aligned, keep_axis=True)
+        if p.reduction is None or p.extras != (p.n,):
+            return None
+        if p.reduction.mode == "rows":  # the launcher appends (last extent, 1)
+            return (p.fp, out.dtype, p.vec, p.cap, -1, None, 0)
+        if p.reduction.mode != "all":
+            return None
+        return (p.fp, out.dtype, p.vec, 1, 2, (), ONE_BLOCK_MAX)
+
+
+_OPS: dict[Any, EwOp] = {}
+#: single ops left to the backend: its remainder family gives NumPy's signs of NaN results
+#: (cuflow's own remainder ufunc); fused code computes the same values with the GPU's NaN
+_BACKEND_ONLY = frozenset(("remainder", "mod", "fmod", "floor_divide"))
+
+
+def ew_op(name: str) -> EwOp:
+    """The :class:`EwOp` of ufunc ``name`` (also ``"where"``, ``"clip"``, ``"copy"``, and
+    ``"reduce:sum"`` & co. for full reductions of small arrays)."""
+    op = _OPS.get(name)
+    if op is None:
+        if name == "where":
+            fn = expr_where
+        elif name == "clip":
+            fn = expr_clip
+        elif name.startswith("reduce:"):  # "reduce:sum" (everything), "reduce:sum:-1"
+            _, rname, *ax = name.split(":")
+
+            def fn(x, _n=rname, _a=int(ax[0]) if ax else None):
+                return expr_reduce(_n, x, _a)
+        elif name == "copy":
+            def fn(x):
+                return apply("positive", x)
+        elif name in _BACKEND_ONLY:
+            def fn(*xs):
+                return None
+        else:
+            def fn(*xs, _n=name):
+                return apply(_n, *xs)
+        op = _OPS[name] = EwOp(name, fn)
+    return op
+
+
+def cast_op(dtype: Any) -> EwOp:
+    """The :class:`EwOp` of ``astype(dtype)``."""
+    op = _OPS.get(dtype)
+    if op is not None:
+        return op
+    dt = numpy.dtype(dtype)
+    op = _OPS.get(dt)
+    if op is None:
+        op = _OPS[dtype] = _OPS[dt] = EwOp(f"astype({dt})", lambda x: expr_astype(x, dt) if x.dtype != dt
+                             else None)
+    return op

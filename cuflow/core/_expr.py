@@ -1,0 +1,437 @@
+"""Elementwise expressions: the graph that ``cuflow.fuse`` traces and the engine compiles.
+
+An :class:`Expr` is one node of a directed acyclic graph: an input array, a
+runtime scalar, a constant, an elementwise operation, or a trailing
+reduction.  Nodes carry their NumPy dtype (computed with NumPy's own type
+resolution, Python scalars weak, float16 included) and their broadcast shape,
+so Python code that branches on ``x.shape``, ``x.ndim`` or ``x.dtype`` traces;
+code that branches on values (``if x > 0:``) raises :class:`TraceError`
+naming the construct and the line.
+
+Operators, NumPy ufuncs (``numpy.exp(x)`` through ``__array_ufunc__``) and
+cuflow's elementwise functions all build nodes; nothing here runs on a device.
+"""
+
+from __future__ import annotations
+
+import functools
+import linecache
+import sys
+from typing import Any
+
+import numpy
+
+from .._errors import CuflowError
+
+__all__ = ["Expr", "TraceError", "UNARY", "BINARY", "REDUCTIONS", "EXTRA_UNARY", "apply",
+           "is_expr", "where", "clip", "astype", "reduce", "const", "caller_line", "SHAPE_READS"]
+
+
+#: how often traced code read a shape (``x.shape``, ``ndim``, ``size``, ``len``): a trace
+#: that read none holds for every shape of the same dtypes
+SHAPE_READS = [0]
+
+
+class TraceError(CuflowError, TypeError):
+    """A construct ``cuflow.fuse`` cannot turn into a kernel (named, with its line)."""
+
+
+#: NumPy ufuncs of one input the engine generates code for
+UNARY = frozenset((
+    "negative", "positive", "absolute", "fabs", "sign", "exp", "exp2", "expm1", "log", "log2",
+    "log10", "log1p", "sqrt", "cbrt", "square", "reciprocal", "sin", "cos", "tan", "arcsin",
+    "arccos", "arctan", "sinh", "cosh", "tanh", "arcsinh", "arccosh", "arctanh", "floor",
+    "ceil", "trunc", "rint", "deg2rad", "rad2deg", "degrees", "radians", "isnan", "isinf",
+    "isfinite", "signbit", "logical_not", "invert",
+))
+#: functions of one float input that are not NumPy ufuncs (``cuflow.fusion.erf`` & co.)
+EXTRA_UNARY = frozenset(("erf", "erfc", "sigmoid", "rsqrt"))
+#: NumPy ufuncs of two inputs the engine generates code for
+BINARY = frozenset((
+    "add", "subtract", "multiply", "divide", "true_divide", "floor_divide", "remainder",
+    "fmod", "power", "maximum", "minimum", "fmax", "fmin", "arctan2", "hypot", "copysign",
+    "logaddexp", "logaddexp2", "heaviside", "equal", "not_equal", "less", "less_equal",
+    "greater", "greater_equal", "logical_and", "logical_or", "logical_xor", "bitwise_and",
+    "bitwise_or", "bitwise_xor", "left_shift", "right_shift",
+))
+#: trailing reductions
+REDUCTIONS = ("sum", "mean", "max", "min", "prod", "argmax", "argmin")
+
+_ALIASES = {"abs": "absolute", "true_divide": "divide", "pow": "power", "mod": "remainder",
+            "acos": "arccos", "asin": "arcsin", "atan": "arctan", "atan2": "arctan2",
+            "acosh": "arccosh", "asinh": "arcsinh", "atanh": "arctanh", "conjugate": "positive",
+            "bitwise_not": "invert", "bitwise_invert": "invert", "conj": "positive",
+            "bitwise_left_shift": "left_shift", "bitwise_right_shift": "right_shift"}
+
+
+def caller_line() -> str:
+    """``file:line: source`` of the first frame outside cuflow (where the user's code is)."""
+    f = sys._getframe(1)
+    while f is not None and f.f_globals.get("__name__", "").startswith("cuflow"):
+        f = f.f_back
+    if f is None:
+        return "<unknown>"
+    src = linecache.getline(f.f_code.co_filename, f.f_lineno).strip()
+    return f"{f.f_code.co_filename}:{f.f_lineno}: {src}"
+
+
+def is_expr(x: Any) -> bool:
+    return isinstance(x, Expr)
+
+
+class Expr:
+    """One node of a traced elementwise expression.
+
+    Attributes
+    ----------
+    op : str
+        ``"input"``, ``"scalar"`` (a runtime scalar argument), ``"const"``, a ufunc
+        name, ``"where"``, ``"cast"``, or ``"reduce:<name>"``.
+    args : tuple of Expr
+    dtype : numpy.dtype
+    shape : tuple of int
+    value : Any
+        The input's position (``input``/``scalar``), the constant, or the reduction's
+        ``(axis, keepdims)``.
+    """
+
+    __slots__ = ("op", "args", "dtype", "shp", "value", "weak", "__weakref__")
+    __array_priority__ = 1000  # NumPy defers binary operators to us
+
+    def __init__(self, op: str, args: tuple, dtype: Any, shape: tuple, value: Any = None,
+                 weak: bool = False) -> None:
+        self.op, self.args, self.dtype, self.shp = op, args, numpy.dtype(dtype), shape
+        self.value, self.weak = value, weak
+
+    # ------------------------------------------------------------ properties
+    @property
+    def shape(self) -> tuple:
+        SHAPE_READS[0] += 1  # the traced code may depend on shapes
+        return self.shp
+
+    @property
+    def ndim(self) -> int:
+        SHAPE_READS[0] += 1
+        return len(self.shp)
+
+    @property
+    def size(self) -> int:
+        SHAPE_READS[0] += 1
+        return int(numpy.prod(self.shp, dtype=numpy.int64))
+
+    def __len__(self) -> int:
+        SHAPE_READS[0] += 1
+        if not self.shp:
+            raise TypeError("len() of a 0-d traced array")
+        return self.shp[0]
+
+    def __repr__(self) -> str:
+        return f"<traced {self.op} {self.dtype} {self.shp}>"
+
+    # ------------------------------------------------------ untraceable uses
+    def _data_dependent(self, what: str):
+        raise TraceError(
+            f"cuflow.fuse cannot trace {what} at {caller_line()}: the value of a traced array "
+            "is not known while tracing (Python control flow may depend on shapes and "
+            "dtypes only); use cuflow.where(cond, a, b) for a data-dependent choice, or "
+            "cuflow.fuse(fn, options=cuflow.FuseOptions(fallback='unfused'))")
+
+    def __bool__(self):
+        self._data_dependent("a truth test (if / while / and / or / not) on a traced array")
+
+    def __float__(self):
+        self._data_dependent("float() of a traced array")
+
+    def __int__(self):
+        self._data_dependent("int() of a traced array")
+
+    def __index__(self):
+        self._data_dependent("using a traced array as an index")
+
+    def item(self):
+        self._data_dependent(".item() of a traced array")
+
+    def __iter__(self):
+        self._data_dependent("iterating over a traced array")
+
+    def __getitem__(self, key):
+        raise TraceError(f"cuflow.fuse cannot trace indexing (x[...]) at {caller_line()}: "
+                         "a fused kernel is elementwise; index the arguments before the call")
+
+    def __array__(self, *a, **k):
+        self._data_dependent("converting a traced array to a NumPy array")
+
+    # ------------------------------------------------------------- operators
+    def __add__(self, o): return apply("add", self, o)
+    def __radd__(self, o): return apply("add", o, self)
+    def __sub__(self, o): return apply("subtract", self, o)
+    def __rsub__(self, o): return apply("subtract", o, self)
+    def __mul__(self, o): return apply("multiply", self, o)
+    def __rmul__(self, o): return apply("multiply", o, self)
+    def __truediv__(self, o): return apply("divide", self, o)
+    def __rtruediv__(self, o): return apply("divide", o, self)
+    def __floordiv__(self, o): return apply("floor_divide", self, o)
+    def __rfloordiv__(self, o): return apply("floor_divide", o, self)
+    def __mod__(self, o): return apply("remainder", self, o)
+    def __rmod__(self, o): return apply("remainder", o, self)
+    def __pow__(self, o): return apply("power", self, o)
+    def __rpow__(self, o): return apply("power", o, self)
+    def __and__(self, o): return apply("bitwise_and", self, o)
+    def __rand__(self, o): return apply("bitwise_and", o, self)
+    def __or__(self, o): return apply("bitwise_or", self, o)
+    def __ror__(self, o): return apply("bitwise_or", o, self)
+    def __xor__(self, o): return apply("bitwise_xor", self, o)
+    def __rxor__(self, o): return apply("bitwise_xor", o, self)
+    def __lshift__(self, o): return apply("left_shift", self, o)
+    def __rlshift__(self, o): return apply("left_shift", o, self)
+    def __rshift__(self, o): return apply("right_shift", self, o)
+    def __rrshift__(self, o): return apply("right_shift", o, self)
+    def __lt__(self, o): return apply("less", self, o)
+    def __le__(self, o): return apply("less_equal", self, o)
+    def __gt__(self, o): return apply("greater", self, o)
+    def __ge__(self, o): return apply("greater_equal", self, o)
+    def __eq__(self, o): return apply("equal", self, o)  # type: ignore[override]
+    def __ne__(self, o): return apply("not_equal", self, o)  # type: ignore[override]
+    def __neg__(self): return apply("negative", self)
+    def __pos__(self): return apply("positive", self)
+    def __abs__(self): return apply("absolute", self)
+    def __invert__(self): return apply("invert", self)
+    __hash__ = object.__hash__
+
+    # --------------------------------------------------------------- methods
+    def astype(self, dtype, *args, **kwargs):
+        return astype(self, dtype)
+
+    def clip(self, min=None, max=None):  # noqa: A002
+        return clip(self, min, max)
+
+    def sum(self, axis=None, dtype=None, keepdims=False):
+        return reduce("sum", self, axis, keepdims, dtype)
+
+    def mean(self, axis=None, dtype=None, keepdims=False):
+        return reduce("mean", self, axis, keepdims, dtype)
+
+    def max(self, axis=None, keepdims=False):
+        return reduce("max", self, axis, keepdims)
+
+    def min(self, axis=None, keepdims=False):
+        return reduce("min", self, axis, keepdims)
+
+    def prod(self, axis=None, dtype=None, keepdims=False):
+        return reduce("prod", self, axis, keepdims, dtype)
+
+    def argmax(self, axis=None, keepdims=False):
+        return reduce("argmax", self, axis, keepdims)
+
+    def argmin(self, axis=None, keepdims=False):
+        return reduce("argmin", self, axis, keepdims)
+
+    @property
+    def T(self):  # noqa: N802
+        raise TraceError(f"cuflow.fuse cannot trace a transpose at {caller_line()}: transpose "
+                         "the arguments before the call")
+
+    # ----------------------------------------------------- NumPy's protocols
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if method != "__call__" or kwargs.get("out") is not None:
+            raise TraceError(f"cuflow.fuse cannot trace numpy.{ufunc.__name__}.{method} "
+                             f"(or out=) at {caller_line()}")
+        r = apply(ufunc.__name__, *inputs)
+        dt = kwargs.get("dtype")
+        return r if dt is None else astype(r, dt)
+
+    def __array_function__(self, func, types, args, kwargs):
+        name = func.__name__
+        if name == "where":
+            return where(*args, **kwargs)
+        if name == "clip":
+            return clip(*args, **kwargs)
+        if name in REDUCTIONS or name in ("amax", "amin"):
+            red = {"amax": "max", "amin": "min"}.get(name, name)
+            a, *rest = args
+            axis = rest[0] if rest else kwargs.get("axis")
+            return reduce(red, a, axis, kwargs.get("keepdims", False))
+        raise TraceError(f"cuflow.fuse cannot trace numpy.{name} at {caller_line()}: only "
+                         "elementwise functions, where, clip and trailing reductions fuse")
+
+
+def _dtype_of(x: Any) -> Any:
+    """The dtype, or the Python type for a weak (Python) scalar."""
+    if isinstance(x, Expr):
+        return type(x.value) if x.weak else x.dtype
+    if isinstance(x, (bool, int, float)):
+        return type(x)
+    return numpy.asarray(x).dtype
+
+
+def const(x: Any) -> Expr:
+    """A constant baked into the kernel (Python scalars stay weakly typed)."""
+    if isinstance(x, Expr):
+        return x
+    if isinstance(x, (bool, int, float)):
+        dt = {bool: numpy.bool_, int: numpy.int64, float: numpy.float64}[type(x)]
+        return Expr("const", (), dt, (), x, weak=True)
+    if isinstance(x, complex):
+        raise TraceError(f"cuflow.fuse does not fuse complex values (got {x!r}) at "
+                         f"{caller_line()}")
+    if hasattr(x, "__cuda_array_interface__"):
+        raise TraceError(
+            f"cuflow.fuse cannot bake a captured device array of shape {tuple(x.shape)} into a "
+            f"kernel at {caller_line()}: pass it as an argument of the fused function")
+    a = numpy.asarray(x)
+    if a.ndim != 0:
+        raise TraceError(
+            f"cuflow.fuse cannot bake a captured array of shape {a.shape} into a kernel at "
+            f"{caller_line()}: pass it as an argument of the fused function")
+    if a.dtype.kind not in "biuf":
+        raise TraceError(f"cuflow.fuse does not fuse dtype {a.dtype} (at {caller_line()})")
+    return Expr("const", (), a.dtype, (), a[()].item(), weak=False)
+
+
+@functools.cache
+def _resolve(name: str, dts: tuple) -> tuple:
+    """NumPy's loop dtypes ``(inputs..., output)`` of ufunc ``name`` for ``dts``."""
+    uf = getattr(numpy, name)
+    try:
+        return uf.resolve_dtypes((*dts, None))
+    except Exception as e:
+        raise TraceError(f"numpy.{name} has no loop for {dts}: {e}") from None
+
+
+def _bshape(name: str, *xs: Expr) -> tuple:
+    try:
+        return tuple(numpy.broadcast_shapes(*(x.shp for x in xs)))
+    except ValueError:
+        raise TraceError(f"cuflow.fuse: operands of {name} do not broadcast together: "
+                         f"{', '.join(str(x.shp) for x in xs)} (at {caller_line()})") from None
+
+
+def apply(name: str, *xs: Any) -> Expr:
+    """The node of elementwise function ``name`` on ``xs`` (Exprs, scalars, 0-d constants)."""
+    name = _ALIASES.get(name, name)
+    args = tuple(const(x) for x in xs)
+    if name in EXTRA_UNARY:
+        (a,) = args
+        _, out = _resolve("exp", (_dtype_of(a),))
+        return Expr(name, (a,), out, a.shp)
+    if name not in UNARY and name not in BINARY:
+        raise TraceError(f"cuflow.fuse cannot fuse {name!r} (at {caller_line()}): fusable "
+                         "functions are the elementwise ufuncs, where, clip, astype, erf, "
+                         "sigmoid, rsqrt and trailing reductions")
+    expect = 1 if name in UNARY else 2
+    if len(args) != expect:
+        raise TraceError(f"cuflow.fuse: {name} takes {expect} array argument(s), got "
+                         f"{len(args)} (at {caller_line()})")
+    for a in args:
+        if a.op.startswith("reduce:"):
+            raise TraceError(f"cuflow.fuse: the result of {a.op[7:]}() is used by {name} at "
+                             f"{caller_line()}; a reduction can only be an output of the "
+                             "fused function (a trailing reduction)")
+    *ins, out = _resolve(name, tuple(_dtype_of(a) for a in args))
+    if all(a.op == "const" for a in args):
+        with numpy.errstate(all="ignore"):
+            v = getattr(numpy, name)(*(a.value if a.weak else numpy.asarray(a.value, a.dtype)
+                                       for a in args))
+        weak = all(a.weak for a in args) and isinstance(v, (bool, int, float))
+        if weak:
+            return Expr("const", (), out, (), v, weak=True)
+        return Expr("const", (), out, (), numpy.asarray(v, out)[()].item())
+    # the ufunc computes in its loop dtypes: cast the operands to them first
+    cargs = tuple(_cast_node(a, dt) for a, dt in zip(args, ins))
+    shape = _bshape(name, *args)
+    if name == "power" and cargs[1].op == "const" and out.kind == "f":
+        # small constant exponents as NumPy's scalar power does: multiplies, sqrt, reciprocal
+        e = cargs[1].value
+        b = cargs[0]
+        if e in (2, 3, 4):
+            r = Expr("multiply", (b, b), out, shape)
+            for _ in range(int(e) - 2):
+                r = Expr("multiply", (r, b), out, shape)
+            return r
+        if e == 0.5:
+            return Expr("sqrt", (b,), out, shape)
+        if e == -1:
+            return Expr("reciprocal", (b,), out, shape)
+        if e == 1:
+            return Expr("positive", (b,), out, shape)
+    return Expr(name, cargs, out, shape)
+
+
+def _cast_node(a: Expr, dt: numpy.dtype) -> Expr:
+    if a.dtype == dt:
+        return a
+    if a.op == "const":
+        return Expr("const", (), dt, (), numpy.asarray(a.value).astype(dt)[()].item())
+    return Expr("cast", (a,), dt, a.shp)
+
+
+def astype(x: Any, dtype: Any) -> Expr:
+    """``x.astype(dtype)`` (NumPy's unsafe cast)."""
+    dt = numpy.dtype(dtype)
+    if dt.kind not in "biuf":
+        raise TraceError(f"cuflow.fuse does not fuse dtype {dt} (astype at {caller_line()})")
+    x = const(x)
+    if x.dtype == dt and not x.weak:
+        return x
+    if x.op == "const":
+        return Expr("const", (), dt, (), numpy.asarray(x.value).astype(dt)[()].item())
+    return Expr("cast", (x,), dt, x.shp)
+
+
+def where(cond: Any, a: Any, b: Any) -> Expr:
+    """``a`` where ``cond`` else ``b`` (NumPy's ``where``, promotion of ``a`` and ``b``)."""
+    c, x, y = const(cond), const(a), const(b)
+    # Python scalars promote weakly: as values (result_type of the type float is float64)
+    dt = numpy.result_type(*(v.value if v.weak else v.dtype for v in (x, y)))
+    shape = _bshape("where", c, x, y)
+    return Expr("where", (_cast_node(c, numpy.dtype(bool)) if c.dtype != bool else c,
+                          _cast_node(x, dt), _cast_node(y, dt)), dt, shape)
+
+
+def clip(x: Any, lo: Any = None, hi: Any = None) -> Expr:
+    """``minimum(maximum(x, lo), hi)`` (NumPy's ``clip``; NaN propagates)."""
+    r = const(x)
+    if lo is not None:
+        r = apply("maximum", r, lo)
+    if hi is not None:
+        r = apply("minimum", r, hi)
+    if r.dtype != const(x).dtype and const(x).dtype.kind == r.dtype.kind:
+        r = _cast_node(r, const(x).dtype)  # NumPy 2 keeps x's dtype for same-kind bounds
+    return r
+
+
+@functools.cache
+def _reduce_dtype(name: str, dt: numpy.dtype, kw: Any) -> numpy.dtype:
+    if name in ("argmax", "argmin"):
+        return numpy.dtype(numpy.int64)
+    probe = numpy.ones((2,), dtype=dt)
+    with numpy.errstate(all="ignore"):
+        return numpy.asarray(getattr(probe, name)(**({} if kw is None else {"dtype": kw}))).dtype
+
+
+def reduce(name: str, x: Any, axis: Any = None, keepdims: bool = False,
+           dtype: Any = None) -> Expr:
+    """A trailing reduction ``name`` of ``x`` over ``axis`` (None: everything)."""
+    x = const(x)
+    if x.op.startswith("reduce:"):
+        raise TraceError(f"cuflow.fuse: a reduction of a reduction at {caller_line()}; "
+                         "only one trailing reduction fuses")
+    nd = len(x.shp)
+    if axis is not None:
+        if isinstance(axis, tuple):
+            if len(axis) != 1:
+                raise TraceError(f"cuflow.fuse: a fused reduction takes one axis or None, "
+                                 f"got axis={axis} (at {caller_line()})")
+            axis = axis[0]
+        axis = int(axis)
+        if not -nd <= axis < nd:
+            raise numpy.exceptions.AxisError(
+                f"cuflow.fuse: axis {axis} is out of bounds for a traced array of dimension {nd}")
+        axis %= nd
+    if axis is None:
+        shape = (1,) * nd if keepdims else ()
+    else:
+        shape = tuple(1 if i == axis else n for i, n in enumerate(x.shp)) if keepdims else \
+            tuple(n for i, n in enumerate(x.shp) if i != axis)
+    dt = _reduce_dtype(name, x.dtype, None if dtype is None else numpy.dtype(dtype))
+    return Expr(f"reduce:{name}", (x,), dt, shape, (axis, bool(keepdims)))

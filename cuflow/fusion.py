@@ -1,0 +1,497 @@
+"""``cuflow.fuse``: a Python function of arrays and scalars, run as one generated kernel.
+
+::
+
+    @cuflow.fuse
+    def gelu(x):
+        return 0.5 * x * (1 + cuflow.tanh(0.7978845608 * (x + 0.044715 * x ** 3)))
+
+    y = gelu(x)                # one kernel: x read once, y written once
+    gelu(x, dst=y)             # into a preallocated output (dst= of every op)
+    gelu(x, dst=x)             # in place
+    gelu(x, stream=s)          # queued on s
+
+Array arguments and Python ``int``/``float`` arguments are the kernel's
+operands (a new scalar value reuses the kernel); any other argument (a
+``bool`` flag, ``None``, a string, a tuple) is static: Python code may branch
+on it, and each value traces once.  The first call with a new signature
+(dtypes, shapes, strides, scalar types, static arguments) runs the function once on traced arrays to record the
+expression; the engine (:mod:`cuflow.core._engine`) generates one kernel
+for it, compiles it with NVRTC (cached in memory and on disk) and launches
+it.  Later calls with the same signature only launch.
+
+What traces: operators, comparisons, cuflow's and NumPy's elementwise
+functions, ``where``, ``clip``, ``astype``, :func:`erf`, :func:`sigmoid`,
+:func:`rsqrt`, lambdas, closures, captured scalars, keyword arguments, Python
+control flow on shapes and dtypes, several outputs (return a tuple), and one
+trailing reduction (``sum``, ``mean``, ``max``, ``min``, ``prod``, ``argmax``,
+``argmin`` over one axis or everything) as the single output.  What does not:
+control flow on values, indexing, non-elementwise functions; these raise
+:class:`TraceError` naming the construct and its line, or, with
+``FuseOptions(fallback="unfused")``, run the function op by op with a
+one-time warning.
+
+On the NumPy backend a fused function runs op by op (the CPU test oracle),
+with the same results.
+
+Stream semantics: the kernel is queued on ``stream`` or the current stream;
+nothing synchronizes the host.  A fused call inside ``cuflow.graph`` capture
+is recorded like any other kernel (trace and compile outside capture first).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import linecache
+import math
+import traceback
+import warnings
+from collections.abc import Callable
+from typing import Any, Literal
+
+import numpy
+
+from ._errors import ArgumentError
+from .core import _engine, _runtime
+from .core._contract import prepare_out
+from .core._ewgen import topo
+from .core._expr import EXTRA_UNARY, Expr, TraceError, apply
+from .core._streams import use_stream
+
+__all__ = ["fuse", "Fused", "FuseOptions", "TraceError", "erf", "erfc", "sigmoid", "rsqrt",
+           "stats"]
+
+
+@dataclasses.dataclass(frozen=True)
+class FuseOptions:
+    """How :func:`fuse` treats a function.
+
+    Attributes
+    ----------
+    fallback : {"error", "unfused"}
+        What a construct the tracer cannot handle does: raise :class:`TraceError`
+        (default), or run the function op by op, with a warning the first time.
+    name : str or None
+        The name in error messages and kernel statistics (default: the function's).
+    """
+
+    fallback: Literal["error", "unfused"] = "error"
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.fallback not in ("error", "unfused"):
+            raise ArgumentError(f"FuseOptions.fallback must be 'error' or 'unfused', got "
+                                f"{self.fallback!r}")
+
+
+def stats() -> dict[str, Any]:
+    """The engine's counters: ``compiles``, ``compile_ms``, ``disk_hits``, ``memory_hits``, ``plans``."""
+    return _engine.stats()
+
+
+# ------------------------------------------------- functions beyond NumPy's
+def _special(name: str, x: Any, dst: Any = None, stream: Any = None) -> Any:
+    if isinstance(x, Expr):
+        return apply(name, x)
+    rt = _runtime.runtime()
+    if stream is not None:
+        with use_stream(stream):
+            return _special(name, x, dst)
+    xp = rt.xp
+    a = xp.asarray(x)
+    dt = numpy.exp(numpy.ones((), a.dtype)).dtype  # NumPy's float result dtype
+    a = a.astype(dt, copy=False)
+    if name == "sigmoid":
+        r = 1 / (1 + xp.exp(-a))
+    elif name == "rsqrt":
+        r = 1 / xp.sqrt(a)
+    elif rt.is_gpu:
+        from cupyx.scipy import special  # noqa: PLC0415  (optional dependency)
+
+        r = getattr(special, name)(a)
+    else:
+        f = getattr(math, name)
+        r = numpy.vectorize(f, otypes=[numpy.float64])(a).astype(dt)
+    r = rt.wrap(xp.asarray(r, dtype=dt))
+    if dst is None:
+        return r
+    prepare_out(name, dst, r.shape, r.dtype)
+    xp.copyto(dst, r, casting="same_kind")
+    return dst
+
+
+def erf(x: Any, /, *, dst: Any = None, stream: Any = None) -> Any:
+    """The error function, elementwise (fuses inside :func:`fuse`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return _special("erf", x, dst, stream)
+
+
+def erfc(x: Any, /, *, dst: Any = None, stream: Any = None) -> Any:
+    """The complementary error function, elementwise (fuses inside :func:`fuse`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return _special("erfc", x, dst, stream)
+
+
+def sigmoid(x: Any, /, *, dst: Any = None, stream: Any = None) -> Any:
+    """The logistic function ``1 / (1 + exp(-x))``, elementwise (fuses inside :func:`fuse`).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return _special("sigmoid", x, dst, stream)
+
+
+def rsqrt(x: Any, /, *, dst: Any = None, stream: Any = None) -> Any:
+    """``1 / sqrt(x)``, elementwise (fuses inside :func:`fuse`; the device's rsqrt there).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    return _special("rsqrt", x, dst, stream)
+
+
+assert EXTRA_UNARY == {"erf", "erfc", "sigmoid", "rsqrt"}
+
+
+# ----------------------------------------------------------------- tracing
+class _Entry:
+    """What one call signature runs: a plan, or the unfused function."""
+
+    __slots__ = ("plan", "arr_pos", "sc_pos", "sc_kind", "out_shapes", "out_dtypes", "single",
+                 "reduction", "unfused")
+
+    def __init__(self) -> None:
+        self.unfused = False
+
+
+def _user_line(e: BaseException, fn: Callable) -> str:
+    """``file:line: source`` of the deepest frame of ``e``'s traceback inside ``fn``'s file."""
+    code = getattr(fn, "__code__", None)
+    fname = code.co_filename if code is not None else None
+    best = None
+    for fr in traceback.extract_tb(e.__traceback__):
+        if fr.filename == fname:
+            best = fr
+    if best is None:
+        return "<unknown line>"
+    src = best.line or linecache.getline(best.filename, best.lineno).strip()
+    return f"{best.filename}:{best.lineno}: {src}"
+
+
+_OPS_KEYS = ("dst", "stream")
+
+
+class Fused:
+    """A function compiled by :func:`fuse`; call it like the function, plus ``dst=`` and ``stream=``."""
+
+    def __init__(self, fn: Callable, options: FuseOptions) -> None:
+        self.fn = fn
+        self.options = options
+        self.name = options.name or getattr(fn, "__name__", "fused")
+        self._entries: dict = {}
+        self._warned = False
+        # one array output over same-shape contiguous operands: launched from C
+        self._op = _engine.EwOp(self.name, fn, fused=True)
+        functools.update_wrapper(self, fn)
+
+    def __repr__(self) -> str:
+        return f"<cuflow.fuse of {self.name}>"
+
+    def __get__(self, obj, objtype=None):  # methods: bind like a function
+        return self if obj is None else functools.partial(self, obj)
+
+    def __call__(self, *args: Any, dst: Any = None, stream: Any = None, **kwargs: Any) -> Any:
+        """Run the fused function; ``dst`` (an array, or a tuple per output) and ``stream``.
+
+        Notes
+        -----
+        Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+        """
+        rt = _runtime._current
+        if rt is not None and stream is None and not kwargs:
+            fast = rt.fast
+            if fast is not None:  # same-shape contiguous operands: launched from C
+                r = fast.ew(self._op, args, dst)
+                if r is not None:
+                    return r
+        if rt is None:
+            rt = _runtime.runtime()
+        if stream is not None:
+            with use_stream(stream):
+                return self(*args, dst=dst, **kwargs)
+        if not rt.is_gpu:
+            return self._cpu(rt, args, kwargs, dst)
+        nd = rt.ndarray
+        key: list = []
+        for a in args:
+            if isinstance(a, nd):
+                key.append((a.dtype.num, a.shape, a.strides, not a.data.ptr & 15))
+            else:
+                key.append(_static_key(a))
+        if kwargs:
+            for k in sorted(kwargs):
+                a = kwargs[k]
+                key.append(k)
+                key.append((a.dtype.num, a.shape, a.strides, not a.data.ptr & 15)
+                           if isinstance(a, nd) else _static_key(a))
+        if dst is not None:
+            key.append(_dst_key(nd, dst))
+        if rt.device_count > 1:
+            key.append(rt.current_device())  # a module is loaded per device
+        tkey = tuple(key)
+        ent = self._entries.get(tkey)
+        if ent is None:
+            ent = self._entries[tkey] = self._build(rt, args, kwargs, dst, tkey)
+        if ent.unfused:
+            return self._unfused(rt, args, kwargs, dst)
+        allargs = args if not kwargs else (*args, *(kwargs[k] for k in sorted(kwargs)))
+        arrays = [allargs[i] for i in ent.arr_pos]
+        scal = [allargs[i] for i in ent.sc_pos]
+        if dst is None:
+            D = rt.darray
+            outs = [D(s, d) for s, d in zip(ent.out_shapes, ent.out_dtypes)]
+            writes = outs
+        else:
+            dsts = (dst,) if not isinstance(dst, (tuple, list)) else tuple(dst)
+            if len(dsts) != len(ent.out_shapes):
+                raise ArgumentError(f"cuflow.fuse({self.name}): dst= has {len(dsts)} arrays "
+                                    f"for {len(ent.out_shapes)} outputs")
+            outs = list(dsts)
+            writes = []
+            for d, s, dt in zip(dsts, ent.out_shapes, ent.out_dtypes):
+                arrays = list(prepare_out(self.name, d, s, dt, inputs=arrays,
+                                          overlap="elementwise" if ent.reduction is None
+                                          else "copy"))
+                writes.append(d if d.flags.c_contiguous else rt.darray(s, d.dtype))
+        tmp = None
+        p = ent.plan
+        if p.reduction is not None and not p.n:
+            return self._empty_reduction(rt, ent, writes[0], outs)
+        if p.tmp_bytes:
+            tmp = rt.xp.empty(p.tmp_bytes, numpy.uint8)
+        p.launch([a.data.ptr for a in arrays], [o.data.ptr for o in writes], scal,
+                 rt.xp.cuda.get_current_stream().ptr, tmp)
+        for o, w in zip(outs, writes):
+            if o is not w:
+                o[...] = w
+        return outs[0] if ent.single else tuple(outs)
+
+    # ---------------------------------------------------------------- build
+    def _build(self, rt: Any, args: tuple, kwargs: dict, dst: Any, tkey: tuple) -> _Entry:
+        ent, t = self._trace(rt.ndarray, args, kwargs, dst)
+        if t is None:
+            return ent
+        arrays = t[3]
+        dsts = t[6]
+        aligned = all(not a.data.ptr & 15 for a in arrays) and (
+            dsts is None or all(not d.data.ptr & 15 for d in dsts))
+        ent.plan = _engine.plan(*t[:6], ent.reduction, rt.current_device(), aligned)
+        return ent
+
+    def cuda_source(self, *args: Any, dst: Any = None, **kwargs: Any) -> str:
+        """The CUDA source the GPU would run for these arguments (NumPy arrays stand in).
+
+        For reading and for compile checks without a GPU; the pointers are taken as
+        16-byte aligned.
+        """
+        ent, t = self._trace(numpy.ndarray, args, kwargs, dst)
+        if t is None:
+            raise TraceError(f"cuflow.fuse({self.name}) runs unfused for these arguments")
+        return _engine.source(*t[:6], ent.reduction, True).src
+
+    def _trace(self, nd: type, args: tuple, kwargs: dict, dst: Any) -> tuple:
+        """Trace ``fn`` for these arguments: ``(entry, plan arguments)`` (None: unfused)."""
+        ent = _Entry()
+        names = sorted(kwargs)
+        allargs = (*args, *(kwargs[k] for k in names))
+        targs: list = []
+        arr_nodes: dict[int, Expr] = {}
+        sc_nodes: dict[int, Expr] = {}
+        for i, a in enumerate(allargs):
+            if isinstance(a, nd):
+                if a.dtype.kind not in "biuf":
+                    raise TraceError(f"cuflow.fuse({self.name}): argument {i} has dtype "
+                                     f"{a.dtype}; fused kernels take bool, integer and float")
+                t = arr_nodes[i] = Expr("input", (), a.dtype, tuple(a.shape), i)
+            elif type(a) is int or type(a) is float:
+                t = sc_nodes[i] = Expr("scalar", (), numpy.int64 if type(a) is int else
+                                       numpy.float64, (), type(a)(0), weak=True)
+            elif isinstance(a, numpy.generic) and a.dtype.kind in "biuf":
+                t = sc_nodes[i] = Expr("scalar", (), a.dtype, (), i)
+            else:
+                t = a
+            targs.append(t)
+        try:
+            with numpy.errstate(all="ignore"):
+                res = self.fn(*targs[:len(args)], **dict(zip(names, targs[len(args):])))
+            outputs = res if isinstance(res, tuple) else (res,)
+            for j, o in enumerate(outputs):
+                if not isinstance(o, Expr) or o.op in ("const", "scalar"):
+                    raise TraceError(
+                        f"cuflow.fuse({self.name}): output {j} does not depend on an array "
+                        f"argument (got {o!r}); return arrays computed from the arguments")
+            reds = [o for o in outputs if o.op.startswith("reduce:")]
+            if reds and len(outputs) != 1:
+                raise TraceError(f"cuflow.fuse({self.name}): a trailing reduction must be the "
+                                 "only output")
+            if not reds and len({o.shape for o in outputs}) != 1:
+                raise TraceError(f"cuflow.fuse({self.name}): outputs of different shapes "
+                                 f"({', '.join(str(o.shape) for o in outputs)}); fused outputs "
+                                 "share one shape")
+        except TraceError as e:
+            return self._give_up(ent, e), None
+        except Exception as e:
+            err = TraceError(f"cuflow.fuse({self.name}) cannot trace {type(e).__name__}: {e} "
+                             f"at {_user_line(e, self.fn)}")
+            err.__cause__ = e
+            return self._give_up(ent, err), None
+        ent.single = not isinstance(res, tuple)
+        used = {id(n) for n in topo(outputs)}
+        ent.arr_pos = [i for i, n in arr_nodes.items() if id(n) in used]
+        ent.sc_pos = [i for i, n in sc_nodes.items() if id(n) in used]
+        in_nodes = [arr_nodes[i] for i in ent.arr_pos]
+        s_nodes = [sc_nodes[i] for i in ent.sc_pos]
+        arrays = [allargs[i] for i in ent.arr_pos]
+        dsts = None if dst is None else ((dst,) if not isinstance(dst, (tuple, list))
+                                         else tuple(dst))
+        if reds:
+            r = reds[0]
+            axis, _ = r.value
+            src = r.args[0]
+            shape = src.shape
+            out_dt = r.dtype if dsts is None else dsts[0].dtype
+            ent.reduction = (r.op[7:], axis, out_dt)
+            ent.out_shapes = [r.shape]
+            ent.out_dtypes = [r.dtype]
+            outs_nodes = (src,)
+            plan_dts = (out_dt,)
+        else:
+            shape = outputs[0].shape
+            ent.reduction = None
+            ent.out_shapes = [o.shape for o in outputs]
+            ent.out_dtypes = [o.dtype for o in outputs]
+            outs_nodes = outputs
+            plan_dts = tuple(o.dtype if dsts is None else d.dtype
+                             for o, d in zip(outputs, dsts or outputs))
+        for x in arrays:
+            if _engine.broadcast_strides(x, shape) is None:
+                return self._give_up(ent, TraceError(
+                    f"cuflow.fuse({self.name}): an input with strides {x.strides} that are "
+                    "not whole elements; pass a copy")), None
+        return ent, (outs_nodes, in_nodes, s_nodes, arrays, plan_dts, shape, dsts)
+
+    def _give_up(self, ent: _Entry, err: TraceError) -> _Entry:
+        if self.options.fallback == "error":
+            raise err
+        if not self._warned:
+            self._warned = True
+            warnings.warn(f"{err}; running {self.name} unfused (op by op)", RuntimeWarning,
+                          stacklevel=4)
+        ent.unfused = True
+        return ent
+
+    def _empty_reduction(self, rt: Any, ent: _Entry, out: Any, outs: list) -> Any:
+        name = ent.reduction[0]
+        if name in ("max", "min", "argmax", "argmin"):
+            raise ArgumentError(f"cuflow.fuse({self.name}): {name} of an empty array "
+                                "(zero-size reduction has no identity)")
+        out.fill({"sum": 0, "prod": 1, "mean": numpy.nan}[name])
+        if outs[0] is not out:
+            outs[0][...] = out
+        return outs[0]
+
+    # -------------------------------------------------------------- unfused
+    def _cpu(self, rt: Any, args: tuple, kwargs: dict, dst: Any) -> Any:
+        """The NumPy backend: trace once per signature (the same errors), then run op by op."""
+        nd = rt.ndarray
+        key = tuple((a.dtype.num, a.shape, a.strides) if isinstance(a, nd) else _static_key(a)
+                    for a in (*args, *(kwargs[k] for k in sorted(kwargs))))
+        key += tuple(sorted(kwargs))
+        if key not in self._entries:
+            self._entries[key] = self._trace(nd, args, kwargs, dst)[0]
+        return self._unfused(rt, args, kwargs, dst)
+
+    def _unfused(self, rt: Any, args: tuple, kwargs: dict, dst: Any) -> Any:
+        with numpy.errstate(all="ignore"):
+            res = self.fn(*args, **kwargs)
+        single = not isinstance(res, tuple)
+        outs = (res,) if single else res
+        outs = tuple(rt.wrap(rt.xp.asarray(o)) for o in outs)
+        if dst is None:
+            return outs[0] if single else outs
+        dsts = (dst,) if not isinstance(dst, (tuple, list)) else tuple(dst)
+        if len(dsts) != len(outs):
+            raise ArgumentError(f"cuflow.fuse({self.name}): dst= has {len(dsts)} arrays for "
+                                f"{len(outs)} outputs")
+        for d, o in zip(dsts, outs):
+            prepare_out(self.name, d, o.shape, o.dtype)
+            rt.xp.copyto(d, o, casting="same_kind")
+        return dsts[0] if single else dsts
+
+
+def _static_key(a: Any) -> Any:
+    t = type(a)
+    if t is int or t is float:
+        return t  # a runtime scalar: one kernel for every value
+    if isinstance(a, numpy.generic):
+        return ("np", a.dtype.num)
+    try:
+        hash(a)
+    except TypeError:
+        return ("id", id(a))
+    return ("v", t, a)
+
+
+def _dst_key(nd: type, dst: Any) -> Any:
+    ds = dst if isinstance(dst, (tuple, list)) else (dst,)
+    return tuple((d.dtype.num, d.shape, d.strides, not d.data.ptr & 15) if isinstance(d, nd)
+                 else ("bad", type(d)) for d in ds)
+
+
+def fuse(fn: Callable | None = None, *, options: FuseOptions | None = None,
+         fallback: Literal["error", "unfused"] | None = None) -> Any:
+    """Compile ``fn`` (a function of arrays and scalars) into one elementwise kernel.
+
+    Usable as ``@cuflow.fuse``, ``@cuflow.fuse(fallback="unfused")`` or
+    ``cuflow.fuse(fn, options=FuseOptions(...))``.
+
+    Parameters
+    ----------
+    fn : callable
+        Arrays in, one array (or a tuple of same-shape arrays, or one trailing
+        reduction) out.
+    options : FuseOptions, optional
+    fallback : {"error", "unfused"}, optional
+        Shorthand for ``options=FuseOptions(fallback=...)``.
+
+    Returns
+    -------
+    Fused
+        Call it with the function's arguments plus keyword-only ``dst=`` (an
+        array, or a tuple with one array per output) and ``stream=``.
+
+    Notes
+    -----
+    Stream semantics: each call is asynchronous, queued on ``stream`` or the current stream.
+    """
+    if options is None:
+        options = FuseOptions() if fallback is None else FuseOptions(fallback=fallback)
+    elif fallback is not None:
+        options = dataclasses.replace(options, fallback=fallback)
+    if fn is None:
+        return lambda f: Fused(f, options)
+    if not callable(fn):
+        raise ArgumentError(f"cuflow.fuse: fn must be callable, got {type(fn).__name__}")
+    return Fused(fn, options)
+

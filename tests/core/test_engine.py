@@ -1,0 +1,126 @@
+"""Single ops through the elementwise engine: NumPy's results and dtypes, on every backend.
+
+On the GPU these calls run the engine's generated kernels from the compiled
+launcher (scalars, comparisons, where, clip, astype, copy, mixed dtypes,
+reflected operators); on the NumPy backend they are NumPy's own.  Either way
+the values and dtypes are NumPy's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cuflow
+
+OPS = {
+    "x * 2": lambda m, x, y, b: x * 2,
+    "x + 1": lambda m, x, y, b: x + 1,
+    "2.5 - x": lambda m, x, y, b: 2.5 - x,
+    "1 / x": lambda m, x, y, b: 1 / x,
+    "x ** 2": lambda m, x, y, b: x ** 2,
+    "x / 3": lambda m, x, y, b: x / 3,
+    "x > 0.5": lambda m, x, y, b: x > 0.5,
+    "x == y": lambda m, x, y, b: x == y,
+    "x <= y": lambda m, x, y, b: x <= y,
+    "tanh(x)": lambda m, x, y, b: m.tanh(x),
+    "sqrt(|x|)": lambda m, x, y, b: m.sqrt(m.abs(x)),
+    "exp(x)": lambda m, x, y, b: m.exp(x),
+    "log(|x| + 1)": lambda m, x, y, b: m.log(m.abs(x) + 1),
+    "maximum(x, 0.0)": lambda m, x, y, b: m.maximum(x, 0.0),
+    "minimum(x, y)": lambda m, x, y, b: m.minimum(x, y),
+    "clip(x, 0, 1)": lambda m, x, y, b: m.clip(x, 0, 1),
+    "where(b, x, y)": lambda m, x, y, b: m.where(b, x, y),
+    "where(b, x, 0.0)": lambda m, x, y, b: m.where(b, x, 0.0),
+    "logical_and(b, x > y)": lambda m, x, y, b: m.logical_and(b, x > y),
+    "x.astype(float16)": lambda m, x, y, b: x.astype(np.float16),
+    "x.astype(int32)": lambda m, x, y, b: x.astype(np.int32),
+    "x.copy()": lambda m, x, y, b: x.copy(),
+    "x + y16": lambda m, x, y, b: x + y.astype(np.float16),
+    "arctan2(x, y)": lambda m, x, y, b: m.arctan2(x, y),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_single_ops_match_numpy(cf, rng, name, dtype):
+    xa = rng.uniform(-3, 3, (37, 29)).astype(dtype)
+    ya = rng.uniform(-3, 3, (37, 29)).astype(dtype)
+    ba = rng.integers(0, 2, (37, 29)).astype(bool)
+    with np.errstate(all="ignore"):
+        want = np.asarray(OPS[name](np, xa, ya, ba))
+    got = OPS[name](cf, cf.asarray(xa), cf.asarray(ya), cf.asarray(ba))
+    assert isinstance(got, cf.darray)
+    got = cf.asnumpy(got)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if want.dtype.kind == "f":
+        tol = {2: 1e-3, 4: 2e-6, 8: 1e-13}[want.dtype.itemsize]
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+def test_dst_and_in_place_scalar_ops(cf, rng):
+    xa = rng.uniform(-3, 3, 1001).astype(np.float32)
+    x = cf.asarray(xa.copy())  # the NumPy backend would share xa's memory
+    d = cf.empty((1001,), cf.float64)
+    assert cf.multiply(x, 3.0, dst=d) is d
+    np.testing.assert_allclose(cf.asnumpy(d), xa.astype(np.float64) * np.float32(3.0), rtol=1e-7)
+    x += 1.5
+    x *= 2
+    np.testing.assert_allclose(cf.asnumpy(x), (xa + np.float32(1.5)) * 2, rtol=1e-6)
+    with pytest.raises(cuflow.DstDtypeError):
+        cf.multiply(x, 3.0, dst=cf.empty((1001,), cf.int32))
+
+
+@pytest.mark.gpu
+def test_scalar_ops_take_the_engine(gpu_cf):
+    cf = gpu_cf
+    x = cf.ones((64,), cf.float32)
+    before = cf.fusion.stats()["plans"]
+    for _ in range(3):
+        cf.tanh(x * 2 + 5.0) > 0.25
+    after = cf.fusion.stats()["plans"]
+    assert 1 <= after - before <= 4  # one plan per op and signature, then launched from C
+
+
+@pytest.mark.gpu
+def test_integer_and_strided_calls_keep_cupys_path(gpu_cf, rng):
+    cf = gpu_cf
+    xi = cf.asarray(rng.integers(-100, 100, 50).astype(np.int16))
+    np.testing.assert_array_equal(cf.asnumpy(xi * 3), cf.asnumpy(xi) * 3)
+    m = cf.asarray(rng.uniform(-1, 1, (20, 30)).astype(np.float32))
+    np.testing.assert_allclose(cf.asnumpy(cf.tanh(m.T)), np.tanh(cf.asnumpy(m).T), rtol=1e-6)
+
+
+REDUCE = ["sum", "mean", "max", "min", "prod", "argmax", "argmin"]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64, np.bool_])
+@pytest.mark.parametrize("axis", [None, -1, 1])
+@pytest.mark.parametrize("name", REDUCE)
+def test_small_reductions_match_numpy(cf, rng, name, axis, dtype):
+    if dtype == np.bool_ and name in ("mean",):
+        pytest.skip("not meaningful for bool")
+    xa = (rng.uniform(0.5, 1.5, (16, 64)) if dtype != np.bool_ else
+          rng.integers(0, 2, (16, 64))).astype(dtype)
+    xa.flat[77] = xa.flat[5]  # a tie for the arg-reductions: the first index wins
+    want = np.asarray(getattr(xa, name)(axis=axis))
+    got = getattr(cf.asarray(xa), name)(axis=axis)
+    assert isinstance(got, cf.darray)
+    got = cf.asnumpy(got)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if want.dtype.kind == "f":
+        np.testing.assert_allclose(got, want, rtol={2: 2e-3, 4: 1e-5, 8: 1e-12}[
+            want.dtype.itemsize])
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+def test_where_with_a_python_scalar_keeps_the_array_dtype(cf, rng):
+    for dt in (np.float16, np.float32):
+        x = cf.asarray(rng.uniform(-1, 1, 64).astype(dt))
+        m = x > 0
+        assert cf.where(m, x, 0.0).dtype == dt
+        f = cf.fuse(lambda c, v: cf.where(c, v, 0.0))
+        assert f(m, x).dtype == dt

@@ -1,0 +1,581 @@
+"""cuflow.fuse: traced chains against NumPy, on every backend; generated kernels compile on a CPU.
+
+The oracle of every chain is the same Python function run by NumPy.  On the
+NumPy backend a fused function runs op by op (so it must agree exactly); on
+the GPU it runs as one generated kernel (agreement within each dtype's
+tolerance, special values kept).  Without a GPU the generated CUDA source is
+still compiled with NVRTC for sm_90.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import types
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import cuflow
+from cuflow.core import _engine
+
+try:
+    from cuda.bindings import nvrtc  # noqa: F401
+
+    HAVE_NVRTC = True
+except ImportError:  # pragma: no cover - the test extra installs it
+    HAVE_NVRTC = False
+
+
+# --------------------------------------------------------------- the oracle
+def _np_erf(x):
+    dt = np.exp(np.ones((), x.dtype)).dtype
+    return np.vectorize(math.erf, otypes=[np.float64])(x).astype(dt)
+
+
+NP = types.SimpleNamespace(**{n: getattr(np, n) for n in dir(np) if not n.startswith("_")})
+NP.erf = _np_erf
+NP.sigmoid = lambda x: 1 / (1 + np.exp(-x))
+NP.astype = lambda x, d: x.astype(d)
+
+
+def ns(cf):
+    """The namespace a chain is written against: cuflow with fusion's extra functions."""
+    return types.SimpleNamespace(**{n: getattr(cf, n) for n in dir(cf) if not n.startswith("_")},
+                                 erf=cf.fusion.erf, sigmoid=cf.fusion.sigmoid)
+
+
+TOL = {np.dtype(np.float16): (2e-3, 2e-3), np.dtype(np.float32): (2e-6, 1e-6),
+       np.dtype(np.float64): (1e-13, 1e-14)}
+
+
+def check(got, want):
+    got = np.asarray(got)
+    want = np.asarray(want)
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    if want.dtype.kind == "f":
+        rtol, atol = TOL[want.dtype]
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol,
+                                   atol=atol * max(1.0, float(np.nanmax(np.abs(
+                                       np.where(np.isfinite(want), want, 0)), initial=0))),
+                                   equal_nan=True)
+        fin = np.isfinite(want)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_array_equal(got[~fin & ~np.isnan(want)], want[~fin & ~np.isnan(want)])
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+def host(x):
+    return cuflow.asnumpy(x) if not isinstance(x, (tuple, list)) else [cuflow.asnumpy(y)
+                                                                           for y in x]
+
+
+def rand(rng, shape, dtype, lo=-4.0, hi=4.0):
+    dt = np.dtype(dtype)
+    if dt.kind == "f":
+        return rng.uniform(lo, hi, shape).astype(dt)
+    if dt.kind == "b":
+        return rng.integers(0, 2, shape).astype(bool)
+    info = np.iinfo(dt)
+    return rng.integers(info.min, info.max, shape, dtype=dt, endpoint=True)
+
+
+# ------------------------------------------------------- the named chains
+def gelu(m, x):
+    return 0.5 * x * (1 + m.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
+
+
+def axpby_relu(m, a, x, b, y):
+    return m.maximum(a * x - b * y, 0) ** 2
+
+
+def img_gamma(m, img, scale, offset):
+    f = m.astype(img, m.float32) / 255
+    lin = m.where(f > 0.04045, ((f + 0.055) / 1.055) ** 2.4, f / 12.92)
+    return m.clip(lin * scale + offset, 0.0, 1.0)
+
+
+def normalize_channels(m, x, mean, std):
+    return (x - mean) / std
+
+
+def half_chain(m, x, y):
+    return m.sqrt(m.abs(x * y) + 1) - x
+
+
+def erf_chain(m, x):
+    return 0.5 * x * (1 + m.erf(x * 0.7071067811865476))
+
+
+def sq_diff_sum(m, a, b):
+    return ((a - b) ** 2).sum()
+
+
+def row_max(m, x):
+    return m.exp(x - 1).max(axis=-1)
+
+
+def col_mean(m, x):
+    return (x * 2).mean(axis=0)
+
+
+def argmax_rows(m, x):
+    return m.sigmoid(x).argmax(axis=1)
+
+
+def lut_two_outputs(m, img, k):
+    f = m.astype(img, m.float16) * k
+    return m.tanh(f), img > 100
+
+
+def two_outputs(m, x, y):
+    s = x + y
+    return s * 2, m.logical_and(s > 0, x < y)
+
+
+def ints(m, a, b):
+    return (a * 3 + b) // 7, a % (b | 1), a >> 2, m.minimum(a, b), -a
+
+
+CHAINS = {
+    "gelu": (gelu, lambda r: (rand(r, (257, 33), np.float32),)),
+    "axpby_relu": (axpby_relu, lambda r: (1.5, rand(r, (1000,), np.float32), 0.25,
+                                          rand(r, (1000,), np.float32))),
+    "img_gamma": (img_gamma, lambda r: (rand(r, (31, 17, 3), np.uint8),
+                                        rand(r, (3,), np.float32, 0.5, 2),
+                                        rand(r, (3,), np.float32))),
+    "img_gamma_table": (img_gamma, lambda r: (rand(r, (128, 201, 3), np.uint8),
+                                              rand(r, (3,), np.float32, 0.5, 2),
+                                              rand(r, (3,), np.float32))),
+    "int8_table_two_outputs": (lut_two_outputs, lambda r: (rand(r, (70001,), np.int8), 0.03)),
+    "normalize_channels": (normalize_channels,
+                           lambda r: (rand(r, (2, 3, 9, 11), np.float32),
+                                      rand(r, (3, 1, 1), np.float32),
+                                      rand(r, (3, 1, 1), np.float32, 0.5, 2))),
+    "half": (half_chain, lambda r: (rand(r, (999,), np.float16), rand(r, (999,), np.float16))),
+    "erf": (erf_chain, lambda r: (rand(r, (64, 65), np.float32),)),
+    "sq_diff_sum": (sq_diff_sum, lambda r: (rand(r, (10001,), np.float32),
+                                            rand(r, (10001,), np.float32))),
+    "row_max": (row_max, lambda r: (rand(r, (37, 129), np.float32),)),
+    "col_mean": (col_mean, lambda r: (rand(r, (37, 129), np.float64),)),
+    "argmax_rows": (argmax_rows, lambda r: (rand(r, (13, 70), np.float32),)),
+    "two_outputs": (two_outputs, lambda r: (rand(r, (5, 64), np.float32),
+                                            rand(r, (64,), np.float32))),
+    "ints": (ints, lambda r: (rand(r, (300,), np.int32), rand(r, (300,), np.int32))),
+}
+
+
+def _device_args(cf, args):
+    return tuple(cf.asarray(a) if isinstance(a, np.ndarray) else a for a in args)
+
+
+@pytest.mark.parametrize("name", sorted(CHAINS))
+def test_chain_matches_numpy(cf, rng, name):
+    chain, make = CHAINS[name]
+    args = make(rng)
+    m = ns(cf)
+    fused = cf.fuse(lambda *a: chain(m, *a))
+    got = fused(*_device_args(cf, args))
+    with np.errstate(all="ignore"):
+        want = chain(NP, *args)
+    if isinstance(want, tuple):
+        assert isinstance(got, tuple) and len(got) == len(want)
+        for g, w in zip(got, want):
+            check(host(g), w)
+    else:
+        check(host(got), want)
+
+
+@pytest.mark.parametrize("name", sorted(CHAINS))
+def test_chain_into_dst(cf, rng, name):
+    chain, make = CHAINS[name]
+    args = make(rng)
+    m = ns(cf)
+    fused = cf.fuse(lambda *a: chain(m, *a))
+    dargs = _device_args(cf, args)
+    first = fused(*dargs)
+    outs = first if isinstance(first, tuple) else (first,)
+    dst = tuple(cf.full(o.shape, 7, o.dtype) for o in outs)
+    r = fused(*dargs, dst=dst if len(dst) > 1 else dst[0])
+    assert (r if isinstance(r, tuple) else (r,)) == dst or all(a is b for a, b in zip(
+        r if isinstance(r, tuple) else (r,), dst))
+    for d, o in zip(dst, outs):
+        np.testing.assert_array_equal(host(d), host(o))
+
+
+def test_in_place_and_stream(cf, rng):
+    x = cf.asarray(rand(rng, (4096 + 3,), np.float32))
+    want = host(x) * 2 + 1
+    f = cf.fuse(lambda v: v * 2 + 1)
+    s = cf.Stream()
+    r = f(x, dst=x, stream=s)
+    s.synchronize()
+    assert r is x
+    np.testing.assert_array_equal(host(x), want)
+
+
+def test_dst_dtype_cast_and_contract(cf, rng):
+    x = cf.asarray(rand(rng, (100,), np.float32))
+    f = cf.fuse(lambda v: v * 3)
+    d = cf.empty((100,), cf.float64)
+    f(x, dst=d)
+    np.testing.assert_allclose(host(d), host(x).astype(np.float64) * 3, rtol=1e-6)
+    with pytest.raises(cuflow.DstShapeError):
+        f(x, dst=cf.empty((99,), cf.float32))
+    with pytest.raises(cuflow.DstDtypeError):
+        f(x, dst=cf.empty((100,), cf.int32))
+
+
+def test_closures_kwargs_and_shape_control_flow(cf, rng):
+    k = 3.0
+
+    def body(x, bias=None, *, square=False):
+        if x.ndim == 2 and x.shape[1] > 4:  # shape-dependent: fine
+            x = x * k
+        if bias is not None:
+            x = x + bias
+        if square:
+            x = x * x
+        if x.dtype == np.float32:
+            x = x - 1
+        return x
+
+    f = cf.fuse(body)
+    xa = rand(rng, (6, 8), np.float32)
+    b = rand(rng, (8,), np.float32)
+    x = cf.asarray(xa)
+    check(host(f(x)), body(xa))
+    check(host(f(x, cf.asarray(b), square=True)), body(xa, b, square=True))
+    check(host(f(x, bias=2.5)), body(xa, 2.5))
+
+
+@cuflow.fuse
+def _decorated(x, y):
+    return cuflow.where(x > y, x - y, cuflow.float32(0))
+
+
+def test_decorator_numpy_ufuncs_and_scalars(cf, rng):
+    xa, ya = rand(rng, (50,), np.float32), rand(rng, (50,), np.float32)
+    check(host(_decorated(cf.asarray(xa), cf.asarray(ya))),
+          np.where(xa > ya, xa - ya, np.float32(0)))
+    f = cf.fuse(lambda x: np.exp(x) + np.float32(1))  # NumPy's ufuncs trace too
+    check(host(f(cf.asarray(xa))), np.exp(xa) + np.float32(1))
+
+
+PROMOTIONS = [(np.uint8, 2), (np.uint8, 2.5), (np.float16, 3), (np.float16, np.float32(1)),
+              (np.int32, np.float32(1)), (np.int8, np.uint8(1)), (np.float16, 1e-3),
+              (np.int64, 1.5), (np.bool_, 1), (np.uint16, np.int16(-1))]
+
+
+@pytest.mark.parametrize("dtype,scalar", PROMOTIONS)
+def test_promotion_is_numpys(cf, rng, dtype, scalar):
+    xa = rand(rng, (33,), dtype)
+    f = cf.fuse(lambda x, s: x * s + x)
+    with np.errstate(all="ignore"):
+        want = xa * scalar + xa
+    check(host(f(cf.asarray(xa), scalar)), want)
+
+
+SPECIAL_F = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 1e-30, -3.5, 65504.0,
+                      2.0, -2.0, 0.5], np.float64)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("op", ["maximum", "minimum", "floor_divide", "remainder", "fmod",
+                                "copysign", "arctan2", "power", "logaddexp", "heaviside",
+                                "divide", "hypot"])
+def test_special_values_binary(cf, dtype, op):
+    a = np.repeat(SPECIAL_F, len(SPECIAL_F)).astype(dtype)
+    b = np.tile(SPECIAL_F, len(SPECIAL_F)).astype(dtype)
+    f = cf.fuse(lambda x, y: getattr(np, op)(x, y))
+    with np.errstate(all="ignore"):
+        want = getattr(np, op)(a, b)
+    got = host(f(cf.asarray(a), cf.asarray(b)))
+    check(got, want)
+    z = want == 0
+    if op in ("floor_divide", "remainder", "copysign", "divide"):
+        np.testing.assert_array_equal(np.signbit(got[z]), np.signbit(want[z]))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("op", ["negative", "absolute", "sign", "sqrt", "exp", "log", "log1p",
+                                "expm1", "tanh", "floor", "rint", "isnan", "isinf", "signbit",
+                                "reciprocal", "cbrt", "arctan", "sinh"])
+def test_special_values_unary(cf, dtype, op):
+    a = SPECIAL_F.astype(dtype)
+    f = cf.fuse(lambda x: getattr(np, op)(x))
+    with np.errstate(all="ignore"):
+        want = getattr(np, op)(a)
+    got = host(f(cf.asarray(a)))
+    check(got, want)
+    if want.dtype.kind == "f":
+        z = want == 0
+        np.testing.assert_array_equal(np.signbit(got[z]), np.signbit(want[z]))
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.int32, np.int64, np.uint64])
+def test_integer_overflow_wraps(cf, dtype):
+    info = np.iinfo(dtype)
+    vals = np.array([info.min, info.max, 0, 1, info.max // 2 + 1, 7], dtype)
+    a = np.repeat(vals, len(vals))
+    b = np.tile(vals, len(vals))
+    f = cf.fuse(lambda x, y: (x + y, x * y, x - y, np.floor_divide(x, y), np.remainder(x, y)))
+    with np.errstate(all="ignore"):
+        want = (a + b, a * b, a - b, np.floor_divide(a, b), np.remainder(a, b))
+    for g, w in zip(host(f(cf.asarray(a), cf.asarray(b))), want):
+        check(g, w)
+
+
+@pytest.mark.parametrize("name", ["sum", "mean", "max", "min", "prod", "argmax", "argmin"])
+@pytest.mark.parametrize("axis", [None, 0, 1, -1])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.float16, np.uint8])
+def test_trailing_reductions(cf, rng, name, axis, dtype):
+    xa = rand(rng, (23, 45), dtype, -2, 2)
+    if name == "prod" and dtype in (np.float32, np.float16):
+        xa = rand(rng, (23, 45), dtype, 0.9, 1.1)
+    f = cf.fuse(lambda x: getattr(x + 1, name)(axis=axis))
+    want = getattr(xa + 1, name)(axis=axis)
+    got = host(f(cf.asarray(xa)))
+    want = np.asarray(want)
+    if want.dtype.kind == "f":
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64),
+                                   rtol=2e-3 if dtype == np.float16 else 1e-5, atol=1e-3)
+        assert got.dtype == want.dtype
+    else:
+        check(got, want)
+
+
+def test_reduction_keepdims_nan_and_dst(cf, rng):
+    xa = rand(rng, (8, 16), np.float32)
+    xa[3, 5] = np.nan
+    f = cf.fuse(lambda x: (x * 2).max(axis=1, keepdims=True))
+    check(host(f(cf.asarray(xa))), (xa * 2).max(axis=1, keepdims=True))
+    g = cf.fuse(lambda x: x.argmax())
+    check(host(g(cf.asarray(xa))), np.asarray(xa.argmax()))
+    d = cf.empty((), cf.float64)
+    h = cf.fuse(lambda x: cuflow.sum(x * x))
+    np.testing.assert_allclose(float(h(cf.asarray(np.nan_to_num(xa)), dst=d)),
+                               float((np.nan_to_num(xa) ** 2).sum()), rtol=1e-5)
+
+
+# ------------------------------------------------------------ what fails
+def test_data_dependent_branch_names_the_line(cf):
+    def f(x):
+        if x * 2 > 1:  # the traced value is unknown
+            return x
+        return -x
+
+    with pytest.raises(cuflow.TraceError, match=r"truth test.*test_fusion.py:\d+: if x \* 2"):
+        cf.fuse(f)(cf.asarray(np.ones(4, np.float32)))
+
+    def g(x):
+        return x - x.sum()  # a reduction inside the chain, not trailing
+
+    with pytest.raises(cuflow.TraceError, match="trailing reduction"):
+        cf.fuse(g)(cf.asarray(np.ones(4, np.float32)))
+
+
+def test_unsupported_function_names_it(cf):
+    f = cf.fuse(lambda x: np.sort(x) + 1)
+    with pytest.raises(cuflow.TraceError, match="numpy.sort"):
+        f(cf.asarray(np.ones(4, np.float32)))
+    g = cf.fuse(lambda x: x[1:] + 1)
+    with pytest.raises(cuflow.TraceError, match="indexing"):
+        g(cf.asarray(np.ones(4, np.float32)))
+    h = cf.fuse(lambda x: cuflow.cumsum(x) + 1)
+    with pytest.raises(cuflow.TraceError, match=r"cannot trace .*test_fusion.py:\d+"):
+        h(cf.asarray(np.ones(4, np.float32)))
+
+
+def test_fallback_runs_unfused_with_one_warning(cf):
+    def f(x):
+        return x * 2 if float(x.sum()) > 0 else x
+
+    g = cf.fuse(f, fallback="unfused")
+    x = cf.asarray(np.arange(1, 5, dtype=np.float32))
+    with pytest.warns(RuntimeWarning, match="unfused"):
+        r1 = g(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r2 = g(x)
+    np.testing.assert_array_equal(host(r1), np.arange(1, 5, dtype=np.float32) * 2)
+    np.testing.assert_array_equal(host(r2), host(r1))
+
+
+def test_options_are_checked():
+    with pytest.raises(cuflow.ArgumentError, match="fallback"):
+        cuflow.FuseOptions(fallback="maybe")
+    with pytest.raises(cuflow.ArgumentError, match="callable"):
+        cuflow.fuse(3)
+
+
+# ------------------------------------------- hypothesis: random chains
+UNARY = ["negative", "absolute", "exp", "log1p", "sqrt", "tanh", "sin", "floor", "square",
+         "expm1", "arctan", "sign"]
+BINARY = ["add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "hypot",
+          "arctan2", "fmod", "less", "equal", "logical_and"]
+DTYPES = [np.float32, np.float16, np.float64, np.int32, np.uint8, np.int16, np.bool_]
+
+
+@st.composite
+def chains(draw):
+    nin = draw(st.integers(1, 3))
+    dts = [draw(st.sampled_from(DTYPES)) for _ in range(nin)]
+    shapes = draw(st.sampled_from([[(37,)] * 3, [(5, 8), (8,), (5, 1)], [(3, 4, 6), (4, 1),
+                                   (1, 1, 6)], [(), (7,), (2, 7)]]))[:nin]
+    steps = []
+    for _ in range(draw(st.integers(1, 6))):
+        if draw(st.booleans()):
+            steps.append(("u", draw(st.sampled_from(UNARY)), draw(st.integers(0, 9))))
+        else:
+            steps.append(("b", draw(st.sampled_from(BINARY)), draw(st.integers(0, 9)),
+                          draw(st.one_of(st.integers(0, 9), st.sampled_from([2, 0.5, -1.25])))))
+    red = draw(st.sampled_from([None, None, "sum", "max", "argmin"]))
+    return dts, shapes, steps, red
+
+
+def _build(spec):
+    dts, shapes, steps, red = spec
+
+    def fn(*xs):
+        vals = list(xs)
+        for s in steps:
+            if s[0] == "u":
+                a = vals[s[2] % len(vals)]
+                if s[1] in ("negative",) and getattr(a, "dtype", None) == np.bool_:
+                    continue
+                vals.append(getattr(np, s[1])(a))
+            else:
+                a = vals[s[2] % len(vals)]
+                b = s[3] if not isinstance(s[3], int) or s[3] > 8 else vals[s[3] % len(vals)]
+                vals.append(getattr(np, s[1])(a, b))
+        out = vals[-1]
+        if red is not None and len(xs) and np.dtype(out.dtype).kind in "fiu":
+            out = getattr(out, red)()
+        return out
+
+    return fn
+
+
+def _inputs(spec, seed):
+    rng = np.random.default_rng(seed)
+    dts, shapes, _, _ = spec
+    return [rand(rng, sh, dt, -3, 3) if np.dtype(dt).kind == "f" else
+            (rng.integers(-20, 20, sh).astype(dt) if np.dtype(dt).kind != "b"
+             else rng.integers(0, 2, sh).astype(bool)) for dt, sh in zip(dts, shapes)]
+
+
+def _oracle(fn, xs):
+    try:
+        with np.errstate(all="ignore"):
+            return fn(*xs), None
+    except Exception as e:  # NumPy refuses (no loop for the dtype): the tracer must too
+        return None, e
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(spec=chains(), seed=st.integers(0, 1000))
+@pytest.mark.skipif(not HAVE_NVRTC, reason="needs cuda-bindings' NVRTC (test extra)")
+def test_random_chains_compile_for_sm90(spec, seed):
+    fn = _build(spec)
+    xs = _inputs(spec, seed)
+    want, err = _oracle(fn, xs)
+    f = cuflow.fuse(fn)
+    if err is not None or np.ndim(want) is None:
+        return
+    if not isinstance(want, np.ndarray) and not isinstance(want, np.generic):
+        return
+    src = f.cuda_source(*xs)
+    assert _engine.compile_cubin(src, 90)
+
+
+@pytest.mark.gpu
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(spec=chains(), seed=st.integers(0, 1000))
+def test_random_chains_match_numpy_on_gpu(spec, seed):
+    cuflow.set_backend("cupy")
+    fn = _build(spec)
+    xs = _inputs(spec, seed)
+    want, err = _oracle(fn, xs)
+    if err is not None:
+        return
+    want = np.asarray(want)
+    if want.dtype.kind not in "biuf" or not any(np.ndim(x) for x in xs):
+        return
+    got = host(cuflow.fuse(fn)(*[cuflow.asarray(x) for x in xs]))
+    got = np.asarray(got)
+    assert got.dtype == want.dtype
+    if want.dtype.kind == "f":
+        rtol = {2: 4e-3, 4: 1e-5, 8: 1e-12}[want.dtype.itemsize]
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64),
+                                   rtol=rtol, atol=rtol, equal_nan=True)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.skipif(not HAVE_NVRTC, reason="needs cuda-bindings' NVRTC (test extra)")
+@pytest.mark.parametrize("name", sorted(CHAINS))
+def test_named_chains_compile_for_sm90(name):
+    chain, make = CHAINS[name]
+    args = make(np.random.default_rng(0))
+    m = types.SimpleNamespace(**vars(NP).copy())
+    m.erf, m.sigmoid = cuflow.fusion.erf, cuflow.fusion.sigmoid
+    src = cuflow.fuse(lambda *a: chain(m, *a)).cuda_source(*args)
+    assert "cf_fused" in src
+    assert _engine.compile_cubin(src, 90)
+
+
+# ------------------------------------------------------------ GPU only
+@pytest.mark.gpu
+def test_graph_capture_replays_the_fused_kernel(gpu_cf, rng):
+    cf = gpu_cf
+    f = cf.fuse(lambda v: 0.5 * v * (1 + cf.tanh(v)))
+    g = cf.graph.capture(lambda v: f(v), cf.asarray(rand(rng, (1 << 12,), np.float32)))
+    xa = rand(rng, (1 << 12,), np.float32)
+    y = g(cf.asarray(xa))  # copies into the static input, replays the captured kernel
+    cf.synchronize()
+    check(host(y), 0.5 * xa * (1 + np.tanh(xa)))
+
+
+@pytest.mark.gpu
+def test_unaligned_and_strided_inputs(gpu_cf, rng):
+    cf = gpu_cf
+    base = cf.asarray(rand(rng, (1001,), np.float32))
+    x = base[1:]  # 4 bytes off: the scalar kernel
+    f = cf.fuse(lambda v: v * 2 + 1)
+    check(host(f(x)), host(x) * 2 + 1)
+    m = cf.asarray(rand(rng, (40, 30), np.float32))
+    check(host(f(m.T)), host(m).T * 2 + 1)
+    check(host(f(m[::2, 1::3])), host(m)[::2, 1::3] * 2 + 1)
+
+
+@pytest.mark.gpu
+def test_second_process_loads_from_disk(gpu_cf, tmp_path):
+    code = (
+        "import cuflow as cf, numpy as np\n"
+        "f = cf.fuse(lambda x: cf.tanh(x) * 3 + 0.125)\n"
+        "f(cf.ones((10,), cf.float32))\n"
+        "print(cf.fusion.stats()['compiles'], cf.fusion.stats()['disk_hits'])\n")
+    env = {"CUFLOW_KERNEL_CACHE": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    import os
+
+    env = {**os.environ, **env}
+    first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, check=True).stdout.split()
+    second = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                            text=True, check=True).stdout.split()
+    assert first == ["1", "0"]
+    assert second == ["0", "1"]
+
+
+def test_captured_array_must_be_an_argument(cf, rng):
+    w = cf.asarray(rand(rng, (8,), np.float32))
+    f = cf.fuse(lambda x: x * w)
+    with pytest.raises(cuflow.TraceError, match="argument"):
+        f(cf.asarray(rand(rng, (8,), np.float32)))
