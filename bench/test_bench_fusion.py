@@ -78,13 +78,7 @@ def test_op_zoo(gpu_bench, benchmark, lib, op):
     import cupy  # noqa: PLC0415  (optional dependency)
 
     benchmark.group = f"op zoo {op}, 1000 float32 (host us/call)"
-    rng = numpy.random.default_rng(5)
-    xs = rng.uniform(0.1, 2.0, 1000).astype(numpy.float32)
-    ys = rng.uniform(0.1, 2.0, 1000).astype(numpy.float32)
-    hosts = dict(x=xs, y=ys, m=xs > 1, m2=ys > 1, o=numpy.empty(1000, numpy.float32),
-                 x2=rng.uniform(0.1, 2.0, (10, 100)).astype(numpy.float32),
-                 f16=ys.astype(numpy.float16))
-    arrs = {k: cuflow.asarray(v) for k, v in hosts.items()}
+    arrs = {k: cuflow.asarray(v) for k, v in _opzoo.zoo_inputs().items()}
     if lib == "cuflow":
         fn = _opzoo.zoo_cases(cuflow, **arrs)[op]
     elif lib == "cupy":

@@ -57,18 +57,22 @@ def zoo_cases(xp, x, y, m, m2, o, x2, f16, kind: str = "cuflow") -> dict[str, Ca
     }
 
 
+def zoo_inputs() -> dict[str, numpy.ndarray]:
+    """The zoo's host operands: 1000 float32 (two), their masks, an output, 10x100, float16."""
+    rng = numpy.random.default_rng(5)
+    xs = rng.uniform(0.1, 2.0, 1000).astype(numpy.float32)
+    ys = rng.uniform(0.1, 2.0, 1000).astype(numpy.float32)
+    return dict(x=xs, y=ys, m=xs > 1, m2=ys > 1, o=numpy.empty(1000, numpy.float32),
+                x2=rng.uniform(0.1, 2.0, (10, 100)).astype(numpy.float32),
+                f16=ys.astype(numpy.float16))
+
+
 def opzoo_rows(cf, quick: bool, interleaved, host_time_us, torch=None,
                slow_function: bool = True) -> list[dict[str, Any]]:
     """Host us per call of the zoo: cuflow, CuPy, torch; a fused 100x100 call; slow_function."""
     import cupy  # noqa: PLC0415  (optional dependency)
 
-    rng = numpy.random.default_rng(5)
-    xs = rng.uniform(0.1, 2.0, 1000).astype(numpy.float32)
-    ys = rng.uniform(0.1, 2.0, 1000).astype(numpy.float32)
-    hosts = dict(x=xs, y=ys, m=xs > 1, m2=ys > 1, o=numpy.empty(1000, numpy.float32),
-                 x2=rng.uniform(0.1, 2.0, (10, 100)).astype(numpy.float32),
-                 f16=ys.astype(numpy.float16))
-    cfa = {k: cf.asarray(v) for k, v in hosts.items()}
+    cfa = {k: cf.asarray(v) for k, v in zoo_inputs().items()}
     cpa = {k: v.view(cupy.ndarray) for k, v in cfa.items()}
     impls = {"cuflow": zoo_cases(cf, **cfa), "cupy": zoo_cases(cupy, kind="cupy", **cpa)}
     if torch is not None:
@@ -89,6 +93,7 @@ def opzoo_rows(cf, quick: bool, interleaved, host_time_us, torch=None,
         rows.append(r)
 
     # a fused chain on 100x100 against one add(a, b, dst=c)
+    rng = numpy.random.default_rng(5)
     a = cf.asarray(rng.uniform(0.1, 2, (100, 100)).astype(numpy.float32))
     b = cf.asarray(rng.uniform(0.1, 2, (100, 100)).astype(numpy.float32))
     c = cf.empty_like(a)

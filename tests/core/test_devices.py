@@ -17,25 +17,9 @@ from hypothesis import strategies as st
 
 import cuflow
 
-EMULATED = 3
+from .conftest import EMULATED
+
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-
-
-@pytest.fixture(params=["numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
-def dcf(request, monkeypatch):
-    """cuflow with several devices: emulated on NumPy, the machine's GPUs on CuPy."""
-    if request.param == "numpy":
-        monkeypatch.setenv("CUFLOW_NUMPY_DEVICES", str(EMULATED))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        cuflow.set_backend(request.param)
-    yield cuflow
-    if request.param == "numpy":
-        monkeypatch.undo()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            cuflow.set_backend("numpy")
-
 
 def n_devices(cf):
     return cf.Device().count

@@ -5,30 +5,9 @@ Runs on the NumPy backend emulating three devices and on the machine's GPUs (``g
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 
-import cuflow
-
-EMULATED = 3
 MIB = 1 << 20
-
-
-@pytest.fixture(params=["numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
-def dcf(request, monkeypatch):
-    if request.param == "numpy":
-        monkeypatch.setenv("CUFLOW_NUMPY_DEVICES", str(EMULATED))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        cuflow.set_backend(request.param)
-    yield cuflow
-    if request.param == "numpy":
-        monkeypatch.undo()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            cuflow.set_backend("numpy")
-
 
 def test_every_device_has_statistics(dcf):
     for i in range(dcf.Device().count):
