@@ -2,7 +2,7 @@
 
 Host times (small arrays) are per call from loops of many calls with one
 synchronize per round; the large add reports achieved bandwidth against the
-device-to-device copy bandwidth measured in the same session.
+device-to-device copy bandwidth measured in the same pytest session.
 """
 
 from __future__ import annotations
