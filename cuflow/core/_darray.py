@@ -161,7 +161,11 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
             with s:
                 s.wait_event(ready)
                 r = cls(src.shape, src.dtype)
-                r.data.copy_from_device_async(src.data, src.nbytes, stream=s)
+                # an explicit peer copy: cudaMemcpyAsync (CuPy's copy_from_device_async)
+                # refuses memory of the driver's stream-ordered pools of another device
+                # (bench/peer_copy.py), cudaMemcpyPeerAsync copies it
+                cupy.cuda.runtime.memcpyPeerAsync(r.data.ptr, dev, src.data.ptr, src_dev,
+                                                  src.nbytes, s.ptr)
                 done = cupy.cuda.Event(disable_timing=True)
                 done.record(s)
         with cupy.cuda.Device(src_dev):

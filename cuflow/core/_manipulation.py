@@ -109,6 +109,8 @@ def _join(name, arrays, axis, dst, dtype, casting, stream, stack):
         return run_on(stream, _join, name, arrays, axis, dst, dtype, casting, None, stack)
     fn = rt.xp.stack if stack else rt.xp.concatenate
     np_fn = numpy.stack if stack else numpy.concatenate
+    if rt.multi:  # CuPy would read another device's array in its copy kernel
+        rt.check_devices(name, *(arrays if isinstance(arrays, list | tuple) else (arrays,)))
     try:
         if dst is None:
             return rt.wrap(fn(arrays, axis=axis, dtype=dtype, casting=casting))
