@@ -257,6 +257,8 @@ class Fused:
             return self._unfused(rt, args, kwargs, dst)
         allargs = args if not kwargs else (*args, *(kwargs[k] for k in sorted(kwargs)))
         arrays = [allargs[i] for i in ent.arr_pos]
+        if rt.multi:  # the kernel would read another device's memory
+            rt.check_devices(self.name, *arrays)
         scal = [allargs[i] for i in ent.sc_pos]
         if dst is None:
             D = rt.darray

@@ -68,6 +68,8 @@ def _general(name, np_fn, xp_name, arrays, dst, stream, elementwise=False, **kw)
     if stream is not None:
         return run_on(stream, _general, name, np_fn, xp_name, arrays, dst, None, elementwise, **kw)
     fn = getattr(rt.xp, xp_name)
+    if rt.multi:
+        rt.check_devices(name, *arrays)
     try:
         if dst is None:
             return rt.wrap(fn(*arrays, **kw))

@@ -103,6 +103,8 @@ def _full(name: str, a: Any) -> Any:
             return r
     if not isinstance(a, rt.ndarray):
         bad_input(name, a)
+    if rt.multi:
+        rt.check_devices(name, a)
     try:
         return rt.wrap(getattr(rt.ndarray, name)(a))
     except Exception as e:

@@ -157,6 +157,11 @@ def test_ops_refuse_an_array_of_another_device(dcf, rng):
             "dst": lambda: dcf.add(a, a, dst=b),
             "input with dst": lambda: dcf.add(a, b, dst=dst),
             "concatenate": lambda: dcf.concatenate([a, b]),
+            "stack": lambda: dcf.stack([a, b]),
+            "where": lambda: dcf.where(a > 0, a, b),
+            "clip": lambda: dcf.clip(b, -1.0, 1.0),
+            "matmul": lambda: dcf.matmul(a, b.T),
+            "fused": lambda: dcf.fuse(lambda x, y: x * y + 1.0)(a, b),
         }
         for what, call in calls.items():
             before = dcf.asnumpy(a)
