@@ -21,7 +21,7 @@ import numpy as _np
 
 from . import debug, graph, image, kernels, memory, testing
 from ._errors import (
-    ArgumentError, BackendError, CudaError, CuflowError, DstDtypeError, DstError, DstShapeError, DstTypeError,
+    ArgumentError, ArgumentTypeError, BackendError, CudaError, CuflowError, DstDtypeError, DstError, DstShapeError, DstTypeError,
     KernelCompileError, OutOfMemoryError,
 )
 from ._forward import forward as _forward
@@ -115,7 +115,7 @@ __all__ = [
     # streams
     "Stream", "Event", "current_stream", "synchronize", "streams",
     # errors
-    "CuflowError", "ArgumentError", "BackendError", "DstError", "DstShapeError", "DstDtypeError", "DstTypeError",
+    "CuflowError", "ArgumentError", "ArgumentTypeError", "BackendError", "DstError", "DstShapeError", "DstDtypeError", "DstTypeError",
     "CudaError", "OutOfMemoryError", "KernelCompileError",
     # submodules
     "linalg", "fft", "random", "testing", "kernels", "memory", "graph", "image", "debug",

@@ -20,6 +20,7 @@ from typing import Any
 import numpy
 
 from ._fastpath import KERNELS
+from .._errors import ArgumentError, ArgumentTypeError
 
 __all__ = ["make_darray_class", "REDUCTION_METHODS"]
 
@@ -110,14 +111,14 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
         """The cuflow namespace (array API)."""
         ns_mod = _ns()
         if api_version is not None and api_version not in ns_mod.__array_api_versions__:
-            raise ValueError(f"cuflow implements array API versions "
+            raise ArgumentError(f"cuflow implements array API versions "
                              f"{ns_mod.__array_api_versions__}, not {api_version!r}")
         return ns_mod
 
     def __index__(self):
         """A 0-d integer array as a Python int (array API; synchronizes on the GPU)."""
         if self.ndim != 0 or self.dtype.kind not in "iu":
-            raise TypeError(f"only 0-d integer arrays can be used as an index, got shape "
+            raise ArgumentTypeError(f"only 0-d integer arrays can be used as an index, got shape "
                             f"{self.shape} of dtype {self.dtype}")
         return int(self.item())
 
@@ -129,7 +130,7 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
         """
         if backend == "numpy":
             if device != "cpu":
-                raise ValueError(f"to_device: the NumPy backend has the one device 'cpu', "
+                raise ArgumentError(f"to_device: the NumPy backend has the one device 'cpu', "
                                  f"got {device!r}")
             return self
         cupy = sys.modules["cupy"]

@@ -184,7 +184,7 @@ def test_next_slot_commit_writes_in_place(cf, rng):
     src = cf.asarray(rng.integers(0, 256, size=(2, 4, 6, 3), dtype=np.uint8))
     for i in range(2):
         slot = b.next_slot()
-        assert cf.image.normalize(src[i], dst=slot, stream=b.stream) is slot
+        assert cf.image.normalize(src[i], src_format="RGB", dst=slot, stream=b.stream) is slot
         b.commit()
     assert b.full
     with pytest.raises(BufferError):
