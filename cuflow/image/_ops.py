@@ -6,7 +6,7 @@ import numpy
 
 from . import _plan
 from ._options import Norm
-from ..core import runtime
+from ..core import runtime, use_stream
 from ._parse import ImageFormatError, device_vector, out_dtype, size as _size
 
 __all__ = ["crop_resize", "cvt_color", "denormalize", "letterbox", "normalize", "resize",
@@ -254,11 +254,12 @@ def crop_resize(src, boxes, size, *, frame_index=None, interpolation="bilinear",
     -----
     Stream semantics: asynchronous; one kernel queued on ``stream`` (or the
     current stream), after any conversion of ``boxes`` or ``frame_index`` to
-    float32 / int32 (queued on the current stream).  The inputs must not be
-    modified until it has run.
+    float32 / int32 (queued there too).  The inputs must not be modified until
+    it has run.
     """
     size = _size("crop_resize", size)
-    boxes = device_vector("crop_resize", "boxes", boxes, numpy.float32)
+    with use_stream(stream):  # conversions on the kernel's stream, which reads them
+        boxes = device_vector("crop_resize", "boxes", boxes, numpy.float32)
     if boxes.ndim != 2 or boxes.shape[1] != 4:
         raise ImageFormatError(f"cuflow.image.crop_resize: boxes must be (K, 4) x1, y1, x2, y2, "
                                f"got shape {boxes.shape}")
@@ -267,7 +268,8 @@ def crop_resize(src, boxes, size, *, frame_index=None, interpolation="bilinear",
         raise ImageFormatError(f"cuflow.image.crop_resize: box coordinates must be finite, "
                                f"box {int(bad[0])} is {numpy.asarray(boxes)[bad[0]].tolist()}")
     if frame_index is not None:
-        frame_index = device_vector("crop_resize", "frame_index", frame_index, numpy.int32)
+        with use_stream(stream):
+            frame_index = device_vector("crop_resize", "frame_index", frame_index, numpy.int32)
         if frame_index.shape != (boxes.shape[0],):
             raise ImageFormatError(f"cuflow.image.crop_resize: frame_index must be "
                                    f"({boxes.shape[0]},) like boxes, got {frame_index.shape}")

@@ -83,10 +83,13 @@ class Letterbox:
         return rt.wrap(r)
 
 
-def _prepare_dst(name: str, dst, shape, dtype, src_arrays):
+def _prepare_dst(name: str, dst, shape, dtype, src_arrays, stream):
     if dst is None:
         rt = runtime()
-        return rt.xp.empty(shape, dtype).view(rt.darray)
+        # allocated on the stream the kernel writes it on: the pool then reuses the memory
+        # only after that work, wherever the output is freed
+        with use_stream(stream):
+            return rt.xp.empty(shape, dtype).view(rt.darray)
     prepare_out(f"image.{name}", dst, shape, dtype, inputs=src_arrays, casting="no",
                 overlap="refuse", contiguous=True)
     return dst
@@ -150,8 +153,10 @@ class Plan:
     def run(self, src, rois, roi_frame, dst, stream):
         b = runtime()
         if self.src.copied:
-            src = b.xp.ascontiguousarray(src)
-        out = _prepare_dst(self.name, dst, self.shape, self.dtype, (src, rois, roi_frame))
+            with use_stream(stream):  # the kernel on ``stream`` reads the copy
+                src = b.xp.ascontiguousarray(src)
+        out = _prepare_dst(self.name, dst, self.shape, self.dtype, (src, rois, roi_frame),
+                           stream)
         if not b.is_gpu:
             as_cupy_stream(stream)  # validates the stream argument
             s = self.src
@@ -338,8 +343,10 @@ class DenormPlan:
     def run(self, src, dst, stream):
         b = runtime()
         if not src.flags.c_contiguous:
-            src = b.xp.ascontiguousarray(src)
-        out = _prepare_dst("denormalize", dst, self.shape, numpy.dtype(numpy.uint8), (src,))
+            with use_stream(stream):  # the kernel on ``stream`` reads the copy
+                src = b.xp.ascontiguousarray(src)
+        out = _prepare_dst("denormalize", dst, self.shape, numpy.dtype(numpy.uint8), (src,),
+                           stream)
         if not b.is_gpu:
             as_cupy_stream(stream)  # validates the stream argument
             x = src.reshape(self.N, *src.shape[-3:])
