@@ -15,12 +15,13 @@ _F32_MAX = float(numpy.finfo(numpy.float32).max)
 
 def _floats(what: str, v) -> tuple[float, ...]:
     try:
-        if isinstance(v, str | bytes):
-            raise TypeError
-        vals = (float(v),) if numpy.ndim(v) == 0 else tuple(float(x) for x in v)
+        vals = None if isinstance(v, str | bytes) else (
+            (float(v),) if numpy.ndim(v) == 0 else tuple(float(x) for x in v))
     except (TypeError, ValueError):
+        vals = None
+    if vals is None:
         raise ImageTypeError(f"cuflow.image.Norm: {what} must be a real number or a sequence "
-                             f"of them (one per channel), got {v!r}") from None
+                             f"of them (one per channel), got {v!r}")
     if not vals or not all(math.isfinite(x) for x in vals):
         raise ImageFormatError(f"cuflow.image.Norm: {what} must be finite (one value, or one "
                                f"per channel), got {v!r}")

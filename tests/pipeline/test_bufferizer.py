@@ -139,6 +139,9 @@ def test_hooks_fire_exactly_when_documented(cf, rng):
     r.calls.clear()
     b.allocate()
     assert r.calls == [("allocate", 0)]  # zeroing does not fire flush_hook
+    # the zeroing is queued on the buffer's stream, and the new buffers may reuse the old
+    # ones' memory (still holding 5): wait for it before reading on another stream
+    b.stream.synchronize()
     assert_equal_host(b.darray, np.zeros(b.shape, np.float32))
     r.calls.clear()
     b.reset()
