@@ -220,9 +220,11 @@ def crop_resize(src, boxes, size, *, frame_index=None, interpolation="bilinear",
     clamped, so the border pixels repeat.  Frame indices outside
     ``[0, N)`` are clamped too (the kernel never reads outside the source).
 
-    An inverted box mirrors its crop: ``x2 < x1`` flips it horizontally and
-    ``y2 < y1`` vertically (``[6, 6, 2, 2]`` is ``[2, 2, 6, 6]`` turned by
-    180 degrees); an empty box (``x1 == x2``) repeats one column.  A box with
+    An inverted box samples the frame backwards: ``x2 < x1`` mirrors the
+    crop horizontally and ``y2 < y1`` vertically (with bilinear sampling,
+    ``[6, 6, 2, 2]`` gives ``[2, 2, 6, 6]`` turned by 180 degrees; nearest
+    takes the pixel below each mirrored position, one further along); an
+    empty box (``x1 == x2``) repeats one column.  A box with
     a NaN or infinite coordinate raises :class:`ImageFormatError` on the NumPy
     backend; on the GPU the boxes stay on the device (checking them would
     synchronize the host), and such a crop holds pixels of the frame, never
