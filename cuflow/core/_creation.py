@@ -43,11 +43,15 @@ def _make(name: str, device: Any, stream: Any, *args: Any, **kwargs: Any) -> Any
     except MemoryError as e:
         raise OutOfMemoryError(f"cuflow.{name}: out of memory: {e}; free memory or ask for "
                                "less") from e
-    except ValueError as e:
-        if "too big" not in str(e):  # NumPy's words for a size past the address space
-            raise
-        raise OutOfMemoryError(f"cuflow.{name}: out of memory: the result would be larger "
-                               f"than the address space ({e})") from e
+    except (ValueError, ZeroDivisionError, OverflowError) as e:
+        if "too big" in str(e):  # NumPy's words for a size past the address space
+            raise OutOfMemoryError(f"cuflow.{name}: out of memory: the result would be larger "
+                                   f"than the address space ({e})") from e
+        # the backend's own check (a step of 0, a negative count, a value its dtype cannot
+        # hold): its words, as a cuflow error
+        raise ArgumentError(f"cuflow.{name}: {e}") from e
+    except TypeError as e:
+        raise ArgumentTypeError(f"cuflow.{name}: {e}") from e
 
 
 def _fmt_bytes(n: int) -> str:
@@ -56,6 +60,18 @@ def _fmt_bytes(n: int) -> str:
             return f"{n:.4g} {unit}" if unit != "B" else f"{n} B"
         n /= 1024
     return f"{n} B"  # pragma: no cover
+
+
+def _fill_value(name: str, value: Any) -> None:
+    """A fill value is a number (or a 0-d array of one): text or objects make no array of
+    numbers."""
+    try:
+        kind = numpy.result_type(value).kind if not isinstance(value, str | bytes) else "U"
+    except TypeError:
+        kind = "O"
+    if kind not in "biufc":
+        raise ArgumentTypeError(f"cuflow.{name}: fill_value must be a number, got "
+                                f"{type(value).__name__} {value!r}")
 
 
 def _shape(name: str, shape: Any, dtype: Any) -> tuple[int, ...]:
@@ -116,6 +132,7 @@ def ones(shape, dtype=float, order="C", *, device=None, stream=None):
 
 def full(shape, fill_value, dtype=None, order="C", *, device=None, stream=None):
     """New array of ``shape`` filled with ``fill_value`` (array API ``full``)."""
+    _fill_value("full", fill_value)
     dims = _shape("full", shape, dtype if dtype is not None else numpy.result_type(fill_value))
     return _make("full", device, stream, dims, fill_value, dtype, order)
 
@@ -141,6 +158,7 @@ def ones_like(a, dtype=None, order="K", subok=None, shape=None, *, device=None, 
 def full_like(a, fill_value, dtype=None, order="K", subok=None, shape=None, *, device=None,
               stream=None):
     """Array like ``a`` filled with ``fill_value`` (array API ``full_like``)."""
+    _fill_value("full_like", fill_value)
     return _make("full_like", device, stream, a, fill_value,
                  **_like("full_like", a, dtype, order, subok, shape))
 
@@ -154,6 +172,8 @@ def arange(start=None, stop=None, step=1, dtype=None, *, device=None, stream=Non
         start, stop = 0, start
     elif start is None:
         start = 0
+    if isinstance(step, int | float) and step == 0:
+        raise ArgumentError(f"cuflow.arange: step must be non-zero, got {step!r}")
     return _make("arange", device, stream, start, stop, step, dtype=dtype)
 
 
