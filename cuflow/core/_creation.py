@@ -62,6 +62,21 @@ def _fmt_bytes(n: int) -> str:
     return f"{n} B"  # pragma: no cover
 
 
+def _dtype(name: str, dtype: Any) -> None:
+    """``dtype`` (None: the default) names a dtype of numbers: bool, integers, reals or
+    complex, the array API's."""
+    if dtype is None:
+        return
+    try:
+        kind = numpy.dtype(dtype).kind
+    except TypeError:
+        raise ArgumentTypeError(f"cuflow.{name}: dtype must name a dtype, got {dtype!r}") \
+            from None
+    if kind not in "biufc":
+        raise ArgumentTypeError(f"cuflow.{name}: dtype must be bool, an integer, real or "
+                                f"complex dtype, got {numpy.dtype(dtype)}")
+
+
 def _fill_value(name: str, value: Any) -> None:
     """A fill value is a number (or a 0-d array of one): text or objects make no array of
     numbers."""
@@ -80,6 +95,7 @@ def _shape(name: str, shape: Any, dtype: Any) -> tuple[int, ...]:
     The bytes are checked before the backend sees the shape, so a request no memory can hold
     is an :class:`OutOfMemoryError` giving its size (NumPy would say "array is too big").
     """
+    _dtype(name, dtype)
     dims = (shape,) if isinstance(shape, int | numpy.integer) else shape
     try:
         dims = tuple(dims)
@@ -107,6 +123,7 @@ def _shape(name: str, shape: Any, dtype: Any) -> tuple[int, ...]:
 
 
 def _like(name: str, a: Any, dtype: Any, order: str, subok: Any, shape: Any) -> dict[str, Any]:
+    _dtype(name, dtype)
     if shape is not None:
         shape = _shape(name, shape, dtype if dtype is not None else getattr(a, "dtype", None))
     kw = {"dtype": dtype, "order": order, "shape": shape}
@@ -174,20 +191,24 @@ def arange(start=None, stop=None, step=1, dtype=None, *, device=None, stream=Non
         start = 0
     if isinstance(step, int | float) and step == 0:
         raise ArgumentError(f"cuflow.arange: step must be non-zero, got {step!r}")
+    _dtype("arange", dtype)
     return _make("arange", device, stream, start, stop, step, dtype=dtype)
 
 
 def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0, *,
              device=None, stream=None):
     """``num`` evenly spaced values from ``start`` to ``stop`` (array API ``linspace``)."""
+    _dtype("linspace", dtype)
     return _make("linspace", device, stream, start, stop, num, endpoint, retstep, dtype, axis)
 
 
 def eye(N, M=None, k=0, dtype=float, order="C", *, device=None, stream=None):  # noqa: N803
     """2-D array with ones on diagonal ``k`` (array API ``eye``: ``n_rows, n_cols``)."""
+    _dtype("eye", dtype)
     return _make("eye", device, stream, N, M, k, dtype, order)
 
 
 def identity(n, dtype=float, *, device=None, stream=None):
     """Square identity matrix."""
+    _dtype("identity", dtype)
     return _make("identity", device, stream, n, dtype)

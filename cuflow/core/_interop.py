@@ -150,6 +150,9 @@ def asarray(obj, dtype=None, order=None, *, device=None, copy=None, stream=None)
         raise
     except (ValueError, OverflowError) as e:  # ragged sequences, values that do not fit dtype
         raise ArgumentError(f"cuflow.asarray: obj cannot be converted to an array: {e}") from e
+    except TypeError as e:  # an unknown dtype, a value the dtype does not take
+        raise ArgumentTypeError(f"cuflow.asarray: obj of type {type(obj).__name__} cannot be "
+                                f"converted to dtype {dtype!r}: {e}") from e
     except Exception as e:
         reraise("asarray", e)
 
