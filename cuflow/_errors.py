@@ -1,9 +1,11 @@
 """The cuflow exception hierarchy.
 
-Every error cuflow raises on purpose derives from :class:`CuflowError`.
-Validation errors also derive from the builtin a Python user would catch
-(``ValueError`` or ``TypeError``), and errors that come from CUDA keep the
-original CuPy / CUDA exception as ``__cause__``.
+Every error cuflow raises on purpose derives from :class:`CuflowError`, and
+also from the builtin a Python user would catch (``ValueError``,
+``TypeError``, ``MemoryError``, ``RuntimeError``, ``BufferError``), so
+``except ValueError`` and ``except cuflow.CuflowError`` both work.  Errors that
+come from CUDA or the backend keep the original exception as ``__cause__``.
+The rules every message follows are on ``docs/errors.md``.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 __all__ = [
     "CuflowError",
     "ArgumentError",
+    "ArgumentTypeError",
     "BackendError",
     "DstError",
     "DstShapeError",
@@ -33,6 +36,11 @@ class BackendError(CuflowError, RuntimeError):
 
 class ArgumentError(CuflowError, ValueError):
     """An argument's value breaks the function's rule (the message names both)."""
+
+
+class ArgumentTypeError(CuflowError, TypeError):
+    """An argument has the wrong type (the message names the argument, the types it takes and
+    the type it got)."""
 
 
 class DstError(CuflowError, ValueError):

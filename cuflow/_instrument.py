@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ._errors import CudaError
+from ._errors import ArgumentError, ArgumentTypeError, CudaError
 from .core._runtime import active, get_backend, on_select
 from . import image
 from .pipeline._bufferizer import Bufferizer
@@ -77,12 +77,15 @@ def _push_pop() -> tuple[Callable[[str, int], None], Callable[[], None]]:
 def _color(color: Any) -> int:
     if color is None:
         return _COLORS["op"]
-    if isinstance(color, int):
+    if isinstance(color, int) and not isinstance(color, bool):
+        if not 0 <= color < 1 << 32:
+            raise ArgumentError(f"cuflow.annotate: an ARGB color is an int in [0, 2**32), got "
+                                f"{color!r}")
         return color
     try:
         return _NAMED_COLORS[str(color).lower()]
     except KeyError:
-        raise ValueError(f"cuflow.annotate: color must be an ARGB int or one of "
+        raise ArgumentError(f"cuflow.annotate: color must be an ARGB int or one of "
                          f"{sorted(_NAMED_COLORS)}, got {color!r}") from None
 
 
@@ -106,7 +109,8 @@ class annotate(contextlib.ContextDecorator):  # noqa: N801 (a function-like name
 
     def __init__(self, name: str, color: Any = None) -> None:
         if not isinstance(name, str):
-            raise TypeError(f"cuflow.annotate: name must be a str, got {type(name).__name__}")
+            raise ArgumentTypeError(f"cuflow.annotate: name must be a str, got "
+                                    f"{type(name).__name__}")
         self.name, self.color = name, _color(color)
 
     def __enter__(self) -> annotate:
@@ -225,17 +229,26 @@ def _refresh() -> None:
         setattr(owner, name, make(fn, label, color))
 
 
+def _switch(name: str, enabled: Any) -> bool:
+    if isinstance(enabled, bool) or (isinstance(enabled, int) and enabled in (0, 1)):
+        return bool(enabled)
+    if type(enabled).__name__ == "bool_":  # numpy.bool_
+        return bool(enabled)
+    raise ArgumentTypeError(f"cuflow.debug.{name}: enabled must be True or False, got "
+                            f"{enabled!r}")
+
+
 def set_nvtx(enabled: bool) -> None:
     """Switch the per-op NVTX ranges on or off."""
     global _NVTX
-    _NVTX = bool(enabled)
+    _NVTX = _switch("nvtx", enabled)
     _refresh()
 
 
 def set_sync(enabled: bool) -> None:
     """Switch synchronous debugging on or off."""
     global _SYNC
-    _SYNC = bool(enabled)
+    _SYNC = _switch("sync", enabled)
     _refresh()
 
 
@@ -245,12 +258,30 @@ def _on_select(rt: Any) -> None:
         _refresh()
 
 
+_ON = ("1", "true", "on", "yes")
+_OFF = ("", "0", "false", "off", "no")
+
+
+def env_switch(name: str) -> bool:
+    """The boolean environment variable ``name`` (unset: off); an unknown value is refused."""
+    value = os.environ.get(name, "")
+    v = value.strip().lower()
+    if v in _ON:
+        return True
+    if v in _OFF:
+        return False
+    raise ArgumentError(f"{name}={value!r}: expected one of {', '.join(_ON)} (on) or "
+                        f"{', '.join(v for v in _OFF if v)} (off)")
+
+
 def from_environment() -> None:
-    """Apply ``CUFLOW_NVTX`` / ``CUFLOW_SYNC_DEBUG`` (``1``, ``true``, ``on``)."""
-    on = ("1", "true", "on", "yes")
-    if os.environ.get("CUFLOW_NVTX", "").lower() in on:
+    """Apply ``CUFLOW_NVTX`` / ``CUFLOW_SYNC_DEBUG`` (``1``, ``true``, ``on``, ``yes``, or
+    ``0``, ``false``, ``off``, ``no``); any other value raises :class:`~cuflow.ArgumentError`
+    naming the variable, at ``import cuflow``."""
+    nvtx, sync = env_switch("CUFLOW_NVTX"), env_switch("CUFLOW_SYNC_DEBUG")
+    if nvtx:
         set_nvtx(True)
-    if os.environ.get("CUFLOW_SYNC_DEBUG", "").lower() in on:
+    if sync:
         set_sync(True)
 
 

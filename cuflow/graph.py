@@ -42,7 +42,7 @@ from typing import Any
 import numpy
 
 from . import memory
-from ._errors import BackendError, CuflowError
+from ._errors import ArgumentError, ArgumentTypeError, BackendError, CuflowError
 from .core import as_cupy_stream, get_backend, runtime
 
 __all__ = ["CapturedFunction", "Graph", "GraphCaptureError", "capture", "graphed"]
@@ -224,9 +224,9 @@ class CapturedFunction:
     def __init__(self, fn: Callable[..., Any], example_inputs: tuple[Any, ...] | None = None, *,
                  warmup: int = 1) -> None:
         if not callable(fn):
-            raise TypeError(f"cuflow.graph.capture: fn must be callable, got {type(fn).__name__}")
+            raise ArgumentTypeError(f"cuflow.graph.capture: fn must be callable, got {type(fn).__name__}")
         if not isinstance(warmup, int) or warmup < 0:
-            raise ValueError(f"cuflow.graph.capture: warmup must be an int >= 0, got {warmup!r}")
+            raise ArgumentError(f"cuflow.graph.capture: warmup must be an int >= 0, got {warmup!r}")
         self.fn = fn
         self._warmup = warmup
         self._name = getattr(fn, "__qualname__", repr(fn))
@@ -264,13 +264,13 @@ class CapturedFunction:
         if not b.is_gpu:
             return self.fn(*inputs)
         if len(inputs) != len(self.inputs):
-            raise TypeError(f"cuflow.graph: {self._name} was captured with {len(self.inputs)} "
+            raise ArgumentTypeError(f"cuflow.graph: {self._name} was captured with {len(self.inputs)} "
                             f"argument(s), called with {len(inputs)}")
         s = as_cupy_stream(stream)
         for i, (x, static) in enumerate(zip(inputs, self.inputs, strict=True)):
             if not isinstance(static, b.ndarray):
                 if not (x is static or x == static):
-                    raise ValueError(
+                    raise ArgumentError(
                         f"cuflow.graph: argument {i} of {self._name} is not an array, so its "
                         f"value was recorded into the graph ({static!r}); got {x!r}. Capture "
                         "again for another value")
@@ -279,7 +279,7 @@ class CapturedFunction:
                     x.dtype != static.dtype:
                 got = (f"{type(x).__name__} {getattr(x, 'shape', '')} "
                        f"{getattr(x, 'dtype', '')}").strip()
-                raise ValueError(
+                raise ArgumentError(
                     f"cuflow.graph: argument {i} of {self._name} must be an array of shape "
                     f"{static.shape} and dtype {static.dtype} (the captured example); got {got}")
             if x is not static:

@@ -5,14 +5,24 @@ Each is the backend's function of the same name with its NumPy/CuPy arguments,
 returning a darray, plus keyword-only ``stream=`` (where any initialization
 runs) and the array API's ``device=`` (None or the current device).
 
+Shapes are an int or a sequence of ints >= 0 (``ArgumentTypeError`` /
+``ArgumentError`` otherwise).  A request that cannot be met raises
+:class:`~cuflow.OutOfMemoryError` (also a ``MemoryError``) naming the shape,
+dtype and bytes asked for.
+
 Stream semantics: asynchronous; any initialization is queued on ``stream`` or
 the current stream.
 """
 
 from __future__ import annotations
 
+import math
+import sys
 from typing import Any
 
+import numpy
+
+from .._errors import ArgumentError, ArgumentTypeError, CuflowError, OutOfMemoryError
 from ._dispatch import call, run_on
 from ._info import check_device
 from ._runtime import runtime
@@ -26,10 +36,96 @@ def _make(name: str, device: Any, stream: Any, *args: Any, **kwargs: Any) -> Any
         check_device(name, device)
     if stream is not None:
         return run_on(stream, _make, name, None, None, *args, **kwargs)
-    return call(name, getattr(runtime().xp, name), *args, **kwargs)
+    try:
+        return call(name, getattr(runtime().xp, name), *args, **kwargs)
+    except CuflowError:
+        raise
+    except MemoryError as e:
+        raise OutOfMemoryError(f"cuflow.{name}: out of memory: {e}; free memory or ask for "
+                               "less") from e
+    except (ValueError, ZeroDivisionError, OverflowError) as e:
+        if "too big" in str(e):  # NumPy's words for a size past the address space
+            raise OutOfMemoryError(f"cuflow.{name}: out of memory: the result would be larger "
+                                   f"than the address space ({e})") from e
+        # the backend's own check (a step of 0, a negative count, a value its dtype cannot
+        # hold): its words, as a cuflow error
+        raise ArgumentError(f"cuflow.{name}: {e}") from e
+    except TypeError as e:
+        raise ArgumentTypeError(f"cuflow.{name}: {e}") from e
 
 
-def _like(dtype: Any, order: str, subok: Any, shape: Any) -> dict[str, Any]:
+def _fmt_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if n < 1024 or unit == "EiB":
+            return f"{n:.4g} {unit}" if unit != "B" else f"{n} B"
+        n /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def _dtype(name: str, dtype: Any) -> None:
+    """``dtype`` (None: the default) names a dtype of numbers: bool, integers, reals or
+    complex, the array API's."""
+    if dtype is None:
+        return
+    try:
+        kind = numpy.dtype(dtype).kind
+    except TypeError:
+        raise ArgumentTypeError(f"cuflow.{name}: dtype must name a dtype, got {dtype!r}") \
+            from None
+    if kind not in "biufc":
+        raise ArgumentTypeError(f"cuflow.{name}: dtype must be bool, an integer, real or "
+                                f"complex dtype, got {numpy.dtype(dtype)}")
+
+
+def _fill_value(name: str, value: Any) -> None:
+    """A fill value is a number (or a 0-d array of one): text or objects make no array of
+    numbers."""
+    try:
+        kind = numpy.result_type(value).kind if not isinstance(value, str | bytes) else "U"
+    except TypeError:
+        kind = "O"
+    if kind not in "biufc":
+        raise ArgumentTypeError(f"cuflow.{name}: fill_value must be a number, got "
+                                f"{type(value).__name__} {value!r}")
+
+
+def _shape(name: str, shape: Any, dtype: Any) -> tuple[int, ...]:
+    """``shape`` checked: ints >= 0 whose product fits the address space.
+
+    The bytes are checked before the backend sees the shape, so a request no memory can hold
+    is an :class:`OutOfMemoryError` giving its size (NumPy would say "array is too big").
+    """
+    _dtype(name, dtype)
+    dims = (shape,) if isinstance(shape, int | numpy.integer) else shape
+    try:
+        dims = tuple(dims)
+    except TypeError:
+        raise ArgumentTypeError(f"cuflow.{name}: shape must be an int or a sequence of ints, "
+                                f"got {type(shape).__name__} {shape!r}") from None
+    for d in dims:
+        if isinstance(d, bool | numpy.bool_) or not isinstance(d, int | numpy.integer):
+            raise ArgumentTypeError(f"cuflow.{name}: shape must hold ints (sizes are whole "
+                                    f"numbers), got {shape!r}")
+        if d < 0:
+            raise ArgumentError(f"cuflow.{name}: shape must hold sizes >= 0, got {shape!r}")
+    dims = tuple(int(d) for d in dims)
+    try:
+        itemsize = max(numpy.dtype(dtype).itemsize, 1) if dtype is not None else 8
+    except TypeError:
+        itemsize = 1  # the backend names the bad dtype
+    nbytes = math.prod(dims) * itemsize
+    if nbytes > sys.maxsize:
+        raise OutOfMemoryError(f"cuflow.{name}: out of memory: shape {dims} of "
+                               f"{numpy.dtype(dtype) if dtype is not None else 'float64'} needs "
+                               f"{nbytes} bytes ({_fmt_bytes(nbytes)}), more than any "
+                               "address space holds")
+    return dims
+
+
+def _like(name: str, a: Any, dtype: Any, order: str, subok: Any, shape: Any) -> dict[str, Any]:
+    _dtype(name, dtype)
+    if shape is not None:
+        shape = _shape(name, shape, dtype if dtype is not None else getattr(a, "dtype", None))
     kw = {"dtype": dtype, "order": order, "shape": shape}
     if subok is not None:
         kw["subok"] = subok
@@ -38,68 +134,81 @@ def _like(dtype: Any, order: str, subok: Any, shape: Any) -> dict[str, Any]:
 
 def empty(shape, dtype=float, order="C", *, device=None, stream=None):
     """New array of ``shape``, uninitialized (array API ``empty``)."""
-    return _make("empty", device, stream, shape, dtype, order)
+    return _make("empty", device, stream, _shape("empty", shape, dtype), dtype, order)
 
 
 def zeros(shape, dtype=float, order="C", *, device=None, stream=None):
     """New array of ``shape`` filled with 0 (array API ``zeros``)."""
-    return _make("zeros", device, stream, shape, dtype, order)
+    return _make("zeros", device, stream, _shape("zeros", shape, dtype), dtype, order)
 
 
 def ones(shape, dtype=float, order="C", *, device=None, stream=None):
     """New array of ``shape`` filled with 1 (array API ``ones``)."""
-    return _make("ones", device, stream, shape, dtype, order)
+    return _make("ones", device, stream, _shape("ones", shape, dtype), dtype, order)
 
 
 def full(shape, fill_value, dtype=None, order="C", *, device=None, stream=None):
     """New array of ``shape`` filled with ``fill_value`` (array API ``full``)."""
-    return _make("full", device, stream, shape, fill_value, dtype, order)
+    _fill_value("full", fill_value)
+    dims = _shape("full", shape, dtype if dtype is not None else numpy.result_type(fill_value))
+    return _make("full", device, stream, dims, fill_value, dtype, order)
 
 
 def empty_like(a, dtype=None, order="K", subok=None, shape=None, *, device=None, stream=None):
     """Uninitialized array like ``a`` (array API ``empty_like``)."""
-    return _make("empty_like", device, stream, a, **_like(dtype, order, subok, shape))
+    return _make("empty_like", device, stream, a,
+                 **_like("empty_like", a, dtype, order, subok, shape))
 
 
 def zeros_like(a, dtype=None, order="K", subok=None, shape=None, *, device=None, stream=None):
     """Array like ``a`` filled with 0 (array API ``zeros_like``)."""
-    return _make("zeros_like", device, stream, a, **_like(dtype, order, subok, shape))
+    return _make("zeros_like", device, stream, a,
+                 **_like("zeros_like", a, dtype, order, subok, shape))
 
 
 def ones_like(a, dtype=None, order="K", subok=None, shape=None, *, device=None, stream=None):
     """Array like ``a`` filled with 1 (array API ``ones_like``)."""
-    return _make("ones_like", device, stream, a, **_like(dtype, order, subok, shape))
+    return _make("ones_like", device, stream, a,
+                 **_like("ones_like", a, dtype, order, subok, shape))
 
 
 def full_like(a, fill_value, dtype=None, order="K", subok=None, shape=None, *, device=None,
               stream=None):
     """Array like ``a`` filled with ``fill_value`` (array API ``full_like``)."""
-    return _make("full_like", device, stream, a, fill_value, **_like(dtype, order, subok, shape))
+    _fill_value("full_like", fill_value)
+    return _make("full_like", device, stream, a, fill_value,
+                 **_like("full_like", a, dtype, order, subok, shape))
 
 
 def arange(start=None, stop=None, step=1, dtype=None, *, device=None, stream=None):
     """Evenly spaced values in ``[start, stop)`` (array API ``arange``; ``arange(n)`` and
     ``arange(stop=n)`` are ``[0, n)``)."""
     if start is None and stop is None:
-        raise TypeError("cuflow.arange: give stop (or start and stop)")
+        raise ArgumentTypeError("cuflow.arange: give stop (or start and stop)")
     if stop is None:
         start, stop = 0, start
     elif start is None:
         start = 0
+    if isinstance(step, int | float) and step == 0:
+        raise ArgumentError(f"cuflow.arange: step must be non-zero, got {step!r}")
+    _dtype("arange", dtype)
     return _make("arange", device, stream, start, stop, step, dtype=dtype)
 
 
 def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0, *,
              device=None, stream=None):
     """``num`` evenly spaced values from ``start`` to ``stop`` (array API ``linspace``)."""
+    _dtype("linspace", dtype)
     return _make("linspace", device, stream, start, stop, num, endpoint, retstep, dtype, axis)
 
 
 def eye(N, M=None, k=0, dtype=float, order="C", *, device=None, stream=None):  # noqa: N803
     """2-D array with ones on diagonal ``k`` (array API ``eye``: ``n_rows, n_cols``)."""
+    _dtype("eye", dtype)
     return _make("eye", device, stream, N, M, k, dtype, order)
 
 
 def identity(n, dtype=float, *, device=None, stream=None):
     """Square identity matrix."""
+    _dtype("identity", dtype)
     return _make("identity", device, stream, n, dtype)

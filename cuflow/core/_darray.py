@@ -21,6 +21,7 @@ import numpy
 
 from ._engine import cast_op, ew_op
 from ._fastpath import KERNELS
+from .._errors import ArgumentError, ArgumentTypeError
 
 __all__ = ["make_darray_class", "REDUCTION_METHODS"]
 
@@ -119,14 +120,14 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
         """The cuflow namespace (array API)."""
         ns_mod = _ns()
         if api_version is not None and api_version not in ns_mod.__array_api_versions__:
-            raise ValueError(f"cuflow implements array API versions "
+            raise ArgumentError(f"cuflow implements array API versions "
                              f"{ns_mod.__array_api_versions__}, not {api_version!r}")
         return ns_mod
 
     def __index__(self):
         """A 0-d integer array as a Python int (array API; synchronizes on the GPU)."""
         if self.ndim != 0 or self.dtype.kind not in "iu":
-            raise TypeError(f"only 0-d integer arrays can be used as an index, got shape "
+            raise ArgumentTypeError(f"only 0-d integer arrays can be used as an index, got shape "
                             f"{self.shape} of dtype {self.dtype}")
         return int(self.item())
 
@@ -344,8 +345,8 @@ def _host_to_device(a, device):
     """``to_device`` on the NumPy backend: ``"cpu"``, or an emulated device (a copy)."""
     if isinstance(device, str):
         if device != "cpu":
-            raise ValueError(f"to_device: the NumPy backend's devices are 'cpu' and emulated "
-                             f"ordinals (CUFLOW_NUMPY_DEVICES), got {device!r}")
+            raise ArgumentError(f"to_device: the NumPy backend's devices are 'cpu' and emulated "
+                                f"ordinals (CUFLOW_NUMPY_DEVICES), got {device!r}")
         return a
     ns = _ns()
     dev = ns.Device(device).id

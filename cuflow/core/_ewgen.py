@@ -30,6 +30,7 @@ from typing import Any
 import numpy
 
 from ._expr import Expr
+from .._errors import ArgumentTypeError
 
 __all__ = ["Layout", "Reduction", "generate", "carried", "memtype", "BLOCK", "ENTRY",
            "ENTRY_FIN", "ENTRY_LUT"]
@@ -285,7 +286,7 @@ def _unary(op: str, dt: numpy.dtype, a: str) -> str:
         return a
     if op in _FLOAT_FN and f:
         return f"{_fn(_FLOAT_FN[op], dt)}({a})"
-    raise ValueError(f"no {op} for {dt}")
+    raise ArgumentTypeError(f"cuflow: {op} has no kernel for dtype {dt}")
 
 
 def _binary(op: str, dt: numpy.dtype, a: str, b: str) -> str:
@@ -341,7 +342,7 @@ def _binary(op: str, dt: numpy.dtype, a: str, b: str) -> str:
         return f"(({a} < 0) ? ({T})0 : (({a} > 0) ? ({T})1 : (({a} == 0) ? {b} : {a})))"
     if op in _FLOAT_FN2 and f:
         return f"{_fn(_FLOAT_FN2[op], dt)}({a}, {b})"
-    raise ValueError(f"no {op} for {dt}")
+    raise ArgumentTypeError(f"cuflow: {op} has no kernel for dtype {dt}")
 
 
 def topo(outputs: tuple) -> list:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy
 
-from .._errors import CuflowError
+from .._errors import ArgumentTypeError, CuflowError
 
 __all__ = ["Expr", "TraceError", "UNARY", "BINARY", "REDUCTIONS", "EXTRA_UNARY", "apply",
            "is_expr", "where", "clip", "astype", "reduce", "const", "caller_line", "SHAPE_READS"]
@@ -122,7 +122,7 @@ class Expr:
     def __len__(self) -> int:
         SHAPE_READS[0] += 1
         if not self.shp:
-            raise TypeError("len() of a 0-d traced array")
+            raise ArgumentTypeError("len() of a 0-d traced array")
         return self.shp[0]
 
     def __repr__(self) -> str:

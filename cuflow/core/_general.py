@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy
 
+from .._errors import ArgumentError, ArgumentTypeError
 from ._contract import prepare_out, resolve_out
 from ._contract import bad_input
 from ._dispatch import reraise, run_on
@@ -50,11 +51,11 @@ def _contract_shape(name, a, b):
     if name == "dot" and (not sa or not sb):
         return numpy.broadcast_shapes(sa, sb)
     if not sa or not sb:
-        raise ValueError(f"cuflow.{name}: operands must be at least 1-D, got {sa} and {sb}")
+        raise ArgumentError(f"cuflow.{name}: operands must be at least 1-D, got {sa} and {sb}")
     k_a = sa[-1]
     k_b = sb[-2] if len(sb) > 1 else sb[0]
     if k_a != k_b:
-        raise ValueError(f"cuflow.{name}: the contracted sizes differ: {sa} and {sb} "
+        raise ArgumentError(f"cuflow.{name}: the contracted sizes differ: {sa} and {sb} "
                          f"({k_a} != {k_b})")
     if name == "dot":
         return sa[:-1] + sb[:-2] + sb[-1:] if len(sb) > 1 else sa[:-1]
@@ -120,7 +121,7 @@ def clip(a, min=None, max=None, dst=None, *, a_min=None, a_max=None, out=None,  
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
     if (min is not None and a_min is not None) or (max is not None and a_max is not None):
-        raise TypeError("cuflow.clip: give min/max (array API) or a_min/a_max (NumPy), not both")
+        raise ArgumentTypeError("cuflow.clip: give min/max (array API) or a_min/a_max (NumPy), not both")
     lo = a_min if min is None else min
     hi = a_max if max is None else max
     if isinstance(a, Expr):  # inside cuflow.fuse

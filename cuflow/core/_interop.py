@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy
 
-from .._errors import ArgumentError
+from .._errors import ArgumentError, ArgumentTypeError, CuflowError
 from ._contract import bad_input, check_cast, may_share, prepare_out, resolve_out
 from ._dispatch import reraise, run_on
 from ._expr import Expr
@@ -139,9 +139,23 @@ def asarray(obj, dtype=None, order=None, *, device=None, copy=None, stream=None)
             r = _to_cupy(obj, dtype, order)
         else:
             r = _to_numpy(obj, dtype, order)
+        if r.dtype.kind not in "biufc":
+            # NumPy wraps any object as a 0-d object array, and strings as text arrays;
+            # neither is an array of numbers (the array API's dtypes)
+            raise ArgumentTypeError(
+                f"cuflow.asarray: obj must be an array, a number or a (nested) sequence of "
+                f"numbers, got {type(obj).__name__} (it converts to dtype {r.dtype}, which "
+                "cuflow does not compute with)")
         if copy and r is obj:
             r = r.copy()
         return rt.as_darray(r) if r is obj else rt.wrap(r)
+    except CuflowError:
+        raise
+    except (ValueError, OverflowError) as e:  # ragged sequences, values that do not fit dtype
+        raise ArgumentError(f"cuflow.asarray: obj cannot be converted to an array: {e}") from e
+    except TypeError as e:  # an unknown dtype, a value the dtype does not take
+        raise ArgumentTypeError(f"cuflow.asarray: obj of type {type(obj).__name__} cannot be "
+                                f"converted to dtype {dtype!r}: {e}") from e
     except Exception as e:
         reraise("asarray", e)
 

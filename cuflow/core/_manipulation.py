@@ -9,7 +9,7 @@ import numpy
 
 from ._contract import bad_input, may_share, prepare_out, resolve_out
 from ._dispatch import call, reraise, run_on, wrap_view
-from .._errors import ArgumentError
+from .._errors import ArgumentError, ArgumentTypeError
 from ._interop import astype, copy_into
 from ._interop import copy as copy_fn
 from ._runtime import runtime
@@ -60,7 +60,7 @@ def reshape(a, shape=None, order="C", *, copy=None, newshape=None, dst=None, out
     rt = runtime()
     if newshape is not None:
         if shape is not None:
-            raise TypeError("cuflow.reshape: give shape (or NumPy's older newshape), not both")
+            raise ArgumentTypeError("cuflow.reshape: give shape (or NumPy's older newshape), not both")
         shape = newshape
     dst = resolve_out(dst, out, "reshape")
     if copy is False:
@@ -116,7 +116,7 @@ def _join(name, arrays, axis, dst, dtype, casting, stream, stack):
             return rt.wrap(fn(arrays, axis=axis, dtype=dtype, casting=casting))
         arrays = [a if isinstance(a, rt.ndarray) else bad_input(name, a) for a in arrays]
         if not arrays:
-            raise ValueError(f"cuflow.{name}: need at least one array")
+            raise ArgumentError(f"cuflow.{name}: need at least one array")
         shapes = [a.shape for a in arrays]
         probe = [numpy.lib.stride_tricks.as_strided(numpy.zeros((), a.dtype), s, (0,) * len(s))
                  for a, s in zip(arrays, shapes)]

@@ -15,8 +15,10 @@ import contextlib
 import time
 from typing import Any
 
+import numpy
+
 from ._runtime import get_backend
-from .._errors import CuflowError, DeviceError
+from .._errors import ArgumentError, ArgumentTypeError, CuflowError, DeviceError
 
 __all__ = ["Stream", "Event", "current_stream", "synchronize", "streams", "as_cupy_stream",
            "as_stream", "use_stream"]
@@ -30,7 +32,8 @@ class Stream:
     non_blocking : bool, default True
         Do not synchronize with the legacy default stream.
     priority : int, optional
-        Stream priority (lower is higher priority, as in CUDA).
+        Stream priority (lower is higher priority, as in CUDA; the device
+        clamps it to its range, ``cupy.cuda.runtime.deviceGetStreamPriorityRange``).
 
     Notes
     -----
@@ -48,6 +51,12 @@ class Stream:
     def __init__(self, non_blocking: bool = True, priority: int | None = None, *,
                  _wrap: Any = None) -> None:
         b = get_backend()
+        if _wrap is None:
+            non_blocking = _flag("Stream", "non_blocking", non_blocking)
+            if priority is not None and (isinstance(priority, bool | numpy.bool_) or
+                                         not isinstance(priority, int | numpy.integer)):
+                raise ArgumentTypeError(f"cuflow.Stream: priority must be an int (lower is "
+                                        f"higher priority) or None, got {priority!r}")
         self._dev: int | None = b.current_device()
         if _wrap is not None:
             self._cp = _wrap
@@ -121,7 +130,8 @@ class Stream:
     def wait(self, event: Event) -> None:
         """Make future work on this stream wait for ``event`` (no host synchronization)."""
         if not isinstance(event, Event):
-            raise TypeError(f"Stream.wait expects a cuflow.Event, got {type(event).__name__}")
+            raise ArgumentTypeError(f"cuflow.Stream.wait: event must be a cuflow.Event, got "
+                                    f"{type(event).__name__}")
         if self._cp is not None and event._cp is not None:
             self._cp.wait_event(event._cp)
 
@@ -145,9 +155,11 @@ class Event:
 
     def __init__(self, timing: bool = True, blocking: bool = False) -> None:
         b = get_backend()
+        timing = _flag("Event", "timing", timing)
+        blocking = _flag("Event", "blocking", blocking)
         self._dev = b.current_device()
         self._t: float | None = None
-        self._cp = (b.xp.cuda.Event(block=bool(blocking), disable_timing=not timing)
+        self._cp = (b.xp.cuda.Event(block=blocking, disable_timing=not timing)
                     if b.is_gpu else None)
 
     @property
@@ -181,8 +193,13 @@ class Event:
 
     def elapsed_time(self, end: Event) -> float:
         """Milliseconds from this event to ``end`` (both recorded; ``end`` is synchronized)."""
+        if not isinstance(end, Event):
+            raise ArgumentTypeError(f"cuflow.Event.elapsed_time: end must be a cuflow.Event, "
+                                    f"got {type(end).__name__}")
         if self._t is None or end._t is None:
-            raise CuflowError("elapsed_time needs both events recorded first")
+            raise ArgumentError("cuflow.Event.elapsed_time: both events must be recorded "
+                                f"first (start recorded: {self._t is not None}, end recorded: "
+                                f"{end._t is not None})")
         if self._cp is None:
             return (end._t - self._t) * 1e3
         end.synchronize()
@@ -218,8 +235,16 @@ def as_cupy_stream(stream: Any):
     _bad_stream(stream)
 
 
+def _flag(owner: str, name: str, value: Any) -> bool:
+    """``value`` as a bool: True, False (or NumPy's), 0 or 1; anything else is refused."""
+    if isinstance(value, bool | numpy.bool_) or (isinstance(value, int | numpy.integer)
+                                                 and value in (0, 1)):
+        return bool(value)
+    raise ArgumentTypeError(f"cuflow.{owner}: {name} must be True or False, got {value!r}")
+
+
 def _bad_stream(stream: Any):
-    raise TypeError(
+    raise ArgumentTypeError(
         "stream= must be a cuflow.Stream, a cupy.cuda.Stream, or an object with "
         f"__cuda_stream__ / cuda_stream; got {type(stream).__name__}")
 
@@ -245,8 +270,10 @@ def synchronize() -> None:
 
 def streams(n: int, non_blocking: bool = True, priority: int | None = None) -> list[Stream]:
     """Return ``n`` distinct new streams."""
-    if not isinstance(n, int) or n < 0:
-        raise ValueError(f"streams(n) needs a non-negative int, got {n!r}")
+    if isinstance(n, bool) or not isinstance(n, int | numpy.integer):
+        raise ArgumentTypeError(f"cuflow.streams: n must be an int >= 0, got {n!r}")
+    if n < 0:
+        raise ArgumentError(f"cuflow.streams: n must be an int >= 0, got {n}")
     return [Stream(non_blocking=non_blocking, priority=priority) for _ in range(n)]
 
 

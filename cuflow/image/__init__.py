@@ -17,7 +17,18 @@ frames are ``(H * 3 // 2, W)`` or ``(N, H * 3 // 2, W)`` uint8 as video
 decoders produce them (luma rows, then the chroma rows), H and W even.
 ``src_format`` names the channel order (default: ``GRAY``, ``RGB`` or ``RGBA``
 by channel count); ``out_format`` the order of the output channels (default:
-the source's colours without alpha; ``RGB`` for YUV sources).
+the source's colours without alpha; ``RGB`` for YUV sources).  A packed frame
+whose height is 1, 3 or 4, such as ``(3, 16, 4)``, may be a CHW frame: it is
+refused unless ``src_format`` is given, which states the HWC reading.
+
+Errors
+------
+Every error is a :class:`cuflow.CuflowError`: :class:`ImageFormatError` (also a
+``ValueError``) for a value that breaks a rule, :class:`ImageTypeError` (also a
+``TypeError``) for an argument of the wrong type.  Sizes are ints (``10.9`` is
+refused, not truncated); ``pad``, ``mean``, ``std`` and ``scale`` are finite,
+``std`` and ``scale`` non-zero (see :class:`Norm`); ``flip`` and
+``full_range`` are bools.
 
 Conventions
 -----------

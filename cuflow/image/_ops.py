@@ -6,6 +6,7 @@ import numpy
 
 from . import _plan
 from ._options import Norm
+from ..core import runtime, use_stream
 from ._parse import ImageFormatError, device_vector, out_dtype, size as _size
 
 __all__ = ["crop_resize", "cvt_color", "denormalize", "letterbox", "normalize", "resize",
@@ -219,16 +220,29 @@ def crop_resize(src, boxes, size, *, frame_index=None, interpolation="bilinear",
     clamped, so the border pixels repeat.  Frame indices outside
     ``[0, N)`` are clamped too (the kernel never reads outside the source).
 
+    An inverted box samples the frame backwards: ``x2 < x1`` mirrors the
+    crop horizontally and ``y2 < y1`` vertically (with bilinear sampling,
+    ``[6, 6, 2, 2]`` gives ``[2, 2, 6, 6]`` turned by 180 degrees; nearest
+    takes the pixel below each mirrored position, one further along); an
+    empty box (``x1 == x2``) repeats one column.  A box with
+    a NaN or infinite coordinate raises :class:`ImageFormatError` on the NumPy
+    backend; on the GPU the boxes stay on the device (checking them would
+    synchronize the host), and such a crop holds pixels of the frame, never
+    memory outside it: check a detector's output with
+    ``cuflow.isfinite(boxes).all()`` where it may hold them.
+
     Parameters
     ----------
     src : darray
         uint8 frames (see :mod:`cuflow.image`).
     boxes : darray
-        ``(K, 4)`` float32 on the device (e.g. a detector's output).
+        ``(K, 4)`` real numbers (converted to float32) on the device, e.g. a
+        detector's output.
     size : int or (int, int)
         Output ``(height, width)`` of every crop.
     frame_index : darray, optional
-        ``(K,)`` int32: the frame of each box (default: all from frame 0).
+        ``(K,)`` integers (converted to int32): the frame of each box (default:
+        all from frame 0).  A real-valued array is refused, not truncated.
     interpolation : {"bilinear", "nearest", "area"}
     mean, std, scale, norm, src_format, out_format, layout, dtype, matrix, full_range :
         As for :func:`normalize`.
@@ -242,16 +256,22 @@ def crop_resize(src, boxes, size, *, frame_index=None, interpolation="bilinear",
     -----
     Stream semantics: asynchronous; one kernel queued on ``stream`` (or the
     current stream), after any conversion of ``boxes`` or ``frame_index`` to
-    float32 / int32 (queued on the current stream).  The inputs must not be
-    modified until it has run.
+    float32 / int32 (queued there too).  The inputs must not be modified until
+    it has run.
     """
     size = _size("crop_resize", size)
-    boxes = device_vector("crop_resize", "boxes", boxes, numpy.float32)
+    with use_stream(stream):  # conversions on the kernel's stream, which reads them
+        boxes = device_vector("crop_resize", "boxes", boxes, numpy.float32)
     if boxes.ndim != 2 or boxes.shape[1] != 4:
         raise ImageFormatError(f"cuflow.image.crop_resize: boxes must be (K, 4) x1, y1, x2, y2, "
                                f"got shape {boxes.shape}")
+    if not runtime().is_gpu and not numpy.isfinite(boxes).all():
+        bad = numpy.argwhere(~numpy.isfinite(numpy.asarray(boxes)).all(axis=1))[:, 0]
+        raise ImageFormatError(f"cuflow.image.crop_resize: box coordinates must be finite, "
+                               f"box {int(bad[0])} is {numpy.asarray(boxes)[bad[0]].tolist()}")
     if frame_index is not None:
-        frame_index = device_vector("crop_resize", "frame_index", frame_index, numpy.int32)
+        with use_stream(stream):
+            frame_index = device_vector("crop_resize", "frame_index", frame_index, numpy.int32)
         if frame_index.shape != (boxes.shape[0],):
             raise ImageFormatError(f"cuflow.image.crop_resize: frame_index must be "
                                    f"({boxes.shape[0]},) like boxes, got {frame_index.shape}")
@@ -263,7 +283,7 @@ def crop_resize(src, boxes, size, *, frame_index=None, interpolation="bilinear",
 
 
 def denormalize(src, *, mean=None, std=None, scale=None, norm: Norm | None = None,
-                layout="NCHW", src_format="RGB", out_format=None, dst=None, stream=None):
+                layout=None, src_format="RGB", out_format=None, dst=None, stream=None):
     """Normalized float tensor -> uint8 ``(N, H, W, C)`` frames, rounded and clamped.
 
     Inverts :func:`normalize`: ``u8 = round(clamp((x * std + mean) / scale))``
@@ -276,7 +296,10 @@ def denormalize(src, *, mean=None, std=None, scale=None, norm: Norm | None = Non
         or ``(N, H, W, C)`` / ``(H, W, C)``; C-contiguous.
     mean, std, scale, norm :
         As given to :func:`normalize` (per channel of ``src``).
-    layout : {"NCHW", "NHWC"}
+    layout : {"NCHW", "NHWC"}, optional
+        Default: NCHW.  When it is not given, a shape that reads as NHWC
+        (``src_format``'s channel count last) is refused, so that NHWC input is
+        never read as NCHW: ``(1, 3, 16, 3)`` fits both and needs ``layout=``.
     src_format, out_format : str
         Channel order of ``src`` and of the output (default: the same).
     dst : darray, optional

@@ -7,11 +7,21 @@ import math
 
 import numpy
 
-from ._parse import ImageFormatError
+from ._parse import ImageFormatError, ImageTypeError
+
+#: The kernels compute in float32: every coefficient must be a finite float32.
+_F32_MAX = float(numpy.finfo(numpy.float32).max)
 
 
 def _floats(what: str, v) -> tuple[float, ...]:
-    vals = (float(v),) if numpy.ndim(v) == 0 else tuple(float(x) for x in v)
+    try:
+        vals = None if isinstance(v, str | bytes) else (
+            (float(v),) if numpy.ndim(v) == 0 else tuple(float(x) for x in v))
+    except (TypeError, ValueError):
+        vals = None
+    if vals is None:
+        raise ImageTypeError(f"cuflow.image.Norm: {what} must be a real number or a sequence "
+                             f"of them (one per channel), got {v!r}")
     if not vals or not all(math.isfinite(x) for x in vals):
         raise ImageFormatError(f"cuflow.image.Norm: {what} must be finite (one value, or one "
                                f"per channel), got {v!r}")
@@ -30,9 +40,19 @@ class Norm:
     ----------
     mean, std : tuple of float
         One value for every channel, or one per output channel (in
-        ``out_format`` order); a scalar becomes a 1-tuple.  ``std`` is non-zero.
+        ``out_format`` order); a scalar becomes a 1-tuple.
     scale : float
         Applied to the 0-255 value first.
+
+    Raises
+    ------
+    ImageFormatError
+        A value is NaN or infinite; ``std`` or ``scale`` is zero; or a
+        coefficient the kernels use (``scale / std``, ``mean / std``, and for
+        :func:`denormalize` ``std / scale``, ``mean / scale``) is not a finite
+        float32, as with a denormal ``std`` such as ``1e-320``.
+    ImageTypeError
+        A value is not a real number.
     """
 
     mean: tuple[float, ...] = (0.0,)
@@ -43,9 +63,24 @@ class Norm:
         std = _floats("std", self.std)
         if any(x == 0 for x in std):
             raise ImageFormatError(f"cuflow.image.Norm: std must be non-zero, got {self.std!r}")
-        object.__setattr__(self, "mean", _floats("mean", self.mean))
+        mean = _floats("mean", self.mean)
+        if numpy.ndim(self.scale) != 0:
+            raise ImageTypeError(f"cuflow.image.Norm: scale must be one real number, got "
+                                 f"{self.scale!r}")
+        scale, = _floats("scale", self.scale)
+        if scale == 0:
+            raise ImageFormatError("cuflow.image.Norm: scale must be non-zero (it multiplies "
+                                   "every pixel), got 0.0")
+        coeffs = [abs(scale / x) for x in std] + [abs(m / x) for m in mean for x in std] + \
+            [abs(x / scale) for x in std] + [abs(m / scale) for m in mean]
+        if not all(c <= _F32_MAX for c in coeffs):
+            raise ImageFormatError(
+                f"cuflow.image.Norm: scale / std, mean / std, std / scale and mean / scale must "
+                f"be finite float32 values (|x| <= {_F32_MAX:.4g}); got mean={self.mean!r}, "
+                f"std={self.std!r}, scale={self.scale!r}")
+        object.__setattr__(self, "mean", mean)
         object.__setattr__(self, "std", std)
-        object.__setattr__(self, "scale", float(self.scale))
+        object.__setattr__(self, "scale", scale)
 
     @classmethod
     def of(cls, name: str, norm: Norm | None, mean, std, scale) -> Norm:
@@ -54,9 +89,9 @@ class Norm:
             return cls(0.0 if mean is None else mean, 1.0 if std is None else std,
                        1 / 255 if scale is None else scale)
         if not isinstance(norm, Norm):
-            raise TypeError(f"cuflow.image.{name}: norm must be a cuflow.image.Norm, got "
+            raise ImageTypeError(f"cuflow.image.{name}: norm must be a cuflow.image.Norm, got "
                             f"{type(norm).__name__}")
         if mean is not None or std is not None or scale is not None:
-            raise TypeError(f"cuflow.image.{name}: pass either norm= or mean=/std=/scale=, "
-                            "not both")
+            raise ImageTypeError(f"cuflow.image.{name}: pass either norm= or mean=/std=/scale=, "
+                                 "not both")
         return norm

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import numpy
@@ -34,7 +35,11 @@ class ImageTypeError(CuflowError, TypeError):
 
 
 def choice(name: str, what: str, value: Any, allowed) -> Any:
-    if value not in allowed:
+    try:
+        ok = value in allowed
+    except TypeError:  # unhashable
+        ok = False
+    if not ok:
         raise ImageFormatError(f"cuflow.image.{name}: {what} must be one of "
                                f"{sorted(allowed)}, got {value!r}")
     return value
@@ -60,17 +65,40 @@ def out_dtype(dtype: Any, dst: Any) -> Any:
     return dt if dt is not None and dt.name in OUT_DTYPES else numpy.float32
 
 
+def flag(name: str, what: str, value: Any) -> bool:
+    """``value`` as a bool: True or False (or NumPy's); anything else is refused."""
+    if isinstance(value, bool | numpy.bool_):
+        return bool(value)
+    raise ImageTypeError(f"cuflow.image.{name}: {what} must be True or False, got {value!r}")
+
+
+def finite(name: str, what: str, value: Any) -> float:
+    """``value`` as a finite float (a NaN or infinite parameter cannot be meant)."""
+    if isinstance(value, bool | numpy.bool_) or not isinstance(
+            value, int | float | numpy.integer | numpy.floating):
+        raise ImageTypeError(f"cuflow.image.{name}: {what} must be a real number, got "
+                             f"{value!r}")
+    v = float(value)
+    if not math.isfinite(v):
+        raise ImageFormatError(f"cuflow.image.{name}: {what} must be finite, got {v!r}")
+    return v
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int | numpy.integer) and not isinstance(v, bool | numpy.bool_)
+
+
 def size(name: str, size) -> tuple[int, int]:
     if type(size) is tuple and len(size) == 2 and type(size[0]) is int \
             and type(size[1]) is int and 0 < size[0] <= 65535 and 0 < size[1]:
         return size  # the common case, checked without conversions
-    if isinstance(size, int | numpy.integer):
+    if _is_int(size):
         size = (size, size)
-    try:
-        h, w = (int(s) for s in size)
-    except (TypeError, ValueError):
-        raise ImageFormatError(f"cuflow.image.{name}: size must be an int or (height, width), "
-                               f"got {size!r}") from None
+    if not (isinstance(size, tuple | list) and len(size) == 2 and all(map(_is_int, size))):
+        # sizes are whole pixels: (10.9, 12.7) is refused rather than truncated
+        raise ImageFormatError(f"cuflow.image.{name}: size must be an int or (height, width) "
+                               f"of ints, got {size!r}")
+    h, w = int(size[0]), int(size[1])
     if not (0 < h <= 65535 and 0 < w):
         raise ImageFormatError(f"cuflow.image.{name}: size must be positive with height <= "
                                f"65535, got {(h, w)}")
@@ -139,12 +167,21 @@ def parse_src(name: str, src, src_format: str | None) -> Src:
         raise ImageFormatError(f"cuflow.image.{name}: frames need H, W > 0 and C in (1, 3, 4), "
                                f"got shape {src.shape}")
     if src_format is None:
+        if H in (1, 3, 4):
+            # (3, 16, 4) is a 3 x 16 RGBA frame or a CHW frame of 3 channels: the shape
+            # cannot tell, and a CHW frame read as HWC gives wrong pixels without an error
+            raise ImageFormatError(
+                f"cuflow.image.{name}: frames of shape {src.shape} may be HWC (C={C}) or CHW "
+                f"(C={H}); cuflow.image takes HWC: pass src_format= to say so, or move the "
+                "channels last first (cuflow.moveaxis(x, -3, -1))")
         src_format = {1: "GRAY", 3: "RGB", 4: "RGBA"}[C]
     choice(name, "src_format", src_format, set(CHANNELS) | set(YUV))
     colors = CHANNELS[src_format]
     if len(colors) != C:
         raise ImageFormatError(f"cuflow.image.{name}: src_format={src_format!r} has "
-                               f"{len(colors)} channels but the frames have C={C}")
+                               f"{len(colors)} channels but the frames have C={C}" +
+                               (" (cuflow.image takes HWC frames, not CHW)"
+                                if H == len(colors) else ""))
     st = src.strides
     copied = st[-1] != 1 or st[-2] != C or st[-3] < W * C or (src.ndim == 4 and
                                                                st[0] < H * st[-3])
@@ -189,11 +226,20 @@ def out_shape(batched: bool, n: int, oh: int, ow: int, oc: int,
 
 
 def device_vector(name, what, x, dtype):
-    """``x`` (an array of the backend) as a C-contiguous vector of ``dtype``."""
+    """``x`` (an array of the backend) as a C-contiguous vector of ``dtype``.
+
+    Integers take integer arrays only, reals integer or real ones: a frame index of 1.9
+    is refused rather than truncated.
+    """
     rt = runtime()
     if not isinstance(x, rt.ndarray):
         raise ImageTypeError(f"cuflow.image.{name}: {what} must be an array of the active "
                              f"{rt.name} backend, got {type(x).__name__}")
+    kinds = "iu" if numpy.dtype(dtype).kind in "iu" else "iuf"
+    if x.dtype.kind not in kinds:
+        raise ImageTypeError(f"cuflow.image.{name}: {what} must be an array of "
+                             f"{'integers' if kinds == 'iu' else 'real numbers'}, got dtype "
+                             f"{x.dtype}")
     if x.dtype != dtype or not x.flags.c_contiguous:
         x = rt.xp.ascontiguousarray(x, dtype=dtype)  # a small conversion kernel
     return x

@@ -20,8 +20,8 @@ from ..raw_kernels._registry import LIN_SOURCES, VEC_CHANNELS, vec_run
 from . import _reference
 from ._options import Norm
 from ._parse import (CHANNELS, INTERP, LAYOUTS, MATRICES, OUT_DTYPES, ImageFormatError,
-                     ImageTypeError, Src, choice, out_map, out_shape, parse_src, per_channel,
-                     yuv_coefficients)
+                     ImageTypeError, Src, choice, finite, flag, out_map, out_shape, parse_src,
+                     per_channel, yuv_coefficients)
 
 @dataclasses.dataclass(frozen=True)
 class _Affine:
@@ -83,12 +83,15 @@ class Letterbox:
         return rt.wrap(r)
 
 
-def _prepare_dst(name: str, dst, shape, dtype, src_arrays):
+def _prepare_dst(name: str, dst, shape, dtype, src_arrays, stream):
     if dst is None:
         rt = runtime()
         if rt.multi:
             rt.check_devices(f"image.{name}", *src_arrays)
-        return rt.as_darray(rt.xp.empty(shape, dtype))
+        # allocated on the stream the kernel writes it on: the pool then reuses the memory
+        # only after that work, wherever the output is freed
+        with use_stream(stream):
+            return rt.as_darray(rt.xp.empty(shape, dtype))
     prepare_out(f"image.{name}", dst, shape, dtype, inputs=src_arrays, casting="no",
                 overlap="refuse", contiguous=True)
     return dst
@@ -152,8 +155,10 @@ class Plan:
     def run(self, src, rois, roi_frame, dst, stream):
         b = runtime()
         if self.src.copied:
-            src = b.xp.ascontiguousarray(src)
-        out = _prepare_dst(self.name, dst, self.shape, self.dtype, (src, rois, roi_frame))
+            with use_stream(stream):  # the kernel on ``stream`` reads the copy
+                src = b.xp.ascontiguousarray(src)
+        out = _prepare_dst(self.name, dst, self.shape, self.dtype, (src, rois, roi_frame),
+                           stream)
         if not b.is_gpu:
             as_cupy_stream(stream)  # validates the stream argument
             s = self.src
@@ -199,10 +204,17 @@ def _make_plan(name, src, *, size, letterbox_pad, rois, interpolation, norm, src
                out_format, layout, dtype, flip, pad, matrix, full_range,
                identity_affine) -> Plan:
     choice(name, "layout", layout, LAYOUTS)
-    dtype = numpy.dtype(dtype)
+    try:
+        dtype = numpy.dtype(dtype)
+    except TypeError:
+        raise ImageTypeError(f"cuflow.image.{name}: dtype must be one of {list(OUT_DTYPES)}, "
+                             f"got {dtype!r}") from None
     choice(name, "dtype", dtype.name, OUT_DTYPES)
     choice(name, "interpolation", interpolation, INTERP)
     choice(name, "matrix", matrix, MATRICES)
+    flip = flag(name, "flip", flip)
+    flag(name, "full_range", full_range)
+    pad = finite(name, "pad", pad)
     s = parse_src(name, src, src_format)
     letters, src_map, gray, gw = out_map(name, s, out_format)
     oc = len(letters)
@@ -333,8 +345,10 @@ class DenormPlan:
     def run(self, src, dst, stream):
         b = runtime()
         if not src.flags.c_contiguous:
-            src = b.xp.ascontiguousarray(src)
-        out = _prepare_dst("denormalize", dst, self.shape, numpy.dtype(numpy.uint8), (src,))
+            with use_stream(stream):  # the kernel on ``stream`` reads the copy
+                src = b.xp.ascontiguousarray(src)
+        out = _prepare_dst("denormalize", dst, self.shape, numpy.dtype(numpy.uint8), (src,),
+                           stream)
         if not b.is_gpu:
             as_cupy_stream(stream)  # validates the stream argument
             x = src.reshape(self.N, *src.shape[-3:])
@@ -369,18 +383,32 @@ def denorm(src, *, norm, mean, std, scale, layout, src_format, out_format, dst, 
 
 def _denorm_plan(src, norm: Norm, layout, src_format, out_format) -> DenormPlan:
     name = "denormalize"
-    choice(name, "layout", layout, LAYOUTS)
+    if layout is not None:
+        choice(name, "layout", layout, LAYOUTS)
     if src.ndim not in (3, 4):
         raise ImageFormatError(f"cuflow.image.denormalize: src must be (N, C, H, W), (C, H, W) "
                                f"or their NHWC forms, got shape {src.shape}")
     batched = src.ndim == 4
     shape4 = src.shape if batched else (1, *src.shape)
+    choice(name, "src_format", src_format, set(CHANNELS))
+    colors = CHANNELS[src_format]
+    if layout is None:
+        # Unstated: NCHW, unless the shape reads as NHWC too (or only as NHWC), where a
+        # wrong guess gives wrong pixels and no error.
+        nc = len(colors)
+        if shape4[1] == nc and shape4[3] == nc:
+            raise ImageFormatError(
+                f"cuflow.image.denormalize: src of shape {src.shape} may be NCHW or NHWC "
+                f"({nc} channels either way); pass layout='NCHW' or layout='NHWC'")
+        if shape4[3] == nc and shape4[1] != nc:
+            raise ImageFormatError(
+                f"cuflow.image.denormalize: src of shape {src.shape} has {nc} channels last "
+                f"(NHWC), but layout is not given and defaults to NCHW; pass layout='NHWC'")
+        layout = "NCHW"
     if layout == "NCHW":
         N, C, H, W = shape4
     else:
         N, H, W, C = shape4
-    choice(name, "src_format", src_format, set(CHANNELS))
-    colors = CHANNELS[src_format]
     if len(colors) != C:
         raise ImageFormatError(f"cuflow.image.denormalize: src_format={src_format!r} has "
                                f"{len(colors)} channels, src has C={C}")

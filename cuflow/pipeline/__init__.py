@@ -10,7 +10,8 @@ This package builds on :mod:`cuflow.core`, :mod:`cuflow.image` and
 :mod:`cuflow.memory`; nothing below it imports it.
 """
 
-from ._bufferizer import Bufferizer, BufferizerError
-from ._pipeline import Pipeline, PipelineOptions
+from ._bufferizer import Bufferizer, BufferizerError, BufferizerHookError, BufferizerStateError
+from ._pipeline import Pipeline, PipelineError, PipelineOptions
 
-__all__ = ["Bufferizer", "BufferizerError", "Pipeline", "PipelineOptions"]
+__all__ = ["Bufferizer", "BufferizerError", "BufferizerHookError", "BufferizerStateError",
+           "Pipeline", "PipelineError", "PipelineOptions"]

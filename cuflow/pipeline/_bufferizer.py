@@ -15,7 +15,9 @@ works.  Compared with Dolphin's class:
   stream, and a consumer on another stream is ordered after them by an event
   (``take(stream=)``), never by a host synchronization;
 * a buffer that was handed out is not written again before its consumer's
-  work is done (``release(stream=)`` records that point on the consumer's stream).
+  work is done (``release(stream=)`` records that point on the consumer's stream);
+* every call is all-or-nothing: when a hook, a copy or an allocation raises,
+  the Bufferizer is as it was before the call (see :class:`Bufferizer`, "Errors").
 """
 
 from __future__ import annotations
@@ -27,17 +29,26 @@ from typing import Any
 
 import numpy
 
-from .._errors import CuflowError
+from .._errors import ArgumentError, ArgumentTypeError, CuflowError
 from ..core import (Device, Event, Stream, as_cupy_stream, as_darray, as_stream, copy, empty,
                     get_backend)
 
-__all__ = ["Bufferizer", "BufferizerError"]
+__all__ = ["Bufferizer", "BufferizerError", "BufferizerHookError", "BufferizerStateError"]
 
 Hook = Callable[["Bufferizer"], Any]
 
 
 class BufferizerError(CuflowError, ValueError):
     """An element does not match the Bufferizer (shape, dtype, backend)."""
+
+
+class BufferizerStateError(CuflowError, BufferError):
+    """The Bufferizer's state does not allow the call: the elements do not fit, the buffer
+    is empty, or it was taken and not released."""
+
+
+class BufferizerHookError(CuflowError, RuntimeError):
+    """A hook raised; the call was undone (``__cause__`` holds the hook's exception)."""
 
 
 def _on_own_device(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -53,8 +64,22 @@ def _on_own_device(method: Callable[..., Any]) -> Callable[..., Any]:
 
 def _check_hook(name: str, hook: Any) -> Hook | None:
     if hook is not None and not callable(hook):
-        raise TypeError(f"Bufferizer: {name} must be callable or None, got {type(hook).__name__}")
+        raise ArgumentTypeError(f"Bufferizer: {name} must be callable or None, got "
+                                f"{type(hook).__name__}")
     return hook
+
+
+def _run_hook(name: str, hook: Hook, buf: Bufferizer, call: str, undone: str) -> None:
+    """``hook(buf)``; an exception becomes a :class:`BufferizerHookError` saying what was undone.
+
+    ``KeyboardInterrupt`` and the other ``BaseException`` are re-raised as they are (the
+    caller undoes the call all the same).
+    """
+    try:
+        hook(buf)
+    except Exception as e:
+        raise BufferizerHookError(f"Bufferizer.{call}: {name} raised {type(e).__name__}: {e}; "
+                                  f"{undone}") from e
 
 
 class Bufferizer:
@@ -84,12 +109,43 @@ class Bufferizer:
         Buffers to rotate through.  With 2, :meth:`take` hands out the full
         buffer and appends continue in the other one.
 
+    Errors
+    ------
+    Every call is all-or-nothing.  A call that raises leaves the Bufferizer
+    as it was before it: the same length, active buffer and taken buffers.
+
+    * An append that does not fit, ``take`` of an empty buffer and a write to
+      a buffer taken and not released raise :class:`BufferizerStateError`
+      (also a ``BufferError``) before anything is copied or counted.
+    * An exception in a hook raises :class:`BufferizerHookError` (also a
+      ``RuntimeError``), the hook's exception as ``__cause__``, after undoing
+      the call; ``KeyboardInterrupt`` is undone the same way and re-raised as
+      it is.  Per hook:
+
+      - ``append_one_hook`` / ``append_multiple_hook``: the element(s) are
+        not counted (``len`` as before); their copy may have been queued into
+        the free slots, which the next append overwrites.  A retry appends
+        them once.
+      - ``buffer_full_hook``: as above; the append hook that ran before it is
+        not undone (its own effects are the caller's), so a retry calls it again.
+      - ``flush_hook``: it runs when the Bufferizer is empty, before the fill
+        is queued; if it raises, nothing is filled and the elements are kept.
+      - ``allocate_hook``: it runs with the new buffers in place; if it raises,
+        the old buffers, length and taken buffers come back and the new
+        buffers are freed.
+
+    * A failing copy or allocation (:class:`cuflow.OutOfMemoryError`,
+      :class:`cuflow.CudaError`) raises before the element is counted, or
+      before the old buffers are replaced.
+
     Notes
     -----
     Stream semantics: appends, ``flush`` and ``allocate`` are asynchronous
     and queued on the buffer's stream, which first waits for the producer's
     stream (``stream=`` of the append, default the current stream).  Hooks
     run on the host when the work has been queued, not when it is done.
+    The buffers are allocated on the buffer's stream, so the memory pool
+    reuses their memory only after the work queued there.
     """
 
     def __init__(self, shape: Sequence[int], buffer_size: int, dtype: Any,
@@ -97,15 +153,23 @@ class Bufferizer:
                  allocate_hook: Hook | None = None, append_one_hook: Hook | None = None,
                  append_multiple_hook: Hook | None = None,
                  buffer_full_hook: Hook | None = None, *, n_buffers: int = 1) -> None:
-        try:
-            shape = tuple(int(d) for d in (shape if isinstance(shape, Sequence) else (shape,)))
-        except (TypeError, ValueError):
-            raise TypeError(f"Bufferizer: shape must be a tuple of ints, got {shape!r}") from None
+        dims = shape if isinstance(shape, Sequence) else (shape,)
+        if isinstance(shape, str | bytes) or not all(
+                isinstance(d, int | numpy.integer) and not isinstance(d, bool) for d in dims):
+            raise ArgumentTypeError(f"Bufferizer: shape must be a tuple of ints, got {shape!r}")
+        shape = tuple(int(d) for d in dims)
         if any(d < 0 for d in shape):
-            raise ValueError(f"Bufferizer: shape must be non-negative, got {shape}")
+            raise ArgumentError(f"Bufferizer: shape must be non-negative, got {shape}")
         for name, v, lo in (("buffer_size", buffer_size, 1), ("n_buffers", n_buffers, 1)):
-            if not isinstance(v, int | numpy.integer) or isinstance(v, bool) or v < lo:
-                raise ValueError(f"Bufferizer: {name} must be an int >= {lo}, got {v!r}")
+            if not isinstance(v, int | numpy.integer) or isinstance(v, bool):
+                raise ArgumentTypeError(f"Bufferizer: {name} must be an int >= {lo}, got {v!r}")
+            if v < lo:
+                raise ArgumentError(f"Bufferizer: {name} must be an int >= {lo}, got {v!r}")
+        try:
+            dtype = numpy.dtype(dtype)
+        except TypeError:
+            raise ArgumentTypeError(f"Bufferizer: dtype must be a NumPy dtype, got "
+                                    f"{dtype!r}") from None
         rt = get_backend()
         self._device = rt.current_device()  # buffers, stream and events live here
         self._multi = rt.multi
@@ -120,6 +184,9 @@ class Bufferizer:
         self._append_multiple_hook = _check_hook("append_multiple_hook", append_multiple_hook)
         self._buffer_full_hook = _check_hook("buffer_full_hook", buffer_full_hook)
         self._buffers: list[Any] = []
+        self._active = self._n = 0
+        self._freed: list[Event | None] = []
+        self._taken: list[bool] = []
         self._producer_done = Event(timing=False)
         self.allocate()
         self._flush_hook = _check_hook("flush_hook", flush_hook)
@@ -132,25 +199,38 @@ class Bufferizer:
 
         Fires ``allocate_hook`` (not for the constructor's allocation); the
         zeroing does not fire ``flush_hook``.  Buffers handed out earlier by
-        :meth:`take` keep their old memory.
+        :meth:`take` keep their old memory.  If the allocation or the hook
+        raises, the old buffers stay in place (see "Errors" above).
 
         Notes
         -----
-        Stream semantics: the zeroing is queued on the buffer's stream.
+        Stream semantics: the zeroing is queued on the buffer's stream, after
+        the released consumers' work on the old buffers.
         """
         full = (self._len, *self._shape)
         bufs = []
         for _ in range(self._n_buffers):
-            a = empty(full, dtype=self._dtype)
+            a = empty(full, dtype=self._dtype, stream=self._stream)
             self._fill(a, 0)
             bufs.append(a)
+        # The old buffers go back to the pool on the buffer's stream: order it after their
+        # released consumers first, so their memory is not reused under a consumer's reads.
+        for ev in self._freed:
+            if ev is not None:
+                self._stream.wait(ev)
+        old = (self._buffers, self._active, self._n, self._freed, self._taken)
         self._buffers = bufs
         self._active = 0
         self._n = 0
-        self._freed: list[Event | None] = [None] * self._n_buffers  # consumer done
-        self._taken: list[bool] = [False] * self._n_buffers
+        self._freed = [None] * self._n_buffers  # consumer done
+        self._taken = [False] * self._n_buffers
         if self._allocate_hook is not None:
-            self._allocate_hook(self)
+            try:
+                _run_hook("allocate_hook", self._allocate_hook, self, "allocate",
+                          "the old buffers are back in place")
+            except BaseException:
+                self._buffers, self._active, self._n, self._freed, self._taken = old
+                raise
 
     def _fill(self, a: Any, value: Any) -> None:
         if self._stream.cupy is None:
@@ -181,7 +261,8 @@ class Bufferizer:
     def append_one(self, element: Any, *, stream: Any = None) -> None:
         """Copy one element (shape ``shape``, dtype ``dtype``; any strides) into the next slot.
 
-        Raises ``BufferError`` when the buffer is full (nothing changes).
+        Raises :class:`BufferizerStateError` (a ``BufferError``) when the
+        buffer is full (nothing changes).
 
         Notes
         -----
@@ -230,7 +311,9 @@ class Bufferizer:
         """The view of the next free element, for a kernel to write into with ``dst=``.
 
         Queue the kernel on :attr:`stream`, then call :meth:`commit` to count
-        the element.  No copy is made.  Raises ``BufferError`` when full.
+        the element.  No copy is made.  Raises :class:`BufferizerStateError`
+        when full.  A kernel that fails before :meth:`commit` leaves the
+        Bufferizer unchanged.
 
         Notes
         -----
@@ -243,8 +326,10 @@ class Bufferizer:
 
     def commit(self, n: int = 1) -> None:
         """Count ``n`` elements written through :meth:`next_slot` (fires the append hooks)."""
-        if not isinstance(n, int | numpy.integer) or n < 1:
-            raise ValueError(f"Bufferizer.commit: n must be an int >= 1, got {n!r}")
+        if not isinstance(n, int | numpy.integer) or isinstance(n, bool):
+            raise ArgumentTypeError(f"Bufferizer.commit: n must be an int >= 1, got {n!r}")
+        if n < 1:
+            raise ArgumentError(f"Bufferizer.commit: n must be an int >= 1, got {n!r}")
         self._room(int(n), "commit")
         self._appended(int(n), self._append_one_hook if n == 1 else self._append_multiple_hook)
 
@@ -258,7 +343,8 @@ class Bufferizer:
         ``torch.from_dlpack`` on that stream included, reads the finished
         elements.  Appends continue in
         the next buffer; the taken one is written again only after
-        :meth:`release`.  Raises ``BufferError`` if it is empty.
+        :meth:`release`.  Raises :class:`BufferizerStateError` (a
+        ``BufferError``) if it is empty.
 
         Notes
         -----
@@ -266,7 +352,7 @@ class Bufferizer:
         buffer's stream and one wait on ``stream``.
         """
         if self._n == 0:
-            raise BufferError("Bufferizer.take: the buffer is empty")
+            raise BufferizerStateError("Bufferizer.take: the buffer is empty")
         i, n = self._active, self._n
         as_stream(stream).wait(self._stream.record())
         self._taken[i] = True
@@ -280,8 +366,8 @@ class Bufferizer:
         """The consumer's work on the oldest taken buffer is queued on ``stream``.
 
         The buffer's stream waits for that point before writing the buffer
-        again (no host synchronization).  Raises ``BufferError`` if no buffer
-        is taken.
+        again (no host synchronization).  Raises :class:`BufferizerStateError`
+        if no buffer is taken.
         """
         order = [(self._active + k) % self._n_buffers for k in range(self._n_buffers)]
         for i in order:
@@ -289,7 +375,7 @@ class Bufferizer:
                 self._freed[i] = as_stream(stream).record()
                 self._taken[i] = False
                 return
-        raise BufferError("Bufferizer.release: no buffer has been taken")
+        raise BufferizerStateError("Bufferizer.release: no buffer has been taken")
 
     @property
     @_on_own_device
@@ -299,18 +385,31 @@ class Bufferizer:
 
     @_on_own_device
     def flush(self, value: Any = 0) -> None:
-        """Fill the active buffer with ``value``, empty it and fire ``flush_hook``.
+        """Empty the active buffer, fire ``flush_hook`` and fill the buffer with ``value``.
+
+        The hook sees the Bufferizer empty; if it raises, nothing is filled and
+        the elements are kept (see "Errors" above).
 
         Notes
         -----
         Stream semantics: the fill is queued on the buffer's stream.
         """
         self._writable("flush")
-        self._prepare_write(None)
-        self._fill(self._buffers[self._active], value)
+        n = self._n
         self._n = 0
         if self._flush_hook is not None:
-            self._flush_hook(self)
+            try:
+                _run_hook("flush_hook", self._flush_hook, self, "flush",
+                          f"nothing was filled and the {n} element(s) are kept")
+            except BaseException:
+                self._n = n
+                raise
+        try:
+            self._prepare_write(None)
+            self._fill(self._buffers[self._active], value)
+        except BaseException:
+            self._n = n
+            raise
 
     def reset(self) -> None:
         """Empty the active buffer without writing memory (no hook)."""
@@ -422,13 +521,13 @@ class Bufferizer:
     def _room(self, k: int, name: str) -> None:
         self._writable(name)
         if self._n + k > self._len:
-            raise BufferError(
+            raise BufferizerStateError(
                 f"Bufferizer.{name}: {k} element(s) do not fit: {self._n} of {self._len} "
                 "slots are used; nothing was appended")
 
     def _writable(self, name: str) -> None:
         if self._taken[self._active]:
-            raise BufferError(
+            raise BufferizerStateError(
                 f"Bufferizer.{name}: buffer {self._active} was taken and not released; call "
                 "release(stream=consumer) after queuing the consumer's work")
 
@@ -454,8 +553,16 @@ class Bufferizer:
             self._stream.wait(self._producer_done)
 
     def _appended(self, k: int, hook: Hook | None) -> None:
+        """Count ``k`` elements and fire the hooks; a hook that raises un-counts them."""
         self._n += k
-        if hook is not None:
-            hook(self)
-        if self._n == self._len and self._buffer_full_hook is not None:
-            self._buffer_full_hook(self)
+        call = "append" if hook is None else (
+            "append_one" if hook is self._append_one_hook else "append_multiple")
+        undone = f"the {k} element(s) were not appended"
+        try:
+            if hook is not None:
+                _run_hook(f"{call}_hook", hook, self, call, undone)
+            if self._n == self._len and self._buffer_full_hook is not None:
+                _run_hook("buffer_full_hook", self._buffer_full_hook, self, call, undone)
+        except BaseException:
+            self._n -= k
+            raise

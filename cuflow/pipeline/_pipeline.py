@@ -12,6 +12,10 @@ between streams is an event; the host waits only for a staging buffer whose
 previous upload has not finished yet (back-pressure) and, with
 ``frames_reused=True``, for a pinned frame's own upload before it asks for the
 next frame; never for the kernels.
+
+Faults: every frame taken from the source is delivered once in a batch, or
+counted as not delivered (:attr:`Pipeline.undelivered`) when :meth:`Pipeline.batches`
+ends by an exception or is closed early; the next call starts clean.
 """
 
 from __future__ import annotations
@@ -25,10 +29,19 @@ from typing import Any
 import numpy
 
 from .. import image, memory
+from .._errors import ArgumentError, ArgumentTypeError, CuflowError
 from ..core import Device, Event, Stream, as_stream, copy, empty, get_backend, zeros
 from ._bufferizer import Bufferizer
 
-__all__ = ["Pipeline", "PipelineOptions"]
+__all__ = ["Pipeline", "PipelineError", "PipelineOptions"]
+
+
+class PipelineError(CuflowError, RuntimeError):
+    """A Pipeline cannot do what was asked in its state (an iteration already open)."""
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int | numpy.integer) and not isinstance(v, bool | numpy.bool_)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,17 +90,35 @@ class PipelineOptions:
 
     def __post_init__(self) -> None:
         size = self.size if isinstance(self.size, tuple | list) else (self.size, self.size)
-        if len(size) != 2 or not all(isinstance(v, int | numpy.integer) and v > 0 for v in size):
-            raise ValueError(f"Pipeline: size must be a positive int or (height, width), "
-                             f"got {self.size!r}")
+        if len(size) != 2 or not all(_is_int(v) for v in size):
+            raise ArgumentTypeError(f"Pipeline: size must be a positive int or (height, width) "
+                                    f"of ints, got {self.size!r}")
+        if not all(v > 0 for v in size):
+            raise ArgumentError(f"Pipeline: size must be a positive int or (height, width), "
+                                f"got {self.size!r}")
         object.__setattr__(self, "size", (int(size[0]), int(size[1])))
         for name, lo in (("batch_size", 1), ("n_staging", 2), ("copy_threads", 0)):
             v = getattr(self, name)
-            if not isinstance(v, int | numpy.integer) or isinstance(v, bool) or v < lo:
-                raise ValueError(f"Pipeline: {name} must be an int >= {lo}, got {v!r}")
-        if not isinstance(self.frames_reused, bool):
-            raise ValueError(f"Pipeline: frames_reused must be True or False, "
-                             f"got {self.frames_reused!r}")
+            if not _is_int(v):
+                raise ArgumentTypeError(f"Pipeline: {name} must be an int >= {lo}, got {v!r}")
+            if v < lo:
+                raise ArgumentError(f"Pipeline: {name} must be an int >= {lo}, got {v!r}")
+        for name in ("frames_reused", "letterbox"):
+            if not isinstance(getattr(self, name), bool):
+                raise ArgumentTypeError(f"Pipeline: {name} must be True or False, "
+                                        f"got {getattr(self, name)!r}")
+        # checked here, once, rather than at the first frame
+        image.Norm(self.mean, self.std, self.scale)
+        if self.letterbox:
+            pad = self.pad
+            if not isinstance(pad, int | float | numpy.integer | numpy.floating) or \
+                    isinstance(pad, bool) or not numpy.isfinite(pad):
+                raise ArgumentError(f"Pipeline: pad must be a finite number, got {pad!r}")
+        for name, allowed in (("layout", ("NCHW", "NHWC")),
+                              ("interpolation", ("bilinear", "nearest", "area"))):
+            if getattr(self, name) not in allowed:
+                raise ArgumentError(f"Pipeline: {name} must be one of {list(allowed)}, got "
+                                    f"{getattr(self, name)!r}")
 
     def kernel_kwargs(self) -> dict[str, Any]:
         kw = dict(interpolation=self.interpolation, mean=self.mean, std=self.std,
@@ -155,6 +186,19 @@ class Pipeline:
     ...                        std=(0.229, 0.224, 0.225))                 # doctest: +SKIP
     >>> for batch in pipe.batches(decoder):                               # doctest: +SKIP
     ...     logits = model(torch.from_dlpack(batch))
+
+    Errors
+    ------
+    Bad options raise :class:`cuflow.ArgumentError` / :class:`cuflow.ArgumentTypeError`
+    when the Pipeline is made.  An error during :meth:`batches` (a bad frame,
+    :class:`cuflow.OutOfMemoryError`, a failing kernel, an exception or
+    ``KeyboardInterrupt`` thrown in by the consumer, the source raising)
+    propagates as it is, with a note counting the frames delivered and not
+    delivered.  Batches yielded before it were delivered whole; the frames
+    taken from the source after the last of them were not, and
+    :attr:`undelivered` gives their positions in the source.  The Pipeline
+    is then ready for the next :meth:`batches` call, which starts with an
+    empty batch.
     """
 
     def __init__(self, size: Any, batch_size: int, **options: Any) -> None:
@@ -168,6 +212,11 @@ class Pipeline:
         #: (``unmap_boxes`` maps detections back to frame pixels).
         self.letterbox_info: image.Letterbox | None = None
         self.frames = 0  # frames processed so far
+        #: Frames taken from the source by the last :meth:`batches` call, and those of them
+        #: delivered in batches (always the first ones, in order).
+        self.frames_in = 0
+        self.frames_out = 0
+        self._open = False  # a batches() iteration is running
         self._pool: Any = None  # threads of the staging copy, made on first use
         self._copying: list[Any] = []  # the host copy in flight (futures of its chunks)
 
@@ -187,8 +236,12 @@ class Pipeline:
         s.borrowed = None
         if s.dev is None or s.dev.shape != frame.shape:
             s.host = None
-            with self.copy_stream:
-                s.dev = empty(frame.shape, dtype=frame.dtype)
+            if s.used is not None:
+                # the old device frame goes back to the pool on the copy stream: after the
+                # kernel still reading it
+                self.copy_stream.wait(s.used)
+            s.dev = None
+            s.dev = empty(frame.shape, dtype=frame.dtype, stream=self.copy_stream)
         pinned = _is_pinned(frame)
         if pinned or self.options.copy_threads == 0:  # 0: the driver stages pageable frames
             self._send(s, frame)
@@ -244,10 +297,12 @@ class Pipeline:
 
     def _bufferizer(self, frame_shape: tuple[int, ...]) -> Bufferizer:
         if self._buffer is None:
-            # The element shape and dtype are the kernel's: ask it, on a tiny frame.
+            # The element shape and dtype are the kernel's: ask it, on a tiny frame (on the
+            # compute stream, where the probe's memory goes back to the pool).
             o = self.options
             tiny = (8, 8, frame_shape[-1]) if len(frame_shape) == 3 else (12, 8)
-            probe = self._preprocess(zeros(tiny, dtype=numpy.uint8), None)
+            probe = self._preprocess(zeros(tiny, dtype=numpy.uint8, stream=self.compute_stream),
+                                     None)
             self._buffer = Bufferizer(probe.shape, o.batch_size, probe.dtype,
                                       stream=self.compute_stream, n_buffers=2)
         return self._buffer
@@ -263,19 +318,61 @@ class Pipeline:
                                       **o.kernel_kwargs())
 
     # --------------------------------------------------------------- drivers
+    @property
+    def undelivered(self) -> range:
+        """Positions in the source of the frames the last :meth:`batches` call took but did
+        not deliver (empty after a complete run)."""
+        return range(self.frames_out, self.frames_in)
+
     def batches(self, frames: Iterable[numpy.ndarray], *, stream: Any = None) -> Iterator[Any]:
         """Yield batches ``(n, C, H, W)`` (``n == batch_size`` except maybe the last).
 
         ``frames`` are ``(H, W, C)`` uint8 NumPy arrays (or ``(H*3//2, W)`` NV12
         / I420 with ``src_format``), for example from a video decoder.  The work
         runs on the Pipeline's device (the one current when it was made), whichever
-        device is current when the batches are asked for.
+        device is current when the batches are asked for.  One iteration runs at a
+        time per Pipeline (:class:`PipelineError` otherwise).  When it ends by an
+        exception, or the consumer stops early, the frames not delivered are counted
+        in :attr:`undelivered` (see "Errors" above).
         """
-        gen = self._batches(frames, stream)
+        gen = self._iterate(frames, stream)
         return _on_device(self.device, gen) if get_backend().multi else gen
 
-    def _batches(self, frames: Iterable[numpy.ndarray], stream: Any) -> Iterator[Any]:
+    def _iterate(self, frames: Iterable[numpy.ndarray], stream: Any) -> Iterator[Any]:
+        if self._open:
+            raise PipelineError("Pipeline.batches: another iteration of this Pipeline is "
+                                "still open; finish or close() that generator first")
         consumer = as_stream(stream)
+        self._open = True
+        self.frames_in = self.frames_out = 0
+        if self._buffer is not None:
+            self._recover(consumer)
+        try:
+            yield from self._batches(frames, consumer)
+        except BaseException as e:
+            if not isinstance(e, GeneratorExit) and self.frames_in != self.frames_out:
+                e.add_note(f"cuflow.Pipeline: {self.frames_out} frame(s) delivered, "
+                           f"{self.frames_in - self.frames_out} taken from the source and not "
+                           f"delivered (Pipeline.undelivered: source positions "
+                           f"{self.frames_out}..{self.frames_in - 1})")
+            raise
+        finally:
+            self._open = False
+            if self._buffer is not None:
+                self._recover(consumer)
+
+    def _recover(self, consumer: Any) -> None:
+        """Leave the Bufferizer ready for a new run: a taken batch released (to the
+        consumer's stream) and the partial batch, whose frames were not delivered, dropped."""
+        buf = self._buffer
+        while True:
+            try:
+                buf.release(stream=consumer)
+            except BufferError:
+                break
+        buf.reset()
+
+    def _batches(self, frames: Iterable[numpy.ndarray], consumer: Any) -> Iterator[Any]:
         reused = self.options.frames_reused
         # frames taken but not uploaded yet: one (its host copy overlapping the previous
         # frame's kernel), or with frames that are not reused, up to one per staging slot
@@ -287,6 +384,7 @@ class Pipeline:
         k = 0
         try:
             for frame in frames:
+                self.frames_in += 1
                 frame = self._check_frame(frame)
                 buf = self._bufferizer(frame.shape)
                 # Frame i+1's host copy runs and its upload is queued while frame i's
@@ -303,8 +401,7 @@ class Pipeline:
             if pending is not None:
                 yield from self._step(pending, buf, consumer)
             if buf is not None and len(buf):
-                yield buf.take(stream=consumer)
-                buf.release(stream=consumer)
+                yield from self._deliver(buf, consumer)
         finally:  # a consumer that stops early: no copy into staging may outlive the loop
             for f in self._copying:
                 f.result()
@@ -324,8 +421,13 @@ class Pipeline:
         self._process(*pending, buf)
         self.frames += 1
         if buf.full:
-            yield buf.take(stream=consumer)
-            buf.release(stream=consumer)  # the consumer's work on it is queued by now
+            yield from self._deliver(buf, consumer)
+
+    def _deliver(self, buf: Bufferizer, consumer: Any) -> Iterator[Any]:
+        batch = buf.take(stream=consumer)
+        self.frames_out += len(batch)  # handed over at the yield, even if the consumer raises
+        yield batch
+        buf.release(stream=consumer)  # the consumer's work on it is queued by now
 
     def run(self, frames: Iterable[numpy.ndarray], consumer: Callable[[Any], Any], *,
             stream: Any = None) -> list[Any]:
@@ -334,13 +436,13 @@ class Pipeline:
 
     def _check_frame(self, frame: Any) -> numpy.ndarray:
         if not isinstance(frame, numpy.ndarray) or frame.dtype != numpy.uint8:
-            raise TypeError(
+            raise ArgumentTypeError(
                 "Pipeline: frames must be uint8 numpy.ndarray (H, W, C) or (H*3//2, W), got "
                 f"{type(frame).__module__}.{type(frame).__name__}"
                 f"{' of ' + str(frame.dtype) if hasattr(frame, 'dtype') else ''}")
         if frame.ndim not in (2, 3):
-            raise ValueError(f"Pipeline: a frame is (H, W, C) or (H*3//2, W), got shape "
-                             f"{frame.shape}")
+            raise ArgumentError(f"Pipeline: a frame is (H, W, C) or (H*3//2, W), got shape "
+                                f"{frame.shape}")
         return frame
 
     def close(self) -> None:
@@ -356,15 +458,24 @@ class Pipeline:
 
 
 def _on_device(device: int, gen: Generator[Any, None, None]) -> Iterator[Any]:
-    """``gen``'s items, each step run with ``device`` current (the caller's device between steps)."""
+    """``gen``'s items, each step run with ``device`` current (the caller's device between
+    steps); an exception thrown in is passed on to ``gen``, as if it were iterated directly."""
+    thrown: BaseException | None = None
     try:
         while True:
             with Device(device):
                 try:
-                    item = next(gen)
+                    item = next(gen) if thrown is None else gen.throw(thrown)
                 except StopIteration:
                     return
-            yield item
+                finally:
+                    thrown = None
+            try:
+                yield item
+            except GeneratorExit:
+                raise
+            except BaseException as e:  # noqa: BLE001  (KeyboardInterrupt too: gen decides)
+                thrown = e
     finally:
         with Device(device):
             gen.close()

@@ -17,10 +17,14 @@ from typing import Any
 
 import numpy
 
-from .._errors import KernelCompileError
+from .._errors import CuflowError, KernelCompileError
 
 __all__ = ["CTYPES", "REGISTRY", "KernelSpec", "compile_for_arch", "get_function",
            "name_expression", "source_of", "vec_run"]
+
+class KernelLookupError(CuflowError, KeyError):
+    """A kernel has no entry point, or no instantiation for the dtype asked for."""
+
 
 #: C type used for each NumPy dtype in the kernels (float16 is carried as raw bits).
 CTYPES = {
@@ -152,7 +156,7 @@ def get_function(kernel: str, entry: str, dtype: Any) -> Any:
     spec = REGISTRY[kernel]
     dt = numpy.dtype(dtype).name
     if dt not in dict(spec.entries).get(entry, ()):
-        raise KeyError(f"kernel {kernel}.{entry} has no instantiation for dtype {dt}")
+        raise KernelLookupError(f"kernel {kernel}.{entry} has no instantiation for dtype {dt}")
     dev = cupy.cuda.runtime.getDevice()
     key = (kernel, dt, dev)
     mod = _MODULES.get(key)

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy
 
+from .._errors import ArgumentTypeError
 from ..core import asarray, get_backend
 from ._notebook import NotebookError, output_text, run_notebook
 from ._timer import Timing, copy_bandwidth_tbps, device_time_us, host_time_us
@@ -47,7 +48,7 @@ def random_array(shape, dtype, rng: numpy.random.Generator | None = None, *, hos
     elif dt.kind == "c":
         a = (rng.standard_normal(shape) * 100 + 1j * rng.standard_normal(shape) * 100).astype(dt)
     else:
-        raise TypeError(f"random_array: unsupported dtype {dt}")
+        raise ArgumentTypeError(f"random_array: unsupported dtype {dt}")
     if host:
         return a
     return asarray(a)  # ``a`` is new: the NumPy backend may use it without a copy

@@ -12,16 +12,16 @@ from image_helpers import poisoned, u8_frames
 
 
 def test_dst_contract(cf, rng):
-    x = cf.asarray(u8_frames(rng, (2, 4, 6, 3)))
-    with pytest.raises(cuflow.DstShapeError, match=r"\(2, 3, 4, 6\)"):
-        image.normalize(x, dst=cf.empty((2, 4, 6, 3), dtype="float32"))
+    x = cf.asarray(u8_frames(rng, (2, 5, 6, 3)))
+    with pytest.raises(cuflow.DstShapeError, match=r"\(2, 3, 5, 6\)"):
+        image.normalize(x, dst=cf.empty((2, 5, 6, 3), dtype="float32"))
     with pytest.raises(cuflow.DstDtypeError, match="float16"):
-        image.normalize(x, dtype="float16", dst=cf.empty((2, 3, 4, 6), dtype="float32"))
+        image.normalize(x, dtype="float16", dst=cf.empty((2, 3, 5, 6), dtype="float32"))
     with pytest.raises(cuflow.DstError, match="C-contiguous"):
-        image.normalize(x, dst=cf.empty((2, 6, 4, 3), dtype="float32").transpose(0, 3, 2, 1))
+        image.normalize(x, dst=cf.empty((2, 6, 5, 3), dtype="float32").transpose(0, 3, 2, 1))
     with pytest.raises(cuflow.DstError, match="overlaps an input"):
         image.cvt_color(x, "RGB", "BGR", dst=x)
-    d = cf.empty((2, 3, 4, 6), dtype="float32")
+    d = cf.empty((2, 3, 5, 6), dtype="float32")
     assert image.normalize(x, dst=d) is d
 
 
@@ -47,6 +47,6 @@ def test_dst_dtype_decides_the_output_dtype_when_dtype_is_not_given(cf, rng, dty
 
 
 def test_a_dst_dtype_the_kernels_cannot_write_is_refused_by_the_contract(cf, rng):
-    x = cf.asarray(u8_frames(rng, (2, 4, 6, 3)))
+    x = cf.asarray(u8_frames(rng, (2, 5, 6, 3)))
     with pytest.raises(cuflow.DstDtypeError, match="float32"):
-        image.normalize(x, dst=cf.empty((2, 3, 4, 6), dtype="float64"))
+        image.normalize(x, dst=cf.empty((2, 3, 5, 6), dtype="float64"))

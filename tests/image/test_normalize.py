@@ -23,10 +23,10 @@ def test_normalize_matches_the_unfused_chain(cf, rng):
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("dtype", ["float32", "float16", "uint8"])
 def test_normalize_layouts_dtypes_swap_flip(cf, rng, layout, dtype):
-    x = u8_frames(rng, (3, 4, 9, 3))  # 36 pixels: not a multiple of 8, the general kernel
+    x = u8_frames(rng, (3, 12, 3, 3))  # 36 pixels: not a multiple of 8, the general kernel
     kw = dict(mean=(10, 20, 30), std=(2, 3, 4), scale=1.0) if dtype == "uint8" else dict(
         mean=MEAN, std=STD)
-    shape = (3, 3, 4, 9) if layout == "NCHW" else (3, 4, 9, 3)
+    shape = (3, 3, 12, 3) if layout == "NCHW" else (3, 12, 3, 3)
     out = image.normalize(cf.asarray(x), out_format="BGR", flip=True, layout=layout, dtype=dtype,
                           dst=poisoned(cf, shape, dtype), **kw)
     sc = kw.get("scale", 1 / 255)
@@ -42,11 +42,11 @@ def test_normalize_layouts_dtypes_swap_flip(cf, rng, layout, dtype):
 
 
 def test_single_frame_shapes(cf, rng):
-    x = cf.asarray(u8_frames(rng, (4, 6, 3)))
-    assert image.normalize(x).shape == (3, 4, 6)
-    assert image.normalize(x, layout="NHWC").shape == (4, 6, 3)
+    x = cf.asarray(u8_frames(rng, (5, 6, 3)))
+    assert image.normalize(x).shape == (3, 5, 6)
+    assert image.normalize(x, layout="NHWC").shape == (5, 6, 3)
     assert image.resize(x, (2, 3)).shape == (2, 3, 3)
-    assert image.cvt_color(x, "RGB", "GRAY").shape == (4, 6, 1)
+    assert image.cvt_color(x, "RGB", "GRAY").shape == (5, 6, 1)
     assert isinstance(image.resize(x, 5), cuflow.darray)
 
 

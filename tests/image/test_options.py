@@ -40,7 +40,7 @@ def test_norm_is_checked_once_and_normalized_to_tuples():
 
 
 def test_norm_and_the_keywords_do_not_mix(cf, rng):
-    x = cf.asarray(u8_frames(rng, (4, 6, 3)))
+    x = cf.asarray(u8_frames(rng, (5, 6, 3)))
     with pytest.raises(TypeError, match="either norm= or mean="):
         image.normalize(x, norm=image.Norm(), mean=MEAN)
     with pytest.raises(TypeError, match="must be a cuflow.image.Norm"):

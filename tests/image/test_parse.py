@@ -10,7 +10,7 @@ from image_helpers import u8_frames
 
 
 def test_errors_state_the_rule(cf, rng):
-    x = cf.asarray(u8_frames(rng, (2, 4, 6, 3)))
+    x = cf.asarray(u8_frames(rng, (2, 5, 6, 3)))
     with pytest.raises(image.ImageFormatError, match="must be uint8"):
         image.normalize(x.astype("float32"))
     with pytest.raises(ValueError, match=r"\(H, W, C\) or \(N, H, W, C\)"):

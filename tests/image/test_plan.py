@@ -22,7 +22,8 @@ def test_bilinear_plans_take_the_fast_kernel_where_it_applies(cf, rng):
     assert entry((2, 36, 64, 3), size=(20, 30), interpolation="nearest") is None
     assert entry((2, 36, 64, 3), size=(20, 30), out_format="GRAY") is None
     assert entry((1, 5, 7, 3), size=(3, 4)) is None  # 105 bytes: the end is not aligned
-    assert entry((1, 1, 8, 3), size=(3, 4)) is None  # one row: no second tap
+    # one row: no second tap (src_format says the one-row frame is HWC)
+    assert entry((1, 1, 8, 3), size=(3, 4), src_format="RGB") is None
     boxes = cf.asarray(np.array([[1, 2, 30, 20], [-3, 0, 70, 40]], np.float32))
     assert entry((2, 36, 64, 3), size=(8, 8), rois=boxes) == "cf_resize_lin<{T},0,3,3>"
     assert entry((2, 36, 64, 3), size=(8, 8), rois=boxes, interpolation="area") is None

@@ -139,6 +139,9 @@ def test_hooks_fire_exactly_when_documented(cf, rng):
     r.calls.clear()
     b.allocate()
     assert r.calls == [("allocate", 0)]  # zeroing does not fire flush_hook
+    # the zeroing is queued on the buffer's stream, and the new buffers may reuse the old
+    # ones' memory (still holding 5): wait for it before reading on another stream
+    b.stream.synchronize()
     assert_equal_host(b.darray, np.zeros(b.shape, np.float32))
     r.calls.clear()
     b.reset()
@@ -184,7 +187,7 @@ def test_next_slot_commit_writes_in_place(cf, rng):
     src = cf.asarray(rng.integers(0, 256, size=(2, 4, 6, 3), dtype=np.uint8))
     for i in range(2):
         slot = b.next_slot()
-        assert cf.image.normalize(src[i], dst=slot, stream=b.stream) is slot
+        assert cf.image.normalize(src[i], src_format="RGB", dst=slot, stream=b.stream) is slot
         b.commit()
     assert b.full
     with pytest.raises(BufferError):

@@ -73,8 +73,11 @@ def test_bad_frames(cf, bad, err):
                                                                  n_staging=1),
                                 dict(size=8, batch_size=2, frames_reused=1)])
 def test_options_are_validated(cf, kw):
-    with pytest.raises(ValueError, match="Pipeline"):
+    # a value out of range is a ValueError, a value of the wrong type a TypeError; both
+    # are CuflowErrors
+    with pytest.raises((ValueError, TypeError), match="Pipeline") as e:
         cf.Pipeline(**kw)
+    assert isinstance(e.value, cf.CuflowError)
 
 
 @pytest.mark.gpu

@@ -1,0 +1,184 @@
+"""Bad arguments to the image operators: a clear error naming the argument, rule and value,
+or the documented behaviour (inverted and non-finite crop boxes)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cuflow
+from cuflow import image
+from cuflow.testing import to_host
+from image_helpers import MEAN, STD, u8_frames
+
+NAN, INF = float("nan"), float("inf")
+
+
+def _clear(e, *words):
+    assert isinstance(e, cuflow.CuflowError)
+    for w in words:
+        assert w in str(e), f"{w!r} not in {str(e)!r}"
+
+
+@pytest.mark.parametrize("scale", [NAN, INF, -INF, 0, 0.0])
+@pytest.mark.parametrize("op", ["normalize", "resize_normalize", "letterbox", "denormalize"])
+def test_scale_must_be_finite_and_non_zero(cf, rng, op, scale):
+    x = cf.asarray(u8_frames(rng, (2, 12, 16, 3)))
+    call = {"normalize": lambda: image.normalize(x, scale=scale),
+            "resize_normalize": lambda: image.resize_normalize(x, 8, scale=scale),
+            "letterbox": lambda: image.letterbox(x, 8, scale=scale),
+            "denormalize": lambda: image.denormalize(image.normalize(x), layout="NCHW",
+                                                     scale=scale)}[op]
+    with pytest.raises(image.ImageFormatError) as e:
+        call()
+    _clear(e.value, "scale")
+
+
+@pytest.mark.parametrize("std", [[1e-320] * 3, 1e-320, [1, 1, 5e-324]])
+def test_a_std_whose_coefficients_overflow_float32_is_refused(cf, rng, std):
+    x = cf.asarray(u8_frames(rng, (2, 12, 16, 3)))
+    with pytest.raises(image.ImageFormatError) as e:
+        image.normalize(x, std=std)
+    _clear(e.value, "std", "float32")
+
+
+def test_mean_std_must_be_real_numbers(cf, rng):
+    x = cf.asarray(u8_frames(rng, (2, 12, 16, 3)))
+    with pytest.raises(image.ImageTypeError, match="mean"):
+        image.normalize(x, mean="0.5")
+    with pytest.raises(image.ImageTypeError, match="std"):
+        image.normalize(x, std=[1, None, 1])
+    with pytest.raises(image.ImageFormatError, match="mean must be finite"):
+        image.normalize(x, mean=[0, NAN, 0])
+
+
+@pytest.mark.parametrize("pad, err", [(NAN, image.ImageFormatError),
+                                      (INF, image.ImageFormatError),
+                                      ("gray", image.ImageTypeError),
+                                      (True, image.ImageTypeError)])
+def test_letterbox_pad_is_a_finite_number(cf, rng, pad, err):
+    x = cf.asarray(u8_frames(rng, (10, 20, 3)))
+    with pytest.raises(err) as e:
+        image.letterbox(x, 16, pad=pad)
+    _clear(e.value, "pad")
+
+
+def test_letterbox_pad_takes_numpy_numbers(cf, rng):
+    x = cf.asarray(u8_frames(rng, (10, 20, 3)))
+    out, info = image.letterbox(x, 16, pad=np.float32(0), scale=1.0, layout="NHWC")
+    o = to_host(out)
+    assert info.pad_y > 0 and (o[:info.pad_y] == 0).all()
+
+
+@pytest.mark.parametrize("size", [(10.9, 12.7), 10.0, (10, 12.0), (True, 4), "10", (4,)])
+@pytest.mark.parametrize("op", ["resize", "resize_normalize", "letterbox", "crop_resize"])
+def test_sizes_are_ints_not_truncated(cf, rng, op, size):
+    x = cf.asarray(u8_frames(rng, (2, 12, 16, 3)))
+    boxes = cf.asarray(np.array([[0, 0, 8, 8]], np.float32))
+    call = {"resize": lambda: image.resize(x, size),
+            "resize_normalize": lambda: image.resize_normalize(x, size),
+            "letterbox": lambda: image.letterbox(x, size),
+            "crop_resize": lambda: image.crop_resize(x, boxes, size)}[op]
+    with pytest.raises(image.ImageFormatError) as e:
+        call()
+    _clear(e.value, "size", repr(size))
+
+
+def test_sizes_take_numpy_ints(cf, rng):
+    x = cf.asarray(u8_frames(rng, (2, 12, 16, 3)))
+    assert image.resize(x, (np.int64(10), np.int32(12))).shape == (2, 10, 12, 3)
+
+
+def test_a_frame_that_may_be_chw_needs_src_format(cf, rng):
+    chw = cf.asarray(u8_frames(rng, (3, 16, 4)))  # CHW: 3 channels of 16 x 4
+    with pytest.raises(image.ImageFormatError) as e:
+        image.normalize(chw)
+    _clear(e.value, "(3, 16, 4)", "CHW", "src_format")
+    # stated: a 3 x 16 RGBA frame
+    assert image.normalize(chw, src_format="RGBA").shape == (3, 3, 16)
+    # a frame that cannot be CHW (height 5) needs nothing
+    assert image.normalize(cf.asarray(u8_frames(rng, (5, 16, 4)))).shape == (3, 5, 16)
+    with pytest.raises(image.ImageFormatError, match="not CHW"):
+        image.normalize(cf.asarray(u8_frames(rng, (3, 16, 4))), src_format="RGB")
+
+
+def test_denormalize_refuses_a_layout_it_cannot_tell(cf, rng):
+    x = u8_frames(rng, (2, 3, 16, 3))  # 3 rows of 16 RGB pixels
+    nhwc = image.normalize(cf.asarray(x), mean=MEAN, std=STD, layout="NHWC", src_format="RGB")
+    assert nhwc.shape == (2, 3, 16, 3)  # reads as NCHW (C=3, 16 x 3) too
+    with pytest.raises(image.ImageFormatError) as e:
+        image.denormalize(nhwc, mean=MEAN, std=STD)
+    _clear(e.value, "NCHW", "NHWC", "layout=")
+    back = image.denormalize(nhwc, mean=MEAN, std=STD, layout="NHWC")
+    np.testing.assert_allclose(to_host(back).astype(int), x.astype(int), atol=1)
+
+
+def test_denormalize_refuses_nhwc_read_as_the_default_nchw(cf, rng):
+    x = u8_frames(rng, (2, 5, 6, 3))
+    nhwc = image.normalize(cf.asarray(x), layout="NHWC")
+    with pytest.raises(image.ImageFormatError) as e:
+        image.denormalize(nhwc)
+    _clear(e.value, "layout='NHWC'", "(2, 5, 6, 3)")
+    nchw = image.normalize(cf.asarray(x))
+    np.testing.assert_allclose(to_host(image.denormalize(nchw)).astype(int), x.astype(int),
+                               atol=1)
+
+
+def test_flags_are_bools_and_dtype_is_named(cf, rng):
+    x = cf.asarray(u8_frames(rng, (2, 12, 16, 3)))
+    with pytest.raises(image.ImageTypeError, match="flip"):
+        image.normalize(x, flip="yes")
+    with pytest.raises(image.ImageTypeError, match="full_range"):
+        image.resize(x, 8, full_range=1)
+    with pytest.raises(image.ImageTypeError, match="dtype"):
+        image.normalize(x, dtype="not a dtype")
+    with pytest.raises(image.ImageFormatError, match="dtype"):
+        image.normalize(x, dtype="int64")
+    with pytest.raises(image.ImageFormatError, match="layout"):
+        image.normalize(x, layout=["NCHW"])
+
+
+def test_an_inverted_box_mirrors_its_crop(cf, rng):
+    x = cf.asarray(u8_frames(rng, (1, 12, 16, 3)))
+    # bilinear at whole-pixel positions: every output is one source pixel
+    kw = dict(interpolation="bilinear", scale=1.0, layout="NHWC", dtype="uint8")
+    boxes = cf.asarray(np.array([[2, 2, 6, 6], [6, 6, 2, 2], [6, 2, 2, 6]], np.float32))
+    up, inv, hflip = to_host(image.crop_resize(x, boxes, 4, **kw))
+    np.testing.assert_array_equal(inv, up[::-1, ::-1])
+    np.testing.assert_array_equal(hflip, up[:, ::-1])
+    np.testing.assert_array_equal(up, to_host(x)[0, 2:6, 2:6])
+
+
+@pytest.mark.parametrize("bad", [[0, 0, INF, 4], [NAN, 0, 4, 4], [0, -INF, 4, 4]])
+def test_a_non_finite_box(cf, rng, bad):
+    x = cf.asarray(u8_frames(rng, (2, 12, 16, 3)))
+    boxes = cf.asarray(np.array([[0, 0, 8, 8], bad], np.float32))
+    if not cf.get_backend().is_gpu:
+        with pytest.raises(image.ImageFormatError) as e:
+            image.crop_resize(x, boxes, 4)
+        _clear(e.value, "finite", "box 1")
+        return
+    # on the GPU the boxes are not read by the host: pixels of the frame, nothing else
+    out = to_host(image.crop_resize(x, boxes, 4, scale=1.0, layout="NHWC", dtype="uint8"))
+    assert out.shape == (2, 4, 4, 3)
+
+
+def test_frame_index_must_be_integers(cf, rng):
+    x = cf.asarray(u8_frames(rng, (2, 12, 16, 3)))
+    boxes = cf.asarray(np.array([[0, 0, 8, 8]], np.float32))
+    with pytest.raises(image.ImageTypeError) as e:
+        image.crop_resize(x, boxes, 4, frame_index=cf.asarray(np.array([1.9])))
+    _clear(e.value, "frame_index", "integers", "float64")
+    with pytest.raises(image.ImageTypeError, match="boxes"):
+        image.crop_resize(x, cf.asarray(np.ones((1, 4), bool)), 4)
+    out = image.crop_resize(x, boxes, 4, frame_index=cf.asarray(np.array([1], np.int64)),
+                            scale=1.0, layout="NHWC", dtype="uint8", interpolation="nearest")
+    np.testing.assert_array_equal(to_host(out)[0], to_host(x)[1, 0:8:2, 0:8:2])
+
+
+@pytest.mark.parametrize("kw", [dict(scale=NAN), dict(std=0), dict(mean=INF),
+                                dict(letterbox=True, pad=NAN), dict(layout="CHW"),
+                                dict(interpolation="cubic"), dict(letterbox=1)])
+def test_pipeline_options_are_checked_when_it_is_made(cf, kw):
+    with pytest.raises(cuflow.CuflowError):
+        cf.Pipeline(16, 2, **kw)
