@@ -21,7 +21,7 @@ import numpy as _np
 
 from . import debug, fusion, graph, image, kernels, memory, testing
 from ._errors import (
-    ArgumentError, ArgumentTypeError, BackendError, CudaError, CuflowError, DeviceError, DstDtypeError, DstError, DstShapeError, DstTypeError,
+    ArgumentError, ArgumentIndexError, ArgumentTypeError, BackendError, CudaError, CuflowError, DeviceError, DstDtypeError, DstError, DstShapeError, DstTypeError,
     KernelCompileError, OutOfMemoryError,
 )
 from ._forward import forward as _forward
@@ -120,7 +120,7 @@ __all__ = [
     # devices and streams
     "Device", "Stream", "Event", "current_stream", "synchronize", "streams",
     # errors
-    "CuflowError", "ArgumentError", "ArgumentTypeError", "BackendError", "DeviceError", "DstError", "DstShapeError", "DstDtypeError", "DstTypeError",
+    "CuflowError", "ArgumentError", "ArgumentIndexError", "ArgumentTypeError", "BackendError", "DeviceError", "DstError", "DstShapeError", "DstDtypeError", "DstTypeError",
     "CudaError", "OutOfMemoryError", "KernelCompileError",
     # submodules
     "linalg", "fft", "random", "testing", "kernels", "memory", "graph", "image", "debug",

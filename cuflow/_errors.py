@@ -43,6 +43,10 @@ class ArgumentTypeError(CuflowError, TypeError):
     the type it got)."""
 
 
+class ArgumentIndexError(CuflowError, IndexError):
+    """An index or axis argument is out of range (the message names it and the range)."""
+
+
 class DstError(CuflowError, ValueError):
     """``dst=`` breaks the output contract (shape, device, overlap, both ``dst`` and ``out``)."""
 

@@ -274,9 +274,6 @@ def test_pipeline(size, batch, opts, frames):
 
 
 # ------------------------------------------------------------------ the ops of core
-@pytest.mark.xfail(strict=True, reason="the backend's own errors in the ops of "
-                   "cuflow/core/_dispatch.py (reraise) pass through as bare ValueError / "
-                   "TypeError / IndexError; owned elsewhere")
 @settings(FUZZ, phases=[Phase.generate], report_multiple_bugs=False)  # fails fast, no shrink
 @given(fn=st.sampled_from(["add", "sqrt", "sum", "reshape", "matmul", "transpose", "take",
                            "concatenate", "astype"]),

@@ -43,10 +43,7 @@ def _make(name: str, device: Any, stream: Any, *args: Any, **kwargs: Any) -> Any
     except MemoryError as e:
         raise OutOfMemoryError(f"cuflow.{name}: out of memory: {e}; free memory or ask for "
                                "less") from e
-    except (ValueError, ZeroDivisionError, OverflowError) as e:
-        if "too big" in str(e):  # NumPy's words for a size past the address space
-            raise OutOfMemoryError(f"cuflow.{name}: out of memory: the result would be larger "
-                                   f"than the address space ({e})") from e
+    except (ZeroDivisionError, OverflowError) as e:
         # the backend's own check (a step of 0, a negative count, a value its dtype cannot
         # hold): its words, as a cuflow error
         raise ArgumentError(f"cuflow.{name}: {e}") from e

@@ -29,7 +29,10 @@ from typing import Any
 
 import numpy
 
-from .._errors import CudaError, OutOfMemoryError
+from .._errors import (
+    ArgumentError, ArgumentIndexError, ArgumentTypeError, BackendError, CudaError, CuflowError,
+    OutOfMemoryError,
+)
 from ._contract import (
     broadcast_shape, check_out_pair, prepare_out, resolve_out, translate_type_error,
 )
@@ -56,15 +59,25 @@ def reraise(name: str, e: BaseException, dst: Any = None):
         raise OutOfMemoryError(f"cuflow.{name}: out of device memory: {e}") from e
     if isinstance(e, rt.cuda_errors):
         raise CudaError(f"cuflow.{name}: CUDA call failed: {e}") from e
+    if isinstance(e, CuflowError):
+        raise e
     if isinstance(e, TypeError):
         translate_type_error(name, e, dst)
+        raise ArgumentTypeError(f"cuflow.{name}: {e}") from e
+    if isinstance(e, IndexError):
+        raise ArgumentIndexError(f"cuflow.{name}: {e}") from e
+    if isinstance(e, ValueError):
+        if "too big" in str(e):  # NumPy's words for a size past the address space
+            raise OutOfMemoryError(f"cuflow.{name}: out of memory: the result would be larger "
+                                   f"than the address space ({e})") from e
+        raise ArgumentError(f"cuflow.{name}: {e}") from e
     raise e
 
 
 def _ufunc(rt: Any, name: str) -> Any:
     uf = rt.ufuncs.get(name)
     if uf is None:
-        raise AttributeError(f"cuflow.{name} is not available on the {rt.name} backend")
+        raise BackendError(f"cuflow.{name} is not available on the {rt.name} backend")
     return uf
 
 

@@ -93,8 +93,8 @@ def astype(a, dtype, dst=None, *, out=None, order="K", casting="unsafe", copy=Tr
     dst = resolve_out(dst, out, "astype")
     if stream is not None:
         return run_on(stream, astype, a, dtype, dst, order=order, casting=casting, copy=copy)
-    dt = numpy.dtype(dtype)
     try:
+        dt = numpy.dtype(dtype)
         check_cast("astype", a.dtype, dt, casting)
         if dst is None:
             return rt.wrap(rt.ndarray.astype(a, dt, order=order, copy=copy))
@@ -121,6 +121,12 @@ def asarray(obj, dtype=None, order=None, *, device=None, copy=None, stream=None)
         check_device("asarray", device)
     if stream is not None:
         return run_on(stream, asarray, obj, dtype, order, copy=copy)
+    if dtype is not None:
+        try:
+            dtype = numpy.dtype(dtype)
+        except TypeError as e:
+            raise ArgumentTypeError(f"cuflow.asarray: dtype must be a NumPy dtype, got "
+                                    f"{dtype!r} ({e})") from e
     if isinstance(obj, rt.ndarray):
         r = obj
         if dtype is not None and numpy.dtype(dtype) != obj.dtype or copy:
