@@ -1,7 +1,7 @@
 """Allocation traces and their replay against cuflow's pool, CuPy's pools and PyTorch's.
 
 R0 (random-shape inference), G (monotonic growth) and S (random 2-D shapes)
-are defined as in the pool's issue; bytes are fp16 for R0/G.  A trace is a
+are the pool's reference workloads; bytes are fp16 for R0/G.  A trace is a
 list of ``(op, key, nbytes)`` with op ``"a"`` (allocate) or ``"f"`` (free),
 split into iterations.  Replays allocate real device arrays through each
 library's normal path (``cupy.empty`` / ``torch.empty``), so host times include

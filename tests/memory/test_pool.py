@@ -104,7 +104,7 @@ def test_large_segments_are_whole_granules():
 
 @pytest.mark.parametrize("name", ["R0", "G", "S"])
 def test_issue_traces_footprint_on_host_memory(name):
-    """The placement policy on the issue's traces, with a backend that reuses released
+    """The placement policy on the allocation traces R0, G and S, with a backend that reuses released
     memory perfectly: what the pool itself holds stays near the live bytes."""
     from cuflow.bench import _traces
 
