@@ -55,7 +55,9 @@ numpydoc_xref_param_type = False
 html_theme = "alabaster"
 html_title = f"cuflow {release}"
 html_static_path = ["_static"]
-html_theme_options = {"description": "GPU arrays with dst= outputs, explicit streams and fused kernels"}
+html_theme_options = {
+    "description": "GPU arrays with dst= outputs, explicit streams and fused kernels",
+}
 
 # The example notebooks live in examples/ (where users run them); the site renders copies.
 _EXAMPLES = DOCS / "examples"

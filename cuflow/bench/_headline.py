@@ -141,7 +141,7 @@ def run_headline(quick: bool = False) -> dict[str, Any]:
 
 
 def _pool_comparison(quick: bool) -> list[dict[str, Any]]:
-    """cuflow's pool against CuPy's pools and PyTorch's on the traces of ``_traces``, and hit latency."""
+    """cuflow's pool against CuPy's and PyTorch's on the traces of ``_traces``; hit latency."""
     import cupy  # noqa: PLC0415  (optional dependency)
 
     torch = _torch()
