@@ -1,24 +1,31 @@
-"""``python -m cuflow info``, ``python -m cuflow bench [--json PATH] [--quick] [--plot PNG]``
-and ``python -m cuflow run-notebook PATH [--write]``."""
+"""cuflow's command line: ``python -m cuflow info`` and ``python -m cuflow bench``.
+
+``info`` prints what cuflow runs on (for bug reports); ``bench`` runs the headline
+comparisons against plain CuPy and PyTorch (``--json PATH``, ``--quick``, ``--plot PNG``,
+``--from-json PATH``).  With no verb, this help."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import warnings
 
 import cuflow
 
 from .bench._headline import format_table, run_headline
 from .bench._traces import bench_traces
 from .bench._plot import plot
-from .testing import output_text, run_notebook
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m cuflow", description=__doc__)
-    sub = p.add_subparsers(dest="cmd")
-    sub.add_parser("info", help="backend, device, compute capability, driver/runtime, versions")
+    p = argparse.ArgumentParser(
+        prog="python -m cuflow", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="cuflow: GPU arrays with dst= outputs, explicit streams and fused kernels.",
+        epilog="python -m cuflow bench --help lists the benchmark's options.")
+    sub = p.add_subparsers(dest="cmd", title="commands", metavar="{info,bench}")
+    sub.add_parser("info", help="what cuflow runs on: the backend and why, the GPU, its compute "
+                                "capability, driver and runtime, versions, compiled paths")
     pb = sub.add_parser("bench", help="headline comparisons against plain CuPy (and PyTorch)")
     pb.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     pb.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
@@ -31,22 +38,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="with traces: record the real workloads' traces into bench/traces/")
     pb.add_argument("--variants", action="store_true",
                     help="with traces: also cuflow's pool with whole 64 MiB granules")
-    pn = sub.add_parser("run-notebook", help="execute a notebook's code cells without Jupyter")
-    pn.add_argument("path")
-    pn.add_argument("--write", action="store_true", help="store the outputs in the notebook")
     args = p.parse_args(argv)
     if args.cmd is None:  # no verb: say what the verbs are
         p.print_help()
         return 0
 
-    if args.cmd == "run-notebook":
-        for i, outputs in enumerate(run_notebook(args.path, write=args.write)):
-            text = output_text(outputs)
-            print(f"[{i + 1}] {text}", end="" if text.endswith("\n") else "\n")
-        return 0
-
     if args.cmd == "info":
-        for k, v in cuflow.backend_info().items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the backend's reason is one of the lines
+            info = cuflow.backend_info()
+        for k, v in info.items():
             print(f"{k:20s} {v}")
         return 0
     if args.section == "traces":

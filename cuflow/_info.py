@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
+import platform
 from typing import Any
 
 import numpy
@@ -18,17 +21,32 @@ def backend_info() -> dict[str, Any]:
     Returns
     -------
     dict
-        ``backend``, ``reason``, ``numpy``, ``pool_hot_path`` (``compiled`` when the
-        memory pool's C hot path was built, else ``python``), and on the CuPy backend
-        ``elementwise_launch`` (``compiled`` when the elementwise fast path launches from C,
-        ``python`` when from Python, ``off`` with ``CUFLOW_FAST=0``), ``cupy``,
-        ``device``, ``device_name``, ``compute_capability``, ``device_count``,
-        ``multiprocessors``, ``total_memory_bytes``, ``driver_version``,
-        ``runtime_version``.  Querying device properties does not create a CUDA context.
+        ``backend`` and ``reason`` (why that backend), ``cuflow``, ``python`` and
+        ``numpy`` (versions), ``pool_hot_path`` (``compiled`` when the memory pool's C
+        hot path was built, else ``python``), ``elementwise_launch`` (on the CuPy
+        backend ``compiled`` when the elementwise fast path launches from C, ``python``
+        when from Python, ``off`` with ``CUFLOW_FAST=0``; on the NumPy backend, which
+        launches nothing, whether the compiled launcher was built), and on the CuPy
+        backend ``cupy``, ``device``, ``device_name``, ``compute_capability``,
+        ``device_count``, ``multiprocessors``, ``total_memory_bytes``,
+        ``driver_version``, ``runtime_version``.  Querying device properties does not
+        create a CUDA context.
+
+    Examples
+    --------
+    >>> info = backend_info()
+    >>> info["backend"] in ("cupy", "numpy")
+    True
     """
     rt = runtime()
-    info: dict[str, Any] = {"backend": rt.name, "reason": rt.reason, "numpy": numpy.__version__,
-                            "pool_hot_path": "python" if _pool.HotAlloc is None else "compiled"}
+    built = importlib.util.find_spec("cuflow.core._ewlaunch") is not None
+    info: dict[str, Any] = {
+        "backend": rt.name, "reason": rt.reason, "cuflow": _version(),
+        "python": platform.python_version(), "numpy": numpy.__version__,
+        "pool_hot_path": "python" if _pool.HotAlloc is None else "compiled",
+        "elementwise_launch": ("unused on the NumPy backend (compiled launcher "
+                               f"{'built' if built else 'not built'})"),
+    }
     if rt.is_gpu:
         cuda_rt = rt.xp.cuda.runtime
         dev = cuda_rt.getDevice()
@@ -49,6 +67,14 @@ def backend_info() -> dict[str, Any]:
             runtime_version=_fmt_cuda_version(cuda_rt.runtimeGetVersion()),
         )
     return info
+
+
+def _version() -> str:
+    """The installed distribution's version (the source tree's when not installed)."""
+    try:
+        return importlib.metadata.version("cuflow")
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
 
 
 def _fmt_cuda_version(v: int) -> str:

@@ -9,21 +9,44 @@ double-buffered batch on a compute stream; each full batch reaches PyTorch by
 CUPTI trace (torch.profiler) and prints how much of the upload time overlapped
 kernels and how long the GPU sat idle.  Run it with ``CUFLOW_NVTX=1`` under
 Nsight Systems to see the same on a timeline, by name.
+
+It needs a CUDA GPU, CuPy and PyTorch (``pip install "cuflow[cuda13,torch]"``, or
+``cuda12``); on a machine without them it says so in one line and exits.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+import warnings
 
 import numpy as np
-import torch
 
 import cuflow
 from cuflow.bench._pipeline import gpu_activity
 
+try:
+    import torch
+except ImportError:
+    torch = None
 
-def model() -> torch.nn.Module:
+
+def gpu_missing() -> str | None:
+    """Why this example cannot run here, or None when it can."""
+    if torch is None:
+        return "PyTorch is not installed"
+    if not torch.cuda.is_available():
+        return "PyTorch sees no CUDA GPU"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the reason is reported below, in one line
+        backend = cuflow.get_backend()
+    if backend.name != "cupy":
+        return f"cuflow runs on {backend.name}: {backend.reason}"
+    return None
+
+
+def model() -> "torch.nn.Module":
     return torch.nn.Sequential(
         torch.nn.Conv2d(3, 16, 3, stride=4), torch.nn.ReLU(),
         torch.nn.Conv2d(16, 32, 3, stride=4), torch.nn.ReLU(),
@@ -38,6 +61,10 @@ def main() -> None:
     p.add_argument("--pinned", action="store_true",
                    help="frames in pinned memory, as a decoder with pinned output gives them")
     args = p.parse_args()
+    why = gpu_missing()
+    if why is not None:
+        sys.exit(f'pipeline_torch.py needs a CUDA GPU, CuPy and PyTorch '
+                 f'(pip install "cuflow[cuda13,torch]"): {why}')
 
     rng = np.random.default_rng(0)
     decoded = [rng.integers(0, 256, (1080, 1920, 3), dtype=np.uint8) for _ in range(8)]

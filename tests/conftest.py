@@ -7,6 +7,7 @@ one-line reason when no GPU is usable).
 
 from __future__ import annotations
 
+import collections
 import warnings
 
 import numpy as np
@@ -26,6 +27,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line per skip reason, with how many tests it skipped (``-rs`` lists them all)."""
+    reasons: collections.Counter[str] = collections.Counter()
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        reasons[reason.removeprefix("Skipped: ")] += 1
+    if reasons:
+        terminalreporter.section("skipped, by reason", sep="-")
+        for reason, n in reasons.most_common():
+            terminalreporter.write_line(f"{n:6d}  {reason}")
 
 
 @pytest.fixture(params=["numpy", pytest.param("cupy", marks=pytest.mark.gpu)])

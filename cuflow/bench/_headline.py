@@ -146,7 +146,8 @@ def run_headline(quick: bool = False) -> dict[str, Any]:
 
 
 def _pool_comparison(quick: bool) -> list[dict[str, Any]]:
-    """cuflow's pool against CuPy's pools and PyTorch's on the synthetic and recorded traces, and hit latency."""
+    """cuflow's pool against CuPy's and PyTorch's on the synthetic and recorded traces; hit
+    latency."""
     import cupy  # noqa: PLC0415  (optional dependency)
 
     torch = _torch()

@@ -1,7 +1,7 @@
 """Allocation traces and their replay against cuflow's pool, CuPy's pools and PyTorch's.
 
 R0 (random-shape inference), G (monotonic growth) and S (random 2-D shapes)
-are defined as in the pool's issue; bytes are fp16 for R0/G.  The traces
+are the pool's reference workloads; bytes are fp16 for R0/G.  The traces
 recorded from real workloads (``_realtraces``, ``bench/traces/``) are named
 ``real:<name>``.  A trace is a
 list of ``(op, key, nbytes)`` with op ``"a"`` (allocate) or ``"f"`` (free),

@@ -24,6 +24,7 @@ mixes devices raises :class:`~cuflow.DeviceError` exactly as on the GPU.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 import warnings
@@ -275,15 +276,44 @@ def probe_cupy() -> tuple[ModuleType | None, int, str]:
     """Import CuPy and count devices without creating a context."""
     try:
         import cupy  # noqa: PLC0415  (optional dependency)
-    except Exception as exc:  # ImportError, or a broken install
-        return None, 0, f"CuPy is not importable ({type(exc).__name__}: {exc})"
+    except ModuleNotFoundError as exc:
+        if exc.name != "cupy":
+            return None, 0, f"CuPy is installed but does not import ({exc})"
+        return None, 0, 'no CuPy installed (pip install "cuflow[cuda12]" or "cuflow[cuda13]")'
+    except Exception as exc:  # a broken install
+        return None, 0, f"CuPy is installed but does not import ({type(exc).__name__}: {exc})"
     try:
         n = cupy.cuda.runtime.getDeviceCount()
     except Exception as exc:  # no driver, insufficient driver, no device
-        return cupy, 0, f"CuPy sees no usable GPU ({exc})"
+        return cupy, 0, _no_gpu_cause(exc, cupy)
     if n < 1:
-        return cupy, 0, "CuPy sees no GPU"
+        return cupy, 0, "no GPU found"
     return cupy, n, f"CuPy {cupy.__version__} with {n} GPU(s)"
+
+
+def _no_gpu_cause(exc: Exception, cupy: ModuleType) -> str:
+    """What ``getDeviceCount``'s failure means, in the user's terms.
+
+    CUDA's runtime reports a machine without the NVIDIA driver as "driver version is
+    insufficient" (35), so the driver library is asked for itself before blaming it.
+    """
+    status = getattr(exc, "status", None)
+    if status == 100:  # cudaErrorNoDevice
+        return "no GPU found"
+    if status == 35:  # cudaErrorInsufficientDriver
+        try:
+            libcuda = ctypes.CDLL("libcuda.so.1")
+        except OSError:
+            return "no GPU found (no NVIDIA driver is installed)"
+        version = ctypes.c_int(0)
+        if libcuda.cuDriverGetVersion(ctypes.byref(version)) != 0 or version.value == 0:
+            return "no GPU found (the NVIDIA driver does not start)"
+        have = f"{version.value // 1000}.{version.value % 1000 // 10}"
+        need = cupy.cuda.runtime.runtimeGetVersion()
+        return (f"the NVIDIA driver is too old: it supports CUDA {have}, this CuPy needs "
+                f"{need // 1000}.{need % 1000 // 10} (update the driver, or install the "
+                f"CuPy for CUDA {have.split('.')[0]})")
+    return f"CuPy sees no usable GPU ({exc})"
 
 
 def _stream_ptr_fn() -> Any:
@@ -450,8 +480,9 @@ def _select() -> Runtime:
         return _make("cupy", cupy, n, why if not forced else f"forced by CUFLOW_BACKEND=cupy; {why}")
     if forced == "cupy":
         raise BackendError(f"CUFLOW_BACKEND=cupy but {why}")
-    warnings.warn(f"cuflow: using the NumPy backend (slow, CPU only): {why}",
-                  RuntimeWarning, stacklevel=4)
+    # one line, no source line under it: the cause is the news, not where cuflow noticed
+    warnings.warn_explicit(f"cuflow: using the NumPy backend (slow, CPU only): {why}",
+                           RuntimeWarning, filename="cuflow", lineno=0, module="cuflow")
     return _make("numpy", None, 0, why)
 
 

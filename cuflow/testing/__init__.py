@@ -13,12 +13,10 @@ import numpy
 
 from .._errors import ArgumentTypeError
 from ..core import asarray, get_backend
-from ._notebook import NotebookError, output_text, run_notebook
 from ._timer import Timing, copy_bandwidth_tbps, device_time_us, host_time_us
 
 __all__ = ["random_array", "poisoned", "to_host", "assert_equal_host", "Timing", "host_time_us",
-           "device_time_us", "copy_bandwidth_tbps", "DTYPES", "NotebookError", "output_text",
-           "run_notebook"]
+           "device_time_us", "copy_bandwidth_tbps", "DTYPES"]
 
 #: One dtype of every family cuflow supports.
 DTYPES = (numpy.bool_, numpy.int8, numpy.int32, numpy.int64, numpy.uint8, numpy.uint16,

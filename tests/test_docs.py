@@ -1,0 +1,203 @@
+"""The documentation keeps its promises: every Python block of the README and the docs runs
+as written, the API reference lists every public name, and no page tells the story of the
+project's making.
+
+Python blocks run in order, one namespace per file, in a fresh interpreter: on the NumPy
+backend here, and (``test_code_blocks_run_on_gpu``, marked ``gpu``) on the CuPy backend in
+the GPU suite. A block whose fence reads ```` ```python gpu ```` needs a GPU: it runs only there.
+A failure names the page and the line of the failing statement.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import cuflow
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+_FENCE = re.compile(r"^(?P<indent> *)(?P<ticks>`{3,})(?P<info>[^`\n]*)$")
+
+
+def _pages() -> list[pathlib.Path]:
+    pages = [ROOT / n for n in ("README.md", "CONTRIBUTING.md", "CHANGELOG.md")]
+    pages += sorted(p for p in DOCS.rglob("*.md")
+                    if not {"_build", "examples"} & set(p.relative_to(DOCS).parts))
+    return [p for p in pages if p.exists()]
+
+
+def python_blocks(text: str) -> list[tuple[int, set[str], str]]:
+    """``(line, tags, source)`` of every ```` ```python [tags] ```` fence in Markdown ``text``."""
+    blocks, lines, i = [], text.splitlines(), 0
+    while i < len(lines):
+        m = _FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        words = m["info"].split()
+        end = next((j for j in range(i + 1, len(lines))
+                    if lines[j].strip() == m["ticks"]), len(lines))
+        if words and words[0] in ("python", "py"):
+            body = textwrap.dedent("\n".join(lines[i + 1:end]))
+            blocks.append((i + 1, set(words[1:]), body))
+        i = end + 1
+    return blocks
+
+
+def _script(page: pathlib.Path, gpu: bool) -> str:
+    parts = []
+    for line, tags, src in python_blocks(page.read_text(encoding="utf-8")):
+        if "gpu" in tags and not gpu:
+            continue
+        # compiled under the page's name, shifted to its lines: a traceback names the
+        # page and the line of the failing statement
+        name = page.relative_to(ROOT).as_posix()
+        parts.append(f"exec(compile({chr(10) * line + src!r}, {name!r}, 'exec'), ns)")
+    return "ns = {'__name__': '__main__'}\n" + "\n".join(parts) + "\n"
+
+
+PAGES = [p for p in _pages() if python_blocks(p.read_text(encoding="utf-8"))]
+
+
+def _run(page: pathlib.Path, backend: str, tmp_path: pathlib.Path) -> None:
+    env = dict(os.environ, CUFLOW_BACKEND=backend, PYTHONWARNINGS="ignore::RuntimeWarning")
+    r = subprocess.run([sys.executable, "-c", _script(page, backend == "cupy")], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, f"a Python block of {page.relative_to(ROOT)} failed:\n{r.stderr}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
+def test_code_blocks_run_on_numpy(page, tmp_path):
+    _run(page, "numpy", tmp_path)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
+def test_code_blocks_run_on_gpu(page, tmp_path):
+    _run(page, "cupy", tmp_path)
+
+
+def test_block_parser_reads_tags_and_skips_other_languages():
+    text = "a\n```python\nx = 1\n```\n```bash\nls\n```\n  ```python gpu\n  y = 2\n  ```\n"
+    assert python_blocks(text) == [(2, set(), "x = 1"), (8, {"gpu"}, "y = 2")]
+
+
+def test_every_page_with_code_is_collected():
+    assert ROOT / "README.md" in PAGES
+    assert any(p.parent.name == "guide" for p in PAGES)
+
+
+# --- the README's set-up commands are what CI runs ----------------------------------------
+
+def _bash_lines(text: str) -> list[str]:
+    blocks = re.findall(r"^```bash\n(.*?)^```", text, re.M | re.S)
+    return [line.strip() for b in blocks for line in b.splitlines() if line.strip()]
+
+
+def test_ci_runs_the_readme_test_command_verbatim():
+    ci = ROOT / ".ci" / "run"
+    test_cmd = [c for c in _bash_lines((ROOT / "README.md").read_text(encoding="utf-8"))
+                if "pytest" in c]
+    assert len(test_cmd) == 1, test_cmd
+    assert test_cmd[0] in ci.read_text(encoding="utf-8")
+
+
+def test_bench_results_keep_only_the_latest_evidence():
+    results = ROOT / "bench" / "results"
+    files = [p for p in results.rglob("*") if p.is_file()] if results.exists() else []
+    assert len(files) <= 10, sorted(p.name for p in files)
+    assert sum(p.stat().st_size for p in files) < 1 << 20
+
+
+# --- the API reference is complete ----------------------------------------------------------
+
+def _api_text() -> str:
+    return "\n".join(p.read_text(encoding="utf-8") for p in (DOCS / "api").glob("*.md"))
+
+
+def _documented_names() -> set[str]:
+    """Names the reference documents (auto* directives) or names in code (`name`)."""
+    text = _api_text()
+    directive = r"^\.\. auto(?:function|class|exception|data|module):: (?:cuflow\.)?(\S+)"
+    names = set(re.findall(directive, text, re.M))
+    names |= set(re.findall(r"`(?:cuflow\.)?([A-Za-z_][A-Za-z0-9_]*)`", text))
+    return names
+
+
+def test_api_reference_names_every_public_name():
+    missing = sorted(set(cuflow.__all__) - _documented_names())
+    assert not missing, f"docs/api/ does not name: {missing}"
+
+
+@pytest.mark.parametrize("module", ["image", "memory", "graph", "debug", "kernels", "testing"])
+def test_api_reference_documents_every_name_of_each_submodule(module):
+    text = _api_text()
+    start = text.index(f".. currentmodule:: cuflow.{module}\n")
+    section = text[start:text.index("```", start)]
+    documented = set(re.findall(r"^\.\. auto\w+:: (\S+)", section, re.M))
+    missing = sorted(set(getattr(cuflow, module).__all__) - documented)
+    assert not missing, f"docs/api/ does not document cuflow.{module}: {missing}"
+
+
+# --- no build history -----------------------------------------------------------------------
+
+# Wording that tells the story of the project's making rather than describing the product.
+HISTORY = re.compile("|".join([
+    r"\bsession[- ]?\d+",                   # "session 12", "session-14"
+    r"\bruns? #?\d+(?:'s|[,.;:)]|\s+and\b|$)",  # "in run 3.", "runs 2 and 3", "Run 5's"
+    r"\brun\d+\b",                          # "run2" in a file name
+    r"\bthe issue(?:'s| asks| says| wants)\b",
+    r"\bissue #?\d+\b",
+    r"\b\w+'s issue\b",                     # "the pool's issue"
+    r"\b(?:made|ran|did) (?:\w+ )?(?:full |more )?runs\b",
+    r"\bin (?:the )?(?:last|previous|earlier|first|second|third) run\b",
+    r"\bmeasured on [^.\n]{0,40}\bin run\b",
+]), re.IGNORECASE)
+
+# Figures belong on the performance page (with their GPU and date) and in results files.
+_EXEMPT = {"tests/test_docs.py"}
+
+
+def _tracked_text_files() -> list[pathlib.Path]:
+    suffixes = {".py", ".md", ".c", ".cu", ".cuh", ".sh", ".toml", ".cfg", ".ipynb", ".txt", ".in"}
+    skip = {"bench/results", "docs/_build", "docs/examples", "build", "dist", ".ci-venv"}
+    out = []
+    for p in ROOT.rglob("*"):
+        rel = p.relative_to(ROOT).as_posix()
+        if (p.is_file() and (p.suffix in suffixes or p.name == "run")
+                and not any(rel == s or rel.startswith(s + "/") for s in skip)
+                and not any(part.startswith(".") and part not in (".ci",)
+                            for part in p.relative_to(ROOT).parts)
+                and "egg-info" not in rel and "site-packages" not in rel):
+            out.append(p)
+    return out
+
+
+def test_history_pattern_catches_build_history():
+    for s in ("Run 5's host was slow", "made eight full runs", "The issue asks for at most 0.6x",
+              "session-14 test log", "as in the pool's issue", "measured on an H200 in run 3",
+              "h200-session12-run2.json"):
+        assert HISTORY.search(s), s
+    for s in ("one run of python -m cuflow bench", "scope='session'", "runs 3x faster",
+              "run the suite", "issued on the stream", "run 2 streams", "runs 4 blocks per SM"):
+        assert not HISTORY.search(s), s
+
+
+def test_no_build_history_in_code_or_docs():
+    hits = []
+    for p in _tracked_text_files():
+        rel = p.relative_to(ROOT).as_posix()
+        if rel in _EXEMPT:
+            continue
+        for n, line in enumerate(p.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            if HISTORY.search(line):
+                hits.append(f"{rel}:{n}: {line.strip()[:120]}")
+    assert not hits, ("build-history wording (say what the product does instead):\n"
+                      + "\n".join(hits))
