@@ -4,7 +4,8 @@ project's making.
 
 Python blocks run in order, one namespace per file, in a fresh interpreter: on the NumPy
 backend here, and (``test_code_blocks_run_on_gpu``, marked ``gpu``) on the CuPy backend in
-the GPU suite. A block whose fence reads ```` ```python gpu ```` needs a GPU: it runs only there.
+the GPU suite. A block whose fence reads ```` ```python gpu ```` needs a GPU: it runs only there; one
+that reads ```` ```python gpu2 ```` needs two GPUs, and the device tests cover its calls.
 A failure names the page and the line of the failing statement.
 """
 
@@ -54,8 +55,8 @@ def python_blocks(text: str) -> list[tuple[int, set[str], str]]:
 def _script(page: pathlib.Path, gpu: bool) -> str:
     parts = []
     for line, tags, src in python_blocks(page.read_text(encoding="utf-8")):
-        if "gpu" in tags and not gpu:
-            continue
+        if ("gpu" in tags and not gpu) or "gpu2" in tags:
+            continue  # gpu2: needs two GPUs; tests/core/test_devices.py runs the same calls there
         # compiled under the page's name, shifted to its lines: a traceback names the
         # page and the line of the failing statement
         name = page.relative_to(ROOT).as_posix()

@@ -61,16 +61,17 @@ def reraise(name: str, e: BaseException, dst: Any = None):
         raise CudaError(f"cuflow.{name}: CUDA call failed: {e}") from e
     if isinstance(e, CuflowError):
         raise e
+    what = str(e) if str(e).startswith("cuflow.") else f"cuflow.{name}: {e}"
     if isinstance(e, TypeError):
         translate_type_error(name, e, dst)
-        raise ArgumentTypeError(f"cuflow.{name}: {e}") from e
-    if isinstance(e, IndexError):
-        raise ArgumentIndexError(f"cuflow.{name}: {e}") from e
+        raise ArgumentTypeError(what) from e
+    if isinstance(e, IndexError):  # NumPy's AxisError too (an IndexError and a ValueError)
+        raise ArgumentIndexError(what) from e
     if isinstance(e, ValueError):
         if "too big" in str(e):  # NumPy's words for a size past the address space
             raise OutOfMemoryError(f"cuflow.{name}: out of memory: the result would be larger "
                                    f"than the address space ({e})") from e
-        raise ArgumentError(f"cuflow.{name}: {e}") from e
+        raise ArgumentError(what) from e
     raise e
 
 

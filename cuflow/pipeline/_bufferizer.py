@@ -109,8 +109,8 @@ class Bufferizer:
         Buffers to rotate through.  With 2, :meth:`take` hands out the full
         buffer and appends continue in the other one.
 
-    Errors
-    ------
+    Warnings
+    --------
     Every call is all-or-nothing.  A call that raises leaves the Bufferizer
     as it was before it: the same length, active buffer and taken buffers.
 
@@ -200,7 +200,7 @@ class Bufferizer:
         Fires ``allocate_hook`` (not for the constructor's allocation); the
         zeroing does not fire ``flush_hook``.  Buffers handed out earlier by
         :meth:`take` keep their old memory.  If the allocation or the hook
-        raises, the old buffers stay in place (see "Errors" above).
+        raises, the old buffers stay in place (see "Warnings" in the class docstring).
 
         Notes
         -----
@@ -388,7 +388,7 @@ class Bufferizer:
         """Empty the active buffer, fire ``flush_hook`` and fill the buffer with ``value``.
 
         The hook sees the Bufferizer empty; if it raises, nothing is filled and
-        the elements are kept (see "Errors" above).
+        the elements are kept (see "Warnings" in the class docstring).
 
         Notes
         -----

@@ -187,8 +187,8 @@ class Pipeline:
     >>> for batch in pipe.batches(decoder):                               # doctest: +SKIP
     ...     logits = model(torch.from_dlpack(batch))
 
-    Errors
-    ------
+    Warnings
+    --------
     Bad options raise :class:`cuflow.ArgumentError` / :class:`cuflow.ArgumentTypeError`
     when the Pipeline is made.  An error during :meth:`batches` (a bad frame,
     :class:`cuflow.OutOfMemoryError`, a failing kernel, an exception or
@@ -333,7 +333,7 @@ class Pipeline:
         device is current when the batches are asked for.  One iteration runs at a
         time per Pipeline (:class:`PipelineError` otherwise).  When it ends by an
         exception, or the consumer stops early, the frames not delivered are counted
-        in :attr:`undelivered` (see "Errors" above).
+        in :attr:`undelivered` (see "Warnings" in the class docstring).
         """
         gen = self._iterate(frames, stream)
         return _on_device(self.device, gen) if get_backend().multi else gen
