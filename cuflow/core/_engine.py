@@ -491,7 +491,12 @@ class EwOp:
             p = self._build(args, dst)
         except Exception:  # noqa: BLE001  (the backend's path reports it)
             p = None
-        self.plans[key] = p
+        # The key holds dtypes and alignment, not shapes: a plan is kept only when every
+        # operand classifies as contiguous whatever its shape.  A dimension of length 1
+        # makes an operand classify as one element or a vector (stride 0 there), which a
+        # later call of another shape under the same key must not reuse.
+        if not any(1 in getattr(x, "shape", ()) or getattr(x, "ndim", 1) == 0 for x in args):
+            self.plans[key] = p
         return p
 
     def _build(self, args: tuple, dst: Any) -> Any:
