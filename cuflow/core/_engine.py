@@ -466,6 +466,12 @@ def plan(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
 
 
 # ------------------------------------------------- single ops, launched from C
+def _shape_free(x: Any) -> bool:
+    """A scalar, or an array whose plan does not depend on its shape (see ``EwOp.load``)."""
+    shape = getattr(x, "shape", None)
+    return shape is None or (len(shape) > 0 and 1 not in shape and 0 not in shape)
+
+
 class EwOp:
     """One elementwise function of the namespace as an engine expression.
 
@@ -492,10 +498,10 @@ class EwOp:
         except Exception:  # noqa: BLE001  (the backend's path reports it)
             p = None
         # The key holds dtypes and alignment, not shapes: a plan is kept only when every
-        # operand classifies as contiguous whatever its shape.  A dimension of length 1
-        # makes an operand classify as one element or a vector (stride 0 there), which a
-        # later call of another shape under the same key must not reuse.
-        if not any(1 in getattr(x, "shape", ()) or getattr(x, "ndim", 1) == 0 for x in args):
+        # operand classifies as contiguous whatever its shape.  A 0-d or empty operand, or
+        # a dimension of length 1, can classify as one element or a vector (stride 0
+        # there), and a later call of another shape under the same key must not reuse that.
+        if all(_shape_free(x) for x in args) and (dst is None or _shape_free(dst)):
             self.plans[key] = p
         return p
 

@@ -30,6 +30,7 @@ or with ``CUFLOW_FAST=0``) and ops ask it for ``binary`` / ``unary``.
 from __future__ import annotations
 
 import ctypes
+import os
 import struct
 import threading
 from collections.abc import Callable
@@ -140,7 +141,8 @@ class FastPath:
             self.compiled = _compiled_launcher(darray, self.ndarray, self.stream_fn)
             if self.compiled is not None:
                 self.binary, self.unary = self.compiled.binary, self.compiled.unary
-                self.ew = self.compiled.ew
+                if ENGINE_LAUNCH:
+                    self.ew = self.compiled.ew
 
     def set_max_grid(self, dev: int) -> None:
         if not self.max_grid:
@@ -238,6 +240,14 @@ class FastPath:
             self.launch(fp, g if g < mg else mg, 1, 1, _BLOCK, 1, 1, 0,
                         self.current_stream().ptr, p.argv_ptr, 0)
         return c
+
+
+#: The engine's C launch of single ops (``ew``) is opt-in (``CUFLOW_EW_ENGINE=1``): its plans
+#: are keyed by dtypes and alignment, and on the GPU a plan made for one call was reused
+#: for operands of another shape with wrong results (tests/core/test_engine.py run after
+#: tests/core/test_darray.py).  Off, single ops take the compiled binary/unary kernels or
+#: CuPy's ufuncs, and cuflow.fuse its shape-keyed launch.
+ENGINE_LAUNCH = os.environ.get("CUFLOW_EW_ENGINE", "0") == "1"
 
 
 def _no_ew(op: Any, args: tuple, dst: Any) -> None:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import cuflow
+from cuflow.core import _fastpath
 
 OPS = {
     "x * 2": lambda m, x, y, b: x * 2,
@@ -74,6 +75,8 @@ def test_dst_and_in_place_scalar_ops(cf, rng):
 
 
 @pytest.mark.gpu
+@pytest.mark.skipif(not _fastpath.ENGINE_LAUNCH, reason="the engine's C launch of single ops is "
+                    "opt-in (CUFLOW_EW_ENGINE=1)")
 def test_scalar_ops_take_the_engine(gpu_cf):
     cf = gpu_cf
     x = cf.ones((64,), cf.float32)
