@@ -11,13 +11,28 @@ event on, or synchronize with, a stream that captures a graph.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import itertools
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 from ._blocks import DEAD_STREAM, Block
 
 __all__ = ["StreamsMixin"]
+
+
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    """No garbage collection in the block (whose finalizers could destroy a stream)."""
+    on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if on:
+            gc.enable()
 
 
 class StreamsMixin:
@@ -48,9 +63,16 @@ class StreamsMixin:
             pass
 
     def _stream_gone(self, ptr: int) -> None:
-        """The stream object at ``ptr`` was destroyed (a finalizer: only queue it)."""
-        self._gone.append(ptr)
-        self._slow = True
+        """The stream object at ``ptr`` is being destroyed (a finalizer: only queue it).
+
+        The finalizer runs before CUDA destroys the stream; taking the lock makes another
+        thread's destruction wait until no pool operation can be recording an event on the
+        stream.  In this thread (a garbage collection inside the pool) the lock is re-entered
+        and the operations in flight skip the streams queued here.
+        """
+        with self._lock:
+            self._gone.append(ptr)
+            self._slow = True
 
     def _forget_stream(self, ptr: int) -> None:
         """Cached blocks of a destroyed stream become orphans (no event can be recorded on a
@@ -105,18 +127,20 @@ class StreamsMixin:
     # ------------------------------------------------------- cross-stream reuse
     def _borrow(self, size: int, stream: int, most: int | None) -> Block | None:
         """A free block of another stream, with ``stream`` ordered after its last use."""
-        for (o, s), fl in self._lists.items():
-            if o is not None or s == stream or s in self._capturing:
-                continue  # (an event recorded on a capturing stream would be captured)
-            b = fl.pop_fit(size, most)
-            if b is not None:
-                ev = self.backend.record(s)
-                if ev is not None:
-                    self.backend.wait(stream, ev)
-                b.stream = stream
-                b.seg.streams.add(stream)
-                self.num_cross_stream += 1
-                return b
+        gone = self._gone
+        with _no_gc():  # a collection between the check and the record could destroy s
+            for (o, s), fl in self._lists.items():
+                if o is not None or s == stream or s in self._capturing or s in gone:
+                    continue  # (an event recorded on a capturing stream would be captured)
+                b = fl.pop_fit(size, most)
+                if b is not None:
+                    ev = self.backend.record(s)
+                    if ev is not None:
+                        self.backend.wait(stream, ev)
+                    b.stream = stream
+                    b.seg.streams.add(stream)
+                    self.num_cross_stream += 1
+                    return b
         return None
 
     def _await_uses(self, b: Block) -> None:
@@ -133,10 +157,11 @@ class StreamsMixin:
     def _events_after(self, streams: set[int]) -> list[Any]:
         """Events after the work queued so far on ``streams`` (no capture may be running); a
         destroyed stream's work is waited for by a device synchronize instead."""
-        if DEAD_STREAM in streams:
-            self.backend.synchronize()
-            return []
-        return [self.backend.record(s) for s in streams]
+        with _no_gc():  # as in _borrow: no stream may be destroyed between check and record
+            if DEAD_STREAM in streams or not streams.isdisjoint(self._gone):
+                self.backend.synchronize()
+                return []
+            return [self.backend.record(s) for s in streams]
 
     def _process_pending(self, wait: bool = False) -> bool:
         """Move blocks whose cross-stream events completed to the free lists (no capture may
