@@ -5,7 +5,7 @@ first allocation, so plain CuPy calls made by or alongside cuflow use it too;
 ``CUFLOW_POOL=off`` leaves CuPy's own pool in place, and :func:`using_pool`
 scopes a pool to a block (thread-local).  Its allocation paths are C (an
 optional extension, ``_hotpath.c``; the same decisions in Python where it was
-not built) behind CuPy's ``PythonFunctionAllocator`` (host time against CuPy's
+not built) behind CuPy's allocator hook (host time against CuPy's
 pools on synthetic and recorded traces: ``python -m cuflow bench traces``,
 bench/test_bench_memory.py).  One pool per
 device (every function takes ``device=``, checked against the visible

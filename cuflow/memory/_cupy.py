@@ -1,7 +1,7 @@
 """CuPy glue: the public :class:`Pool`, with CuPy's allocator hook and pool methods.
 
-CuPy's ``PythonFunctionAllocator`` builds the memory objects in Cython and
-calls the pool's hot path; its free callback queues the pointer in the pool
+CuPy's allocator hook builds a memory object per block over the pool's hot path;
+the block's owner queues the pointer back in the pool when the memory object goes
 (see :func:`make_cupy_malloc`).
 """
 
@@ -15,8 +15,16 @@ import numpy
 from ..core._runtime import runtime
 from ..core._streams import as_cupy_stream
 from ._backends import Backend
+from ._env import POOL_HOTPATH
 from ._limit import limit_bytes
 from ._pool import Pool as _CorePool
+
+try:  # the allocator hook in C (the same extension as the pool's hot path)
+    from ._hotpath import CupyMalloc
+except ImportError:
+    CupyMalloc = None
+if POOL_HOTPATH == "python":
+    CupyMalloc = None
 
 __all__ = ["Pool", "make_cupy_malloc"]
 
@@ -92,19 +100,20 @@ def stream_ptr(stream: Any) -> int | None:
 
 
 def make_cupy_malloc(pool: Pool) -> Callable[[int], Any]:
-    """CuPy's allocator hook over ``pool``.
+    """CuPy's allocator hook over ``pool``: ``malloc(nbytes)`` -> ``cupy.cuda.MemoryPointer``.
 
-    CuPy's ``PythonFunctionAllocator`` builds the memory objects in Cython and
-    calls the pool's hot path (compiled where it was built; it reads the current
-    stream through CuPy's C API).  Its free callback is the pool's
-    ``_freed.__setitem__``, a C call that queues the pointer without running
-    Python code (so it is safe from finalizers and the garbage collector); the
-    pool's next operation processes the queue.  (CuPy's ``CFunctionAllocator``
-    would save a Python-level call, but CuPy 14.2 turns an exception raised in
-    its C malloc, such as the pool's out-of-memory error, into a SystemError.)
+    The pointer comes from the pool's hot path (compiled where it was built; it reads the
+    current stream through CuPy's C API).  The memory object is a :class:`PoolMemory`
+    (CuPy's ``UnownedMemory``) whose owner gives the block back when it is deallocated, by
+    queueing the pointer in the pool's ``_freed`` (no Python code runs, so it is safe from
+    finalizers); the pool's next operation processes the queue.  The owner is invisible to
+    the garbage collector, so a collected reference cycle cannot lose the free, as it can
+    with CuPy's ``PythonFunctionAllocator`` (whose memory keeps its free callback in a
+    field the collector clears first).  ``_hotpath.CupyMalloc`` builds the objects in C;
+    without the extension a Python function does.
     """
     import cupy  # noqa: PLC0415  (optional dependency)
-    from cupy.cuda.memory import PythonFunctionAllocator  # noqa: PLC0415  (optional dependency)
+    from cupy.cuda.memory import MemoryPointer  # noqa: PLC0415  (optional dependency)
 
     get_stream = cupy.cuda.get_current_stream
 
@@ -114,8 +123,49 @@ def make_cupy_malloc(pool: Pool) -> Callable[[int], Any]:
             pool.watch_stream(so, ptr)
 
     pool._on_new_stream = new_stream
-    return PythonFunctionAllocator(pool._make_alloc(get_stream, runtime().stream_ptr_fn),
-                                   pool._freed.__setitem__).malloc
+    alloc = pool._make_alloc(get_stream, runtime().stream_ptr_fn)
+    dev, freed, memory = pool.backend.device_id, pool._freed, pool_memory_type()
+    if CupyMalloc is not None:
+        return CupyMalloc(alloc, freed, memory, MemoryPointer, dev)
+
+    def malloc(nbytes: int) -> Any:
+        if not nbytes:
+            return MemoryPointer(memory(0, 0, None, dev), 0)
+        ptr = alloc(nbytes, dev)
+        return MemoryPointer(memory(ptr, nbytes, _Lent(freed, ptr), dev), 0)
+
+    return malloc
+
+
+class _Lent:
+    """``_hotpath.Lent`` in Python: ``__del__`` runs before a collection clears anything."""
+
+    __slots__ = ("freed", "ptr")
+
+    def __init__(self, freed: dict[int, Any], ptr: int) -> None:
+        self.freed, self.ptr = freed, ptr
+
+    def __del__(self) -> None:
+        self.freed[self.ptr] = None
+
+
+_MEMORY: list[type] = []
+
+
+def pool_memory_type() -> type:
+    """:class:`PoolMemory`: CuPy's ``UnownedMemory`` for blocks of cuflow's pools (a type of
+    its own, so that memory of the pool is told from other unowned memory)."""
+    if not _MEMORY:
+        from cupy.cuda.memory import UnownedMemory  # noqa: PLC0415  (optional dependency)
+
+        class PoolMemory(UnownedMemory):
+            """A block of cuflow's memory pool (given back when the last array using it goes)."""
+
+            __slots__ = ()
+            __module__ = "cuflow.memory"
+
+        _MEMORY.append(PoolMemory)
+    return _MEMORY[0]
 
 
 def sizes_of(shapes_or_nbytes: Iterable[Any], dtype: Any) -> list[int]:

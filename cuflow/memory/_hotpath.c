@@ -15,7 +15,7 @@
  *   - stream_fn None: arg is the stream (Pool.alloc_ptr);
  *   - stream_fn a capsule of ``intptr_t (*)(void)`` (CuPy's
  *     cupy_backends.cuda.stream.get_current_stream_ptr): arg is CuPy's device id (the
- *     PythonFunctionAllocator callback) and the stream is the current one;
+ *     allocator hook's callback, CupyMalloc below) and the stream is the current one;
  *   - with segment_type and freelist_type (the types whose slots it reads), the general path
  *     is compiled too; without them it calls Pool._alloc_miss.
  * It holds the GIL throughout and runs no Python code on a hit or a fit: dictionary and list
@@ -1562,9 +1562,191 @@ static PyTypeObject HotAllocType = {
     .tp_clear = (inquiry)hot_clear,
 };
 
+/* ----------------------------------------------------------- CuPy's allocator hook */
+
+/* Lent(freed, ptr): the owner of one lent block, kept by the CuPy memory object of an
+ * array; its deallocation queues ptr in the pool's freed dict (Pool._freed).  It is not
+ * tracked by the garbage collector, so a collection of a reference cycle never clears it
+ * before it runs: the free cannot be lost.  (CuPy's PythonFunctionAllocatorMemory keeps
+ * its free callback in a collected field, which a collection may clear to None first;
+ * tests/test_faults.py, where exceptions' tracebacks hold arrays in cycles.) */
+typedef struct {
+    PyObject_HEAD
+    PyObject *freed;
+    PyObject *ptr;
+} Lent;
+
+static void
+lent_dealloc(Lent *self)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *exc = PyErr_GetRaisedException();
+#else
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+#endif
+    if (PyDict_SetItem(self->freed, self->ptr, Py_None) < 0)
+        PyErr_WriteUnraisable((PyObject *)self);
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(exc);
+#else
+    PyErr_Restore(et, ev, tb);
+#endif
+    Py_DECREF(self->freed);
+    Py_DECREF(self->ptr);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+lent_repr(Lent *self)
+{
+    return PyUnicode_FromFormat("<cuflow pool block %R>", self->ptr);
+}
+
+static PyTypeObject LentType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cuflow.memory._hotpath.Lent",
+    .tp_doc = "The owner of one block lent to CuPy: its deallocation gives the block back",
+    .tp_basicsize = sizeof(Lent),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)lent_dealloc,
+    .tp_repr = (reprfunc)lent_repr,
+};
+
+static PyObject *
+lent_new(PyObject *freed, PyObject *ptr)
+{
+    Lent *l = PyObject_New(Lent, &LentType);
+    if (l == NULL)
+        return NULL;
+    l->freed = Py_NewRef(freed);
+    l->ptr = Py_NewRef(ptr);
+    return (PyObject *)l;
+}
+
+/* CupyMalloc(alloc, freed, memory_type, pointer_type, device_id): CuPy's allocator,
+ * malloc(nbytes) -> MemoryPointer(memory_type(ptr, nbytes, Lent(freed, ptr), device_id), 0)
+ * with ptr = alloc(nbytes, device_id) (the pool's hot path). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *alloc, *freed, *mem_type, *ptr_type, *dev, *zero;
+    vectorcallfunc vectorcall;
+} CupyMalloc;
+
+static PyObject *
+cm_vectorcall(CupyMalloc *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (PyVectorcall_NARGS(nargsf) != 1 || kwnames != NULL) {
+        PyErr_SetString(PyExc_TypeError, "malloc(nbytes) takes one argument");
+        return NULL;
+    }
+    PyObject *size = args[0], *ptr, *owner;
+    int empty = PyObject_Not(size);
+    if (empty < 0)
+        return NULL;
+    if (empty) { /* CuPy's 0-byte allocation: a null pointer, nothing lent */
+        ptr = Py_NewRef(self->zero);
+        owner = Py_NewRef(Py_None);
+    }
+    else {
+        PyObject *aargs[] = {size, self->dev};
+        ptr = PyObject_Vectorcall(self->alloc, aargs, 2, NULL);
+        if (ptr == NULL)
+            return NULL;
+        owner = lent_new(self->freed, ptr);
+        if (owner == NULL) {
+            if (PyDict_SetItem(self->freed, ptr, Py_None) < 0)
+                PyErr_WriteUnraisable(ptr);
+            Py_DECREF(ptr);
+            return NULL;
+        }
+    }
+    PyObject *margs[] = {ptr, size, owner, self->dev};
+    PyObject *mem = PyObject_Vectorcall(self->mem_type, margs, 4, NULL);
+    Py_DECREF(ptr);
+    Py_DECREF(owner); /* the memory keeps it; on failure this gives the block back */
+    if (mem == NULL)
+        return NULL;
+    PyObject *pargs[] = {mem, self->zero};
+    PyObject *r = PyObject_Vectorcall(self->ptr_type, pargs, 2, NULL);
+    Py_DECREF(mem);
+    return r;
+}
+
+static PyObject *
+cm_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"alloc", "freed", "memory_type", "pointer_type", "device_id", NULL};
+    PyObject *alloc, *freed, *mem_type, *ptr_type, *dev;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OOO!:CupyMalloc", kwlist, &alloc,
+                                     &PyDict_Type, &freed, &mem_type, &ptr_type, &PyLong_Type,
+                                     &dev))
+        return NULL;
+    CupyMalloc *self = (CupyMalloc *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    if ((self->zero = PyLong_FromLong(0)) == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    self->alloc = Py_NewRef(alloc);
+    self->freed = Py_NewRef(freed);
+    self->mem_type = Py_NewRef(mem_type);
+    self->ptr_type = Py_NewRef(ptr_type);
+    self->dev = Py_NewRef(dev);
+    self->vectorcall = (vectorcallfunc)cm_vectorcall;
+    return (PyObject *)self;
+}
+
+static int
+cm_traverse(CupyMalloc *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->alloc);
+    Py_VISIT(self->freed);
+    Py_VISIT(self->mem_type);
+    Py_VISIT(self->ptr_type);
+    return 0;
+}
+
+static int
+cm_clear(CupyMalloc *self)
+{
+    Py_CLEAR(self->alloc);
+    Py_CLEAR(self->freed);
+    Py_CLEAR(self->mem_type);
+    Py_CLEAR(self->ptr_type);
+    Py_CLEAR(self->dev);
+    Py_CLEAR(self->zero);
+    return 0;
+}
+
+static void
+cm_dealloc(CupyMalloc *self)
+{
+    PyObject_GC_UnTrack(self);
+    cm_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject CupyMallocType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cuflow.memory._hotpath.CupyMalloc",
+    .tp_doc = "CupyMalloc(alloc, freed, memory_type, pointer_type, device_id): CuPy's "
+              "allocator over the pool's hot path, malloc(nbytes) -> MemoryPointer",
+    .tp_basicsize = sizeof(CupyMalloc),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = cm_new,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(CupyMalloc, vectorcall),
+    .tp_traverse = (traverseproc)cm_traverse,
+    .tp_clear = (inquiry)cm_clear,
+    .tp_dealloc = (destructor)cm_dealloc,
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_hotpath",
-    "The memory pool's allocation hot path in C (HotAlloc) and its lock (PoolLock).", -1, NULL,
+    "The memory pool's allocation hot path in C (HotAlloc), its lock (PoolLock) and CuPy's "
+    "allocator hook (CupyMalloc).", -1, NULL,
 };
 
 PyMODINIT_FUNC
@@ -1582,7 +1764,8 @@ PyInit__hotpath(void)
     INTERN(s_recording, "_recording");
 #undef INTERN
     if (PyType_Ready(&HotAllocType) < 0 || PyType_Ready(&PoolLockType) < 0
-        || PyType_Ready(&PoolStateType) < 0 || PyType_Ready(&FreeListType) < 0)
+        || PyType_Ready(&PoolStateType) < 0 || PyType_Ready(&FreeListType) < 0
+        || PyType_Ready(&LentType) < 0 || PyType_Ready(&CupyMallocType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
@@ -1590,7 +1773,9 @@ PyInit__hotpath(void)
     if (PyModule_AddObjectRef(m, "HotAlloc", (PyObject *)&HotAllocType) < 0
         || PyModule_AddObjectRef(m, "PoolLock", (PyObject *)&PoolLockType) < 0
         || PyModule_AddObjectRef(m, "PoolState", (PyObject *)&PoolStateType) < 0
-        || PyModule_AddObjectRef(m, "FreeList", (PyObject *)&FreeListType) < 0) {
+        || PyModule_AddObjectRef(m, "FreeList", (PyObject *)&FreeListType) < 0
+        || PyModule_AddObjectRef(m, "Lent", (PyObject *)&LentType) < 0
+        || PyModule_AddObjectRef(m, "CupyMalloc", (PyObject *)&CupyMallocType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

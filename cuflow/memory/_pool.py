@@ -189,8 +189,8 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         ``alloc(nbytes, stream)`` gives the device pointer of a block of at least
         ``nbytes`` for work on ``stream``; with ``stream_of`` (a callable giving
         the current stream object) or ``stream_fn`` (a capsule of a C function
-        giving the current stream's handle), it is CuPy's
-        ``PythonFunctionAllocator`` callback ``alloc(nbytes, device_id)`` on the
+        giving the current stream's handle), it is the callback
+        ``alloc(nbytes, device_id)`` of CuPy's allocator hook (``make_cupy_malloc``) on the
         current stream.  It first processes queued frees (one each, usually: back
         to the exact-size cache), then hands back an exact-size block freed
         earlier on the stream; anything else goes to :meth:`_alloc_miss`.

@@ -28,15 +28,15 @@ def test_cupy_allocations_use_the_pool(pooled):
 
 _WHICH_ALLOCATOR = (
     "import cupy, cuflow as cf; cf.set_backend('cupy'); cf.zeros(4); "
-    "print(type(cupy.cuda.get_allocator().__self__).__name__)")
+    "print(type(cf.zeros(4).data.mem).__name__)")
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(("env", "owner"), [
-    ({}, "PythonFunctionAllocator"), ({"CUFLOW_POOL": "off"}, "MemoryPool")])
+    ({}, "PoolMemory"), ({"CUFLOW_POOL": "off"}, "PooledMemory")])
 def test_pool_is_installed_by_default_and_off_leaves_cupys(gpu_cf, env, owner):
     """By default cuflow's pool becomes CuPy's allocator on first use (CuPy's
-    PythonFunctionAllocator over the pool's hook); CUFLOW_POOL=off keeps CuPy's MemoryPool."""
+    memory objects of cuflow's allocator hook); CUFLOW_POOL=off keeps CuPy's MemoryPool."""
     import subprocess
     import sys
 
@@ -57,3 +57,22 @@ def test_pinned_host_arrays(gpu_cf):
     d = cf.asarray(h, stream=s)
     s.synchronize()
     np.testing.assert_array_equal(cf.asnumpy(d), h)
+
+
+@pytest.mark.gpu
+def test_arrays_freed_by_a_garbage_collection_go_back_to_the_pool(gpu_cf):
+    """A collected reference cycle that holds arrays gives their blocks back (the cycle's
+    objects are cleared in allocation order, the memory objects before the list)."""
+    import gc
+
+    cf = gpu_cf
+    gc.collect()
+    before = cf.memory.stats()["allocated_bytes.all.current"]
+    for _ in range(20):
+        a = cf.empty(1 << 20, dtype="uint8")
+        cycle = [a]
+        cycle.append(cycle)
+        del a, cycle
+    gc.collect()
+    cf.memory.get_pool().flush_frees()
+    assert cf.memory.stats()["allocated_bytes.all.current"] == before
