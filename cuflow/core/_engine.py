@@ -147,6 +147,13 @@ def _functions(src: str, dev: int) -> tuple[int, int]:
         _STATS.memory_hits += 1
         return hit[1], hit[2]
     with _LOCK:
+        # checked again under the lock: a second load by another thread would replace the
+        # module, and the unloaded one's function handles, kept in plans, would launch a
+        # freed (or later reused) handle (docs/scaling.md's Dask threads)
+        hit = _MODULES.get((digest, dev))
+        if hit is not None:
+            _STATS.memory_hits += 1
+            return hit[1], hit[2]
         cupy, _, _ = _cuda()
         arch, _ = _device(dev)
         path = os.path.join(cache_dir(), f"{digest}-sm{arch}.cubin")

@@ -170,7 +170,9 @@ def get_function(kernel: str, entry: str, dtype: Any) -> Any:
             raise KernelCompileError(
                 f"compiling cuflow kernel {kernel!r} ({spec.source}) for {dt} failed:\n"
                 f"{e.get_message() if hasattr(e, 'get_message') else e}") from e
-        _MODULES[key] = mod
+        # the first module stored wins: handles taken from it (the fast path keeps bare
+        # function pointers) stay valid, and a racing thread's copy is dropped unused
+        mod = _MODULES.setdefault(key, mod)
     return mod.get_function(name_expression(entry, dt))  # a RawKernel (cached by the module)
 
 
