@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import cuflow
+from cuflow.testing import to_host
 
 ROOT = pathlib.Path(cuflow.__file__).parent
 
@@ -98,6 +99,13 @@ def test_a_size_no_memory_holds_is_out_of_memory_giving_the_bytes(cf):
         cf.zeros_like(cf.zeros(3), shape=(2**40, 2**40))
     with pytest.raises(cf.OutOfMemoryError, match="arange"):
         cf.arange(0, 2**62)
+    with pytest.raises(cf.OutOfMemoryError, match="linspace"):
+        cf.linspace(0.0, 1.0, 2**62)
+    with pytest.raises(cf.OutOfMemoryError, match="eye"):
+        cf.eye(2**32)
+    with pytest.raises(cf.ArgumentError, match="finite"):
+        cf.arange(0.0, float("inf"))
+    assert to_host(cf.arange(10, 1, -3)).tolist() == [10, 7, 4]
 
 
 @pytest.mark.parametrize("shape, err", [(-1, ValueError), ((3, -2), ValueError),

@@ -74,9 +74,10 @@ def _dtype(name: str, dtype: Any) -> None:
                                 f"complex dtype, got {numpy.dtype(dtype)}")
 
 
-def _fill_value(name: str, value: Any) -> None:
+def _fill_value(name: str, value: Any, dtype: Any = None) -> None:
     """A fill value is a number (or a 0-d array of one): text or objects make no array of
-    numbers."""
+    numbers; with ``dtype``, one that it holds (integers: whole numbers in range; reals:
+    finite values in range, or inf and nan as given)."""
     try:
         kind = numpy.result_type(value).kind if not isinstance(value, str | bytes) else "U"
     except TypeError:
@@ -84,6 +85,29 @@ def _fill_value(name: str, value: Any) -> None:
     if kind not in "biufc":
         raise ArgumentTypeError(f"cuflow.{name}: fill_value must be a number, got "
                                 f"{type(value).__name__} {value!r}")
+    if dtype is None or numpy.ndim(value) != 0:
+        return
+    dt = numpy.dtype(dtype)
+    if dt.kind in "bc" or kind == "b":
+        return
+    v = complex(value) if kind == "c" else value
+    if kind == "c":
+        if v.imag:
+            raise ArgumentTypeError(f"cuflow.{name}: fill_value {value!r} is complex, and "
+                                    f"{dt} holds real numbers; take .real first")
+        v = v.real
+    v = float(v) if kind in "fc" else int(v)
+    if dt.kind in "iu":
+        info = numpy.iinfo(dt)
+        if isinstance(v, float) and not (math.isfinite(v) and v == int(v)):
+            raise ArgumentError(f"cuflow.{name}: fill_value must be a whole number for {dt}, "
+                                f"got {value!r}")
+        if not info.min <= int(v) <= info.max:
+            raise ArgumentError(f"cuflow.{name}: fill_value {value!r} is out of the range of "
+                                f"{dt}, [{info.min}, {info.max}]")
+    elif dt.kind == "f" and math.isfinite(v) and abs(v) > float(numpy.finfo(dt).max):
+        raise ArgumentError(f"cuflow.{name}: fill_value {value!r} is out of the range of {dt} "
+                            f"(its largest value is {numpy.finfo(dt).max})")
 
 
 def _shape(name: str, shape: Any, dtype: Any) -> tuple[int, ...]:
@@ -146,7 +170,7 @@ def ones(shape, dtype=float, order="C", *, device=None, stream=None):
 
 def full(shape, fill_value, dtype=None, order="C", *, device=None, stream=None):
     """New array of ``shape`` filled with ``fill_value`` (array API ``full``)."""
-    _fill_value("full", fill_value)
+    _fill_value("full", fill_value, dtype)
     dims = _shape("full", shape, dtype if dtype is not None else numpy.result_type(fill_value))
     return _make("full", device, stream, dims, fill_value, dtype, order)
 
@@ -172,7 +196,7 @@ def ones_like(a, dtype=None, order="K", subok=None, shape=None, *, device=None, 
 def full_like(a, fill_value, dtype=None, order="K", subok=None, shape=None, *, device=None,
               stream=None):
     """Array like ``a`` filled with ``fill_value`` (array API ``full_like``)."""
-    _fill_value("full_like", fill_value)
+    _fill_value("full_like", fill_value, dtype if dtype is not None else getattr(a, "dtype", None))
     return _make("full_like", device, stream, a, fill_value,
                  **_like("full_like", a, dtype, order, subok, shape))
 
@@ -189,6 +213,21 @@ def arange(start=None, stop=None, step=1, dtype=None, *, device=None, stream=Non
     if isinstance(step, int | float) and step == 0:
         raise ArgumentError(f"cuflow.arange: step must be non-zero, got {step!r}")
     _dtype("arange", dtype)
+    real = (int, float, numpy.integer, numpy.floating)
+    if all(isinstance(v, real) and not isinstance(v, bool) for v in (start, stop, step)):
+        # the length is checked here: CuPy computes a size past 2**63 bytes as a small one
+        # and its kernel then writes past the allocation
+        fl = any(isinstance(v, float | numpy.floating) for v in (start, stop, step))
+        if fl:
+            if not all(math.isfinite(v) for v in (start, stop, step)):
+                raise ArgumentError(f"cuflow.arange: start, stop and step must be finite, got "
+                                    f"{start!r}, {stop!r}, {step!r}")
+            n = math.ceil((float(stop) - float(start)) / float(step))
+        else:
+            n = -((int(start) - int(stop)) // int(step))
+        if n > 0:
+            _shape("arange", (n,), dtype if dtype is not None else
+                   (numpy.float64 if fl else numpy.int64))
     return _make("arange", device, stream, start, stop, step, dtype=dtype)
 
 
@@ -196,12 +235,17 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
              device=None, stream=None):
     """``num`` evenly spaced values from ``start`` to ``stop`` (array API ``linspace``)."""
     _dtype("linspace", dtype)
+    if isinstance(num, int | numpy.integer) and num > 0:
+        _shape("linspace", (num,), dtype if dtype is not None else numpy.float64)
     return _make("linspace", device, stream, start, stop, num, endpoint, retstep, dtype, axis)
 
 
 def eye(N, M=None, k=0, dtype=float, order="C", *, device=None, stream=None):  # noqa: N803
     """2-D array with ones on diagonal ``k`` (array API ``eye``: ``n_rows, n_cols``)."""
     _dtype("eye", dtype)
+    if isinstance(N, int | numpy.integer) and isinstance(M, int | numpy.integer | None) and N > 0 \
+            and (M is None or M > 0):
+        _shape("eye", (N, N if M is None else M), dtype)
     return _make("eye", device, stream, N, M, k, dtype, order)
 
 

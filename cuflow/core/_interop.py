@@ -127,12 +127,18 @@ def asarray(obj, dtype=None, order=None, *, device=None, copy=None, stream=None)
         except TypeError as e:
             raise ArgumentTypeError(f"cuflow.asarray: dtype must be a NumPy dtype, got "
                                     f"{dtype!r} ({e})") from e
+    src_dt = getattr(obj, "dtype", None)
+    if dtype is not None and isinstance(src_dt, numpy.dtype) and src_dt.kind == "c" and \
+            dtype.kind != "c":
+        raise ArgumentTypeError(f"cuflow.asarray: casting {src_dt} to {dtype} would discard the "
+                                "imaginary part; take .real (or .imag) first")
     if isinstance(obj, rt.ndarray):
         r = obj
         if dtype is not None and numpy.dtype(dtype) != obj.dtype or copy:
             if copy is False:
                 _refuse_copy(obj, f"a cast from {obj.dtype} to {numpy.dtype(dtype)}")
-            r = rt.ndarray.astype(obj, dtype or obj.dtype, order=order or "K", copy=True)
+            with numpy.errstate(over="ignore", invalid="ignore"):  # astype's semantics
+                r = rt.ndarray.astype(obj, dtype or obj.dtype, order=order or "K", copy=True)
         return rt.as_darray(r)
     if copy is False:
         if isinstance(obj, list | tuple | int | float | complex | bool):
@@ -140,11 +146,17 @@ def asarray(obj, dtype=None, order=None, *, device=None, copy=None, stream=None)
         if rt.is_gpu and not hasattr(obj, "__cuda_array_interface__") and not (
                 hasattr(obj, "__dlpack_device__") and obj.__dlpack_device__()[0] in (2, 3, 13)):
             _refuse_copy(obj, "a host-to-device copy")
+    # arrays cast as astype does (a float out of a smaller float's range becomes inf, on
+    # every backend); Python numbers that the dtype cannot hold are refused, like integers
+    # out of range (NEP 50)
+    python_data = not hasattr(obj, "dtype")
     try:
-        if rt.is_gpu:
-            r = _to_cupy(obj, dtype, order)
-        else:
-            r = _to_numpy(obj, dtype, order)
+        with numpy.errstate(over="raise" if python_data else "ignore",
+                            invalid="raise" if python_data else "ignore"):
+            if rt.is_gpu:
+                r = _to_cupy(obj, dtype, order)
+            else:
+                r = _to_numpy(obj, dtype, order)
         if r.dtype.kind not in "biufc":
             # NumPy wraps any object as a 0-d object array, and strings as text arrays;
             # neither is an array of numbers (the array API's dtypes)
@@ -157,6 +169,9 @@ def asarray(obj, dtype=None, order=None, *, device=None, copy=None, stream=None)
         return rt.as_darray(r) if r is obj else rt.wrap(r)
     except CuflowError:
         raise
+    except FloatingPointError as e:  # a Python float past the dtype's range
+        raise ArgumentError(f"cuflow.asarray: obj holds a value out of the range of {dtype}: "
+                            f"{e}") from e
     except (ValueError, OverflowError) as e:  # ragged sequences, values that do not fit dtype
         raise ArgumentError(f"cuflow.asarray: obj cannot be converted to an array: {e}") from e
     except TypeError as e:  # an unknown dtype, a value the dtype does not take
@@ -199,6 +214,12 @@ def _to_cupy(obj, dtype, order):
         # (tests/core/test_interop.py::test_asarray_keeps_the_sign_of_zero); a one-element
         # copy keeps the bits
         return cp.asarray(numpy.asarray(obj, dtype=dtype).reshape(1)).reshape(())
+    if not hasattr(obj, "__cuda_array_interface__"):
+        # host data: NumPy's conversion, and its errors, as on the NumPy backend; text and
+        # objects come back as such for asarray to refuse (CuPy says "Unsupported dtype")
+        obj = numpy.asarray(obj, dtype=dtype, order=order)
+        if obj.dtype.kind not in "biufc":
+            return obj
     return cp.asarray(obj, dtype=dtype, order=order)
 
 
