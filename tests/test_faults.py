@@ -94,7 +94,7 @@ def test_a_fault_in_the_fused_op_loses_and_repeats_no_frame(cf, rng, monkeypatch
     monkeypatch.undo()
     pool_consistent(cf)
     check_exactly_once(cf, pipe, frames, got, e.value)
-    del pipe, got
+    del pipe, got, e, exc  # the exception's traceback holds the frames of the failed batch
     gc.collect()
     assert pool_consistent(cf) == before
 

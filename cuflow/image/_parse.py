@@ -226,20 +226,32 @@ def out_shape(batched: bool, n: int, oh: int, ow: int, oc: int,
 
 
 def device_vector(name, what, x, dtype):
-    """``x`` (an array of the backend) as a C-contiguous vector of ``dtype``.
+    """``x`` (an array of the backend, or a NumPy array or sequence on the host) as a
+    C-contiguous vector of ``dtype`` on the backend.
 
     Integers take integer arrays only, reals integer or real ones: a frame index of 1.9
-    is refused rather than truncated.
+    is refused rather than truncated.  Host input is copied to the device (boxes and
+    frame indices are small).
     """
     rt = runtime()
     if not isinstance(x, rt.ndarray):
-        raise ImageTypeError(f"cuflow.image.{name}: {what} must be an array of the active "
-                             f"{rt.name} backend, got {type(x).__name__}")
+        if isinstance(x, numpy.ndarray | list | tuple):
+            try:
+                x = numpy.asarray(x)
+            except ValueError as e:  # ragged
+                raise ImageFormatError(f"cuflow.image.{name}: {what} must be a rectangular "
+                                       f"array of numbers: {e}") from e
+        else:
+            raise ImageTypeError(f"cuflow.image.{name}: {what} must be an array of the active "
+                                 f"{rt.name} backend, a NumPy array or a sequence, got "
+                                 f"{type(x).__name__}")
     kinds = "iu" if numpy.dtype(dtype).kind in "iu" else "iuf"
     if x.dtype.kind not in kinds:
         raise ImageTypeError(f"cuflow.image.{name}: {what} must be an array of "
                              f"{'integers' if kinds == 'iu' else 'real numbers'}, got dtype "
                              f"{x.dtype}")
+    if isinstance(x, numpy.ndarray) and rt.xp is not numpy:
+        return rt.xp.asarray(numpy.ascontiguousarray(x, dtype=dtype))
     if x.dtype != dtype or not x.flags.c_contiguous:
         x = rt.xp.ascontiguousarray(x, dtype=dtype)  # a small conversion kernel
     return x

@@ -79,12 +79,16 @@ def test_dst_and_in_place_scalar_ops(cf, rng):
                     "opt-in (CUFLOW_EW_ENGINE=1)")
 def test_scalar_ops_take_the_engine(gpu_cf):
     cf = gpu_cf
-    x = cf.ones((64,), cf.float32)
+    x = cf.asarray(np.linspace(-1, 1, 64, dtype=np.float32))
+    want = np.tanh(np.linspace(-1, 1, 64, dtype=np.float32) * 2 + 5.0) > 0.25
+    np.testing.assert_array_equal(cf.asnumpy(cf.tanh(x * 2 + 5.0) > 0.25), want)  # plans kept
     before = cf.fusion.stats()["plans"]
     for _ in range(3):
-        cf.tanh(x * 2 + 5.0) > 0.25
-    after = cf.fusion.stats()["plans"]
-    assert 1 <= after - before <= 4  # one plan per op and signature, then launched from C
+        np.testing.assert_array_equal(cf.asnumpy(cf.tanh(x * 2 + 5.0) > 0.25), want)
+    assert cf.fusion.stats()["plans"] == before  # every call launched from C with a kept plan
+    from cuflow.core._engine import ew_op
+
+    assert any(p is not None for p in ew_op("multiply").plans.values())
 
 
 @pytest.mark.gpu
@@ -114,8 +118,12 @@ def test_small_reductions_match_numpy(cf, rng, name, axis, dtype):
     got = cf.asnumpy(got)
     assert got.dtype == want.dtype and got.shape == want.shape
     if want.dtype.kind == "f":
-        np.testing.assert_allclose(got, want, rtol={2: 2e-3, 4: 1e-5, 8: 1e-12}[
-            want.dtype.itemsize])
+        rtol = {2: 2e-3, 4: 1e-5, 8: 1e-12}[want.dtype.itemsize]
+        if name == "prod" and dtype == np.float16:
+            # NumPy rounds to float16 after each of the 64 products, the kernel once at the
+            # end: they may differ by up to 64 half-precision roundings
+            rtol = 64 * 2.0 ** -11
+        np.testing.assert_allclose(got, want, rtol=rtol)
     else:
         np.testing.assert_array_equal(got, want)
 

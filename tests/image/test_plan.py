@@ -82,7 +82,8 @@ _CASES = {
                                     out_format="BGRA", mean=(*MEAN, 0.5))),
     "resize-area-up": (None, dict(fn="resize_normalize", shape=(1, 10, 12, 3), size=(23, 31),
                                   interpolation="area")),
-    "resize-1-row": (None, dict(fn="resize_normalize", shape=(2, 1, 9, 3), size=(3, 4))),
+    "resize-1-row": (None, dict(fn="resize_normalize", shape=(2, 1, 9, 3), size=(3, 4),
+                                src_format="RGB")),
     "letterbox-nv12": (None, dict(fn="letterbox", yuv=(2, 36, 64), size=(41, 29),
                                   src_format="NV12")),
     # NV12 on cf_resize_lin: odd and even taps (chroma pairs across a word), flip, the

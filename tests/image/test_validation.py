@@ -176,6 +176,22 @@ def test_frame_index_must_be_integers(cf, rng):
     np.testing.assert_array_equal(to_host(out)[0], to_host(x)[1, 0:8:2, 0:8:2])
 
 
+def test_boxes_and_frame_indices_may_come_from_the_host(cf, rng):
+    x = cf.asarray(u8_frames(rng, (2, 12, 16, 3)))
+    kw = dict(scale=1.0, layout="NHWC", dtype="uint8", interpolation="nearest")
+    want = to_host(image.crop_resize(x, cf.asarray(np.array([[0, 0, 8, 8], [2, 2, 10, 6]],
+                                                            np.float32)), 4,
+                                     frame_index=cf.asarray(np.array([1, 0])), **kw))
+    for boxes, idx in [([[0, 0, 8, 8], [2, 2, 10, 6]], [1, 0]),
+                       (np.array([[0, 0, 8, 8], [2, 2, 10, 6]]), np.array([1, 0], np.int32))]:
+        np.testing.assert_array_equal(
+            to_host(image.crop_resize(x, boxes, 4, frame_index=idx, **kw)), want)
+    with pytest.raises(image.ImageFormatError, match="boxes"):
+        image.crop_resize(x, [[0, 0, 8, 8], [1, 2]], 4)
+    with pytest.raises(image.ImageTypeError, match="boxes"):
+        image.crop_resize(x, "0 0 8 8", 4)
+
+
 @pytest.mark.parametrize("kw", [dict(scale=NAN), dict(std=0), dict(mean=INF),
                                 dict(letterbox=True, pad=NAN), dict(layout="CHW"),
                                 dict(interpolation="cubic"), dict(letterbox=1)])
