@@ -170,6 +170,31 @@ def test_streams_and_events_validate_their_arguments(cf):
     with pytest.raises(ValueError) as e:
         cf.Event().elapsed_time(cf.Event())
     _is_clear(e.value, "elapsed_time", "recorded")
+    with pytest.raises(cf.ArgumentError) as e:
+        cf.Stream(priority=2**40)
+    _is_clear(e.value, "priority", str(2**40))
+
+
+@pytest.mark.parametrize(("value", "dtype", "exc", "words"), [
+    (None, "float32", TypeError, ("fill_value", "None")),
+    (300, "uint8", ValueError, ("fill_value", "300", "[0, 255]")),
+    (2.5, "int32", ValueError, ("fill_value", "whole", "2.5")),
+    (float("nan"), "int8", ValueError, ("fill_value", "nan")),
+    (1e300, "float32", ValueError, ("fill_value", "1e+300", "float32")),
+    (3 + 1j, "float32", TypeError, ("fill_value", "complex", ".real")),
+])
+def test_fill_values_the_dtype_cannot_hold_are_refused(cf, value, dtype, exc, words):
+    with pytest.raises(exc) as e:
+        cf.full(3, value, dtype=dtype)
+    _is_clear(e.value, "cuflow.full", *words)
+    assert to_host(cf.full(3, 255, dtype="uint8")).tolist() == [255] * 3
+    assert np.isinf(to_host(cf.full(2, float("inf"), dtype="float32"))).all()
+
+
+def test_reshape_to_a_size_that_does_not_match_is_an_argument_error(cf):
+    with pytest.raises(cf.ArgumentError) as e:
+        cf.reshape(cf.zeros(6), (4, 2))
+    _is_clear(e.value, "cuflow.reshape", "size 6")
 
 
 # ------------------------------------------------------------------ debug switches

@@ -87,6 +87,7 @@ def test_a_fault_in_the_fused_op_loses_and_repeats_no_frame(cf, rng, monkeypatch
            if fault == "oom" else cf.CudaError("launching cuflow kernel image.cf_warp failed"))
     monkeypatch.setattr(image, "resize_normalize", FailingOp(exc, at))
     got = []
+    b = None
     with pytest.raises(type(exc)) as e:
         for b in pipe.batches(frames):
             got.append(cf.asnumpy(b))
@@ -94,7 +95,9 @@ def test_a_fault_in_the_fused_op_loses_and_repeats_no_frame(cf, rng, monkeypatch
     monkeypatch.undo()
     pool_consistent(cf)
     check_exactly_once(cf, pipe, frames, got, e.value)
-    del pipe, got, e, exc  # the exception's traceback holds the frames of the failed batch
+    # the last batch (a view of the pipeline's buffer) and the exception's traceback (the
+    # frames of the failed batch) hold device memory
+    del pipe, got, e, exc, b
     gc.collect()
     assert pool_consistent(cf) == before
 

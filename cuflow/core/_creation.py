@@ -79,7 +79,9 @@ def _fill_value(name: str, value: Any, dtype: Any = None) -> None:
     numbers; with ``dtype``, one that it holds (integers: whole numbers in range; reals:
     finite values in range, or inf and nan as given)."""
     try:
-        kind = numpy.result_type(value).kind if not isinstance(value, str | bytes) else "U"
+        # (result_type(None) is float64: None is no number)
+        kind = "O" if value is None else (numpy.result_type(value).kind
+                                          if not isinstance(value, str | bytes) else "U")
     except TypeError:
         kind = "O"
     if kind not in "biufc":
@@ -87,6 +89,7 @@ def _fill_value(name: str, value: Any, dtype: Any = None) -> None:
                                 f"{type(value).__name__} {value!r}")
     if dtype is None or numpy.ndim(value) != 0:
         return
+    _dtype(name, dtype)
     dt = numpy.dtype(dtype)
     if dt.kind in "bc" or kind == "b":
         return

@@ -242,11 +242,9 @@ class FastPath:
         return c
 
 
-#: The engine's C launch of single ops (``ew``) is opt-in (``CUFLOW_EW_ENGINE=1``): its plans
-#: are keyed by dtypes and alignment, and on the GPU a plan made for one call was reused
-#: for operands of another shape with wrong results (tests/core/test_engine.py run after
-#: tests/core/test_darray.py).  Off, single ops take the compiled binary/unary kernels or
-#: CuPy's ufuncs, and cuflow.fuse its shape-keyed launch.
+#: The engine's C launch of single ops (``ew``) is opt-in (``CUFLOW_EW_ENGINE=1``).  Off,
+#: single ops take the compiled binary/unary kernels or CuPy's ufuncs, and cuflow.fuse its
+#: shape-keyed launch.
 ENGINE_LAUNCH = os.environ.get("CUFLOW_EW_ENGINE", "0") == "1"
 
 

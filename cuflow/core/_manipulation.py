@@ -72,7 +72,10 @@ def reshape(a, shape=None, order="C", *, copy=None, newshape=None, dst=None, out
                               "copy with these strides") from e
         v = wrap_view(v, a)
     else:
-        v = wrap_view(rt.xp.reshape(a, shape, order=order), a)
+        try:
+            v = wrap_view(rt.xp.reshape(a, shape, order=order), a)
+        except Exception as e:  # a size that does not match, a shape that is not one
+            reraise("reshape", e)
         if copy:
             v = copy_fn(v)
     if dst is None:

@@ -57,6 +57,10 @@ class Stream:
                                          not isinstance(priority, int | numpy.integer)):
                 raise ArgumentTypeError(f"cuflow.Stream: priority must be an int (lower is "
                                         f"higher priority) or None, got {priority!r}")
+            if priority is not None and not -2**31 <= int(priority) < 2**31:
+                # CUDA clamps a priority to the device's range, but it must be a C int
+                raise ArgumentError(f"cuflow.Stream: priority must be in [-2**31, 2**31) "
+                                    f"(CUDA clamps it to the device's range), got {priority!r}")
         self._dev: int | None = b.current_device()
         if _wrap is not None:
             self._cp = _wrap

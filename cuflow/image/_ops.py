@@ -260,15 +260,21 @@ def crop_resize(src, boxes, size, *, frame_index=None, interpolation="bilinear",
     it has run.
     """
     size = _size("crop_resize", size)
+    rt = runtime()
+    # boxes on the host are checked there (device boxes are not read back: no sync)
+    on_host = not rt.is_gpu or not isinstance(boxes, rt.ndarray)
+    given = boxes
     with use_stream(stream):  # conversions on the kernel's stream, which reads them
         boxes = device_vector("crop_resize", "boxes", boxes, numpy.float32)
     if boxes.ndim != 2 or boxes.shape[1] != 4:
         raise ImageFormatError(f"cuflow.image.crop_resize: boxes must be (K, 4) x1, y1, x2, y2, "
                                f"got shape {boxes.shape}")
-    if not runtime().is_gpu and not numpy.isfinite(boxes).all():
-        bad = numpy.argwhere(~numpy.isfinite(numpy.asarray(boxes)).all(axis=1))[:, 0]
-        raise ImageFormatError(f"cuflow.image.crop_resize: box coordinates must be finite, "
-                               f"box {int(bad[0])} is {numpy.asarray(boxes)[bad[0]].tolist()}")
+    if on_host:
+        hb = numpy.asarray(given if rt.is_gpu else boxes, dtype=numpy.float64)
+        if not numpy.isfinite(hb).all():
+            bad = numpy.argwhere(~numpy.isfinite(hb).all(axis=1))[:, 0]
+            raise ImageFormatError(f"cuflow.image.crop_resize: box coordinates must be finite, "
+                                   f"box {int(bad[0])} is {hb[bad[0]].tolist()}")
     if frame_index is not None:
         with use_stream(stream):
             frame_index = device_vector("crop_resize", "frame_index", frame_index, numpy.int32)
