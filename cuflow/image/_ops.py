@@ -235,12 +235,13 @@ def crop_resize(src, boxes, size, *, frame_index=None, interpolation="bilinear",
     ----------
     src : darray
         uint8 frames (see :mod:`cuflow.image`).
-    boxes : darray
-        ``(K, 4)`` real numbers (converted to float32) on the device, e.g. a
-        detector's output.
+    boxes : darray, numpy.ndarray or sequence
+        ``(K, 4)`` real numbers (converted to float32), e.g. a detector's output on
+        the device.  Boxes given on the host are copied to the device, and checked
+        there for non-finite coordinates (device boxes are not read back).
     size : int or (int, int)
         Output ``(height, width)`` of every crop.
-    frame_index : darray, optional
+    frame_index : darray, numpy.ndarray or sequence, optional
         ``(K,)`` integers (converted to int32): the frame of each box (default:
         all from frame 0).  A real-valued array is refused, not truncated.
     interpolation : {"bilinear", "nearest", "area"}
