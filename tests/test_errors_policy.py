@@ -162,6 +162,9 @@ def test_streams_and_events_validate_their_arguments(cf):
     with pytest.raises(ValueError) as e:
         cf.streams(-1)
     _is_clear(e.value, "streams", "-1")
+    with pytest.raises(ValueError) as e:  # not millions of streams (nor the memory they take)
+        cf.streams(10**9)
+    _is_clear(e.value, "streams", "1024", str(10**9))
     with pytest.raises(TypeError):
         cf.streams(2.0)
     with pytest.raises(TypeError) as e:

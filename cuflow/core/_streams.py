@@ -272,12 +272,18 @@ def synchronize() -> None:
         b.xp.cuda.Device().synchronize()
 
 
+#: Most streams one :func:`streams` call makes: a request for millions is a mistake that would
+#: otherwise exhaust host memory before CUDA refused it (tests/test_fuzz.py::test_streams).
+MAX_STREAMS = 1024
+
+
 def streams(n: int, non_blocking: bool = True, priority: int | None = None) -> list[Stream]:
-    """Return ``n`` distinct new streams."""
+    """Return ``n`` distinct new streams (at most :data:`MAX_STREAMS`)."""
     if isinstance(n, bool) or not isinstance(n, int | numpy.integer):
         raise ArgumentTypeError(f"cuflow.streams: n must be an int >= 0, got {n!r}")
-    if n < 0:
-        raise ArgumentError(f"cuflow.streams: n must be an int >= 0, got {n}")
+    if not 0 <= n <= MAX_STREAMS:
+        raise ArgumentError(f"cuflow.streams: n must be in [0, {MAX_STREAMS}], got {n} (a GPU "
+                            "runs at most 128 kernels at once: more streams add no concurrency)")
     return [Stream(non_blocking=non_blocking, priority=priority) for _ in range(n)]
 
 
