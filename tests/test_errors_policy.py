@@ -252,3 +252,19 @@ def test_subpackage_errors_are_cuflow_errors():
                 BufferizerStateError, BufferizerHookError, PipelineError,
                 cuflow.BufferizerError):
         assert issubclass(cls, cuflow.CuflowError)
+
+
+def test_views_with_bad_axes_or_orders_are_argument_errors(cf):
+    a = cf.zeros((2, 3))
+    with pytest.raises(IndexError) as e:
+        cf.transpose(a, (0, 5))
+    _is_clear(e.value, "cuflow.transpose", "5")
+    with pytest.raises(TypeError) as e:
+        cf.transpose(a, "ab")
+    _is_clear(e.value, "cuflow.transpose")
+    with pytest.raises(ValueError) as e:
+        cf.ravel(a, "Q")
+    _is_clear(e.value, "cuflow.ravel", "Q")
+    with pytest.raises(ValueError) as e:  # past C's integers: NumPy's OverflowError
+        cf.take(cf.zeros(3), 2**70)
+    _is_clear(e.value, "cuflow.take")

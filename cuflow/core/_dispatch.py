@@ -72,6 +72,8 @@ def reraise(name: str, e: BaseException, dst: Any = None):
             raise OutOfMemoryError(f"cuflow.{name}: out of memory: the result would be larger "
                                    f"than the address space ({e})") from e
         raise ArgumentError(what) from e
+    if isinstance(e, OverflowError):  # an argument past C's integers (an index of 1e300)
+        raise ArgumentError(what) from e
     raise e
 
 

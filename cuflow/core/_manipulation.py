@@ -40,13 +40,22 @@ def flatten(a, dst=None, *, out=None, order="C", stream=None):
         reraise("flatten", e, dst)
 
 
+def _view(name: str, fn, a, *args, **kwargs):
+    """``fn(a, ...)``, a view of ``a`` where the backend gives one; its errors as cuflow's
+    (a size that does not match, an axis that is not one)."""
+    try:
+        return wrap_view(fn(a, *args, **kwargs), a)
+    except Exception as e:
+        reraise(name, e)
+
+
 def ravel(a, order="C", *, dst=None, out=None, stream=None):
     """View of ``a`` as 1-D when possible; with ``dst`` a copy into it (as :func:`flatten`)."""
     rt = runtime()
     dst = resolve_out(dst, out, "ravel")
     if dst is not None or stream is not None:
         return flatten(a, dst, order=order, stream=stream)
-    return rt.wrap(rt.xp.ravel(a, order))
+    return call("ravel", rt.xp.ravel, a, order)
 
 
 def reshape(a, shape=None, order="C", *, copy=None, newshape=None, dst=None, out=None,
@@ -72,10 +81,7 @@ def reshape(a, shape=None, order="C", *, copy=None, newshape=None, dst=None, out
                               "copy with these strides") from e
         v = wrap_view(v, a)
     else:
-        try:
-            v = wrap_view(rt.xp.reshape(a, shape, order=order), a)
-        except Exception as e:  # a size that does not match, a shape that is not one
-            reraise("reshape", e)
+        v = _view("reshape", rt.xp.reshape, a, shape, order=order)
         if copy:
             v = copy_fn(v)
     if dst is None:
@@ -87,7 +93,7 @@ def transpose(a, axes=None, *, dst=None, out=None, stream=None):
     """Transposed view of ``a``; with ``dst`` the transposed data is copied there (contiguous)."""
     rt = runtime()
     dst = resolve_out(dst, out, "transpose")
-    v = wrap_view(rt.xp.transpose(a, axes), a)
+    v = _view("transpose", rt.xp.transpose, a, axes)
     if dst is None:
         return v
     return copy_fn(v, dst, stream=stream)
@@ -103,7 +109,7 @@ def ascontiguousarray(a, dtype=None, *, dst=None, out=None, stream=None):
         return copy_fn(a, dst, stream=stream)
     if stream is not None:
         return run_on(stream, ascontiguousarray, a, dtype)
-    return wrap_view(rt.xp.ascontiguousarray(a, dtype=dtype), a)
+    return _view("ascontiguousarray", rt.xp.ascontiguousarray, a, dtype=dtype)
 
 
 def _join(name, arrays, axis, dst, dtype, casting, stream, stack):
