@@ -39,7 +39,7 @@ from ._contract import (
 from . import _runtime
 from ._engine import ew_op
 from ._expr import Expr, TraceError, apply, caller_line
-from ._runtime import on_select, runtime
+from ._runtime import arrays_in, on_select, runtime
 from ._streams import use_stream
 
 __all__ = ["run_on", "reraise", "ufunc1", "ufunc2", "ufunc_multi", "call", "traced",
@@ -209,22 +209,11 @@ def call(name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)`` of the backend, its errors as cuflow's, its result a darray."""
     rt = runtime()
     if rt.multi:
-        rt.check_devices(name, *_arrays_in(args))
+        rt.check_devices(name, *arrays_in(args))
     try:
         return rt.wrap(fn(*args, **kwargs))
     except Exception as e:
         reraise(name, e)
-
-
-def _arrays_in(args: tuple) -> list[Any]:
-    """The arguments, one level of lists and tuples opened (``concatenate``'s sequence)."""
-    found: list[Any] = []
-    for a in args:
-        if isinstance(a, list | tuple):
-            found.extend(a)
-        else:
-            found.append(a)
-    return found
 
 
 def wrap_view(r: Any, *inputs: Any) -> Any:

@@ -41,7 +41,7 @@ from ._darray import make_darray_class
 from ._fastpath import FastPath, make_fast_path
 
 __all__ = ["Runtime", "Device", "runtime", "active", "get_backend", "set_backend", "on_select",
-           "probe_cupy", "emulated_devices"]
+           "probe_cupy", "emulated_devices", "arrays_in"]
 
 _VALID = ("cupy", "numpy")
 
@@ -405,7 +405,7 @@ def _emulated_classes(darray: type, n: int) -> tuple[type, ...]:
 
     def __array_function__(self, func, types, args, kwargs):
         if func is not numpy.copyto or isinstance(args[0] if args else kwargs.get("dst"), darray):
-            runtime().check_devices(func.__name__, *_arrays_in(args), *_arrays_in(kwargs.values()))
+            runtime().check_devices(func.__name__, *arrays_in(args), *arrays_in(kwargs.values()))
         return numpy.ndarray.__array_function__(self, func, types, args, kwargs)
 
     def __reduce__(self):
@@ -426,7 +426,7 @@ def _emulated_classes(darray: type, n: int) -> tuple[type, ...]:
     return (darray, *extra)
 
 
-def _arrays_in(values: Any) -> list[Any]:
+def arrays_in(values: Any) -> list[Any]:
     """The arrays among ``values``, one level of lists and tuples opened (``concatenate``)."""
     found = []
     for v in values:
