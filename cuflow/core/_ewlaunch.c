@@ -242,6 +242,29 @@ error:
  * not take these operands).  A miss calls op.load(key, args, dst), which builds and stores the
  * plan.  Returns the result, or None for the caller's other path. */
 #define EW_MAX 6
+
+/* An array operand's key code (2 + 2 * dtype.num + 16-byte aligned) and data pointer:
+ * 1, or 0 for a dtype number the key cannot hold (the caller's other path), or -1 with an
+ * exception set. */
+static int
+array_code(PyObject *x, unsigned long long *code, unsigned long long *ptr)
+{
+    PyObject *dt = PyObject_GetAttr(x, s_dtype);
+    if (dt == NULL)
+        return -1;
+    long long num = attr_ll(dt, s_num);
+    Py_DECREF(dt);
+    if (num == -1 && PyErr_Occurred())
+        return -1;
+    unsigned long long p = data_ptr(x);
+    if (p == 0 && PyErr_Occurred())
+        return -1;
+    if (num < 0 || num > 100)
+        return 0;
+    *code = 2 + 2 * (unsigned long long)num + ((p & 15) == 0);
+    *ptr = p;
+    return 1;
+}
 static PyObject *s_plans, *s_ew_load;
 
 static PyObject *
@@ -276,20 +299,10 @@ launcher_ew(Launcher *self, PyObject *const *argv, Py_ssize_t nargs)
             }
             else if ((ok = same_shape(x, shape)) <= 0)
                 goto out_none_or_err;
-            PyObject *dt = PyObject_GetAttr(x, s_dtype);
-            if (dt == NULL)
-                goto error;
-            long long num = attr_ll(dt, s_num);
-            Py_DECREF(dt);
-            if (num == -1 && PyErr_Occurred())
-                goto error;
-            unsigned long long p = data_ptr(x);
-            if (p == 0 && PyErr_Occurred())
-                goto error;
-            if (num < 0 || num > 100)
-                goto none;
+            unsigned long long p;
+            if ((ok = array_code(x, &code, &p)) <= 0)
+                goto out_none_or_err;
             ptrs[nptr++] = p;
-            code = 2 + 2 * (unsigned long long)num + ((p & 15) == 0);
         }
         else if (PyFloat_CheckExact(x)) {
             sc[nsc++].d = PyFloat_AS_DOUBLE(x);
@@ -317,19 +330,10 @@ launcher_ew(Launcher *self, PyObject *const *argv, Py_ssize_t nargs)
         int ok = contiguous(dst);
         if (ok <= 0 || (ok = same_shape(dst, shape)) <= 0)
             goto out_none_or_err;
-        PyObject *dt = PyObject_GetAttr(dst, s_dtype);
-        if (dt == NULL)
-            goto error;
-        long long num = attr_ll(dt, s_num);
-        Py_DECREF(dt);
-        if (num == -1 && PyErr_Occurred())
-            goto error;
-        unsigned long long p = data_ptr(dst);
-        if (p == 0 && PyErr_Occurred())
-            goto error;
-        if (num < 0 || num > 100)
-            goto none;
-        key |= (2 + 2 * (unsigned long long)num + ((p & 15) == 0)) << 48;
+        unsigned long long code, p;
+        if ((ok = array_code(dst, &code, &p)) <= 0)
+            goto out_none_or_err;
+        key |= code << 48;
         ptrs[nptr] = p;
     }
 
