@@ -408,6 +408,17 @@ def _load(dt: numpy.dtype, e: str) -> str:
     return e
 
 
+def _vector_loads(layout: Layout, V: int, at: str, pad: str) -> list[str]:
+    """The 16-byte-aligned loads of ``V`` elements at ``p<k> + at`` into ``a<k>``, for each
+    contiguous input."""
+    out = []
+    for k, (dt, cls, _) in enumerate(layout.inputs):
+        if cls == "c":
+            out.append(f"{pad}CF_ALIGN16 {_MT[dt.name]} a{k}[{V}];")
+            out.append(f"{pad}cf_vload<{_MT[dt.name]}, {V}>(a{k}, p{k} + {at});")
+    return out
+
+
 def _store(src: numpy.dtype, dst: numpy.dtype, e: str) -> str:
     """Memory value of ``dst`` from carried ``e`` of ``src``."""
     if dst == numpy.float16:
@@ -733,10 +744,7 @@ def generate(layout: Layout, outputs: tuple, input_nodes: list, scalar_nodes: li
         src.append(f"    const long long nchunk = n / {V};")
         src.append("    for (long long c = tid; c < nchunk; c += nt) {")
         src.append(f"        const long long base = c * {V};")
-        for k, (dt, cls, nd) in enumerate(layout.inputs):
-            if cls == "c":
-                src.append(f"        CF_ALIGN16 {_MT[dt.name]} a{k}[{V}];")
-                src.append(f"        cf_vload<{_MT[dt.name]}, {V}>(a{k}, p{k} + base);")
+        src += _vector_loads(layout, V, "base", "        ")
         src.append("#pragma unroll")
         src.append(f"        for (int e = 0; e < {V}; ++e) {{")
         args = []
@@ -778,10 +786,7 @@ def generate(layout: Layout, outputs: tuple, input_nodes: list, scalar_nodes: li
         src.append("        const long long rb = row * rlen;")
         # each lane reads V neighbours at once (rlen is a multiple of V, rows 16-byte aligned)
         src.append(f"        for (long long r0 = lane * {V}; r0 < rlen; r0 += {32 * V}) {{")
-        for k, (dt, cls, nd) in enumerate(layout.inputs):
-            if cls == "c":
-                src.append(f"            CF_ALIGN16 {_MT[dt.name]} a{k}[{V}];")
-                src.append(f"            cf_vload<{_MT[dt.name]}, {V}>(a{k}, p{k} + rb + r0);")
+        src += _vector_loads(layout, V, "rb + r0", "            ")
         src.append("#pragma unroll")
         src.append(f"            for (int e = 0; e < {V}; ++e) {{")
         args = [_load(dt, f"a{k}[e]") if cls == "c" else element_load(k, "rb + r0 + e")
