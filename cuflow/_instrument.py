@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
+from ._env import env_switch
 from ._errors import ArgumentError, ArgumentTypeError, CudaError
 from .core._runtime import active, get_backend, on_select
 from . import image
@@ -256,22 +256,6 @@ def _on_select(rt: Any) -> None:
     """A new runtime has a new darray class: wrap its methods too if a switch is on."""
     if _NVTX or _SYNC:
         _refresh()
-
-
-_ON = ("1", "true", "on", "yes")
-_OFF = ("", "0", "false", "off", "no")
-
-
-def env_switch(name: str) -> bool:
-    """The boolean environment variable ``name`` (unset: off); an unknown value is refused."""
-    value = os.environ.get(name, "")
-    v = value.strip().lower()
-    if v in _ON:
-        return True
-    if v in _OFF:
-        return False
-    raise ArgumentError(f"{name}={value!r}: expected one of {', '.join(_ON)} (on) or "
-                        f"{', '.join(v for v in _OFF if v)} (off)")
 
 
 def from_environment() -> None:

@@ -216,6 +216,29 @@ def test_debug_environment_variables_refuse_unknown_values_at_import(var, value,
         assert "true" in r.stderr and "off" in r.stderr  # the allowed values are named
 
 
+@pytest.mark.parametrize("value, ok", [("maybe", False), ("0", True)])
+def test_the_engine_switch_refuses_unknown_values_at_import(value, ok):
+    env = dict(os.environ, CUFLOW_EW_ENGINE=value)
+    r = subprocess.run([sys.executable, "-W", "ignore", "-c",
+                        "import cuflow.core._fastpath as f; print(f.ENGINE_LAUNCH)"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    if ok:
+        assert r.returncode == 0 and r.stdout.strip() == "False", r.stderr
+    else:
+        assert "ArgumentError" in r.stderr and "CUFLOW_EW_ENGINE" in r.stderr
+
+
+@pytest.mark.parametrize("value, want", [(None, True), ("", True), (" Off ", False),
+                                         ("YES", True), ("no", False)])
+def test_switches_default_when_unset_and_read_on_off_words(monkeypatch, value, want):
+    from cuflow._env import env_switch
+    if value is None:
+        monkeypatch.delenv("CUFLOW_TEST_SWITCH", raising=False)
+    else:
+        monkeypatch.setenv("CUFLOW_TEST_SWITCH", value)
+    assert env_switch("CUFLOW_TEST_SWITCH", default=True) is want
+
+
 def test_debug_switches_take_bools(cf):
     with pytest.raises(TypeError, match="sync"):
         cf.debug.sync("yes")

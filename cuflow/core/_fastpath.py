@@ -30,12 +30,12 @@ or with ``CUFLOW_FAST=0``) and ops ask it for ``binary`` / ``unary``.
 from __future__ import annotations
 
 import ctypes
-import os
 import struct
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from .._env import env_switch
 from ..raw_kernels import get_function
 
 __all__ = ["BINARY", "UNARY", "KERNELS", "FastPath", "make_fast_path"]
@@ -242,10 +242,10 @@ class FastPath:
         return c
 
 
-#: The engine's C launch of single ops (``ew``) is opt-in (``CUFLOW_EW_ENGINE=1``).  Off,
+#: The engine's C launch of single ops (``ew``); ``CUFLOW_EW_ENGINE=0`` turns it off, and
 #: single ops take the compiled binary/unary kernels or CuPy's ufuncs, and cuflow.fuse its
 #: shape-keyed launch.
-ENGINE_LAUNCH = os.environ.get("CUFLOW_EW_ENGINE", "0") == "1"
+ENGINE_LAUNCH = env_switch("CUFLOW_EW_ENGINE", default=True)
 
 
 def _no_ew(op: Any, args: tuple, dst: Any) -> None:

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy
 
+from .._env import env_switch
 from .._errors import ArgumentError, BackendError, DeviceError
 from ._cupy_ufuncs import make_remainder
 from ._darray import make_darray_class
@@ -452,7 +453,7 @@ def _make(name: str, cupy: ModuleType | None, n: int, reason: str) -> Runtime:
 
     stream_fn = _stream_ptr_fn()
     fast = None
-    if os.environ.get("CUFLOW_FAST", "1") != "0":
+    if env_switch("CUFLOW_FAST", default=True):
         fast = make_fast_path(cupy.ndarray, n, stream_fn)
     ufuncs = _ufuncs(cupy)
     ufuncs["remainder"] = ufuncs["mod"] = make_remainder(cupy)

@@ -76,7 +76,7 @@ def test_dst_and_in_place_scalar_ops(cf, rng):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _fastpath.ENGINE_LAUNCH, reason="the engine's C launch of single ops is "
-                    "opt-in (CUFLOW_EW_ENGINE=1)")
+                    "off (CUFLOW_EW_ENGINE=0)")
 def test_scalar_ops_take_the_engine(gpu_cf):
     cf = gpu_cf
     x = cf.asarray(np.linspace(-1, 1, 64, dtype=np.float32))
