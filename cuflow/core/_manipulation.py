@@ -18,6 +18,13 @@ __all__ = ["flatten", "ravel", "reshape", "transpose", "ascontiguousarray", "con
            "stack", "take_along_axis"]
 
 
+def _order(name: str, order, allowed: str = "CFAK") -> None:
+    """Refuse a memory order other than NumPy's letters (CuPy's message omits the value)."""
+    if not (isinstance(order, str) and len(order) == 1 and order.upper() in allowed):
+        raise ArgumentError(f"cuflow.{name}: order must be one of {', '.join(allowed)}, "
+                            f"got {order!r}")
+
+
 def flatten(a, dst=None, *, out=None, order="C", stream=None):
     """1-D copy of ``a``; with ``dst`` (1-D, ``a.size`` elements) written there.
 
@@ -27,6 +34,7 @@ def flatten(a, dst=None, *, out=None, order="C", stream=None):
     """
     rt = runtime()
     dst = resolve_out(dst, out, "flatten")
+    _order("flatten", order)
     if stream is not None:
         return run_on(stream, flatten, a, dst, order=order)
     try:
@@ -53,6 +61,7 @@ def ravel(a, order="C", *, dst=None, out=None, stream=None):
     """View of ``a`` as 1-D when possible; with ``dst`` a copy into it (as :func:`flatten`)."""
     rt = runtime()
     dst = resolve_out(dst, out, "ravel")
+    _order("ravel", order)
     if dst is not None or stream is not None:
         return flatten(a, dst, order=order, stream=stream)
     return call("ravel", rt.xp.ravel, a, order)
@@ -72,6 +81,7 @@ def reshape(a, shape=None, order="C", *, copy=None, newshape=None, dst=None, out
             raise ArgumentTypeError("cuflow.reshape: give shape (or NumPy's older newshape), not both")
         shape = newshape
     dst = resolve_out(dst, out, "reshape")
+    _order("reshape", order, "CFA")
     if copy is False:
         v = a.view()
         try:
