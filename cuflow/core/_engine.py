@@ -29,7 +29,7 @@ from typing import Any
 import numpy
 
 from .._errors import KernelCompileError
-from ._ewgen import BLOCK, ENTRY, ENTRY_FIN, ENTRY_LUT, Layout, Reduction, generate
+from ._ewgen import BLOCK, ENTRY, ENTRY_FIN, ENTRY_LUT, Layout, Reduction, costly, generate
 from ._expr import SHAPE_READS, Expr, apply
 from ._expr import astype as expr_astype
 from ._expr import clip as expr_clip
@@ -43,6 +43,9 @@ __all__ = ["Plan", "Source", "source", "plan", "stats", "EwOp", "ew_op", "cast_o
 OPTIONS = ("--std=c++17",)
 #: resident waves a grid-stride launch is capped at (bench/test_bench_fusion.py)
 WAVES = 16
+#: the cap of kernels whose threads pay a setup (the table copied to shared memory, the
+#: divisions of a per-channel index) that more chunks per thread amortize
+WAVES_SETUP = 2
 #: the narrowest contiguous operand moves 16 bytes per access, unless the widest would then
 #: move more than this many bytes (bench/test_bench_fusion.py: uint8 -> float16 and float32)
 VEC_MAX_BYTES = 32
@@ -343,6 +346,7 @@ class Source:
     fmt_lut: str = ""
     lut_input: int = 0
     table_bytes: tuple = ()
+    setup: bool = False  # a per-channel operand: its index costs each thread divisions
 
 
 def source(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
@@ -389,7 +393,7 @@ def source(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
     vins = {(cst[k], ) for k, (_, cls, _) in enumerate(ins) if cls == "v"}
     if (allow_lut and reduction is None and aligned and n >= LUT_MIN_ELEMENTS and len(cin) == 1
             and arrays[cin[0]].itemsize == 1 and len(vins) <= 1
-            and all(cls in "csv" for _, cls, _ in ins)):
+            and all(cls in "csv" for _, cls, _ in ins) and costly(outputs)):
         vex = [classify(cshape, cst[k])[1] for k, (_, cls, _) in enumerate(ins) if cls == "v"]
         L = vex[0][1] if vex else 1
         out_bytes = sum(numpy.dtype(d).itemsize for d in out_dtypes)
@@ -433,7 +437,8 @@ def source(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
                    for sn in scalar_nodes)
     if red is not None:
         fmt += "QQ" if red.mode == "all" else "qq"
-    return Source(src, fmt, (n, *extras), n, vec, red, red_extra)
+    return Source(src, fmt, (n, *extras), n, vec, red, red_extra,
+                  setup=any(cls == "v" for _, cls, _ in ins))
 
 
 def plan(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
@@ -449,7 +454,7 @@ def plan(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
     n, red = s.n, s.reduction
     if s.lut:
         work = -(-max(n // s.vec, 1) // BLOCK)
-        grid = max(1, min(work, occ * sms * WAVES))
+        grid = max(1, min(work, occ * sms * WAVES_SETUP))
         offs, tot = [], 0
         for b in s.table_bytes:
             offs.append(tot)
@@ -457,8 +462,8 @@ def plan(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
         return Plan(fp, fin, struct.Struct(s.fmt), s.extras, len(arrays), grid, n, None,
                     (), s.src, tmp_bytes=tot, lut=s.lut, lut_fmt=struct.Struct(s.fmt_lut),
                     lut_input=s.lut_input, table_offsets=tuple(offs), vec=s.vec,
-                    cap=occ * sms * WAVES)
-    cap = occ * sms * (WAVES if red is None else 1)
+                    cap=occ * sms * WAVES_SETUP)
+    cap = occ * sms * (1 if red is not None else WAVES_SETUP if s.setup else WAVES)
     if red is None or red.mode == "all":
         work = -(-max(n // s.vec, 1) // BLOCK)
         grid = max(1, min(work, cap))

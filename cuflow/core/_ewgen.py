@@ -345,6 +345,23 @@ def _binary(op: str, dt: numpy.dtype, a: str, b: str) -> str:
     raise ArgumentTypeError(f"cuflow: {op} has no kernel for dtype {dt}")
 
 
+#: operations a table lookup does not beat: a few instructions each, against a memory-bound
+#: load and store (bench/test_bench_fusion.py: the uint8 -> float16 chain)
+CHEAP = frozenset((
+    "input", "scalar", "const", "cast", "where", "add", "subtract", "multiply", "divide",
+    "true_divide", "negative", "positive", "absolute", "fabs", "square", "sign", "maximum",
+    "minimum", "fmax", "fmin", "copysign", "floor", "ceil", "trunc", "rint", "reciprocal",
+    "sqrt", "rsqrt", "isnan", "isinf", "isfinite", "signbit", "logical_not", "invert",
+    "equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and",
+    "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor",
+))
+
+
+def costly(outputs: tuple) -> bool:
+    """Whether the expression of ``outputs`` holds an operation outside :data:`CHEAP`."""
+    return any(n.op not in CHEAP for n in topo(outputs))
+
+
 def topo(outputs: tuple) -> list:
     """The nodes reachable from ``outputs``, operands first (each once)."""
     order: list = []
@@ -503,8 +520,21 @@ def _final(red: Reduction, acc: str, a: str, ai: str, count: str) -> str:
     return _store(src, red.out, a)
 
 
-_V_START = """    long long wq{k} = (tid * {V}) / in{k}, wr{k} = tid * {V} - wq{k} * in{k}, wc{k} = wq{k} % ln{k};
-    const long long sq{k} = (nt * {V}) / in{k}, sr{k} = nt * {V} - sq{k} * in{k}, sc{k} = sq{k} % ln{k};"""
+# (i / inner) % len of a thread's first chunk and of the grid's stride, by 32-bit divisions
+# where every index fits (a 64-bit division is a long software loop, paid once per thread)
+_V_START = """    long long wr{k}, wc{k}, sr{k}, sc{k};
+    if (n + nt * {V} <= 0xffffffffLL && in{k} <= 0xffffffffLL) {{
+        const unsigned i_ = (unsigned)in{k}, l_ = (unsigned)ln{k};
+        unsigned t_ = (unsigned)(tid * {V}), q_ = t_ / i_;
+        wr{k} = t_ - q_ * i_; wc{k} = q_ % l_;
+        t_ = (unsigned)(nt * {V}); q_ = t_ / i_;
+        sr{k} = t_ - q_ * i_; sc{k} = q_ % l_;
+    }} else {{
+        long long q_ = (tid * {V}) / in{k};
+        wr{k} = tid * {V} - q_ * in{k}; wc{k} = q_ % ln{k};
+        q_ = (nt * {V}) / in{k};
+        sr{k} = nt * {V} - q_ * in{k}; sc{k} = q_ % ln{k};
+    }}"""
 _V_STEP = """        wr{k} += sr{k}; wc{k} += sc{k};
         if (wr{k} >= in{k}) {{ wr{k} -= in{k}; ++wc{k}; }}
         if (wc{k} >= ln{k}) wc{k} -= ln{k};"""
@@ -785,6 +815,7 @@ def generate(layout: Layout, outputs: tuple, input_nodes: list, scalar_nodes: li
         src.append(f"        {acc} a = {ident}; long long ai = 0x7fffffffffffffffLL;")
         src.append("        const long long rb = row * rlen;")
         # each lane reads V neighbours at once (rlen is a multiple of V, rows 16-byte aligned)
+        src.append("#pragma unroll 4")  # several 16-byte loads in flight per lane
         src.append(f"        for (long long r0 = lane * {V}; r0 < rlen; r0 += {32 * V}) {{")
         src += _vector_loads(layout, V, "rb + r0", "            ")
         src.append("#pragma unroll")
