@@ -52,6 +52,9 @@ VEC_MAX_BYTES = 32
 #: a table lookup replaces the expression of one 8-bit input from this many elements on
 LUT_MIN_ELEMENTS = 1 << 16
 LUT_MAX_BYTES = 16384
+#: a lookup kernel's thread stores this many bytes of its widest output per chunk, so a
+#: warp's store is one contiguous span (bench/test_bench_fusion.py: the sRGB chain)
+LUT_STORE_BYTES = 16
 #: full reductions of up to this many elements run as one block launched from C
 ONE_BLOCK_MAX = 1 << 15
 
@@ -399,7 +402,8 @@ def source(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
         out_bytes = sum(numpy.dtype(d).itemsize for d in out_dtypes)
         if L <= 16 and 256 * L * out_bytes <= LUT_MAX_BYTES:
             lut = L
-            vec = 16
+            vec = max(1, min(16, LUT_STORE_BYTES // max(numpy.dtype(d).itemsize
+                                                         for d in out_dtypes)))
             extras = [vex[0][0] if vex else 1]
     red = None
     red_extra: tuple = ()

@@ -106,6 +106,10 @@ __device__ __forceinline__ void cf_vload(T *__restrict__ d, const T *__restrict_
 #pragma unroll
         for (int j = 0; j < (int)(sizeof(T) * V / 16); ++j)
             reinterpret_cast<uint4 *>(d)[j] = reinterpret_cast<const uint4 *>(s)[j];
+    } else if constexpr (sizeof(T) * V == 8) {
+        *reinterpret_cast<uint2 *>(d) = *reinterpret_cast<const uint2 *>(s);
+    } else if constexpr (sizeof(T) * V == 4) {
+        *reinterpret_cast<unsigned int *>(d) = *reinterpret_cast<const unsigned int *>(s);
     } else {
 #pragma unroll
         for (int j = 0; j < V; ++j) d[j] = s[j];
@@ -117,6 +121,10 @@ __device__ __forceinline__ void cf_vstore(T *__restrict__ d, const T *__restrict
 #pragma unroll
         for (int j = 0; j < (int)(sizeof(T) * V / 16); ++j)
             reinterpret_cast<uint4 *>(d)[j] = reinterpret_cast<const uint4 *>(s)[j];
+    } else if constexpr (sizeof(T) * V == 8) {
+        *reinterpret_cast<uint2 *>(d) = *reinterpret_cast<const uint2 *>(s);
+    } else if constexpr (sizeof(T) * V == 4) {
+        *reinterpret_cast<unsigned int *>(d) = *reinterpret_cast<const unsigned int *>(s);
     } else {
 #pragma unroll
         for (int j = 0; j < V; ++j) d[j] = s[j];
