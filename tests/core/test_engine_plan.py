@@ -50,15 +50,19 @@ def test_per_channel_vector_and_scalar_operands(no_gpu):
 def test_uint8_table_plan(no_gpu):
     img = _inp((512, 512, 3), np.uint8, 0)
     v = _inp((3,), np.float32, 1)
-    y = apply("multiply", apply("sqrt", img), v)
+    y = apply("multiply", apply("exp", img), v)
     arrays = [np.empty((512, 512, 3), np.uint8), np.empty(3, np.float32)]
     p = _engine.plan((y,), [img, v], [], arrays, (y.dtype,), (512, 512, 3), None, 0, True)
-    assert p.lut == 3 and p.vec == 16
+    assert p.lut == 3 and p.vec == 4  # a thread stores 16 bytes of float32 per chunk
     assert p.tmp_bytes == 256 * 3 * 4 and p.table_offsets == (0,)
     assert p.extras == (512 * 512 * 3, 1)
     small = _engine.plan((y,), [img, v], [], [np.empty((8, 8, 3), np.uint8), arrays[1]],
                          (y.dtype,), (8, 8, 3), None, 0, True)
     assert small.lut == 0  # below LUT_MIN_ELEMENTS the expression runs per element
+    cheap = apply("multiply", apply("subtract", img, v), v)
+    p = _engine.plan((cheap,), [img, v], [], arrays, (cheap.dtype,), (512, 512, 3), None, 0,
+                     True)
+    assert p.lut == 0  # a few arithmetic ops cost less than the table
 
 
 @pytest.mark.parametrize("axis,mode", [(None, "all"), (1, "rows"), (0, "cols")])

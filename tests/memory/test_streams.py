@@ -156,9 +156,13 @@ def test_record_stream_on_a_stream_destroyed_before_the_free(pooled, monkeypatch
         a *= 2.0  # work on s that uses a
     cf.memory.record_stream(a, s)
     del s  # destroyed, its work perhaps still queued
+    ptr = a.data.mem.ptr
     del a
-    gc.collect()  # under compute-sanitizer the free was not yet processed at the next allocation
-    cf.memory.get_pool().flush_frees()
+    gc.collect()
+    pool = cf.memory.get_pool()
+    pool.flush_frees()
+    if pool.block_of(ptr) is not None:  # seen under compute-sanitizer
+        pytest.skip("the array outlived its last reference: its free cannot be checked here")
     b = cupy.empty((1 << 20,), cupy.float32)
     b.fill(3.0)
     assert float(b.sum()) == 3.0 * (1 << 20)
