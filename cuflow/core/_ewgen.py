@@ -705,25 +705,49 @@ def generate(layout: Layout, outputs: tuple, input_nodes: list, scalar_nodes: li
                 src.append(f"        const {_CT[dt.name]} a{k} = {_load(dt, f'p{k}[0]')};")
         for j, dt in enumerate(layout.outputs):
             src.append(f"        CF_ALIGN16 {_MT[dt.name]} b{j}[{V}];")
-        src.append("#pragma unroll")
-        src.append(f"        for (int e = 0; e < {V}; ++e) {{")
-        args = []
-        for k, (dt, cls, nd) in enumerate(layout.inputs):
-            if cls == "c":
-                args.append(_load(dt, f"a{k}[e]"))
-            elif cls == "s":
-                args.append(f"a{k}")
-            elif cls == "v":
-                args.append(_load(dt, f"p{k}[vc{k}]"))
-            else:
-                args.append(element_load(k, "base + e"))
-        args += scal_args + [f"b{j}[e]" for j in range(len(layout.outputs))]
-        src.append("            cf_body(" + ", ".join(args) + ");")
-        for k, (dt, cls, nd) in enumerate(layout.inputs):
-            if cls == "v":
-                src.append(f"            if (++vr{k} == in{k}) {{ vr{k} = 0; "
-                           f"if (++vc{k} == ln{k}) vc{k} = 0; }}")
-        src.append("        }")
+
+        def chunk_body(per_element: bool) -> None:
+            # per_element: the chunk crosses a channel boundary, so each element steps the
+            # per-channel indices; else each per-channel value is loaded once per chunk
+            args = []
+            for k, (dt, cls, nd) in enumerate(layout.inputs):
+                if cls == "c":
+                    args.append(_load(dt, f"a{k}[e]"))
+                elif cls == "s":
+                    args.append(f"a{k}")
+                elif cls == "v":
+                    args.append(_load(dt, f"p{k}[vc{k}]") if per_element else f"u{k}")
+                else:
+                    args.append(element_load(k, "base + e"))
+            if not per_element:
+                for k, (dt, cls, nd) in enumerate(layout.inputs):
+                    if cls == "v":
+                        src.append(f"            const {_CT[dt.name]} u{k} = "
+                                   f"{_load(dt, f'p{k}[vc{k}]')};")
+            src.append("#pragma unroll")
+            src.append(f"            for (int e = 0; e < {V}; ++e) {{")
+            args += scal_args + [f"b{j}[e]" for j in range(len(layout.outputs))]
+            src.append("                cf_body(" + ", ".join(args) + ");")
+            if per_element:
+                for k, (dt, cls, nd) in enumerate(layout.inputs):
+                    if cls == "v":
+                        src.append(f"                if (++vr{k} == in{k}) {{ vr{k} = 0; "
+                                   f"if (++vc{k} == ln{k}) vc{k} = 0; }}")
+            src.append("            }")
+
+        vks = [k for k, (_, cls, _) in enumerate(layout.inputs) if cls == "v"]
+        if vks and V > 1:
+            # NCHW per-channel vectors (inner a multiple of V): every chunk is in one channel
+            src.append("        if (" + " && ".join(f"vr{k} + {V} <= in{k}" for k in vks)
+                       + ") {")
+            chunk_body(False)
+            src.append("        } else {")
+            chunk_body(True)
+            src.append("        }")
+        else:
+            src.append("        {")
+            chunk_body(bool(vks))
+            src.append("        }")
         for j, dt in enumerate(layout.outputs):
             src.append(f"        cf_vstore<{_MT[dt.name]}, {V}>(q{j} + base, b{j});")
         for k, (dt, cls, nd) in enumerate(layout.inputs):
