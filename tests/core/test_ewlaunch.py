@@ -401,10 +401,11 @@ class FakeOp:
         return self.plan
 
 
-def _compiled(request):
+def _compiled(request, darray=None, ndarray=None):
     launcher_mod = pytest.importorskip("cuflow.core._ewlaunch",
                                        reason="the _ewlaunch extension was not built")
     rec = Recorder()
+    darray, ndarray = darray or FakeD, ndarray or FakeND
 
     def launch(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
         vals = tuple(ctypes.c_uint64.from_address(params[i]).value for i in range(rec.nparams))
@@ -413,10 +414,64 @@ def _compiled(request):
 
     cb_launch, cb_stream = _LAUNCH_T(launch), _STREAM_T(lambda: STREAM)
     request.addfinalizer(lambda: (cb_launch, cb_stream))
-    lo = launcher_mod.Launcher(FakeD, FakeND, _capsule(ctypes.cast(cb_stream, ctypes.c_void_p)
-                                                       .value),
+    lo = launcher_mod.Launcher(darray, ndarray,
+                               _capsule(ctypes.cast(cb_stream, ctypes.c_void_p).value),
                                ctypes.cast(cb_launch, ctypes.c_void_p).value, _fail)
     return lo, rec
+
+
+class _Base:
+    """Stands for CuPy's array extension type: ``_init(shape, dtype)`` allocates."""
+
+    def _init(self, shape, dtype):
+        FakeND.__init__(self, shape, dtype)
+
+
+_frames: list[str] = []
+
+
+class _ND(_Base):
+    """Stands for cupy.ndarray, whose Python-level constructor frames the launcher skips."""
+
+    def __new__(cls, shape, dtype):
+        _frames.append("__new__")
+        x = super().__new__(cls)
+        x._init(shape, dtype)
+        x.__array_finalize__(None)
+        return x
+
+    def __init__(self, shape, dtype):
+        _frames.append("__init__")
+
+    def __array_finalize__(self, obj):
+        _frames.append("__array_finalize__")
+
+
+class _D(_ND):
+    pass
+
+
+class _DFinalizing(_ND):
+    def __array_finalize__(self, obj):
+        _frames.append("own __array_finalize__")
+
+
+@pytest.mark.parametrize(("darray", "frames"), [
+    (_D, []),
+    (_DFinalizing, ["__new__", "own __array_finalize__", "__init__"]),
+])
+def test_ew_results_skip_constructor_frames_only_where_inherited(request, darray, frames):
+    """A result is the base type's new object after ``_init``, as ``darray(shape, dtype)``
+    would build it; a darray with its own ``__array_finalize__`` is called instead."""
+    lo, rec = _compiled(request, darray, _ND)
+    rec.nparams = 3
+    _frames.clear()
+    x = darray((30, 7), "float16")
+    _frames.clear()
+    c = lo.ew(FakeOp((0xE3, np.dtype("float32"), 4, 0, 0, None, 0)), (x,), None)
+    assert type(c) is darray and c.shape == (30, 7) and c.dtype == np.float32
+    assert c.size == 210 and c._c_contiguous and rec.calls[0][-1][1] == c.data.ptr
+    assert _frames == frames
 
 
 def _code(x):
