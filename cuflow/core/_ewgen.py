@@ -547,6 +547,11 @@ _V_STEP = """        wr{k} += sr{k}; wc{k} += sc{k};
         if (wr{k} >= in{k}) {{ wr{k} -= in{k}; ++wc{k}; }}
         if (wc{k} >= ln{k}) wc{k} -= ln{k};"""
 
+# The last (< V) elements, taken by the highest threads: thread 0 already has the first
+# chunk, and a tail in the same thread would be a second global-memory round trip after it
+# (a tiny array's whole kernel time: slow_function's graph replay, bench op zoo).
+_TAIL = "    for (long long i = nchunk * {V} + (nt - 1 - tid); i < n; i += nt)"
+
 
 def _generate_lut(layout: Layout, src: list) -> str:
     """The table kernel and the lookup kernel of a ``lut`` layout (``src``: prelude and body)."""
@@ -607,7 +612,7 @@ def _generate_lut(layout: Layout, src: list) -> str:
         src.append(f"        cf_vstore<{_MT[dt.name]}, {V}>(q{j} + base, b{j});")
     src.append(_V_STEP.format(k=0))
     src.append("    }")
-    src.append(f"    for (long long i = nchunk * {V} + tid; i < n; i += nt) {{")
+    src.append(_TAIL.format(V=V) + " {")
     src.append(f"        const int ch = (int)((i / inner) % {L});" if L > 1 else "        const int ch = 0;")
     for j in range(nout):
         src.append(f"        q{j}[i] = st{j}[(int)(unsigned char)px[i] * {L} + ch];")
@@ -754,7 +759,7 @@ def generate(layout: Layout, outputs: tuple, input_nodes: list, scalar_nodes: li
             if cls == "v":
                 src.append(_V_STEP.format(k=k))
         src.append("    }")
-        src.append(f"    for (long long i = nchunk * {V} + tid; i < n; i += nt) {{")
+        src.append(_TAIL.format(V=V) + " {")
         args = [element_load(k, "i") for k in range(len(layout.inputs))]
         args += scal_args + [f"q{j}[i]" for j in range(len(layout.outputs))]
         src.append("        cf_body(" + ", ".join(args) + ");")

@@ -131,7 +131,8 @@ __device__ __forceinline__ void binary_loop(const T* a, const T* b, T* c, long l
         }
         done = nv * W;
     }
-    for (long long i = done + tid; i < n; i += stride) c[i] = Op::f(a[i], b[i]);
+    // the tail from the highest threads: thread 0 has the first vector (see _ewgen._TAIL)
+    for (long long i = done + (done ? stride - 1 - tid : tid); i < n; i += stride) c[i] = Op::f(a[i], b[i]);
 }
 
 template <typename T, typename Op>
@@ -168,7 +169,8 @@ __device__ __forceinline__ void unary_loop(const T* a, T* c, long long n) {
         }
         done = nv * W;
     }
-    for (long long i = done + tid; i < n; i += stride) c[i] = Op::f(a[i]);
+    // the tail from the highest threads: thread 0 has the first vector (see _ewgen._TAIL)
+    for (long long i = done + (done ? stride - 1 - tid : tid); i < n; i += stride) c[i] = Op::f(a[i]);
 }
 
 // ---------------------------------------------------------------- entry points
