@@ -129,6 +129,10 @@ def argmax_rows(m, x):
     return m.sigmoid(x).argmax(axis=1)
 
 
+def argmax_ties(m, x):
+    return m.floor(x).argmax(axis=-1)  # many equal maxima: the first one's index
+
+
 def lut_two_outputs(m, img, k):
     f = m.astype(img, m.float16) * k
     return m.tanh(f), img > 100
@@ -165,6 +169,9 @@ CHAINS = {
     "row_max": (row_max, lambda r: (rand(r, (37, 129), np.float32),)),
     "col_mean": (col_mean, lambda r: (rand(r, (37, 129), np.float64),)),
     "argmax_rows": (argmax_rows, lambda r: (rand(r, (13, 70), np.float32),)),
+    # rows long enough for a block each: vectors of 4 and, with an odd length, of 1
+    "row_max_long": (row_max, lambda r: (rand(r, (5, 2048), np.float32),)),
+    "argmax_long_ties": (argmax_ties, lambda r: (rand(r, (6, 1031), np.float32),)),
     "two_outputs": (two_outputs, lambda r: (rand(r, (5, 64), np.float32),
                                             rand(r, (64,), np.float32))),
     "ints": (ints, lambda r: (rand(r, (300,), np.int32), rand(r, (300,), np.int32))),
@@ -528,6 +535,17 @@ def test_named_chains_compile_for_sm90(name):
     m.erf, m.sigmoid = cuflow.fusion.erf, cuflow.fusion.sigmoid
     src = cuflow.fuse(lambda *a: chain(m, *a)).cuda_source(*args)
     assert "cf_fused" in src
+    assert _engine.compile_cubin(src, 90)
+
+
+@pytest.mark.skipif(not HAVE_NVRTC, reason="needs cuda-bindings' NVRTC (test extra)")
+def test_per_channel_chain_past_2_to_the_31_compiles_for_sm90():
+    # 3 * 2**30 elements, described and never allocated: the 64-bit channel divisions
+    x = np.lib.stride_tricks.as_strided(np.empty(1, np.float32), (2, 3, 1 << 29),
+                                        (3 << 31, 1 << 31, 4))
+    m = np.ones((3, 1), np.float32)
+    src = cuflow.fuse(lambda a, b: (a - b) * b).cuda_source(x, m)
+    assert "cf_chan((unsigned long long)base" in src
     assert _engine.compile_cubin(src, 90)
 
 

@@ -29,7 +29,8 @@ from typing import Any
 import numpy
 
 from .._errors import KernelCompileError
-from ._ewgen import BLOCK, ENTRY, ENTRY_FIN, ENTRY_LUT, Layout, Reduction, costly, generate
+from ._ewgen import (BLOCK, ENTRY, ENTRY_FIN, ENTRY_LUT, ROW_BLOCK_VECTORS, Layout, Reduction,
+                     costly, generate)
 from ._expr import SHAPE_READS, Expr, apply
 from ._expr import astype as expr_astype
 from ._expr import clip as expr_clip
@@ -43,9 +44,9 @@ __all__ = ["Plan", "Source", "source", "plan", "stats", "EwOp", "ew_op", "cast_o
 OPTIONS = ("--std=c++17",)
 #: resident waves a grid-stride launch is capped at (bench/test_bench_fusion.py)
 WAVES = 16
-#: the cap of kernels whose threads pay a setup (the table copied to shared memory, the
-#: divisions of a per-channel index) that more chunks per thread amortize
-WAVES_SETUP = 2
+#: the cap of table lookups, whose blocks first copy the table to shared memory (a cost
+#: that more chunks per thread amortize; bench fusion img_gamma: 2 to 16 waves measured)
+WAVES_LUT = 8
 #: the narrowest contiguous operand moves 16 bytes per access, unless the widest would then
 #: move more than this many bytes (bench/test_bench_fusion.py: uint8 -> float16 and float32)
 VEC_MAX_BYTES = 32
@@ -249,6 +250,21 @@ def classify(cshape: tuple, st: tuple) -> tuple:
     return "g", tuple(cshape) + tuple(st)
 
 
+def fastdiv(d: int, bits: int) -> tuple[int, int]:
+    """``(m, s)`` with ``x // d == mulhi(x, m) >> s`` for every ``x < 2**bits``.
+
+    ``bits`` is 31 (a 32-bit multiply-high) or 63 (64-bit); ``m`` is 0 for ``d <= 1``
+    (the kernel's ``cf_fdiv`` then returns ``x``) and is given as a signed 64-bit value.
+    With ``l = ceil(log2(d))``, ``m = ceil(2**(bits + l) / d)`` errs by less than one
+    ``d``-th over that range (Granlund and Montgomery's round-up method).
+    """
+    if d <= 1:
+        return 0, 0
+    lg = (d - 1).bit_length()
+    m = ((1 << (bits + lg)) + d - 1) // d
+    return (m - (1 << 64) if m >= 1 << 63 else m), lg - 1
+
+
 def broadcast_strides(x: Any, shape: tuple) -> tuple | None:
     """``x``'s strides in elements over ``shape`` (0 where broadcast); None when not whole elements."""
     nd = len(shape)
@@ -349,7 +365,6 @@ class Source:
     fmt_lut: str = ""
     lut_input: int = 0
     table_bytes: tuple = ()
-    setup: bool = False  # a per-channel operand: its index costs each thread divisions
 
 
 def source(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
@@ -377,9 +392,17 @@ def source(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
         cst = [(0,) if all(s == 0 for s in st) else (1,) for st in cst]
     ins = []
     extras: list = []
+    bits = 63 if n >= 1 << 31 else 31  # the per-channel divisions' index width
+    vgroups: dict = {}  # per-channel operands of the same strides share one channel index
     vec_items = [numpy.dtype(d).itemsize for d in out_dtypes] if reduction is None else []
     for k, x in enumerate(arrays):
         cls, ex = classify(cshape, cst[k])
+        if cls == "v":
+            lead = vgroups.setdefault(cst[k], k)
+            ins.append((x.dtype, cls, lead))
+            if lead == k:
+                extras += [ex[0], *fastdiv(ex[0], bits), ex[1], *fastdiv(ex[1], bits)]
+            continue
         ins.append((x.dtype, cls, len(cshape) if cls == "g" else 0))
         extras += list(ex)
         if cls == "c":
@@ -393,9 +416,8 @@ def source(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
             vec //= 2
     lut = 0
     cin = [k for k, (_, cls, _) in enumerate(ins) if cls == "c"]
-    vins = {(cst[k], ) for k, (_, cls, _) in enumerate(ins) if cls == "v"}
     if (allow_lut and reduction is None and aligned and n >= LUT_MIN_ELEMENTS and len(cin) == 1
-            and arrays[cin[0]].itemsize == 1 and len(vins) <= 1
+            and arrays[cin[0]].itemsize == 1 and len(vgroups) <= 1
             and all(cls in "csv" for _, cls, _ in ins) and costly(outputs)):
         vex = [classify(cshape, cst[k])[1] for k, (_, cls, _) in enumerate(ins) if cls == "v"]
         L = vex[0][1] if vex else 1
@@ -404,7 +426,8 @@ def source(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
             lut = L
             vec = max(1, min(16, LUT_STORE_BYTES // max(numpy.dtype(d).itemsize
                                                          for d in out_dtypes)))
-            extras = [vex[0][0] if vex else 1]
+            inner = vex[0][0] if vex else 1
+            extras = [inner, *fastdiv(inner, bits)]
     red = None
     red_extra: tuple = ()
     if reduction is not None:
@@ -422,14 +445,14 @@ def source(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
                     vec = 1  # rows read V at a time only when every row starts aligned
         red = Reduction(name, mode, outputs[0].dtype, numpy.dtype(odt))
     layout = Layout(tuple(ins), tuple(sn.dtype for sn in scalar_nodes),
-                    tuple(numpy.dtype(d) for d in out_dtypes), vec, red, lut)
+                    tuple(numpy.dtype(d) for d in out_dtypes), vec, red, lut, bits == 63)
     src = generate(layout, outputs, input_nodes, scalar_nodes)
     if lut:
         sk = "".join("d" if sn.dtype.kind == "f" else ("Q" if sn.dtype.kind == "u" else "q")
                      for sn in scalar_nodes)
         nout = len(out_dtypes)
         fmt_lut = "=" + "Q" * (len(arrays) + nout) + sk
-        fmt = "=Q" + "Q" * (2 * nout) + "qq"
+        fmt = "=Q" + "Q" * (2 * nout) + "qqqq"
         return Source(src, fmt, (n, *extras), n, vec, None, (), lut, fmt_lut, cin[0],
                       tuple(256 * lut * numpy.dtype(d).itemsize for d in out_dtypes))
     # parameter layout: pointers, n, class extras, scalars (+ reduction extras)
@@ -441,8 +464,7 @@ def source(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
                    for sn in scalar_nodes)
     if red is not None:
         fmt += "QQ" if red.mode == "all" else "qq"
-    return Source(src, fmt, (n, *extras), n, vec, red, red_extra,
-                  setup=any(cls == "v" for _, cls, _ in ins))
+    return Source(src, fmt, (n, *extras), n, vec, red, red_extra)
 
 
 def plan(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
@@ -458,7 +480,7 @@ def plan(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
     n, red = s.n, s.reduction
     if s.lut:
         work = -(-max(n // s.vec, 1) // BLOCK)
-        grid = max(1, min(work, occ * sms * WAVES_SETUP))
+        grid = max(1, min(work, occ * sms * WAVES_LUT))
         offs, tot = [], 0
         for b in s.table_bytes:
             offs.append(tot)
@@ -466,15 +488,15 @@ def plan(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
         return Plan(fp, fin, struct.Struct(s.fmt), s.extras, len(arrays), grid, n, None,
                     (), s.src, tmp_bytes=tot, lut=s.lut, lut_fmt=struct.Struct(s.fmt_lut),
                     lut_input=s.lut_input, table_offsets=tuple(offs), vec=s.vec,
-                    cap=occ * sms * WAVES_SETUP)
-    cap = occ * sms * (1 if red is not None else WAVES_SETUP if s.setup else WAVES)
+                    cap=occ * sms * WAVES_LUT)
+    cap = occ * sms * (1 if red is not None else WAVES)
     if red is None or red.mode == "all":
         work = -(-max(n // s.vec, 1) // BLOCK)
         grid = max(1, min(work, cap))
     else:
         rlen, _ = s.red_extra
         outs = n // max(rlen, 1) if n else 0
-        per = 32 if red.mode == "rows" else 1
+        per = 1 if red.mode == "cols" else BLOCK if rlen >= ROW_BLOCK_VECTORS * s.vec else 32
         grid = max(1, min(-(-max(outs * per, 1) // BLOCK), occ * sms * WAVES))
     return Plan(fp, fin, struct.Struct(s.fmt), s.extras, len(arrays), grid, n, red,
                 s.red_extra, s.src, tmp_bytes=grid * 16 if red is not None and

@@ -9,15 +9,15 @@ nodes into CUDA C++ that NVRTC compiles with no header:
   dtype move 16 bytes; wider dtypes move multiples of 16), and a scalar tail;
 * broadcast classes per input: ``c`` contiguous (index ``i``), ``s`` one
   element, ``v`` a vector along one axis (per-channel: ``(i / inner) % len``,
-  advanced incrementally inside a chunk), ``g`` any strides (full index
-  arithmetic);
+  by multiply-high divisions once per chunk, advanced incrementally inside it),
+  ``g`` any strides (full index arithmetic);
 * NumPy's semantics per dtype: float16 is carried in float and rounded to
   half after every operation (as NumPy's float16 loops do), integers wrap,
   ``floor_divide``/``remainder`` follow Python's sign rule with NumPy's
   results for zero divisors, ``maximum``/``minimum`` propagate NaN;
 * an optional trailing reduction: over everything (a per-block pass and a
-  one-block finishing pass), over a last axis (a warp per row) or over an inner
-  axis (a thread per output).
+  one-block finishing pass), over a last axis (a block per long row, else a
+  warp per row) or over an inner axis (a thread per output).
 
 The source is the cache key of the compiled module (memory and disk).
 """
@@ -32,10 +32,13 @@ import numpy
 from ._expr import Expr
 from .._errors import ArgumentTypeError
 
-__all__ = ["Layout", "Reduction", "generate", "carried", "memtype", "BLOCK", "ENTRY",
+__all__ = ["Layout", "Reduction", "generate", "carried", "memtype", "BLOCK", "ROW_BLOCK_VECTORS", "ENTRY",
            "ENTRY_FIN", "ENTRY_LUT"]
 
 BLOCK = 256
+#: a last-axis reduction gives a row a whole block from this many vectors of V elements
+#: per row (two per thread), else a warp
+ROW_BLOCK_VECTORS = 2 * BLOCK
 ENTRY = "cf_fused"
 ENTRY_FIN = "cf_fused_fin"
 ENTRY_LUT = "cf_fused_lut"
@@ -72,8 +75,9 @@ class Reduction:
 class Layout:
     """What the kernel is specialized for besides the expression.
 
-    ``inputs``: per array input, ``(dtype, class, ndim)`` with class ``c``/``s``/``v``/``g``
-    (``ndim`` counts for ``g`` only); ``scalars``: the dtypes of runtime scalar arguments;
+    ``inputs``: per array input, ``(dtype, class, aux)`` with class ``c``/``s``/``v``/``g``;
+    ``aux`` is the ndim of a ``g`` input, and for a ``v`` input the first ``v`` input with
+    the same inner extent and length, whose channel index it shares; ``scalars``: the dtypes of runtime scalar arguments;
     ``outputs``: the dtypes written to memory; ``vec``: elements per chunk; ``lut``: when
     the one contiguous input is 8-bit and every other input is one element or one
     per-channel vector of ``lut`` entries, the outputs are a function of (byte, channel):
@@ -88,6 +92,7 @@ class Layout:
     vec: int
     reduction: Reduction | None = None
     lut: int = 0  # >0: the 8-bit input through a table of 256 x lut entries (see generate)
+    index64: bool = False  # indices reach 2**31: per-channel divisions in 64 bits
 
 
 _PRELUDE = r"""
@@ -196,6 +201,22 @@ template <typename T> __device__ __forceinline__ T cf_logaddexp2(T a, T b) {
     if (t > 0) return a + cf_log1p(cf_exp2(-t)) * (T)1.442695040888963407359924681001892137;
     if (t <= 0) return b + cf_log1p(cf_exp2(t)) * (T)1.442695040888963407359924681001892137;
     return t; }
+/* x / d by a multiply-high and a shift, with the host's numbers m, s for d (m = 0: d is 1);
+   exact for x below 2^31 (32-bit indices) or 2^63 (64-bit) */
+__device__ __forceinline__ unsigned cf_fdiv(unsigned x, long long m, long long s) {
+    return m ? __umulhi(x, (unsigned)m) >> s : x; }
+__device__ __forceinline__ unsigned long long cf_fdiv(unsigned long long x, long long m,
+                                                      long long s) {
+    return m ? __umul64hi(x, (unsigned long long)m) >> s : x; }
+/* the channel (i / in) % ln of a per-channel operand, and r = i % in */
+template <typename I> __device__ __forceinline__ I cf_chan(I i, long long in, long long mi,
+        long long si, long long ln, long long ml, long long sl, I &r) {
+    const I q = cf_fdiv(i, mi, si);
+    r = i - q * (I)in;
+    return q - cf_fdiv(q, ml, sl) * (I)ln; }
+template <typename I> __device__ __forceinline__ I cf_chan(I i, long long in, long long mi,
+        long long si, long long ln, long long ml, long long sl) {
+    I r; return cf_chan(i, in, mi, si, ln, ml, sl, r); }
 """
 
 _FLOAT_FN = {"exp": "exp", "exp2": "exp2", "expm1": "expm1", "log": "log", "log2": "log2",
@@ -433,14 +454,14 @@ def _load(dt: numpy.dtype, e: str) -> str:
     return e
 
 
-def _vector_loads(layout: Layout, V: int, at: str, pad: str) -> list[str]:
-    """The 16-byte-aligned loads of ``V`` elements at ``p<k> + at`` into ``a<k>``, for each
-    contiguous input."""
+def _vector_loads(layout: Layout, V: int, at: str, pad: str, name: str = "a") -> list[str]:
+    """The 16-byte-aligned loads of ``V`` elements at ``p<k> + at`` into ``<name><k>``, for
+    each contiguous input."""
     out = []
     for k, (dt, cls, _) in enumerate(layout.inputs):
         if cls == "c":
-            out.append(f"{pad}CF_ALIGN16 {_MT[dt.name]} a{k}[{V}];")
-            out.append(f"{pad}cf_vload<{_MT[dt.name]}, {V}>(a{k}, p{k} + {at});")
+            out.append(f"{pad}CF_ALIGN16 {_MT[dt.name]} {name}{k}[{V}];")
+            out.append(f"{pad}cf_vload<{_MT[dt.name]}, {V}>({name}{k}, p{k} + {at});")
     return out
 
 
@@ -528,24 +549,14 @@ def _final(red: Reduction, acc: str, a: str, ai: str, count: str) -> str:
     return _store(src, red.out, a)
 
 
-# (i / inner) % len of a thread's first chunk and of the grid's stride, by 32-bit divisions
-# where every index fits (a 64-bit division is a long software loop, paid once per thread)
-_V_START = """    long long wr{k}, wc{k}, sr{k}, sc{k};
-    if (n + nt * {V} <= 0xffffffffLL && in{k} <= 0xffffffffLL) {{
-        const unsigned i_ = (unsigned)in{k}, l_ = (unsigned)ln{k};
-        unsigned t_ = (unsigned)(tid * {V}), q_ = t_ / i_;
-        wr{k} = t_ - q_ * i_; wc{k} = q_ % l_;
-        t_ = (unsigned)(nt * {V}); q_ = t_ / i_;
-        sr{k} = t_ - q_ * i_; sc{k} = q_ % l_;
-    }} else {{
-        long long q_ = (tid * {V}) / in{k};
-        wr{k} = tid * {V} - q_ * in{k}; wc{k} = q_ % ln{k};
-        q_ = (nt * {V}) / in{k};
-        sr{k} = nt * {V} - q_ * in{k}; sc{k} = q_ % ln{k};
-    }}"""
-_V_STEP = """        wr{k} += sr{k}; wc{k} += sc{k};
-        if (wr{k} >= in{k}) {{ wr{k} -= in{k}; ++wc{k}; }}
-        if (wc{k} >= ln{k}) wc{k} -= ln{k};"""
+def _ix(layout: Layout) -> str:
+    """The index type of per-channel divisions."""
+    return "unsigned long long" if layout.index64 else "unsigned"
+
+
+def _chan_args(g: int) -> str:
+    return f"in{g}, mi{g}, si{g}, ln{g}, ml{g}, sl{g}"
+
 
 # The last (< V) elements, taken by the highest threads: thread 0 already has the first
 # chunk, and a tail in the same thread would be a second global-memory round trip after it
@@ -581,7 +592,7 @@ def _generate_lut(layout: Layout, src: list) -> str:
     kp = [f"const {xm} *__restrict__ px"]
     kp += [f"const {_MT[dt.name]} *__restrict__ t{j}" for j, dt in enumerate(layout.outputs)]
     kp += [f"{_MT[dt.name]} *__restrict__ q{j}" for j, dt in enumerate(layout.outputs)]
-    kp += ["long long n", "long long inner"]
+    kp += ["long long n", "long long inner", "long long mi", "long long si"]
     src.append(f'extern "C" __global__ void __launch_bounds__({BLOCK}) {ENTRY}('
                + ", ".join(kp) + ") {")
     for j, dt in enumerate(layout.outputs):
@@ -591,26 +602,26 @@ def _generate_lut(layout: Layout, src: list) -> str:
     src.append("    const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;")
     src.append("    const long long nt = (long long)gridDim.x * blockDim.x;")
     src.append(f"    const long long nchunk = n / {V};")
-    src.append(f"    const long long ln0 = {L}, in0 = inner;  // the table's channel: (i / inner) % {L}")
-    src.append(_V_START.format(k=0, V=V))
     src.append("    for (long long c = tid; c < nchunk; c += nt) {")
     src.append(f"        const long long base = c * {V};")
     src.append(f"        CF_ALIGN16 {xm} a[{V}];")
     src.append(f"        cf_vload<{xm}, {V}>(a, px + base);")
-    src.append("        long long vr = wr0; int vc = (int)wc0;" if L > 1 else "")
+    ix = _ix(layout)
+    if L > 1:  # the table's channel: (i / inner) % L
+        src.append(f"        {ix} vr = ({ix})base, vc = cf_fdiv(vr, mi, si);")
+        src.append(f"        vr -= vc * ({ix})inner; vc %= {L};")
     for j, dt in enumerate(layout.outputs):
         src.append(f"        CF_ALIGN16 {_MT[dt.name]} b{j}[{V}];")
     src.append("#pragma unroll")
     src.append(f"        for (int e = 0; e < {V}; ++e) {{")
-    idx = f"(int)(unsigned char)a[e] * {L} + vc" if L > 1 else "(unsigned char)a[e]"
+    idx = f"(int)(unsigned char)a[e] * {L} + (int)vc" if L > 1 else "(unsigned char)a[e]"
     for j in range(nout):
         src.append(f"            b{j}[e] = st{j}[{idx}];")
     if L > 1:
-        src.append(f"            if (++vr == (int)in0) {{ vr = 0; if (++vc == {L}) vc = 0; }}")
+        src.append(f"            if (++vr == ({ix})inner) {{ vr = 0; if (++vc == {L}) vc = 0; }}")
     src.append("        }")
     for j, dt in enumerate(layout.outputs):
         src.append(f"        cf_vstore<{_MT[dt.name]}, {V}>(q{j} + base, b{j});")
-    src.append(_V_STEP.format(k=0))
     src.append("    }")
     src.append(_TAIL.format(V=V) + " {")
     src.append(f"        const int ch = (int)((i / inner) % {L});" if L > 1 else "        const int ch = 0;")
@@ -659,8 +670,8 @@ def generate(layout: Layout, outputs: tuple, input_nodes: list, scalar_nodes: li
         kp += [f"{_MT[dt.name]} *__restrict__ q{j}" for j, dt in enumerate(layout.outputs)]
     kp.append("long long n")
     for k, (dt, cls, nd) in enumerate(layout.inputs):
-        if cls == "v":
-            kp += [f"long long in{k}", f"long long ln{k}"]
+        if cls == "v" and nd == k:  # one channel index per (inner, len)
+            kp += [f"long long {a}" for a in _chan_args(k).split(", ")]
         elif cls == "g":
             kp += [f"long long g{k}n{d}" for d in range(nd)]
             kp += [f"long long g{k}t{d}" for d in range(nd)]
@@ -673,7 +684,7 @@ def generate(layout: Layout, outputs: tuple, input_nodes: list, scalar_nodes: li
         if cls == "c":
             return _load(dt, f"p{k}[{idx}]")
         if cls == "v":
-            return _load(dt, f"p{k}[(({idx}) / in{k}) % ln{k}]")
+            return _load(dt, f"p{k}[cf_chan(({_ix(layout)})({idx}), {_chan_args(nd)})]")
         return _load(dt, f"p{k}[cf_off{k}({idx}" + "".join(
             f", g{k}n{d}" for d in range(nd)) + "".join(f", g{k}t{d}" for d in range(nd)) + ")]")
 
@@ -695,19 +706,20 @@ def generate(layout: Layout, outputs: tuple, input_nodes: list, scalar_nodes: li
         src.append("    const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;")
         src.append("    const long long nt = (long long)gridDim.x * blockDim.x;")
         src.append(f"    const long long nchunk = n / {V};")
-        for k, (dt, cls, nd) in enumerate(layout.inputs):
-            if cls == "v":  # (i / inner) % len, advanced by additions from chunk to chunk
-                src.append(_V_START.format(k=k, V=V))
+        # one channel index per (inner, len): the first v input with them
+        groups = sorted({nd for _, cls, nd in layout.inputs if cls == "v"})
         src.append("    for (long long c = tid; c < nchunk; c += nt) {")
         src.append(f"        const long long base = c * {V};")
         for k, (dt, cls, nd) in enumerate(layout.inputs):
             if cls == "c":
                 src.append(f"        CF_ALIGN16 {_MT[dt.name]} a{k}[{V}];")
                 src.append(f"        cf_vload<{_MT[dt.name]}, {V}>(a{k}, p{k} + base);")
-            elif cls == "v":
-                src.append(f"        long long vr{k} = wr{k}, vc{k} = wc{k};")
             elif cls == "s":
                 src.append(f"        const {_CT[dt.name]} a{k} = {_load(dt, f'p{k}[0]')};")
+        ix = _ix(layout)
+        for g in groups:  # per chunk, not carried from chunk to chunk: no loop dependence
+            src.append(f"        {ix} vr{g}; {ix} vc{g} = cf_chan(({ix})base, "
+                       f"{_chan_args(g)}, vr{g});")
         for j, dt in enumerate(layout.outputs):
             src.append(f"        CF_ALIGN16 {_MT[dt.name]} b{j}[{V}];")
 
@@ -721,29 +733,27 @@ def generate(layout: Layout, outputs: tuple, input_nodes: list, scalar_nodes: li
                 elif cls == "s":
                     args.append(f"a{k}")
                 elif cls == "v":
-                    args.append(_load(dt, f"p{k}[vc{k}]") if per_element else f"u{k}")
+                    args.append(_load(dt, f"p{k}[vc{nd}]") if per_element else f"u{k}")
                 else:
                     args.append(element_load(k, "base + e"))
             if not per_element:
                 for k, (dt, cls, nd) in enumerate(layout.inputs):
                     if cls == "v":
                         src.append(f"            const {_CT[dt.name]} u{k} = "
-                                   f"{_load(dt, f'p{k}[vc{k}]')};")
+                                   f"{_load(dt, f'p{k}[vc{nd}]')};")
             src.append("#pragma unroll")
             src.append(f"            for (int e = 0; e < {V}; ++e) {{")
             args += scal_args + [f"b{j}[e]" for j in range(len(layout.outputs))]
             src.append("                cf_body(" + ", ".join(args) + ");")
             if per_element:
-                for k, (dt, cls, nd) in enumerate(layout.inputs):
-                    if cls == "v":
-                        src.append(f"                if (++vr{k} == in{k}) {{ vr{k} = 0; "
-                                   f"if (++vc{k} == ln{k}) vc{k} = 0; }}")
+                for g in groups:
+                    src.append(f"                if (++vr{g} == ({ix})in{g}) {{ vr{g} = 0; "
+                               f"if (++vc{g} == ({ix})ln{g}) vc{g} = 0; }}")
             src.append("            }")
 
-        vks = [k for k, (_, cls, _) in enumerate(layout.inputs) if cls == "v"]
-        if vks and V > 1:
+        if groups and V > 1:
             # NCHW per-channel vectors (inner a multiple of V): every chunk is in one channel
-            src.append("        if (" + " && ".join(f"vr{k} + {V} <= in{k}" for k in vks)
+            src.append("        if (" + " && ".join(f"vr{g} + {V} <= ({ix})in{g}" for g in groups)
                        + ") {")
             chunk_body(False)
             src.append("        } else {")
@@ -751,13 +761,10 @@ def generate(layout: Layout, outputs: tuple, input_nodes: list, scalar_nodes: li
             src.append("        }")
         else:
             src.append("        {")
-            chunk_body(bool(vks))
+            chunk_body(bool(groups))
             src.append("        }")
         for j, dt in enumerate(layout.outputs):
             src.append(f"        cf_vstore<{_MT[dt.name]}, {V}>(q{j} + base, b{j});")
-        for k, (dt, cls, nd) in enumerate(layout.inputs):
-            if cls == "v":
-                src.append(_V_STEP.format(k=k))
         src.append("    }")
         src.append(_TAIL.format(V=V) + " {")
         args = [element_load(k, "i") for k in range(len(layout.inputs))]
@@ -843,35 +850,73 @@ def generate(layout: Layout, outputs: tuple, input_nodes: list, scalar_nodes: li
            + ["long long rlen", "long long inner"])
     src.append(f'extern "C" __global__ void __launch_bounds__({BLOCK}) {ENTRY}('
                + ", ".join(kp2) + ") {")
-    src.append("    const long long outs = n / rlen;")
-    if red.mode == "rows":  # a warp per row: lanes read consecutive elements
+    if red.mode == "rows":
+        def fold(name: str, at: str, pad: str) -> None:
+            # the V elements loaded into <name><k> at row offset ``at``, folded into a
+            src.append("#pragma unroll")
+            src.append(f"{pad}for (int e = 0; e < {V}; ++e) {{")
+            args = [_load(dt, f"{name}{k}[e]") if cls == "c"
+                    else element_load(k, f"rb + {at} + e")
+                    for k, (dt, cls, nd) in enumerate(layout.inputs)]
+            src.append(f"{pad}    {vct} y;")
+            src.append(f"{pad}    cf_body(" + ", ".join(args + scal_args + ["y"]) + ");")
+            src.append(f"{pad}    cf_comb(a, ai, ({acc})y, {at} + e);")
+            src.append(f"{pad}}}")
+
+        def row_start(pad: str) -> None:
+            src.append(f"{pad}{acc} a = {ident}; long long ai = 0x7fffffffffffffffLL;")
+            src.append(f"{pad}const long long rb = row * rlen;")
+
+        # long rows (ROW_BLOCK_VECTORS vectors or more): a block per row, whose warps all
+        # stream it, two vectors in flight per thread (bench fusion row_sum_exp: a warp per
+        # row of 4096 leaves half the SM slots empty when rows are few)
+        src.append(f"    if (rlen >= {ROW_BLOCK_VECTORS * V}LL) {{")
+        # rows counted by row * rlen < n: a 64-bit division per thread (a software routine)
+        # would delay every block's first load (bench fusion row_sum_exp)
+        src.append("        for (long long row = blockIdx.x; row * rlen < n; row += gridDim.x) {")
+        pad = "            "
+        row_start(pad)
+        src.append(f"{pad}long long r0 = (long long)threadIdx.x * {V};")
+        src.append(f"{pad}for (; r0 + {BLOCK * V} < rlen; r0 += {2 * BLOCK * V}) {{")
+        src.extend(_vector_loads(layout, V, "rb + r0", pad + "    "))
+        src.extend(_vector_loads(layout, V, f"rb + r0 + {BLOCK * V}", pad + "    ", "c"))
+        fold("a", "r0", pad + "    ")
+        fold("c", f"(r0 + {BLOCK * V})", pad + "    ")
+        src.append(f"{pad}}}")
+        src.append(f"{pad}if (r0 < rlen) {{")
+        src.extend(_vector_loads(layout, V, "rb + r0", pad + "    "))
+        fold("a", "r0", pad + "    ")
+        src.append(f"{pad}}}")
+        src.append("\n".join("        " + ln for ln in block_reduce.splitlines()))
+        src.append(f"            if (threadIdx.x == 0) q[row] = {_final(red, acc, 'a', 'ai', 'rlen')};")
+        src.append("            __syncthreads();  // the partials are the next row's")
+        src.append("        }")
+        src.append("        return;")
+        src.append("    }")
+        # else a warp per row: lanes read consecutive elements
         src.append("    const long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;")
         src.append("    const long long nw = ((long long)gridDim.x * blockDim.x) >> 5;")
         src.append("    const int lane = threadIdx.x & 31;")
-        src.append("    for (long long row = w; row < outs; row += nw) {")
-        src.append(f"        {acc} a = {ident}; long long ai = 0x7fffffffffffffffLL;")
-        src.append("        const long long rb = row * rlen;")
-        # each lane reads V neighbours at once (rlen is a multiple of V, rows 16-byte aligned)
+        src.append("    for (long long row = w; row * rlen < n; row += nw) {")
+        row_start("        ")
         src.append("#pragma unroll 4")  # several 16-byte loads in flight per lane
         src.append(f"        for (long long r0 = lane * {V}; r0 < rlen; r0 += {32 * V}) {{")
-        src += _vector_loads(layout, V, "rb + r0", "            ")
-        src.append("#pragma unroll")
-        src.append(f"            for (int e = 0; e < {V}; ++e) {{")
-        args = [_load(dt, f"a{k}[e]") if cls == "c" else element_load(k, "rb + r0 + e")
-                for k, (dt, cls, nd) in enumerate(layout.inputs)]
-        src.append(f"                {vct} y;")
-        src.append("                cf_body(" + ", ".join(args + scal_args + ["y"]) + ");")
-        src.append(f"                cf_comb(a, ai, ({acc})y, r0 + e);")
-        src.append("            }")
+        src.extend(_vector_loads(layout, V, "rb + r0", "            "))
+        fold("a", "r0", "            ")
         src.append("        }")
         src.append(shfl.replace("    ", "        "))
         src.append(f"        if (lane == 0) q[row] = {_final(red, acc, 'a', 'ai', 'rlen')};")
         src.append("    }\n}")
     else:  # a thread per output: neighbours read neighbouring elements of each row
+        # 32-bit divisions where the indices fit (a 64-bit one is a software routine)
+        src.append("    const bool i32 = n <= 0xffffffffLL;")
+        src.append("    const long long outs = i32 ? (long long)((unsigned)n / (unsigned)rlen) "
+                   ": n / rlen;")
         src.append("    const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;")
         src.append("    const long long nt = (long long)gridDim.x * blockDim.x;")
         src.append("    for (long long t = tid; t < outs; t += nt) {")
-        src.append("        const long long o = t / inner, in = t - o * inner;")
+        src.append("        const long long o = i32 ? (long long)((unsigned)t / (unsigned)inner) "
+                   ": t / inner, in = t - o * inner;")
         src.append(f"        {acc} a = {ident}; long long ai = 0x7fffffffffffffffLL;")
         src.append("        for (long long r = 0; r < rlen; ++r)")
         src.append(f"            cf_comb(a, ai, cf_val({pass_args}, (o * rlen + r) * inner + in), r);")

@@ -25,7 +25,9 @@
 #error "the launcher reads dicts with borrowed references under the GIL; free-threaded builds run the Python functions"
 #endif
 
-#define BLOCK 256 /* threads per block: _elementwise._BLOCK */
+#define BLOCK 256 /* threads per block: _ewgen.BLOCK */
+/* a row of a last-axis reduction gets a block from this many vectors: _ewgen */
+#define ROW_BLOCK_VECTORS (2 * BLOCK)
 
 typedef intptr_t (*stream_fn)(void);
 typedef int (*launch_fn)(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
@@ -494,8 +496,8 @@ launcher_ew(Launcher *self, PyObject *const *argv, Py_ssize_t nargs)
             kargs[a++] = &one;
         }
         unsigned long long chunks = ((unsigned long long)n + (unsigned long long)vec - 1) / (unsigned long long)vec;
-        if (nzero == -1) /* a warp per row */
-            chunks = (unsigned long long)(n / rlen) * 32;
+        if (nzero == -1) /* a block per long row, else a warp */
+            chunks = (unsigned long long)(n / rlen) * (rlen >= ROW_BLOCK_VECTORS * vec ? BLOCK : 32);
         unsigned long long g = (chunks + BLOCK - 1) / BLOCK;
         if (cap > 0 && g > (unsigned long long)cap)
             g = (unsigned long long)cap;

@@ -128,6 +128,26 @@ def test_small_reductions_match_numpy(cf, rng, name, axis, dtype):
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.bool_])
+@pytest.mark.parametrize("rlen", [2048, 1031])
+@pytest.mark.parametrize("name", REDUCE)
+def test_long_row_reductions_match_numpy(cf, rng, name, rlen, dtype):
+    # rows long enough for a block each (4-element vectors, and 1 at an odd length)
+    if dtype == np.bool_ and name == "mean":
+        pytest.skip("not meaningful for bool")
+    xa = (rng.uniform(0.999, 1.001, (8, rlen)) if dtype != np.bool_ else
+          rng.integers(0, 2, (8, rlen))).astype(dtype)
+    xa[:, rlen - 3] = xa.max(axis=1) if dtype != np.bool_ else True  # ties across warps
+    xa[:, 700] = xa[:, rlen - 3]
+    want = np.asarray(getattr(xa, name)(axis=-1))
+    got = cf.asnumpy(getattr(cf.asarray(xa), name)(axis=-1))
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if want.dtype.kind == "f":
+        np.testing.assert_allclose(got, want, rtol={4: 1e-5, 8: 1e-12}[want.dtype.itemsize])
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
 def test_where_with_a_python_scalar_keeps_the_array_dtype(cf, rng):
     for dt in (np.float16, np.float32):
         x = cf.asarray(rng.uniform(-1, 1, 64).astype(dt))

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cuflow.core import _engine
 from cuflow.core._expr import Expr, apply, reduce
@@ -43,8 +45,57 @@ def test_per_channel_vector_and_scalar_operands(no_gpu):
     y = apply("multiply", apply("subtract", x, m), s)
     arrays = [np.empty((4, 3, 8, 8), np.float32), np.empty((3, 1, 1), np.float32)]
     p = _engine.plan((y,), [x, m], [s], arrays, (y.dtype,), (4, 3, 8, 8), None, 0, True)
-    assert p.extras == (768, 64, 3)  # n, then the vector's inner extent and length
-    assert p.fmt.format == "=QQQqqqd"
+    # n, then the vector's inner extent and length, each with its multiply-high division
+    assert p.extras == (768, 64, *_engine.fastdiv(64, 31), 3, *_engine.fastdiv(3, 31))
+    assert p.fmt.format == "=QQQ" + "q" * 7 + "d"
+    assert ("long long n, long long in1, long long mi1, long long si1, long long ln1, "
+            "long long ml1, long long sl1, double s0_) {") in p.src
+    assert p.grid == min(768 // 4 // 256 + 1, 8 * 132 * _engine.WAVES)
+
+
+def test_vectors_of_one_layout_share_one_channel_index(no_gpu):
+    x = _inp((4, 3, 8, 8), np.float32, 0)
+    m, s = _inp((3, 1, 1), np.float32, 1), _inp((3, 1, 1), np.float32, 2)
+    w = _inp((1, 1, 8, 1), np.float32, 3)
+    y = apply("add", apply("multiply", apply("subtract", x, m), s), w)
+    arrays = [np.empty((4, 3, 8, 8), np.float32), np.empty((3, 1, 1), np.float32),
+              np.empty((3, 1, 1), np.float32), np.empty((1, 1, 8, 1), np.float32)]
+    p = _engine.plan((y,), [x, m, s, w], [], arrays, (y.dtype,), (4, 3, 8, 8), None, 0, True)
+    # m and s: one channel index (inner 64, length 3); w its own (inner 8, length 8)
+    assert p.extras == (768, 64, *_engine.fastdiv(64, 31), 3, *_engine.fastdiv(3, 31),
+                        8, *_engine.fastdiv(8, 31), 8, *_engine.fastdiv(8, 31))
+    assert "p2[vc1]" in p.src and "vc2" not in p.src and "vc3" in p.src
+
+
+def test_indices_from_2_to_the_31_divide_in_64_bits(no_gpu):
+    shape = (2, 3, 1 << 29)  # 3 * 2**30 elements, described (never allocated)
+    big = np.lib.stride_tricks.as_strided(np.empty(1, np.float32), shape,
+                                          (3 << 31, 1 << 31, 4))  # never read
+    x, m = _inp(shape, np.float32, 0), _inp((3, 1), np.float32, 1)
+    y = apply("subtract", x, m)
+    s = _engine.source((y,), [x, m], [], [big, np.empty((3, 1), np.float32)], (y.dtype,),
+                       shape, None, True)
+    assert s.extras == (3 << 30, 1 << 29, *_engine.fastdiv(1 << 29, 63), 3,
+                        *_engine.fastdiv(3, 63))
+    assert "cf_chan((unsigned long long)base" in s.src
+    small = _engine.source((y,), [x, m], [], [np.empty((2, 3, 8), np.float32),
+                                              np.empty((3, 1), np.float32)], (y.dtype,),
+                           (2, 3, 8), None, True)
+    assert "cf_chan((unsigned)base" in small.src
+
+
+@settings(max_examples=300, deadline=None)
+@given(bits=st.sampled_from([31, 63]), data=st.data())
+def test_fastdiv_is_exact_below_its_index_width(bits, data):
+    d = data.draw(st.integers(0, 1 << bits), label="d")
+    xs = data.draw(st.lists(st.integers(0, (1 << bits) - 1), min_size=1, max_size=8), label="x")
+    xs += [max(d - 1, 0), d, ((1 << bits) - 1) // max(d, 1) * max(d, 1) - 1, (1 << bits) - 1]
+    m, s = _engine.fastdiv(d, bits)
+    mu = m & ((1 << 64) - 1)  # the kernel reads it as unsigned
+    for x in (v for v in xs if 0 <= v < 1 << bits):
+        # cf_fdiv: the high half of a (bits + 1)-bit product, then the shift; m = 0: x
+        q = (x * mu) >> (bits + 1) >> s if mu else x
+        assert q == (x // d if d > 1 else x), (d, x)
 
 
 def test_uint8_table_plan(no_gpu):
@@ -55,7 +106,7 @@ def test_uint8_table_plan(no_gpu):
     p = _engine.plan((y,), [img, v], [], arrays, (y.dtype,), (512, 512, 3), None, 0, True)
     assert p.lut == 3 and p.vec == 4  # a thread stores 16 bytes of float32 per chunk
     assert p.tmp_bytes == 256 * 3 * 4 and p.table_offsets == (0,)
-    assert p.extras == (512 * 512 * 3, 1)
+    assert p.extras == (512 * 512 * 3, 1, 0, 0)  # n, the channel's inner extent (no division)
     small = _engine.plan((y,), [img, v], [], [np.empty((8, 8, 3), np.uint8), arrays[1]],
                          (y.dtype,), (8, 8, 3), None, 0, True)
     assert small.lut == 0  # below LUT_MIN_ELEMENTS the expression runs per element
@@ -77,6 +128,18 @@ def test_reduction_plans(no_gpu, axis, mode):
     else:
         assert p.fmt.format == "=QQqqq" and p.red_extra == ((128, 1) if mode == "rows"
                                                             else (64, 128))
+
+
+@pytest.mark.parametrize("rlen,per_row", [(2048, 256), (2044, 32), (1031, 256), (511, 32)])
+def test_last_axis_rows_get_a_block_when_long(no_gpu, rlen, per_row):
+    # a block per row from ROW_BLOCK_VECTORS vectors (4 float32 each where rows align)
+    x = _inp((300, rlen), np.float32)
+    r = reduce("sum", apply("exp", x), 1)
+    p = _engine.plan((r.args[0],), [x], [], [np.empty((300, rlen), np.float32)], (r.dtype,),
+                     (300, rlen), ("sum", 1, r.dtype), 0, True)
+    assert p.vec == (4 if rlen % 4 == 0 else 1)
+    assert p.grid == -(-300 * per_row // 256)
+    assert f"if (rlen >= {2 * 256 * p.vec}LL)" in p.src
 
 
 def test_unaligned_operands_take_the_element_kernel(no_gpu):
