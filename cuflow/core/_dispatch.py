@@ -37,7 +37,7 @@ from ._contract import (
     broadcast_shape, check_out_pair, prepare_out, resolve_out, translate_type_error,
 )
 from . import _runtime
-from ._engine import ew_op
+from ._engine import OPS, ew_op
 from ._expr import Expr, TraceError, apply, caller_line
 from ._runtime import arrays_in, on_select, runtime
 from ._streams import use_stream
@@ -91,14 +91,16 @@ def _shape(nd: type, x: Any) -> tuple:
 def ufunc2(name: str, src: Any, other: Any, dst: Any, out: Any, stream: Any, casting: str,
            dtype: Any) -> Any:
     """The backend's ufunc ``name`` on two inputs, under the output contract."""
-    if isinstance(src, Expr) or isinstance(other, Expr):
-        return traced(name, (src, other), dst, out, dtype)
-    if out is stream is dtype is None and casting == "same_kind":
-        rt = _runtime._current
-        if rt is not None and rt.fast is not None:
-            r = rt.fast.ew(ew_op(name), (src, other), dst)
+    rt = _runtime._current
+    # first the engine's C launch (it declines anything else, traced operands included)
+    if rt is not None and out is stream is dtype is None and casting == "same_kind":
+        fast = rt.fast
+        if fast is not None:
+            r = fast.ew(OPS.get(name) or ew_op(name), (src, other), dst)
             if r is not None:
                 return r
+    if isinstance(src, Expr) or isinstance(other, Expr):
+        return traced(name, (src, other), dst, out, dtype)
     if out is not None:
         dst = resolve_out(dst, out, name)
     if stream is not None:
@@ -135,14 +137,16 @@ def ufunc2(name: str, src: Any, other: Any, dst: Any, out: Any, stream: Any, cas
 def ufunc1(name: str, src: Any, dst: Any, out: Any, stream: Any, casting: str,
            dtype: Any) -> Any:
     """The backend's ufunc ``name`` on one input, under the output contract."""
-    if isinstance(src, Expr):
-        return traced(name, (src,), dst, out, dtype)
-    if out is stream is dtype is None and casting == "same_kind":
-        rt = _runtime._current
-        if rt is not None and rt.fast is not None:
-            r = rt.fast.ew(ew_op(name), (src,), dst)
+    rt = _runtime._current
+    # first the engine's C launch (it declines anything else, traced operands included)
+    if rt is not None and out is stream is dtype is None and casting == "same_kind":
+        fast = rt.fast
+        if fast is not None:
+            r = fast.ew(OPS.get(name) or ew_op(name), (src,), dst)
             if r is not None:
                 return r
+    if isinstance(src, Expr):
+        return traced(name, (src,), dst, out, dtype)
     if out is not None:
         dst = resolve_out(dst, out, name)
     if stream is not None:

@@ -37,7 +37,7 @@ from ._expr import clip as expr_clip
 from ._expr import reduce as expr_reduce
 from ._expr import where as expr_where
 
-__all__ = ["Plan", "Source", "source", "plan", "stats", "EwOp", "ew_op", "cast_op", "compile_cubin", "OPTIONS", "cache_dir", "collapse",
+__all__ = ["Plan", "Source", "source", "plan", "stats", "EwOp", "OPS", "ew_op", "cast_op", "compile_cubin", "OPTIONS", "cache_dir", "collapse",
            "classify"]
 
 #: NVRTC options of every generated kernel (no -ftz and no fast math: NumPy's results)
@@ -58,6 +58,8 @@ LUT_MAX_BYTES = 16384
 LUT_STORE_BYTES = 16
 #: full reductions of up to this many elements run as one block launched from C
 ONE_BLOCK_MAX = 1 << 15
+#: kernels of fewer elements index in 32 bits (``Layout.index64`` from here on)
+INDEX32_MAX = 1 << 31
 
 
 @dataclasses.dataclass
@@ -392,7 +394,7 @@ def source(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
         cst = [(0,) if all(s == 0 for s in st) else (1,) for st in cst]
     ins = []
     extras: list = []
-    bits = 63 if n >= 1 << 31 else 31  # the per-channel divisions' index width
+    bits = 63 if n >= INDEX32_MAX else 31  # the index width (and the divisions')
     vgroups: dict = {}  # per-channel operands of the same strides share one channel index
     vec_items = [numpy.dtype(d).itemsize for d in out_dtypes] if reduction is None else []
     for k, x in enumerate(arrays):
@@ -582,7 +584,9 @@ class EwOp:
                  aligned, allow_lut=self.fused)
         if p.lut or p.extras != (p.n,):  # one launch over contiguous operands only
             return None
-        return (p.fp, out.dtype, p.vec, p.cap, 0, None, 0)
+        # a kernel generated for fewer than 2**31 elements indexes in 32 bits
+        return (p.fp, out.dtype, p.vec, p.cap, 0, None, 0 if p.n >= INDEX32_MAX else
+                INDEX32_MAX - 1)
 
     def _reduction(self, out: Expr, in_nodes: list, sc_nodes: list, arrays: list,
                    shape: tuple) -> Any:
@@ -602,7 +606,9 @@ class EwOp:
         return (p.fp, out.dtype, p.vec, 1, 2, (), ONE_BLOCK_MAX)
 
 
-_OPS: dict[Any, EwOp] = {}
+#: the :class:`EwOp` of each name built so far (``OPS.get(name) or ew_op(name)``: the
+#: dispatch's lookup without a call)
+OPS: dict[Any, EwOp] = {}
 #: single ops left to the backend: its remainder family gives NumPy's signs of NaN results
 #: (cuflow's own remainder ufunc); fused code computes the same values with the GPU's NaN
 _BACKEND_ONLY = frozenset(("remainder", "mod", "fmod", "floor_divide"))
@@ -611,7 +617,7 @@ _BACKEND_ONLY = frozenset(("remainder", "mod", "fmod", "floor_divide"))
 def ew_op(name: str) -> EwOp:
     """The :class:`EwOp` of ufunc ``name`` (also ``"where"``, ``"clip"``, ``"copy"``, and
     ``"reduce:sum"`` & co. for full reductions of small arrays)."""
-    op = _OPS.get(name)
+    op = OPS.get(name)
     if op is None:
         if name == "where":
             fn = expr_where
@@ -631,18 +637,18 @@ def ew_op(name: str) -> EwOp:
         else:
             def fn(*xs, _n=name):
                 return apply(_n, *xs)
-        op = _OPS[name] = EwOp(name, fn)
+        op = OPS[name] = EwOp(name, fn)
     return op
 
 
 def cast_op(dtype: Any) -> EwOp:
     """The :class:`EwOp` of ``astype(dtype)``."""
-    op = _OPS.get(dtype)
+    op = OPS.get(dtype)
     if op is not None:
         return op
     dt = numpy.dtype(dtype)
-    op = _OPS.get(dt)
+    op = OPS.get(dt)
     if op is None:
-        op = _OPS[dtype] = _OPS[dt] = EwOp(f"astype({dt})", lambda x: expr_astype(x, dt) if x.dtype != dt
+        op = OPS[dtype] = OPS[dt] = EwOp(f"astype({dt})", lambda x: expr_astype(x, dt) if x.dtype != dt
                              else None)
     return op

@@ -92,7 +92,7 @@ class Layout:
     vec: int
     reduction: Reduction | None = None
     lut: int = 0  # >0: the 8-bit input through a table of 256 x lut entries (see generate)
-    index64: bool = False  # indices reach 2**31: per-channel divisions in 64 bits
+    index64: bool = False  # indices reach 2**31: 64-bit loop indices and divisions
 
 
 _PRELUDE = r"""
@@ -561,7 +561,7 @@ def _chan_args(g: int) -> str:
 # The last (< V) elements, taken by the highest threads: thread 0 already has the first
 # chunk, and a tail in the same thread would be a second global-memory round trip after it
 # (a tiny array's whole kernel time: slow_function's graph replay, bench op zoo).
-_TAIL = "    for (long long i = nchunk * {V} + (nt - 1 - tid); i < n; i += nt)"
+_TAIL = "    for ({I} i = nchunk * {V} + (nt - 1 - tid); i < ({I})n; i += nt)"
 
 
 def _generate_lut(layout: Layout, src: list) -> str:
@@ -623,7 +623,7 @@ def _generate_lut(layout: Layout, src: list) -> str:
     for j, dt in enumerate(layout.outputs):
         src.append(f"        cf_vstore<{_MT[dt.name]}, {V}>(q{j} + base, b{j});")
     src.append("    }")
-    src.append(_TAIL.format(V=V) + " {")
+    src.append(_TAIL.format(V=V, I="long long") + " {")
     src.append(f"        const int ch = (int)((i / inner) % {L});" if L > 1 else "        const int ch = 0;")
     for j in range(nout):
         src.append(f"        q{j}[i] = st{j}[(int)(unsigned char)px[i] * {L} + ch];")
@@ -701,15 +701,18 @@ def generate(layout: Layout, outputs: tuple, input_nodes: list, scalar_nodes: li
     if layout.lut:
         return _generate_lut(layout, src)
     if red is None:
+        # 32-bit indices below 2**31 elements: a 64-bit index chain delays a small array's
+        # only load (bench op zoo slow_function: its graph replay, per kernel node)
+        I = "long long" if layout.index64 else "unsigned"
         src.append(f'extern "C" __global__ void __launch_bounds__({BLOCK}) {ENTRY}('
                    + ", ".join(kp) + ") {")
-        src.append("    const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;")
-        src.append("    const long long nt = (long long)gridDim.x * blockDim.x;")
-        src.append(f"    const long long nchunk = n / {V};")
+        src.append(f"    const {I} tid = ({I})blockIdx.x * blockDim.x + threadIdx.x;")
+        src.append(f"    const {I} nt = ({I})gridDim.x * blockDim.x;")
+        src.append(f"    const {I} nchunk = ({I})n / {V};")
         # one channel index per (inner, len): the first v input with them
         groups = sorted({nd for _, cls, nd in layout.inputs if cls == "v"})
-        src.append("    for (long long c = tid; c < nchunk; c += nt) {")
-        src.append(f"        const long long base = c * {V};")
+        src.append(f"    for ({I} c = tid; c < nchunk; c += nt) {{")
+        src.append(f"        const {I} base = c * {V};")
         for k, (dt, cls, nd) in enumerate(layout.inputs):
             if cls == "c":
                 src.append(f"        CF_ALIGN16 {_MT[dt.name]} a{k}[{V}];")
@@ -766,7 +769,7 @@ def generate(layout: Layout, outputs: tuple, input_nodes: list, scalar_nodes: li
         for j, dt in enumerate(layout.outputs):
             src.append(f"        cf_vstore<{_MT[dt.name]}, {V}>(q{j} + base, b{j});")
         src.append("    }")
-        src.append(_TAIL.format(V=V) + " {")
+        src.append(_TAIL.format(V=V, I=I) + " {")
         args = [element_load(k, "i") for k in range(len(layout.inputs))]
         args += scal_args + [f"q{j}[i]" for j in range(len(layout.outputs))]
         src.append("        cf_body(" + ", ".join(args) + ");")

@@ -94,19 +94,19 @@ __device__ __forceinline__ void cf_store(uint4* p, uint4 v, bool streaming) {
 // The vector loops take two 16-byte vectors per thread per step (both loads issued
 // before either store) while two remain, then one (bench/test_bench_core.py::test_large_add
 // measures the loop, with the streaming stores above).
-template <typename T, typename Op>
-__device__ __forceinline__ void binary_loop(const T* a, const T* b, T* c, long long n) {
+template <typename T, typename Op, typename I>
+__device__ __forceinline__ void binary_loop(const T* a, const T* b, T* c, I n) {
     constexpr int W = 16 / sizeof(T);
-    const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const long long stride = (long long)gridDim.x * blockDim.x;
-    const bool streaming = n * (long long)sizeof(T) >= (32ll << 20);
-    long long done = 0;
+    const I tid = (I)blockIdx.x * blockDim.x + threadIdx.x;
+    const I stride = (I)gridDim.x * blockDim.x;
+    const bool streaming = (long long)n * (long long)sizeof(T) >= (32ll << 20);
+    I done = 0;
     if ((((unsigned long long)a | (unsigned long long)b | (unsigned long long)c) & 15ull) == 0) {
-        const long long nv = n / W;
+        const I nv = n / W;
         const uint4* a4 = reinterpret_cast<const uint4*>(a);
         const uint4* b4 = reinterpret_cast<const uint4*>(b);
         uint4* c4 = reinterpret_cast<uint4*>(c);
-        long long i = tid;
+        I i = tid;
         for (; i + stride < nv; i += 2 * stride) {
             uint4 va[2] = {a4[i], a4[i + stride]}, vb[2] = {b4[i], b4[i + stride]}, vc[2];
 #pragma unroll
@@ -132,21 +132,21 @@ __device__ __forceinline__ void binary_loop(const T* a, const T* b, T* c, long l
         done = nv * W;
     }
     // the tail from the highest threads: thread 0 has the first vector (see _ewgen._TAIL)
-    for (long long i = done + (done ? stride - 1 - tid : tid); i < n; i += stride) c[i] = Op::f(a[i], b[i]);
+    for (I i = done + (done ? stride - 1 - tid : tid); i < n; i += stride) c[i] = Op::f(a[i], b[i]);
 }
 
-template <typename T, typename Op>
-__device__ __forceinline__ void unary_loop(const T* a, T* c, long long n) {
+template <typename T, typename Op, typename I>
+__device__ __forceinline__ void unary_loop(const T* a, T* c, I n) {
     constexpr int W = 16 / sizeof(T);
-    const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const long long stride = (long long)gridDim.x * blockDim.x;
-    const bool streaming = n * (long long)sizeof(T) >= (32ll << 20);
-    long long done = 0;
+    const I tid = (I)blockIdx.x * blockDim.x + threadIdx.x;
+    const I stride = (I)gridDim.x * blockDim.x;
+    const bool streaming = (long long)n * (long long)sizeof(T) >= (32ll << 20);
+    I done = 0;
     if ((((unsigned long long)a | (unsigned long long)c) & 15ull) == 0) {
-        const long long nv = n / W;
+        const I nv = n / W;
         const uint4* a4 = reinterpret_cast<const uint4*>(a);
         uint4* c4 = reinterpret_cast<uint4*>(c);
-        long long i = tid;
+        I i = tid;
         for (; i + stride < nv; i += 2 * stride) {
             uint4 va[2] = {a4[i], a4[i + stride]}, vc[2];
 #pragma unroll
@@ -170,18 +170,24 @@ __device__ __forceinline__ void unary_loop(const T* a, T* c, long long n) {
         done = nv * W;
     }
     // the tail from the highest threads: thread 0 has the first vector (see _ewgen._TAIL)
-    for (long long i = done + (done ? stride - 1 - tid : tid); i < n; i += stride) c[i] = Op::f(a[i]);
+    for (I i = done + (done ? stride - 1 - tid : tid); i < n; i += stride) c[i] = Op::f(a[i]);
 }
 
 // ---------------------------------------------------------------- entry points
+// 32-bit indices below 2**31 elements: a 64-bit index chain delays a small array's only
+// load (bench op zoo slow_function, graph replay per kernel node; see _ewgen)
 #define CF_BINARY(name, Op)                                                          \
     template <typename T>                                                            \
     __global__ void name(const T* a, const T* b, T* c, long long n) {                \
-        binary_loop<T, Op>(a, b, c, n);                                              \
+        if (n < (1ll << 31)) binary_loop<T, Op, unsigned>(a, b, c, (unsigned)n);     \
+        else binary_loop<T, Op, long long>(a, b, c, n);                              \
     }
 #define CF_UNARY(name, Op)                                                           \
     template <typename T>                                                            \
-    __global__ void name(const T* a, T* c, long long n) { unary_loop<T, Op>(a, c, n); }
+    __global__ void name(const T* a, T* c, long long n) {                            \
+        if (n < (1ll << 31)) unary_loop<T, Op, unsigned>(a, c, (unsigned)n);         \
+        else unary_loop<T, Op, long long>(a, c, n);                                  \
+    }
 
 CF_BINARY(cf_add, OpAdd)
 CF_BINARY(cf_subtract, OpSub)

@@ -67,7 +67,7 @@ def test_vectors_of_one_layout_share_one_channel_index(no_gpu):
     assert "p2[vc1]" in p.src and "vc2" not in p.src and "vc3" in p.src
 
 
-def test_indices_from_2_to_the_31_divide_in_64_bits(no_gpu):
+def test_indices_from_2_to_the_31_are_64_bit(no_gpu):
     shape = (2, 3, 1 << 29)  # 3 * 2**30 elements, described (never allocated)
     big = np.lib.stride_tricks.as_strided(np.empty(1, np.float32), shape,
                                           (3 << 31, 1 << 31, 4))  # never read
@@ -77,11 +77,11 @@ def test_indices_from_2_to_the_31_divide_in_64_bits(no_gpu):
                        shape, None, True)
     assert s.extras == (3 << 30, 1 << 29, *_engine.fastdiv(1 << 29, 63), 3,
                         *_engine.fastdiv(3, 63))
-    assert "cf_chan((unsigned long long)base" in s.src
+    assert "cf_chan((unsigned long long)base" in s.src and "const long long tid" in s.src
     small = _engine.source((y,), [x, m], [], [np.empty((2, 3, 8), np.float32),
                                               np.empty((3, 1), np.float32)], (y.dtype,),
                            (2, 3, 8), None, True)
-    assert "cf_chan((unsigned)base" in small.src
+    assert "cf_chan((unsigned)base" in small.src and "const unsigned tid" in small.src
 
 
 @settings(max_examples=300, deadline=None)
