@@ -38,6 +38,8 @@ def zoo_cases(xp, x, y, m, m2, o, x2, f16, kind: str = "cuflow") -> dict[str, Ca
             "x.astype(float16)": lambda: x.to(T.float16), "x.copy()": lambda: x.clone(),
             "o.fill(0)": lambda: o.fill_(0), "add(x, y, dst=o)": lambda: T.add(x, y, out=o),
             "x + f16 (mixed)": lambda: x + f16,
+            "empty(1000)": lambda: T.empty(1000, device=x.device),
+            "zeros_like(x)": lambda: T.zeros_like(x),
         }
     return {
         "x * 2": lambda: x * 2, "x + 1": lambda: x + 1, "-x": lambda: -x,
@@ -54,6 +56,8 @@ def zoo_cases(xp, x, y, m, m2, o, x2, f16, kind: str = "cuflow") -> dict[str, Ca
         "add(x, y, dst=o)": (lambda: xp.add(x, y, dst=o)) if kind == "cuflow" else (
             lambda: xp.add(x, y, out=o)),
         "x + f16 (mixed)": lambda: x + f16,
+        "empty(1000)": lambda: xp.empty(1000, numpy.float32),
+        "zeros_like(x)": lambda: xp.zeros_like(x),
     }
 
 

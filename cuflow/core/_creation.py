@@ -25,6 +25,7 @@ import numpy
 from .._errors import ArgumentError, ArgumentTypeError, CuflowError, OutOfMemoryError
 from ._dispatch import call, run_on
 from ._info import check_device
+from . import _runtime
 from ._runtime import runtime
 
 __all__ = ["empty", "zeros", "ones", "full", "empty_like", "zeros_like", "ones_like",
@@ -156,13 +157,38 @@ def _like(name: str, a: Any, dtype: Any, order: str, subok: Any, shape: Any) -> 
     return kw
 
 
+def _fast_empty(shape: Any, dtype: Any, order: str, device: Any, stream: Any) -> Any:
+    """A new C-contiguous array from the compiled launcher, or None (the checked path)."""
+    rt = _runtime._current
+    if rt is None or rt.fast is None or device is not None or stream is not None or \
+            order != "C":
+        return None
+    return rt.fast.empty(shape, dtype)
+
+
+def _fast_like(a: Any, dtype: Any, order: str, subok: Any, shape: Any, device: Any,
+               stream: Any) -> Any:
+    """``_fast_empty`` of a C-contiguous device array's shape and dtype, or None."""
+    if dtype is not None or shape is not None or subok is not None or \
+            order not in ("K", "A", "C") or not getattr(a, "_c_contiguous", False):
+        return None
+    return _fast_empty(a.shape, a.dtype, "C", device, stream)
+
+
 def empty(shape, dtype=float, order="C", *, device=None, stream=None):
     """New array of ``shape``, uninitialized (array API ``empty``)."""
+    r = _fast_empty(shape, dtype, order, device, stream)
+    if r is not None:
+        return r
     return _make("empty", device, stream, _shape("empty", shape, dtype), dtype, order)
 
 
 def zeros(shape, dtype=float, order="C", *, device=None, stream=None):
     """New array of ``shape`` filled with 0 (array API ``zeros``)."""
+    r = _fast_empty(shape, dtype, order, device, stream)
+    if r is not None:
+        r.data.memset_async(0, r.nbytes)  # what CuPy's zeros does, on the current stream
+        return r
     return _make("zeros", device, stream, _shape("zeros", shape, dtype), dtype, order)
 
 
@@ -180,12 +206,19 @@ def full(shape, fill_value, dtype=None, order="C", *, device=None, stream=None):
 
 def empty_like(a, dtype=None, order="K", subok=None, shape=None, *, device=None, stream=None):
     """Uninitialized array like ``a`` (array API ``empty_like``)."""
+    r = _fast_like(a, dtype, order, subok, shape, device, stream)
+    if r is not None:
+        return r
     return _make("empty_like", device, stream, a,
                  **_like("empty_like", a, dtype, order, subok, shape))
 
 
 def zeros_like(a, dtype=None, order="K", subok=None, shape=None, *, device=None, stream=None):
     """Array like ``a`` filled with 0 (array API ``zeros_like``)."""
+    r = _fast_like(a, dtype, order, subok, shape, device, stream)
+    if r is not None:
+        r.data.memset_async(0, r.nbytes)
+        return r
     return _make("zeros_like", device, stream, a,
                  **_like("zeros_like", a, dtype, order, subok, shape))
 

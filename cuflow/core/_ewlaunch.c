@@ -17,6 +17,8 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
+#include <string.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <structmember.h> /* PyMemberDef (Python < 3.12) */
@@ -37,6 +39,7 @@ typedef int (*launch_fn)(void *f, unsigned gx, unsigned gy, unsigned gz, unsigne
 typedef struct {
     PyObject_HEAD
     PyObject *darray, *ndarray, *owner, *fail;
+    PyObject *dtypes; /* empty()'s dtype argument -> numpy dtype of numbers, as met */
     newfunc base_new; /* the array base type's tp_new (NULL: results built by calling darray) */
     stream_fn get_stream;
     launch_fn launch;
@@ -44,7 +47,7 @@ typedef struct {
 } Launcher;
 
 static PyObject *s_dtype, *s_contig, *s_shape, *s_size, *s_data, *s_ptr, *s_num, *s_itemsize,
-    *s_ptrs, *s_load, *s_init, *s_empty;
+    *s_ptrs, *s_load, *s_init, *s_empty, *s_kind, *np_dtype;
 
 /* A new C-contiguous darray of ``shape`` and ``dt``: what ``darray(shape, dt)`` gives,
  * without cupy.ndarray's Python-level __new__, __init__ and __array_finalize__ frames (about
@@ -552,7 +555,79 @@ launcher_unary(Launcher *self, PyObject *const *args, Py_ssize_t nargs)
     return run(self, 1, args[0], args + 1, args[2]);
 }
 
+/* empty(shape, dtype): a new C-contiguous darray, or None where cuflow.empty's Python path
+ * must check the arguments: anything but an int or a tuple of ints >= 0 (bools and NumPy
+ * integers included), a size past the address space, or a dtype that is not one of numbers.
+ * numpy.dtype(dtype) is asked once per dtype argument (at most EMPTY_DTYPES of them). */
+#define EMPTY_DTYPES 64
+static PyObject *
+launcher_empty(Launcher *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "empty(shape, dtype) takes 2 arguments, got %zd", nargs);
+        return NULL;
+    }
+    PyObject *shape = args[0], *spec = args[1], *dims;
+    if (PyLong_CheckExact(shape))
+        dims = PyTuple_Pack(1, shape);
+    else if (PyTuple_CheckExact(shape))
+        dims = Py_NewRef(shape);
+    else
+        Py_RETURN_NONE;
+    if (dims == NULL)
+        return NULL;
+    unsigned long long count = 1;
+    int ok = 1;
+    for (Py_ssize_t i = 0; ok && i < PyTuple_GET_SIZE(dims); i++) {
+        PyObject *d = PyTuple_GET_ITEM(dims, i);
+        int overflow = 0;
+        long long v = PyLong_CheckExact(d) ? PyLong_AsLongLongAndOverflow(d, &overflow) : -1;
+        if (v == -1 && PyErr_Occurred())
+            PyErr_Clear();
+        if (v < 0 || overflow || (v && count > (unsigned long long)LLONG_MAX / (unsigned long long)v))
+            ok = 0;
+        else
+            count *= (unsigned long long)v;
+    }
+    PyObject *dt = NULL;
+    if (ok) {
+        dt = PyDict_GetItemWithError(self->dtypes, spec); /* borrowed */
+        if (dt != NULL)
+            Py_INCREF(dt);
+        else if (PyErr_Occurred()) { /* unhashable: the Python path says what is wrong */
+            PyErr_Clear();
+            ok = 0;
+        }
+        else if ((dt = PyObject_CallOneArg(np_dtype, spec)) == NULL) {
+            PyErr_Clear();
+            ok = 0;
+        }
+        else {
+            PyObject *k = PyObject_GetAttr(dt, s_kind);
+            const char *ks = k == NULL ? NULL : PyUnicode_AsUTF8(k);
+            ok = ks != NULL && ks[0] != 0 && ks[1] == 0 && strchr("biufc", ks[0]) != NULL;
+            Py_XDECREF(k);
+            PyErr_Clear();
+            if (ok && PyDict_GET_SIZE(self->dtypes) < EMPTY_DTYPES
+                && PyDict_SetItem(self->dtypes, spec, dt) < 0)
+                PyErr_Clear();
+        }
+    }
+    if (ok) {
+        long long isz = attr_ll(dt, s_itemsize);
+        if (isz == -1 && PyErr_Occurred())
+            PyErr_Clear();
+        ok = isz > 0 && count <= (unsigned long long)LLONG_MAX / (unsigned long long)isz;
+    }
+    PyObject *r = ok ? new_result(self, dims, dt) : Py_NewRef(Py_None);
+    Py_XDECREF(dt);
+    Py_DECREF(dims);
+    return r;
+}
+
 static PyMethodDef launcher_methods[] = {
+    {"empty", (PyCFunction)(void (*)(void))launcher_empty, METH_FASTCALL,
+     "empty(shape, dtype) -> a new C-contiguous darray, or None (the caller's checks)"},
     {"binary", (PyCFunction)(void (*)(void))launcher_binary, METH_FASTCALL,
      "binary(kernel, a, b, dst) -> result or None: kernel(a, b) into dst (or a new darray)"},
     {"unary", (PyCFunction)(void (*)(void))launcher_unary, METH_FASTCALL,
@@ -597,6 +672,10 @@ launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->ndarray = Py_NewRef(ndarray);
     self->owner = Py_NewRef(fn);
     self->fail = Py_NewRef(fail);
+    if ((self->dtypes = PyDict_New()) == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
     self->get_stream = get_stream;
     self->launch = (launch_fn)lp;
     self->base_new = NULL;
@@ -625,6 +704,7 @@ launcher_traverse(Launcher *self, visitproc visit, void *arg)
     Py_VISIT(self->ndarray);
     Py_VISIT(self->owner);
     Py_VISIT(self->fail);
+    Py_VISIT(self->dtypes);
     return 0;
 }
 
@@ -635,6 +715,7 @@ launcher_clear(Launcher *self)
     Py_CLEAR(self->ndarray);
     Py_CLEAR(self->owner);
     Py_CLEAR(self->fail);
+    Py_CLEAR(self->dtypes);
     return 0;
 }
 
@@ -683,7 +764,15 @@ PyInit__ewlaunch(void)
     INTERN(s_plans, "plans");
     INTERN(s_ew_load, "load");
     INTERN(s_init, "_init");
+    INTERN(s_kind, "kind");
 #undef INTERN
+    PyObject *numpy = PyImport_ImportModule("numpy");
+    if (numpy == NULL)
+        return NULL;
+    np_dtype = PyObject_GetAttrString(numpy, "dtype");
+    Py_DECREF(numpy);
+    if (np_dtype == NULL)
+        return NULL;
     if ((s_empty = PyTuple_New(0)) == NULL)
         return NULL;
     if (PyType_Ready(&LauncherType) < 0)

@@ -17,6 +17,10 @@ ufunc path unchanged, so results and errors are CuPy's there.
 Results are bit-identical to CuPy's ufuncs: the kernels use the same
 expressions and CuPy compiles them with the same options.
 
+``empty(shape, dtype)`` (compiled launcher only) makes a new C-contiguous darray of a
+shape of ints and a dtype of numbers, with no Python frame (``None`` for anything else:
+``cuflow.empty``'s checks then run).
+
 ``ew(op, args, dst)`` (compiled launcher only) runs any elementwise function
 of the namespace (an :class:`~cuflow.core._engine.EwOp`) on same-shape
 C-contiguous floating/bool arrays and Python scalars through the kernel the
@@ -131,6 +135,7 @@ class FastPath:
         self.binary: Callable[..., Any] = self._py_binary
         self.unary: Callable[..., Any] = self._py_unary
         self.ew: Callable[..., Any] = _no_ew
+        self.empty: Callable[..., Any] = _no_empty
         for k in KERNELS.values():
             k.ptrs, k.by_dev, k.path = {}, {}, self
 
@@ -141,6 +146,7 @@ class FastPath:
             self.compiled = _compiled_launcher(darray, self.ndarray, self.stream_fn)
             if self.compiled is not None:
                 self.binary, self.unary = self.compiled.binary, self.compiled.unary
+                self.empty = self.compiled.empty
                 if ENGINE_LAUNCH:
                     self.ew = self.compiled.ew
 
@@ -250,6 +256,11 @@ ENGINE_LAUNCH = env_switch("CUFLOW_EW_ENGINE", default=True)
 
 def _no_ew(op: Any, args: tuple, dst: Any) -> None:
     """Without the compiled launcher (or with several GPUs) single ops take the backend's path."""
+    return None
+
+
+def _no_empty(shape: Any, dtype: Any) -> None:
+    """Without the compiled launcher, creation takes the backend's path."""
     return None
 
 

@@ -561,3 +561,37 @@ def test_ew_last_axis_reduction_appends_the_row_length(request):
     assert r.shape == (10,)
     assert rec.calls == [(0xE4, 2, 256, STREAM, (x.data.ptr, r.data.ptr, 1000, 100, 1))]
     assert lo.ew(op, (FakeD((10, 102), "float32", ptr=1 << 40),), None) is None  # 102 % 4
+
+
+@pytest.mark.parametrize(("shape", "dtype", "want"), [
+    ((30, 7), "float16", ((30, 7), "float16")),
+    (5, np.float32, ((5,), "float32")),
+    ((), bool, ((), "bool")),
+    ((0, 4), "complex64", ((0, 4), "complex64")),
+    ((2, 3), np.dtype("int8"), ((2, 3), "int8")),
+])
+def test_empty_builds_the_base_type_result(request, shape, dtype, want):
+    lo, rec = _compiled(request, _D, _ND)
+    _frames.clear()
+    c = lo.empty(shape, dtype)
+    assert type(c) is _D and (c.shape, c.dtype) == (want[0], np.dtype(want[1]))
+    assert c._c_contiguous and _frames == [] and rec.calls == []
+    assert lo.empty(shape, dtype).dtype == c.dtype  # the dtype now from the launcher's cache
+
+
+@pytest.mark.parametrize(("shape", "dtype"), [
+    ((2, -1), "float32"),                 # a negative size
+    ((2, True), "float32"),               # a bool is no size
+    (np.int64(4), "float32"),             # NumPy integers: the checked path converts them
+    ((np.int64(4),), "float32"),
+    ([2, 3], "float32"),                  # a list: the checked path
+    ((2.0,), "float32"),
+    ((1 << 62, 4), "float32"),            # past the address space
+    ((3,), "U5"),                          # not a dtype of numbers
+    ((3,), object),
+    ((3,), "no such dtype"),
+    ((3,), [("a", "f4")]),                # unhashable
+])
+def test_empty_hands_back_what_the_checked_path_must_see(request, shape, dtype):
+    lo, _ = _compiled(request, _D, _ND)
+    assert lo.empty(shape, dtype) is None

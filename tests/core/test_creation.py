@@ -1,0 +1,50 @@
+"""Creation: empty, zeros and their _like forms, through the public API on every backend.
+
+On the CuPy backend ``empty``/``zeros`` of an int or a tuple of ints and a dtype of numbers
+(and the ``_like`` forms of a C-contiguous array) are built by the compiled launcher; the
+rest takes the checked path.  Both give the same arrays; ``tests/core/test_ewlaunch.py``
+checks which calls the launcher takes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cuflow.testing import random_array, to_host
+
+
+@pytest.mark.parametrize(("shape", "dtype"), [
+    ((3, 4), None), (7, "float16"), ((), bool), ((0, 5), np.int8), ((2, 3, 4), complex),
+    ((np.int64(2), 3), "float32"),
+])
+@pytest.mark.parametrize("name", ["empty", "zeros"])
+def test_empty_and_zeros_are_darrays_of_the_shape_and_dtype(cf, name, shape, dtype):
+    a = getattr(cf, name)(shape) if dtype is None else getattr(cf, name)(shape, dtype)
+    want = getattr(np, name)(shape) if dtype is None else getattr(np, name)(shape, dtype)
+    assert isinstance(a, cf.darray) and a.flags.c_contiguous
+    assert (a.shape, a.dtype) == (want.shape, want.dtype)
+    if name == "zeros":
+        assert not to_host(a).any()
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("name", ["empty_like", "zeros_like"])
+def test_like_forms_keep_shape_dtype_and_layout(cf, rng, name, order):
+    host = np.asarray(random_array((5, 6), "float32", rng, host=True), order=order)
+    a = cf.asarray(host)
+    r = getattr(cf, name)(a)
+    want = getattr(np, name)(host)
+    assert isinstance(r, cf.darray) and (r.shape, r.dtype) == (want.shape, want.dtype)
+    assert (r.flags.c_contiguous, r.flags.f_contiguous) == (want.flags.c_contiguous,
+                                                            want.flags.f_contiguous)
+    if name == "zeros_like":
+        assert not to_host(r).any()
+    assert getattr(cf, name)(a, dtype="int16").dtype == np.int16
+
+
+def test_zeros_on_a_stream_are_zero_there(cf):
+    s = cf.Stream()
+    a = cf.zeros((64, 64), "float32", stream=s)
+    s.synchronize()
+    assert not to_host(a).any()
