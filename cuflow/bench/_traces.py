@@ -392,8 +392,9 @@ def empty_latency(makers: dict[str, Callable[[], Any]], nbytes: int, n: int = 20
 def compare(names: list[str] | None = None, rounds: int = 3, torch: Any = None,
             variants: bool = False) -> list[dict[str, Any]]:
     """Every trace through every allocator (and cuflow after its warm-up), ``rounds`` times
-    with the allocators alternated; per trace and allocator the median host time per
-    operation, and footprint and steady-state device allocations of the median run.
+    with the allocators alternated, after one untimed replay each; per trace and allocator
+    the median host time per operation, and footprint and steady-state device allocations
+    of the median run.
     ``variants`` adds cuflow's pool with whole 64 MiB granules for every large segment."""
     import cupy  # noqa: PLC0415  (optional dependency)
 
@@ -404,6 +405,10 @@ def compare(names: list[str] | None = None, rounds: int = 3, torch: Any = None,
     for name in names or list(TRACES):
         its = TRACES[name]()
         runs: dict[str, list[dict[str, Any]]] = {}
+        # an untimed replay each first: a process's first one pays one-time driver costs
+        # (R0 through cuflow first in a process: 6-7 us per operation, then 1.7)
+        for make in makers.values():
+            replay(make, its)
         for _ in range(rounds):
             for aname, make in makers.items():
                 runs.setdefault(aname, []).append(replay(make, its))
