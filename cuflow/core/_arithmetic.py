@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _runtime
 from ._dispatch import ufunc1, ufunc2, ufunc_methods, ufunc_multi
 from ._fastpath import KERNELS
 
@@ -40,12 +39,7 @@ def add(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any =
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
-    rt = _runtime._current
-    if rt is not None and rt.fast is not None and out is stream is dtype is None:
-        r = rt.fast.binary(_K_ADD, src, other, dst)
-        if r is not None:
-            return r
-    return ufunc2("add", src, other, dst, out, stream, casting, dtype)
+    return ufunc2("add", src, other, dst, out, stream, casting, dtype, kernel=_K_ADD)
 
 
 def subtract(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
@@ -59,12 +53,7 @@ def subtract(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: 
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
-    rt = _runtime._current
-    if rt is not None and rt.fast is not None and out is stream is dtype is None:
-        r = rt.fast.binary(_K_SUBTRACT, src, other, dst)
-        if r is not None:
-            return r
-    return ufunc2("subtract", src, other, dst, out, stream, casting, dtype)
+    return ufunc2("subtract", src, other, dst, out, stream, casting, dtype, kernel=_K_SUBTRACT)
 
 
 def multiply(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
@@ -78,12 +67,7 @@ def multiply(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: 
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
-    rt = _runtime._current
-    if rt is not None and rt.fast is not None and out is stream is dtype is None:
-        r = rt.fast.binary(_K_MULTIPLY, src, other, dst)
-        if r is not None:
-            return r
-    return ufunc2("multiply", src, other, dst, out, stream, casting, dtype)
+    return ufunc2("multiply", src, other, dst, out, stream, casting, dtype, kernel=_K_MULTIPLY)
 
 
 def divide(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
@@ -97,12 +81,7 @@ def divide(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: An
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
-    rt = _runtime._current
-    if rt is not None and rt.fast is not None and out is stream is dtype is None:
-        r = rt.fast.binary(_K_DIVIDE, src, other, dst)
-        if r is not None:
-            return r
-    return ufunc2("divide", src, other, dst, out, stream, casting, dtype)
+    return ufunc2("divide", src, other, dst, out, stream, casting, dtype, kernel=_K_DIVIDE)
 
 
 def floor_divide(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
@@ -200,12 +179,7 @@ def negative(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
-    rt = _runtime._current
-    if rt is not None and rt.fast is not None and out is stream is dtype is None:
-        r = rt.fast.unary(_K_NEGATIVE, src, dst)
-        if r is not None:
-            return r
-    return ufunc1("negative", src, dst, out, stream, casting, dtype)
+    return ufunc1("negative", src, dst, out, stream, casting, dtype, kernel=_K_NEGATIVE)
 
 
 def positive(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
@@ -233,12 +207,7 @@ def absolute(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
-    rt = _runtime._current
-    if rt is not None and rt.fast is not None and out is stream is dtype is None:
-        r = rt.fast.unary(_K_ABSOLUTE, src, dst)
-        if r is not None:
-            return r
-    return ufunc1("absolute", src, dst, out, stream, casting, dtype)
+    return ufunc1("absolute", src, dst, out, stream, casting, dtype, kernel=_K_ABSOLUTE)
 
 
 def fabs(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
@@ -336,12 +305,7 @@ def maximum(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: A
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
-    rt = _runtime._current
-    if rt is not None and rt.fast is not None and out is stream is dtype is None:
-        r = rt.fast.binary(_K_MAXIMUM, src, other, dst)
-        if r is not None:
-            return r
-    return ufunc2("maximum", src, other, dst, out, stream, casting, dtype)
+    return ufunc2("maximum", src, other, dst, out, stream, casting, dtype, kernel=_K_MAXIMUM)
 
 
 def minimum(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
@@ -355,12 +319,7 @@ def minimum(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: A
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
-    rt = _runtime._current
-    if rt is not None and rt.fast is not None and out is stream is dtype is None:
-        r = rt.fast.binary(_K_MINIMUM, src, other, dst)
-        if r is not None:
-            return r
-    return ufunc2("minimum", src, other, dst, out, stream, casting, dtype)
+    return ufunc2("minimum", src, other, dst, out, stream, casting, dtype, kernel=_K_MINIMUM)
 
 
 def fmax(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,

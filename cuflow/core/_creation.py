@@ -23,7 +23,7 @@ from typing import Any
 import numpy
 
 from .._errors import ArgumentError, ArgumentTypeError, CuflowError, OutOfMemoryError
-from ._dispatch import call, run_on
+from ._dispatch import call, reraise, run_on
 from ._info import check_device
 from . import _runtime
 from ._runtime import runtime
@@ -157,27 +157,31 @@ def _like(name: str, a: Any, dtype: Any, order: str, subok: Any, shape: Any) -> 
     return kw
 
 
-def _fast_empty(shape: Any, dtype: Any, order: str, device: Any, stream: Any) -> Any:
+def _fast_empty(name: str, shape: Any, dtype: Any, order: str, device: Any,
+                stream: Any) -> Any:
     """A new C-contiguous array from the compiled launcher, or None (the checked path)."""
     rt = _runtime._current
     if rt is None or rt.fast is None or device is not None or stream is not None or \
             order != "C":
         return None
-    return rt.fast.empty(shape, dtype)
+    try:
+        return rt.fast.empty(shape, dtype)
+    except Exception as e:  # the allocation's own errors, as cuflow's (OutOfMemoryError)
+        reraise(name, e)
 
 
-def _fast_like(a: Any, dtype: Any, order: str, subok: Any, shape: Any, device: Any,
-               stream: Any) -> Any:
+def _fast_like(name: str, a: Any, dtype: Any, order: str, subok: Any, shape: Any,
+               device: Any, stream: Any) -> Any:
     """``_fast_empty`` of a C-contiguous device array's shape and dtype, or None."""
     if dtype is not None or shape is not None or subok is not None or \
             order not in ("K", "A", "C") or not getattr(a, "_c_contiguous", False):
         return None
-    return _fast_empty(a.shape, a.dtype, "C", device, stream)
+    return _fast_empty(name, a.shape, a.dtype, "C", device, stream)
 
 
 def empty(shape, dtype=float, order="C", *, device=None, stream=None):
     """New array of ``shape``, uninitialized (array API ``empty``)."""
-    r = _fast_empty(shape, dtype, order, device, stream)
+    r = _fast_empty("empty", shape, dtype, order, device, stream)
     if r is not None:
         return r
     return _make("empty", device, stream, _shape("empty", shape, dtype), dtype, order)
@@ -185,7 +189,7 @@ def empty(shape, dtype=float, order="C", *, device=None, stream=None):
 
 def zeros(shape, dtype=float, order="C", *, device=None, stream=None):
     """New array of ``shape`` filled with 0 (array API ``zeros``)."""
-    r = _fast_empty(shape, dtype, order, device, stream)
+    r = _fast_empty("zeros", shape, dtype, order, device, stream)
     if r is not None:
         r.data.memset_async(0, r.nbytes)  # what CuPy's zeros does, on the current stream
         return r
@@ -206,7 +210,7 @@ def full(shape, fill_value, dtype=None, order="C", *, device=None, stream=None):
 
 def empty_like(a, dtype=None, order="K", subok=None, shape=None, *, device=None, stream=None):
     """Uninitialized array like ``a`` (array API ``empty_like``)."""
-    r = _fast_like(a, dtype, order, subok, shape, device, stream)
+    r = _fast_like("empty_like", a, dtype, order, subok, shape, device, stream)
     if r is not None:
         return r
     return _make("empty_like", device, stream, a,
@@ -215,7 +219,7 @@ def empty_like(a, dtype=None, order="K", subok=None, shape=None, *, device=None,
 
 def zeros_like(a, dtype=None, order="K", subok=None, shape=None, *, device=None, stream=None):
     """Array like ``a`` filled with 0 (array API ``zeros_like``)."""
-    r = _fast_like(a, dtype, order, subok, shape, device, stream)
+    r = _fast_like("zeros_like", a, dtype, order, subok, shape, device, stream)
     if r is not None:
         r.data.memset_async(0, r.nbytes)
         return r

@@ -89,14 +89,23 @@ def _shape(nd: type, x: Any) -> tuple:
 
 
 def ufunc2(name: str, src: Any, other: Any, dst: Any, out: Any, stream: Any, casting: str,
-           dtype: Any) -> Any:
-    """The backend's ufunc ``name`` on two inputs, under the output contract."""
+           dtype: Any, kernel: Any = None) -> Any:
+    """The backend's ufunc ``name`` on two inputs, under the output contract.
+
+    ``kernel``: the fast path's same-dtype array kernel of ``name``
+    (:data:`~cuflow.core._fastpath.KERNELS`), tried first where there is one.
+    """
     rt = _runtime._current
-    # first the engine's C launch (it declines anything else, traced operands included)
-    if rt is not None and out is stream is dtype is None and casting == "same_kind":
+    # first cuflow's own launches (they decline anything else, traced operands included)
+    if rt is not None and out is stream is dtype is None:
         fast = rt.fast
         if fast is not None:
-            r = fast.ew(OPS.get(name) or ew_op(name), (src, other), dst)
+            try:
+                r = None if kernel is None else fast.binary(kernel, src, other, dst)
+                if r is None and casting == "same_kind":
+                    r = fast.ew(OPS.get(name) or ew_op(name), (src, other), dst)
+            except Exception as e:  # the result's allocation or the launch failed
+                reraise(name, e, dst)
             if r is not None:
                 return r
     if isinstance(src, Expr) or isinstance(other, Expr):
@@ -135,14 +144,20 @@ def ufunc2(name: str, src: Any, other: Any, dst: Any, out: Any, stream: Any, cas
 
 
 def ufunc1(name: str, src: Any, dst: Any, out: Any, stream: Any, casting: str,
-           dtype: Any) -> Any:
-    """The backend's ufunc ``name`` on one input, under the output contract."""
+           dtype: Any, kernel: Any = None) -> Any:
+    """The backend's ufunc ``name`` on one input, under the output contract (``kernel``: as
+    for :func:`ufunc2`)."""
     rt = _runtime._current
-    # first the engine's C launch (it declines anything else, traced operands included)
-    if rt is not None and out is stream is dtype is None and casting == "same_kind":
+    # first cuflow's own launches (they decline anything else, traced operands included)
+    if rt is not None and out is stream is dtype is None:
         fast = rt.fast
         if fast is not None:
-            r = fast.ew(OPS.get(name) or ew_op(name), (src,), dst)
+            try:
+                r = None if kernel is None else fast.unary(kernel, src, dst)
+                if r is None and casting == "same_kind":
+                    r = fast.ew(OPS.get(name) or ew_op(name), (src,), dst)
+            except Exception as e:  # the result's allocation or the launch failed
+                reraise(name, e, dst)
             if r is not None:
                 return r
     if isinstance(src, Expr):

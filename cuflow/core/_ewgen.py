@@ -32,8 +32,8 @@ import numpy
 from ._expr import Expr
 from .._errors import ArgumentTypeError
 
-__all__ = ["Layout", "Reduction", "generate", "carried", "memtype", "BLOCK", "ROW_BLOCK_VECTORS", "ENTRY",
-           "ENTRY_FIN", "ENTRY_LUT"]
+__all__ = ["Layout", "Reduction", "generate", "carried", "memtype", "BLOCK", "ROW_BLOCK_VECTORS",
+           "ENTRY", "ENTRY_FIN", "ENTRY_LUT"]
 
 BLOCK = 256
 #: a last-axis reduction gives a row a whole block from this many vectors of V elements
@@ -891,7 +891,8 @@ def generate(layout: Layout, outputs: tuple, input_nodes: list, scalar_nodes: li
         fold("a", "r0", pad + "    ")
         src.append(f"{pad}}}")
         src.append("\n".join("        " + ln for ln in block_reduce.splitlines()))
-        src.append(f"            if (threadIdx.x == 0) q[row] = {_final(red, acc, 'a', 'ai', 'rlen')};")
+        final = _final(red, acc, "a", "ai", "rlen")
+        src.append(f"            if (threadIdx.x == 0) q[row] = {final};")
         src.append("            __syncthreads();  // the partials are the next row's")
         src.append("        }")
         src.append("        return;")

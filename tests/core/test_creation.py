@@ -48,3 +48,29 @@ def test_zeros_on_a_stream_are_zero_there(cf):
     a = cf.zeros((64, 64), "float32", stream=s)
     s.synchronize()
     assert not to_host(a).any()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("call", [lambda cf, x: cf.empty(10), lambda cf, x: cf.zeros_like(x),
+                                  lambda cf, x: cf.exp(x), lambda cf, x: cf.add(x, x),
+                                  lambda cf, x: cf.negative(x)])
+def test_a_failed_allocation_on_the_fast_path_is_cuflows_error(gpu_cf, monkeypatch, call):
+    # the compiled launches allocate their results themselves: CuPy's OutOfMemoryError
+    # from there is translated as the checked path's is
+    import cupy
+
+    cf = gpu_cf
+    x = cf.ones(10, cf.float32)
+    from cuflow.core import _runtime
+
+    rt = _runtime.runtime()
+    if rt.fast is None:
+        pytest.skip("no fast path on this runtime (several GPUs)")
+
+    def refuse(*args):
+        raise cupy.cuda.memory.OutOfMemoryError(1 << 40, 0)
+
+    for launch in ("empty", "ew", "binary", "unary"):
+        monkeypatch.setattr(rt.fast, launch, refuse)
+    with pytest.raises(cf.OutOfMemoryError, match="out of device memory"):
+        call(cf, x)
