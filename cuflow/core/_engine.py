@@ -37,8 +37,8 @@ from ._expr import clip as expr_clip
 from ._expr import reduce as expr_reduce
 from ._expr import where as expr_where
 
-__all__ = ["Plan", "Source", "source", "plan", "stats", "EwOp", "OPS", "ew_op", "cast_op", "compile_cubin", "OPTIONS", "cache_dir", "collapse",
-           "classify"]
+__all__ = ["Plan", "Source", "source", "plan", "stats", "EwOp", "OPS", "ew_op", "cast_op",
+           "compile_cubin", "OPTIONS", "cache_dir", "collapse", "classify", "fastdiv"]
 
 #: NVRTC options of every generated kernel (no -ftz and no fast math: NumPy's results)
 OPTIONS = ("--std=c++17",)
