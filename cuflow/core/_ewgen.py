@@ -77,10 +77,11 @@ class Layout:
 
     ``inputs``: per array input, ``(dtype, class, aux)`` with class ``c``/``s``/``v``/``g``;
     ``aux`` is the ndim of a ``g`` input, and for a ``v`` input the first ``v`` input with
-    the same inner extent and length, whose channel index it shares; ``scalars``: the dtypes of runtime scalar arguments;
-    ``outputs``: the dtypes written to memory; ``vec``: elements per chunk; ``lut``: when
-    the one contiguous input is 8-bit and every other input is one element or one
-    per-channel vector of ``lut`` entries, the outputs are a function of (byte, channel):
+    the same inner extent and length, whose channel index it shares; ``scalars``: the
+    dtypes of runtime scalar arguments; ``outputs``: the dtypes written to memory; ``vec``:
+    elements per chunk; ``lut``: when the one contiguous input is 8-bit and every other
+    input is one element or one per-channel vector of ``lut`` entries, the outputs are a
+    function of (byte, channel):
     a first kernel evaluates the expression on all 256 x ``lut`` pairs, and the main
     kernel only looks results up (the per-element work of any chain drops to a load,
     a shared-memory read and a store).
