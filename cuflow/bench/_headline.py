@@ -153,9 +153,7 @@ def _pool_comparison(quick: bool) -> list[dict[str, Any]]:
     torch = _torch()
     makers = _traces.allocators(cupy, torch)
     rows: list[dict[str, Any]] = []
-    warm = _traces.TRACES["R0"](iterations=40)
-    for make in makers.values():  # untimed: a process's first replay pays one-time costs
-        _traces.replay(make, warm)
+    _traces.warm_up(makers)
     for name, gen in _traces.TRACES.items():
         its = gen(iterations=40) if (quick and name == "R0") else gen()
         for aname, make in makers.items():

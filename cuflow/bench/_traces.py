@@ -389,6 +389,15 @@ def empty_latency(makers: dict[str, Callable[[], Any]], nbytes: int, n: int = 20
     return res
 
 
+def warm_up(makers: dict[str, Callable[[], Any]]) -> None:
+    """One untimed replay of a short R0 through each allocator: a process's first replay
+    pays one-time driver costs (R0 through cuflow first in a process: 6-7 us per operation,
+    then 1.7), which would otherwise land on whichever allocator runs first."""
+    its = trace_r0(iterations=40)
+    for make in makers.values():
+        replay(make, its)
+
+
 def compare(names: list[str] | None = None, rounds: int = 3, torch: Any = None,
             variants: bool = False) -> list[dict[str, Any]]:
     """Every trace through every allocator (and cuflow after its warm-up), ``rounds`` times
@@ -402,13 +411,10 @@ def compare(names: list[str] | None = None, rounds: int = 3, torch: Any = None,
     if variants:
         makers["cuflow, 64 MiB granules"] = lambda: _Cuflow(cupy, fixed_granule=True)
     rows = []
+    warm_up(makers)
     for name in names or list(TRACES):
         its = TRACES[name]()
         runs: dict[str, list[dict[str, Any]]] = {}
-        # an untimed replay each first: a process's first one pays one-time driver costs
-        # (R0 through cuflow first in a process: 6-7 us per operation, then 1.7)
-        for make in makers.values():
-            replay(make, its)
         for _ in range(rounds):
             for aname, make in makers.items():
                 runs.setdefault(aname, []).append(replay(make, its))
