@@ -20,8 +20,12 @@
  *     is compiled too; without them it calls Pool._alloc_miss.
  * It holds the GIL throughout and runs no Python code on a hit or a fit: dictionary and list
  * operations on int keys, and Block's, Segment's and FreeList's slots read and written at
- * their offsets.  A miss of every free list calls Pool._alloc_slow; a capture, a recording,
- * a destroyed stream or a stream met for the first time call Pool._alloc_miss.
+ * their offsets.  A miss of every free list releases the wholly free segments and takes a
+ * new one from the pool's source (its alloc and free are the only Python calls), unless
+ * Pool._alloc_slow has more to do: frees awaiting other streams' work, orphans, or another
+ * stream's free blocks to borrow.  A refused segment goes to Pool._segment_block's retries.
+ * A capture, a recording, a destroyed stream or a stream met for the first time call
+ * Pool._alloc_miss.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -187,7 +191,7 @@ static PyTypeObject PoolLockType = {
 typedef struct {
     PyObject_HEAD
     long long requested, allocated, peak_requested, peak_allocated, peak_active, pending_bytes;
-    long long reserved;
+    long long reserved, peak_reserved, num_segment_alloc, num_segment_free;
     char busy, slow;
     long long hits[224]; /* cache hits by statistics class (_blocks.size_class) */
 } PoolState;
@@ -268,6 +272,11 @@ static PyMemberDef state_members[] = {
     {"pending_bytes", T_LONGLONG, offsetof(PoolState, pending_bytes), 0,
      "bytes freed, waiting for other streams' work"},
     {"reserved", T_LONGLONG, offsetof(PoolState, reserved), 0, "bytes of the pool's segments"},
+    {"peak_reserved", T_LONGLONG, offsetof(PoolState, peak_reserved), 0, NULL},
+    {"num_segment_alloc", T_LONGLONG, offsetof(PoolState, num_segment_alloc), 0,
+     "segments taken from the source"},
+    {"num_segment_free", T_LONGLONG, offsetof(PoolState, num_segment_free), 0,
+     "segments given back to the source"},
     {"busy", T_BOOL, offsetof(PoolState, busy), 0, "a slow path runs (frees wait in _freed)"},
     {"slow", T_BOOL, offsetof(PoolState, slow), 0, "the hot path defers to the general one"},
     {NULL, 0, 0, 0, NULL},
@@ -632,8 +641,10 @@ enum { B_PLAIN, B_REQ, B_STREAM, B_SIZE, B_PTR, B_FREE, B_QUICK, B_PREV, B_NEXT,
        B_EVENTS, B_USES, B_N };
 static const char *block_slots[B_N] = {"plain", "req", "stream", "size", "ptr", "free", "quick",
                                        "prev", "next", "seg", "events", "uses"};
-/* Segment's and FreeList's slots used by the general path */
-enum { S_KEEP, S_OWNER, X_N };
+/* Segment's slots used by the general path */
+enum { S_KEEP, S_OWNER, S_FIRST, S_NBYTES, S_PTR, S_STREAM, S_STREAMS, X_N };
+static const char *segment_slots[X_N] = {"keep", "owner", "first", "nbytes", "ptr", "stream",
+                                         "streams"};
 
 typedef struct {
     PyObject_HEAD
@@ -642,6 +653,7 @@ typedef struct {
     PyObject *popitem, *free_other, *miss;
     /* the general path (NULL without segment_type / freelist_type: it is then Python's) */
     PyObject *segment_type, *freelist_type, *lists, *general, *alloc_slow, *new_list, *drain;
+    PyObject *segment_block, *release_segment;
     PoolLock *lock;
     PoolState *st;
     Py_ssize_t off[B_N];
@@ -650,7 +662,9 @@ typedef struct {
 } HotAlloc;
 
 static PyObject *s_segment_granularity_min, *s_gone, *s_watched, *s_on_new_stream,
-    *s_capturing, *s_backend, *s_cheap_release, *s_segment_granularity, *s_recording;
+    *s_capturing, *s_backend, *s_cheap_release, *s_segment_granularity, *s_recording,
+    *s_source, *s_pending, *s_deferred, *s_orphans, *s_warming, *s_misses, *s_segments,
+    *s_alloc, *s_free;
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 
@@ -873,11 +887,14 @@ fail:
 /* Pool._alloc_locked for the general pool (no capture, no destroyed stream, no recording):
  * flush the exact-size cache into the coalesced free lists, take the best fit, split it;
  * FreeList.push / remove / pop_fit, Pool._insert_free and Pool._take decision for decision,
- * on the same containers.  A miss of every free list calls Pool._alloc_slow (borrowing,
- * pending frees, orphans, new segments). */
+ * on the same containers.  A miss of every free list: Pool._alloc_slow's release of free
+ * segments and new segment, or the method itself (borrowing, pending frees, orphans). */
 
 #define SPLIT_MIN 512
+#ifndef LARGE_SPLIT_MAX
 #define LARGE_SPLIT_MAX 2
+#endif
+#define MIN_SEGMENT (2 << 20)
 #define DEAD_STREAM (-1)
 
 static long long
@@ -1179,6 +1196,273 @@ take(HotAlloc *self, PyObject *b, long long size, PyObject *nbytes_obj, long lon
     return 0;
 }
 
+/* The backend's release policy and its granule for large segments (_pool.granule, 0 when
+ * release is not cheap): what bounds a best fit, and the size of a new segment. */
+static int
+backend_policy(HotAlloc *self, int *cheap, long long *granule)
+{
+    PyObject *be = PyDict_GetItemWithError(self->attrs, s_backend);
+    PyObject *v = be == NULL ? NULL : PyObject_GetAttr(be, s_cheap_release);
+    int c = v == NULL ? -1 : PyObject_IsTrue(v);
+    Py_XDECREF(v);
+    if (c < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetObject(PyExc_AttributeError, s_backend);
+        return -1;
+    }
+    *cheap = c;
+    PyObject *g = PyObject_GetAttr(be, s_segment_granularity);
+    long long gv = g == NULL ? -1 : as_ll(g);
+    Py_XDECREF(g);
+    PyObject *gm = gv <= 0 ? NULL : PyObject_GetAttr(be, s_segment_granularity_min);
+    long long least = gm == NULL ? -1 : as_ll(gm);
+    Py_XDECREF(gm);
+    if (gv <= 0 || least < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "segment_granularity must be > 0");
+        return -1;
+    }
+    if (least) { /* _pool.granule: a power of two, a quarter of what the pool reserves */
+        long long r = self->st->reserved / 4, p = 1;
+        if (r < least)
+            r = least;
+        while (p <= r / 2)
+            p <<= 1;
+        if (p < gv)
+            gv = p;
+    }
+    *granule = gv;
+    return 0;
+}
+
+/* Pool._segment_bytes for the general pool */
+static inline long long
+segment_bytes(long long size, long long granule)
+{
+    if (size < SMALL)
+        return size > MIN_SEGMENT ? size : MIN_SEGMENT;
+    return (size + granule - 1) / granule * granule;
+}
+
+/* Whether Pool._alloc_slow's steps before a new segment have nothing to do for this miss:
+ * no frees awaiting other streams' work, no orphans, no free block of another stream to
+ * borrow (1 yes, 0 no, -1 error) */
+static int
+miss_is_plain(HotAlloc *self, PyObject *stream)
+{
+    PyObject *lists[3] = {s_pending, s_deferred, s_orphans};
+    for (int i = 0; i < 3; i++) {
+        PyObject *v = PyDict_GetItemWithError(self->attrs, lists[i]);
+        if (v == NULL || !PyList_Check(v) || PyList_GET_SIZE(v))
+            return PyErr_Occurred() ? -1 : 0;
+    }
+    Py_ssize_t pos = 0;
+    PyObject *k, *fl;
+    while (PyDict_Next(self->general, &pos, &k, &fl)) {
+        if (!Py_IS_TYPE(fl, &FreeListType))
+            return 0;
+        if (((FreeListObject *)fl)->n == 0) /* an empty bucket is dropped at once */
+            continue;
+        int same = same_int(k, stream);
+        if (same <= 0)
+            return same;
+    }
+    return 1;
+}
+
+/* Pool._release_free_segments(kept=False) for the general pool: its wholly free segments,
+ * except those a warm-up kept, go back to the source.  A segment used by several streams
+ * goes through Pool._release_segment (events order its release after their work). */
+static int
+release_free_segments(HotAlloc *self, PyObject *source)
+{
+    PyObject *segs = PyDict_GetItemWithError(self->attrs, s_segments);
+    if (segs == NULL || !PyDict_Check(segs)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "the pool's _segments must be a dict");
+        return -1;
+    }
+    PyObject *found = PyList_New(0);
+    if (found == NULL)
+        return -1;
+    Py_ssize_t pos = 0;
+    PyObject *k, *seg;
+    while (PyDict_Next(segs, &pos, &k, &seg)) {
+        if (Py_TYPE(seg) != (PyTypeObject *)self->segment_type)
+            continue;
+        PyObject *b = SLOT(seg, self->xoff[S_FIRST]), *keep = SLOT(seg, self->xoff[S_KEEP]);
+        if (SLOT(seg, self->xoff[S_OWNER]) != Py_None || keep != Py_False || b == NULL
+            || Py_TYPE(b) != (PyTypeObject *)self->block_type)
+            continue;
+        if (SLOT(b, self->off[B_NEXT]) != Py_None || SLOT(b, self->off[B_FREE]) != Py_True
+            || SLOT(b, self->off[B_QUICK]) != Py_False || SLOT(b, self->off[B_EVENTS]) != Py_None)
+            continue;
+        long long sv = as_ll(SLOT(b, self->off[B_STREAM]));
+        if (sv == -1 && PyErr_Occurred())
+            goto fail;
+        if (sv != DEAD_STREAM && PyList_Append(found, b) < 0)
+            goto fail;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(found); i++) {
+        PyObject *b = PyList_GET_ITEM(found, i), *seg = SLOT(b, self->off[B_SEG]);
+        PyObject *stream = SLOT(b, self->off[B_STREAM]), *streams = SLOT(seg, self->xoff[S_STREAMS]);
+        PyObject *fl = get_list(self, Py_None, stream), *r;
+        if (fl == NULL)
+            goto fail;
+        if (streams == NULL || !PyAnySet_Check(streams) || PySet_GET_SIZE(streams) != 1) {
+            r = PyObject_CallFunctionObjArgs(self->release_segment, b, fl, NULL);
+            Py_DECREF(fl);
+            if (r == NULL)
+                goto fail;
+            Py_DECREF(r);
+            continue;
+        }
+        PyObject *ptr = Py_NewRef(SLOT(seg, self->xoff[S_PTR]));
+        PyObject *nbytes = Py_NewRef(SLOT(seg, self->xoff[S_NBYTES]));
+        long long nv = as_ll(nbytes);
+        int e = (nv == -1 && PyErr_Occurred()) || fl_remove(self, fl, b) < 0;
+        Py_DECREF(fl);
+        if (!e) {
+            r = PyObject_CallMethodObjArgs(source, s_free, ptr, nbytes, stream, NULL);
+            e = r == NULL || PyDict_DelItem(segs, ptr) < 0;
+            Py_XDECREF(r);
+        }
+        Py_DECREF(ptr);
+        Py_DECREF(nbytes);
+        if (e)
+            goto fail;
+        self->st->reserved -= nv;
+        self->st->num_segment_free++;
+    }
+    Py_DECREF(found);
+    return 0;
+fail:
+    Py_DECREF(found);
+    return -1;
+}
+
+/* Pool._segment_block for the general pool: the first block of a new segment from the
+ * source; when the source refuses (the device, or a limit), the Python method's retries */
+static PyObject *
+segment_block(HotAlloc *self, PyObject *source, PyObject *size_obj, long long seg_bytes,
+              PyObject *stream)
+{
+    PyObject *nb = PyLong_FromLongLong(seg_bytes);
+    if (nb == NULL)
+        return NULL;
+    PyObject *ptr = PyObject_CallMethodObjArgs(source, s_alloc, nb, stream, NULL);
+    if (ptr == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_MemoryError)) {
+            Py_DECREF(nb);
+            return NULL;
+        }
+        PyErr_Clear();
+        PyObject *b = PyObject_CallFunctionObjArgs(self->segment_block, size_obj, stream,
+                                                   Py_None, nb, NULL);
+        Py_DECREF(nb);
+        return b;
+    }
+    long long pv = as_ll(ptr);
+    PyObject *warming = PyDict_GetItemWithError(self->attrs, s_warming);
+    PyObject *streams = NULL, *seg = NULL, *b = NULL;
+    PyTypeObject *t = (PyTypeObject *)self->segment_type;
+    if ((pv == -1 && PyErr_Occurred()) || (warming == NULL && PyErr_Occurred())
+        || (streams = PySet_New(NULL)) == NULL || PySet_Add(streams, stream) < 0
+        || (seg = t->tp_alloc(t, 0)) == NULL)
+        goto fail;
+    SLOT(seg, self->xoff[S_PTR]) = Py_NewRef(ptr);
+    SLOT(seg, self->xoff[S_NBYTES]) = Py_NewRef(nb);
+    SLOT(seg, self->xoff[S_STREAM]) = Py_NewRef(stream);
+    SLOT(seg, self->xoff[S_OWNER]) = Py_NewRef(Py_None);
+    SLOT(seg, self->xoff[S_KEEP]) = Py_NewRef(warming == Py_True ? Py_True : Py_False);
+    SLOT(seg, self->xoff[S_STREAMS]) = Py_NewRef(streams);
+    if ((b = new_block(self, pv, seg_bytes, seg, stream)) == NULL)
+        goto fail;
+    SLOT(seg, self->xoff[S_FIRST]) = Py_NewRef(b);
+    PyObject *segs = PyDict_GetItemWithError(self->attrs, s_segments);
+    if (segs == NULL || !PyDict_Check(segs)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "the pool's _segments must be a dict");
+        goto fail;
+    }
+    if (PyDict_SetItem(segs, ptr, seg) < 0)
+        goto fail;
+    PoolState *st = self->st;
+    st->reserved += seg_bytes;
+    if (st->reserved > st->peak_reserved)
+        st->peak_reserved = st->reserved;
+    st->num_segment_alloc++;
+    Py_DECREF(streams);
+    Py_DECREF(seg);
+    Py_DECREF(ptr);
+    Py_DECREF(nb);
+    return b;
+fail:
+    Py_XDECREF(b);
+    Py_XDECREF(seg);
+    Py_XDECREF(streams);
+    Py_DECREF(ptr);
+    Py_DECREF(nb);
+    return NULL;
+}
+
+/* Pool._alloc_slow for the general pool: when its first steps have nothing to do, count the
+ * miss, release the free segments (a backend with cheap release), take a new segment;
+ * otherwise the Python method.  A new reference to the segment's first block. */
+static PyObject *
+alloc_slow(HotAlloc *self, long long size, PyObject *size_obj, PyObject *stream,
+           long long most)
+{
+    int plain = miss_is_plain(self, stream), cheap;
+    long long granule;
+    if (plain < 0)
+        return NULL;
+    if (!plain) {
+        PyObject *most_obj = most < 0 ? Py_NewRef(Py_None) : PyLong_FromLongLong(most);
+        if (most_obj == NULL)
+            return NULL;
+        PyObject *args[4] = {size_obj, stream, Py_None, most_obj};
+        PyObject *b = PyObject_Vectorcall(self->alloc_slow, args, 4, NULL);
+        Py_DECREF(most_obj);
+        if (b != NULL && Py_TYPE(b) != (PyTypeObject *)self->block_type) {
+            PyErr_Format(PyExc_TypeError, "Pool._alloc_slow gave a %R", Py_TYPE(b));
+            Py_CLEAR(b);
+        }
+        return b;
+    }
+    PyObject *misses = PyDict_GetItemWithError(self->attrs, s_misses);
+    if (misses == NULL || !PyDict_Check(misses)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "the pool's misses must be a dict");
+        return NULL;
+    }
+    PyObject *n = PyDict_GetItemWithError(misses, size_obj);
+    long long nv = n == NULL ? 0 : as_ll(n);
+    if ((n == NULL && PyErr_Occurred()) || (nv == -1 && PyErr_Occurred())
+        || (n = PyLong_FromLongLong(nv + 1)) == NULL)
+        return NULL;
+    int e = PyDict_SetItem(misses, size_obj, n);
+    Py_DECREF(n);
+    if (e < 0 || backend_policy(self, &cheap, &granule) < 0)
+        return NULL;
+    long long seg_bytes = segment_bytes(size, granule); /* before the release, as in Python */
+    PyObject *source = PyDict_GetItemWithError(self->attrs, s_source), *b = NULL;
+    if (source == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetObject(PyExc_AttributeError, s_source);
+        return NULL;
+    }
+    Py_INCREF(source);
+    if (!cheap || release_free_segments(self, source) == 0)
+        b = segment_block(self, source, size_obj, seg_bytes, stream);
+    Py_DECREF(source);
+    if (b != NULL && Py_TYPE(b) != (PyTypeObject *)self->block_type) {
+        PyErr_Format(PyExc_TypeError, "Pool._segment_block gave a %R", Py_TYPE(b));
+        Py_CLEAR(b);
+    }
+    return b;
+}
+
 /* Pool._alloc_locked for the general pool: a new reference to the lent block */
 static PyObject *
 alloc_general(HotAlloc *self, long long size, PyObject *nbytes_obj, long long nbytes,
@@ -1192,39 +1476,14 @@ alloc_general(HotAlloc *self, long long size, PyObject *nbytes_obj, long long nb
     Py_XINCREF(fl);
     long long most = -1;
     if (size >= SMALL) {
-        PyObject *be = PyDict_GetItemWithError(self->attrs, s_backend);
-        PyObject *cheap = be == NULL ? NULL : PyObject_GetAttr(be, s_cheap_release);
-        int c = cheap == NULL ? -1 : PyObject_IsTrue(cheap);
-        Py_XDECREF(cheap);
-        if (c < 0) {
-            if (!PyErr_Occurred())
-                PyErr_SetObject(PyExc_AttributeError, s_backend);
+        int cheap;
+        long long granule;
+        if (backend_policy(self, &cheap, &granule) < 0) {
             Py_XDECREF(fl);
             return NULL;
         }
-        if (c) { /* at most twice the request, or the segment a miss would make for it */
-            PyObject *g = PyObject_GetAttr(be, s_segment_granularity);
-            long long gv = g == NULL ? -1 : as_ll(g);
-            Py_XDECREF(g);
-            PyObject *gm = gv <= 0 ? NULL : PyObject_GetAttr(be, s_segment_granularity_min);
-            long long least = gm == NULL ? -1 : as_ll(gm);
-            Py_XDECREF(gm);
-            if (gv <= 0 || least < 0) {
-                if (!PyErr_Occurred())
-                    PyErr_SetString(PyExc_ValueError, "segment_granularity must be > 0");
-                Py_XDECREF(fl);
-                return NULL;
-            }
-            if (least) { /* _pool.granule */
-                long long r = self->st->reserved / 4, p = 1;
-                if (r < least)
-                    r = least;
-                while (p <= r / 2)
-                    p <<= 1;
-                if (p < gv)
-                    gv = p;
-            }
-            long long seg = (size + gv - 1) / gv * gv;
+        if (cheap) { /* at most twice the request, or the segment a miss would make for it */
+            long long seg = segment_bytes(size, granule);
             most = size * LARGE_SPLIT_MAX > seg ? size * LARGE_SPLIT_MAX : seg;
         }
     }
@@ -1239,18 +1498,8 @@ alloc_general(HotAlloc *self, long long size, PyObject *nbytes_obj, long long nb
         Py_XDECREF(b);
         return NULL;
     }
-    if (b == NULL) {
-        PyObject *most_obj = most < 0 ? Py_NewRef(Py_None) : PyLong_FromLongLong(most);
-        if (most_obj != NULL) {
-            PyObject *args[4] = {size_obj, stream, Py_None, most_obj};
-            b = PyObject_Vectorcall(self->alloc_slow, args, 4, NULL);
-            Py_DECREF(most_obj);
-        }
-        if (b != NULL && Py_TYPE(b) != (PyTypeObject *)self->block_type) {
-            PyErr_Format(PyExc_TypeError, "Pool._alloc_slow gave a %R", Py_TYPE(b));
-            Py_CLEAR(b);
-        }
-    }
+    if (b == NULL)
+        b = alloc_slow(self, size, size_obj, stream, most);
     else
         self->st->hits[class_index(size)]++;
     Py_DECREF(size_obj);
@@ -1402,6 +1651,8 @@ hot_traverse(HotAlloc *self, visitproc visit, void *arg)
     Py_VISIT(self->alloc_slow);
     Py_VISIT(self->new_list);
     Py_VISIT(self->drain);
+    Py_VISIT(self->segment_block);
+    Py_VISIT(self->release_segment);
     return 0;
 }
 
@@ -1427,6 +1678,8 @@ hot_clear(HotAlloc *self)
     Py_CLEAR(self->alloc_slow);
     Py_CLEAR(self->new_list);
     Py_CLEAR(self->drain);
+    Py_CLEAR(self->segment_block);
+    Py_CLEAR(self->release_segment);
     return 0;
 }
 
@@ -1518,13 +1771,16 @@ hot_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
          * runs Python's) */
         self->segment_type = Py_NewRef(seg_type);
         self->freelist_type = Py_NewRef(fl_type);
-        if ((self->xoff[S_KEEP] = slot_offset(seg_type, "keep")) < 0
-            || (self->xoff[S_OWNER] = slot_offset(seg_type, "owner")) < 0
-            || (self->lists = PyObject_GetAttrString(pool, "_lists")) == NULL
+        for (int i = 0; i < X_N; i++)
+            if ((self->xoff[i] = slot_offset(seg_type, segment_slots[i])) < 0)
+                goto fail;
+        if ((self->lists = PyObject_GetAttrString(pool, "_lists")) == NULL
             || (self->general = PyObject_GetAttrString(pool, "_general")) == NULL
             || (self->alloc_slow = PyObject_GetAttrString(pool, "_alloc_slow")) == NULL
             || (self->new_list = PyObject_GetAttrString(pool, "_list")) == NULL
-            || (self->drain = PyObject_GetAttrString(pool, "_drain")) == NULL)
+            || (self->drain = PyObject_GetAttrString(pool, "_drain")) == NULL
+            || (self->segment_block = PyObject_GetAttrString(pool, "_segment_block")) == NULL
+            || (self->release_segment = PyObject_GetAttrString(pool, "_release_segment")) == NULL)
             goto fail;
         if (!PyDict_Check(self->lists) || !PyDict_Check(self->general)) {
             PyErr_SetString(PyExc_TypeError, "HotAlloc: the pool's _lists must be a dict");
@@ -1762,6 +2018,15 @@ PyInit__hotpath(void)
     INTERN(s_segment_granularity, "segment_granularity");
     INTERN(s_segment_granularity_min, "segment_granularity_min");
     INTERN(s_recording, "_recording");
+    INTERN(s_source, "_source");
+    INTERN(s_pending, "_pending");
+    INTERN(s_deferred, "_deferred");
+    INTERN(s_orphans, "_orphans");
+    INTERN(s_warming, "_warming");
+    INTERN(s_misses, "misses");
+    INTERN(s_segments, "_segments");
+    INTERN(s_alloc, "alloc");
+    INTERN(s_free, "free");
 #undef INTERN
     if (PyType_Ready(&HotAllocType) < 0 || PyType_Ready(&PoolLockType) < 0
         || PyType_Ready(&PoolStateType) < 0 || PyType_Ready(&FreeListType) < 0
@@ -1775,7 +2040,14 @@ PyInit__hotpath(void)
         || PyModule_AddObjectRef(m, "PoolState", (PyObject *)&PoolStateType) < 0
         || PyModule_AddObjectRef(m, "FreeList", (PyObject *)&FreeListType) < 0
         || PyModule_AddObjectRef(m, "Lent", (PyObject *)&LentType) < 0
-        || PyModule_AddObjectRef(m, "CupyMalloc", (PyObject *)&CupyMallocType) < 0) {
+        || PyModule_AddObjectRef(m, "CupyMalloc", (PyObject *)&CupyMallocType) < 0
+        /* the sizing constants, which _blocks also defines (a test checks they agree) */
+        || PyModule_AddIntConstant(m, "SMALL", SMALL) < 0
+        || PyModule_AddIntConstant(m, "LARGE_ROUND", LARGE_ROUND) < 0
+        || PyModule_AddIntConstant(m, "MIN_SEGMENT", MIN_SEGMENT) < 0
+        || PyModule_AddIntConstant(m, "SPLIT_MIN", SPLIT_MIN) < 0
+        || PyModule_AddIntConstant(m, "LARGE_SPLIT_MAX", LARGE_SPLIT_MAX) < 0
+        || PyModule_AddIntConstant(m, "DEAD_STREAM", DEAD_STREAM) < 0) {
         Py_DECREF(m);
         return NULL;
     }

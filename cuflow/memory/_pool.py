@@ -15,9 +15,11 @@ Compiled paths (``_hotpath.c``, where the extension was built): the hot path
 and the general path below for the general pool (flush, best fit, split,
 coalescing, statistics), the same decisions on the same containers; the
 counters and flags are a C struct (``_state``: ``PoolState``, whose fields
-the ``Pool`` properties ``allocated`` ... read and write).  A miss of every
-free list, cross-stream bookkeeping, graph-private pools, destroyed streams
-and recording run in Python.  Without the extension (or with
+the ``Pool`` properties ``allocated`` ... read and write).  A miss on one
+stream with nothing pending is compiled too (segment release, new segment from
+the source); a refused segment's retries, borrowing and pending cross-stream
+frees, graph-private pools, destroyed streams and recording run in Python.
+Without the extension (or with
 ``CUFLOW_POOL_HOTPATH=python``) the Python closure of :meth:`Pool._make_alloc`
 and :meth:`Pool._alloc_miss` make every decision; the tests run both.
 
@@ -78,12 +80,14 @@ class PyPoolState:
     """The pool's counters and flags where the extension was not built (``_hotpath.PoolState``
     otherwise, whose fields the compiled paths read and write directly)."""
 
-    __slots__ = ("allocated", "busy", "hits", "peak_active", "peak_allocated", "peak_requested",
+    __slots__ = ("allocated", "busy", "hits", "num_segment_alloc", "num_segment_free",
+                 "peak_active", "peak_allocated", "peak_requested", "peak_reserved",
                  "pending_bytes", "requested", "reserved", "slow")
 
     def __init__(self) -> None:
         self.requested = self.allocated = self.peak_requested = self.peak_allocated = 0
-        self.peak_active = self.pending_bytes = self.reserved = 0
+        self.peak_active = self.pending_bytes = self.reserved = self.peak_reserved = 0
+        self.num_segment_alloc = self.num_segment_free = 0
         self.busy = self.slow = False
         self.hits: defaultdict[int, int] = defaultdict(int)
 
@@ -139,6 +143,9 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
     peak_active = _state_field("peak_active", "Most allocated plus pending bytes.")
     pending_bytes = _state_field("pending_bytes", "Freed bytes awaiting other streams' work.")
     reserved = _state_field("reserved", "Bytes of the pool's segments.")
+    peak_reserved = _state_field("peak_reserved", "Most reserved bytes since a reset.")
+    num_segment_alloc = _state_field("num_segment_alloc", "Segments taken from the source.")
+    num_segment_free = _state_field("num_segment_free", "Segments given back to the source.")
     _busy = _state_field("busy", "A slow path runs: frees wait in ``_freed``.")
     _slow = _state_field("slow", "The hot path defers to the general one.")
 
@@ -409,10 +416,17 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         seg_bytes = self._segment_bytes(size, owner)
         if self.backend.cheap_release and owner is None and not capturing:
             self._release_free_segments(kept=False)
+        return self._segment_block(size, stream, owner, seg_bytes)
+
+    def _segment_block(self, size: int, stream: int, owner: Any, seg_bytes: int) -> Block:
+        """The first block of a new segment of ``seg_bytes`` (for a request of ``size``):
+        past the limit, the pool's free segments go back first; when the device is out of
+        memory, after collecting garbage, freeing cached segments and waiting for pending
+        frees, a fit in what that freed or a last try."""
+        capturing = bool(self._capturing)
         try:
             ptr = self._new_segment(seg_bytes, stream, owner)
         except LimitExceeded:
-            # the limit bounds what the pool reserves: its free segments go back first
             if not capturing:
                 self._release_free_segments()
             try:

@@ -8,6 +8,8 @@ import random
 import threading
 
 import pytest
+
+import cuflow
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,17 +25,18 @@ class _Granular(HostBackend):
     segment_granularity_min = 1 << 20
 
 
+@pytest.mark.parametrize("streams", [1, 3])
 @pytest.mark.parametrize("backend", [HostBackend, _Granular])
-def test_both_hot_paths_make_the_same_decisions(backend):
+def test_both_hot_paths_make_the_same_decisions(backend, streams):
     """The same random sequence (queued frees, exact-size hits, misses, splits, coalescing,
-    streams) gives the same pointers and statistics through the compiled and the Python
-    path."""
+    segment releases, borrowing across streams) gives the same pointers and statistics
+    through the compiled and the Python path."""
     if _pool.HotAlloc is None:
         pytest.fail("the compiled hot path was not built (see the hot_path fixture)")
-    rng = random.Random(7)
+    rng = random.Random(7 + streams)
     ops = [(rng.random() < 0.6, rng.choice([0, 100, 512, 5000, 70000, 3 << 20, 9 << 20,
                                             rng.randrange(1, 5 << 20)]),
-            rng.randrange(3), rng.randrange(10**6)) for _ in range(3000)]
+            rng.randrange(streams), rng.randrange(10**6)) for _ in range(3000)]
     results = []
     for pool in (Pool(backend()), python_hot_path(Pool(backend())), python_pool(backend())):
         # where each block lies: (segment's rank, offset); the segments are held so that no
@@ -52,6 +55,40 @@ def test_both_hot_paths_make_the_same_decisions(backend):
         results.append((trace, {k: v for k, v in s.items() if k != "backend"}))
     assert type(Pool(HostBackend()).alloc_ptr).__name__ == "HotAlloc"
     assert results[0] == results[1] == results[2]
+
+
+def test_a_plain_miss_runs_in_the_compiled_hot_path(monkeypatch):
+    """With nothing to borrow and nothing pending, a miss (segment release, new segment) does
+    not call Pool._alloc_slow, and a refused segment still goes through its retries."""
+    if _pool.HotAlloc is None:
+        pytest.fail("the compiled hot path was not built (see the hot_path fixture)")
+    calls = []
+    slow, block = Pool._alloc_slow, Pool._segment_block
+    monkeypatch.setattr(Pool, "_alloc_slow", lambda self, *a: calls.append("slow") or slow(self, *a))
+    monkeypatch.setattr(Pool, "_segment_block",
+                        lambda self, *a: calls.append("retry") or block(self, *a))
+    pool = Pool(_Granular(capacity=40 << 20))
+    rng = random.Random(3)
+    for _ in range(200):
+        ptrs = [pool.alloc_ptr(rng.randrange(1, 12 << 20), 0) for _ in range(3)]
+        for p in ptrs:
+            pool._freed[p] = 0
+    s = pool.stats()
+    assert s["cache_misses"] > 20 and s["num_segment_free"] > 10
+    assert calls == []
+    assert pool.reserved == sum(seg.nbytes for seg in pool._segments.values())
+    with pytest.raises(cuflow.OutOfMemoryError):
+        pool.alloc_ptr(64 << 20, 0)
+    assert calls == ["retry"] and pool.stats()["num_alloc_retries"] == 1
+
+
+def test_compiled_hot_path_sizes_blocks_as_the_python_one():
+    """The C paths' sizing constants are _blocks' (a build flag could change one side)."""
+    from cuflow.memory import _blocks, _hotpath
+
+    for name in ("SMALL", "LARGE_ROUND", "MIN_SEGMENT", "SPLIT_MIN", "LARGE_SPLIT_MAX",
+                 "DEAD_STREAM"):
+        assert getattr(_hotpath, name) == getattr(_blocks, name), name
 
 
 def test_compiled_hot_path_checks_its_arguments():
