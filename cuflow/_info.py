@@ -26,7 +26,8 @@ def backend_info() -> dict[str, Any]:
         hot path was built, else ``python``), ``elementwise_launch`` (on the CuPy
         backend ``compiled`` when the elementwise fast path launches from C, ``python``
         when from Python, ``off`` with ``CUFLOW_FAST=0``; on the NumPy backend, which
-        launches nothing, whether the compiled launcher was built), and on the CuPy
+        launches nothing, whether the compiled launcher was built), ``kernel_compiler``
+        (NVRTC through cuda-bindings, or what to install), and on the CuPy
         backend ``cupy``, ``device``, ``device_name``, ``compute_capability``,
         ``device_count``, ``multiprocessors``, ``total_memory_bytes``,
         ``driver_version``, ``runtime_version``.  Querying device properties does not
@@ -46,6 +47,7 @@ def backend_info() -> dict[str, Any]:
         "pool_hot_path": "python" if _pool.HotAlloc is None else "compiled",
         "elementwise_launch": ("unused on the NumPy backend (compiled launcher "
                                f"{'built' if built else 'not built'})"),
+        "kernel_compiler": _kernel_compiler(),
     }
     if rt.is_gpu:
         cuda_rt = rt.xp.cuda.runtime
@@ -67,6 +69,16 @@ def backend_info() -> dict[str, Any]:
             runtime_version=_fmt_cuda_version(cuda_rt.runtimeGetVersion()),
         )
     return info
+
+
+def _kernel_compiler() -> str:
+    """What compiles the engine's generated kernels: NVRTC through cuda-bindings."""
+    try:
+        version = importlib.metadata.version("cuda-bindings")
+    except importlib.metadata.PackageNotFoundError:
+        return ("missing: cuflow.fuse and the engine's single ops need cuda-bindings "
+                "(pip install \"cuflow[cuda13]\" or \"cuflow[cuda12]\")")
+    return f"NVRTC through cuda-bindings {version}"
 
 
 def _version() -> str:

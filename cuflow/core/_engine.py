@@ -92,9 +92,16 @@ def cache_dir() -> str:
 def compile_cubin(src: str, arch: int) -> bytes:
     """Compile generated ``src`` to a cubin for ``sm_<arch>`` with NVRTC (no GPU needed).
 
-    Raises :class:`~cuflow.KernelCompileError` with NVRTC's log and the source.
+    Raises :class:`~cuflow.KernelCompileError` with NVRTC's log and the source, or with
+    the install that brings NVRTC's Python bindings when they are missing.
     """
-    from cuda.bindings import nvrtc  # noqa: PLC0415  (optional dependency)
+    try:
+        from cuda.bindings import nvrtc  # noqa: PLC0415  (the cuda12 / cuda13 extras)
+    except ImportError as e:
+        raise KernelCompileError(
+            f"cuflow compiles its generated kernels with NVRTC through cuda-bindings, which "
+            f"is not installed ({e}): pip install \"cuflow[cuda13]\" (or \"cuflow[cuda12]\"), "
+            f"or cuda-bindings of your CUDA major version") from e
 
     opts = [o.encode() for o in (*OPTIONS, f"-arch=sm_{arch}")]
     err, prog = nvrtc.nvrtcCreateProgram(src.encode(), b"cuflow_fused.cu", 0, [], [])

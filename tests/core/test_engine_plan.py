@@ -148,3 +148,16 @@ def test_unaligned_operands_take_the_element_kernel(no_gpu):
     p = _engine.plan((y,), [x], [], [np.empty(1000, np.float16)], (y.dtype,), (1000,), None,
                      0, False)
     assert p.vec == 1
+
+
+def test_missing_nvrtc_bindings_raise_a_kernel_compile_error_naming_the_install(monkeypatch):
+    """Without cuda-bindings the engine's compile says what to install (not an ImportError)."""
+    import sys
+
+    import cuflow
+
+    monkeypatch.setitem(sys.modules, "cuda.bindings", None)
+    with pytest.raises(cuflow.KernelCompileError, match=r"cuflow\[cuda13\]"):
+        _engine.compile_cubin('extern "C" __global__ void k() {}', 90)
+    info = cuflow.backend_info()["kernel_compiler"]
+    assert info.startswith(("NVRTC through cuda-bindings ", "missing: "))
