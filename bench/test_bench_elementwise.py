@@ -1,4 +1,4 @@
-"""cuflow's elementwise kernels against CuPy's ufuncs, with dst=, from 100 to 1e8 elements.
+"""cuflow's elementwise engine against CuPy's ufuncs, with dst=, from 100 to 1e8 elements.
 
 Per-call time from loops of calls closed by one synchronize: host-bound for
 small arrays, device-bound (and reported against copy bandwidth) for large.
@@ -39,8 +39,9 @@ def test_elementwise(gpu_bench, copy_tbps, benchmark, lib, op, n):
 
 
 # The launch path alone: the compiled launcher (_ewlaunch.c, what pip install builds) against
-# the Python one (what runs without a C compiler), beside CuPy, on a host-bound small add.
-@pytest.mark.parametrize("launch", ["compiled", "python", "cupy"])
+# the backend's ufunc (what runs without a C compiler, or with CUFLOW_EW_ENGINE=0), beside
+# CuPy, on a host-bound small add.
+@pytest.mark.parametrize("launch", ["compiled", "backend", "cupy"])
 def test_add_dst_launch_path(gpu_bench, benchmark, monkeypatch, launch):
     import cupy  # noqa: PLC0415  (optional dependency)
 
@@ -53,9 +54,9 @@ def test_add_dst_launch_path(gpu_bench, benchmark, monkeypatch, launch):
         fn = lambda: cupy.add(pa, pb, out=pc)  # noqa: E731
     else:
         fast = runtime().fast  # the elementwise launcher the ops ask the runtime for
-        if fast is None or (launch == "compiled" and fast.compiled is None):
+        if fast is None or fast.compiled is None:
             pytest.skip("the _ewlaunch extension was not built (or CUFLOW_FAST=0)")
-        if launch == "python":
-            monkeypatch.setattr(fast, "binary", fast._py_binary)
+        if launch == "backend":
+            monkeypatch.setattr(fast, "ew", lambda op, args, dst: None)
         fn = lambda: cuflow.add(a, b, dst=c)  # noqa: E731
     gpu_bench(fn, number=2000, rounds=15)

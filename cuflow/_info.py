@@ -24,8 +24,9 @@ def backend_info() -> dict[str, Any]:
         ``backend`` and ``reason`` (why that backend), ``cuflow``, ``python`` and
         ``numpy`` (versions), ``pool_hot_path`` (``compiled`` when the memory pool's C
         hot path was built, else ``python``), ``elementwise_launch`` (on the CuPy
-        backend ``compiled`` when the elementwise fast path launches from C, ``python``
-        when from Python, ``off`` with ``CUFLOW_FAST=0``; on the NumPy backend, which
+        backend ``compiled`` when the elementwise engine launches from C, ``backend``
+        when the extension was not built and CuPy's ufuncs run, ``off`` with
+        ``CUFLOW_FAST=0``; on the NumPy backend, which
         launches nothing, whether the compiled launcher was built), ``kernel_compiler``
         (NVRTC through cuda-bindings, or what to install), and on the CuPy
         backend ``cupy``, ``device``, ``device_name``, ``compute_capability``,
@@ -57,7 +58,7 @@ def backend_info() -> dict[str, Any]:
         fast = rt.fast
         info.update(
             elementwise_launch=("off" if fast is None
-                                else "python" if fast.compiled is None else "compiled"),
+                                else "backend" if fast.compiled is None else "compiled"),
             cupy=rt.xp.__version__,
             device=dev,
             device_name=name.decode() if isinstance(name, bytes) else str(name),

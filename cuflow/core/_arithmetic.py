@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from ._dispatch import ufunc1, ufunc2, ufunc_methods, ufunc_multi
-from ._fastpath import KERNELS
 
 __all__ = ["add", "subtract", "multiply", "divide", "true_divide", "floor_divide", "remainder",
            "mod", "fmod", "divmod", "power", "pow", "float_power", "negative", "positive",
@@ -17,15 +16,6 @@ __all__ = ["add", "subtract", "multiply", "divide", "true_divide", "floor_divide
            "maximum", "minimum", "fmax", "fmin", "heaviside", "gcd", "lcm", "copysign",
            "nextafter", "spacing", "ldexp", "frexp", "modf", "hypot", "rint", "floor",
            "ceil", "trunc", "conjugate", "conj"]
-
-_K_ADD = KERNELS["add"]
-_K_SUBTRACT = KERNELS["subtract"]
-_K_MULTIPLY = KERNELS["multiply"]
-_K_DIVIDE = KERNELS["divide"]
-_K_NEGATIVE = KERNELS["negative"]
-_K_ABSOLUTE = KERNELS["absolute"]
-_K_MAXIMUM = KERNELS["maximum"]
-_K_MINIMUM = KERNELS["minimum"]
 
 
 def add(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
@@ -39,7 +29,7 @@ def add(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any =
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
-    return ufunc2("add", src, other, dst, out, stream, casting, dtype, kernel=_K_ADD)
+    return ufunc2("add", src, other, dst, out, stream, casting, dtype)
 
 
 def subtract(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
@@ -53,7 +43,7 @@ def subtract(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: 
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
-    return ufunc2("subtract", src, other, dst, out, stream, casting, dtype, kernel=_K_SUBTRACT)
+    return ufunc2("subtract", src, other, dst, out, stream, casting, dtype)
 
 
 def multiply(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
@@ -67,7 +57,7 @@ def multiply(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: 
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
-    return ufunc2("multiply", src, other, dst, out, stream, casting, dtype, kernel=_K_MULTIPLY)
+    return ufunc2("multiply", src, other, dst, out, stream, casting, dtype)
 
 
 def divide(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
@@ -81,7 +71,7 @@ def divide(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: An
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
-    return ufunc2("divide", src, other, dst, out, stream, casting, dtype, kernel=_K_DIVIDE)
+    return ufunc2("divide", src, other, dst, out, stream, casting, dtype)
 
 
 def floor_divide(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
@@ -179,7 +169,7 @@ def negative(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
-    return ufunc1("negative", src, dst, out, stream, casting, dtype, kernel=_K_NEGATIVE)
+    return ufunc1("negative", src, dst, out, stream, casting, dtype)
 
 
 def positive(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
@@ -207,7 +197,7 @@ def absolute(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
-    return ufunc1("absolute", src, dst, out, stream, casting, dtype, kernel=_K_ABSOLUTE)
+    return ufunc1("absolute", src, dst, out, stream, casting, dtype)
 
 
 def fabs(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
@@ -305,7 +295,7 @@ def maximum(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: A
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
-    return ufunc2("maximum", src, other, dst, out, stream, casting, dtype, kernel=_K_MAXIMUM)
+    return ufunc2("maximum", src, other, dst, out, stream, casting, dtype)
 
 
 def minimum(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
@@ -319,7 +309,7 @@ def minimum(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: A
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
-    return ufunc2("minimum", src, other, dst, out, stream, casting, dtype, kernel=_K_MINIMUM)
+    return ufunc2("minimum", src, other, dst, out, stream, casting, dtype)
 
 
 def fmax(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,

@@ -20,7 +20,6 @@ from typing import Any
 import numpy
 
 from ._engine import cast_op, ew_op
-from ._fastpath import KERNELS
 from .._errors import ArgumentError, ArgumentTypeError
 
 __all__ = ["make_darray_class", "REDUCTION_METHODS"]
@@ -241,82 +240,67 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
     return cls
 
 
-# Python operators that take cuflow's elementwise fast path (CuPy backend).
-_FAST_BINARY_OPS = {"__add__": "add", "__sub__": "subtract", "__mul__": "multiply",
-                    "__truediv__": "divide", "__iadd__": "add", "__isub__": "subtract",
-                    "__imul__": "multiply", "__itruediv__": "divide"}
-_FAST_UNARY_OPS = {"__neg__": "negative", "__abs__": "absolute"}
-# Operators the engine's generated kernels serve (scalar operands, comparisons, reflections)
-_EW_OPS = {"__radd__": ("add", True), "__rsub__": ("subtract", True),
+# Python operators that take the engine's kernels (CuPy backend): op name, reflected
+_EW_OPS = {"__add__": ("add", False), "__sub__": ("subtract", False),
+           "__mul__": ("multiply", False), "__truediv__": ("divide", False),
+           "__radd__": ("add", True), "__rsub__": ("subtract", True),
            "__rmul__": ("multiply", True), "__rtruediv__": ("divide", True),
            "__pow__": ("power", False), "__rpow__": ("power", True),
            "__lt__": ("less", False), "__le__": ("less_equal", False),
            "__gt__": ("greater", False), "__ge__": ("greater_equal", False),
            "__eq__": ("equal", False), "__ne__": ("not_equal", False)}
+_EW_INPLACE = {"__iadd__": "add", "__isub__": "subtract", "__imul__": "multiply",
+               "__itruediv__": "divide"}
+_EW_UNARY = {"__neg__": "negative", "__abs__": "absolute"}
 _COPY = ew_op("copy")
 
 
 def _fast_operators(base, fast):
-    """``a + b`` & co. through the runtime's fast path when it applies, else CuPy's operator."""
+    """``a + b`` & co. through the engine's launch when it applies, else CuPy's operator."""
     ops = {}
-    for mname, op in _FAST_BINARY_OPS.items():
-        ops[mname] = _fast_binop(fast, KERNELS[op], getattr(base, mname), mname.startswith("__i"))
-        ops[mname].__name__ = mname
-    for mname, op in _FAST_UNARY_OPS.items():
-        ops[mname] = _fast_unop(fast, KERNELS[op], getattr(base, mname))
-        ops[mname].__name__ = mname
     for mname, (op, reflected) in _EW_OPS.items():
         ops[mname] = _ew_binop(fast, ew_op(op), getattr(base, mname), reflected)
+        ops[mname].__name__ = mname
+    for mname, op in _EW_INPLACE.items():
+        ops[mname] = _ew_inplace(fast, ew_op(op), getattr(base, mname))
+        ops[mname].__name__ = mname
+    for mname, op in _EW_UNARY.items():
+        ops[mname] = _ew_unop(fast, ew_op(op), getattr(base, mname))
         ops[mname].__name__ = mname
     return ops
 
 
+# fast.ew is looked up per call: binding the darray swaps in the compiled launch
 def _ew_binop(fast, op, base_fn, reflected):
     def f(self, other):
         r = fast.ew(op, (other, self) if reflected else (self, other), None)
         if r is not None:
             return r
-        if fast.multi:  # the engine is off with several devices: check them here
+        if fast.multi:  # CuPy would read another device's array through peer access
             _check_devices(f.__name__, self, other)
         return base_fn(self, other)
     return f
 
 
-# fast.binary / fast.unary are looked up per call: binding the darray swaps in the compiled ones
-def _fast_binop(fast, k, base_fn, inplace):
-    # the same-dtype array case first (CuPy-bit-exact kernels), then the engine's
-    e = ew_op(k.entry[3:])
-    if inplace:
-        def op(self, other):
-            if fast.binary(k, self, other, self) is not None or fast.ew(
-                    e, (self, other), self) is not None:
-                return self
-            if fast.multi:
-                _check_devices(op.__name__, self, other)
-            return base_fn(self, other)
-    else:
-        def op(self, other):
-            r = fast.binary(k, self, other, None)
-            if r is not None:
-                return r
-            r = fast.ew(e, (self, other), None)
-            if r is not None:
-                return r
-            if fast.multi:  # CuPy would read another device's array through peer access
-                _check_devices(op.__name__, self, other)
-            return base_fn(self, other)
-    return op
+def _ew_inplace(fast, op, base_fn):
+    def f(self, other):
+        if fast.ew(op, (self, other), self) is not None:
+            return self
+        if fast.multi:
+            _check_devices(f.__name__, self, other)
+        return base_fn(self, other)
+    return f
 
 
-def _fast_unop(fast, k, base_fn):
-    def op(self):
-        r = fast.unary(k, self, None)
+def _ew_unop(fast, op, base_fn):
+    def f(self):
+        r = fast.ew(op, (self,), None)
         if r is not None:
             return r
         if fast.multi:
-            _check_devices(op.__name__, self)
+            _check_devices(f.__name__, self)
         return base_fn(self)
-    return op
+    return f
 
 
 def _check_devices(name, *arrays):

@@ -6,7 +6,8 @@ call these helpers; the helpers ask the runtime for the backend at call time.
 The elementwise functions (``_arithmetic``, ``_transcendental``, ``_logical``)
 are NumPy's ufuncs of the same names, with cuflow's output contract.  On the
 CuPy backend a call on same-shape contiguous floating/bool arrays and Python
-scalars runs the engine's generated kernel for the function
+scalars (integer arrays of one dtype, for arithmetic, comparisons and bitwise
+and logical functions) runs the engine's generated kernel for the function
 (``rt.fast.ew``, compiled launcher); every other call runs the backend's ufunc:
 
 * ``dst`` (or its NumPy spelling ``out``): the result is written there and
@@ -89,21 +90,16 @@ def _shape(nd: type, x: Any) -> tuple:
 
 
 def ufunc2(name: str, src: Any, other: Any, dst: Any, out: Any, stream: Any, casting: str,
-           dtype: Any, kernel: Any = None) -> Any:
-    """The backend's ufunc ``name`` on two inputs, under the output contract.
-
-    ``kernel``: the fast path's same-dtype array kernel of ``name``
-    (:data:`~cuflow.core._fastpath.KERNELS`), tried first where there is one.
-    """
+           dtype: Any) -> Any:
+    """The backend's ufunc ``name`` on two inputs, under the output contract (the engine's
+    kernel first, where its launch applies)."""
     rt = _runtime._current
-    # first cuflow's own launches (they decline anything else, traced operands included)
-    if rt is not None and out is stream is dtype is None:
+    # first cuflow's own launch (it declines anything else, traced operands included)
+    if rt is not None and out is stream is dtype is None and casting == "same_kind":
         fast = rt.fast
         if fast is not None:
             try:
-                r = None if kernel is None else fast.binary(kernel, src, other, dst)
-                if r is None and casting == "same_kind":
-                    r = fast.ew(OPS.get(name) or ew_op(name), (src, other), dst)
+                r = fast.ew(OPS.get(name) or ew_op(name), (src, other), dst)
             except Exception as e:  # the result's allocation or the launch failed
                 reraise(name, e, dst)
             if r is not None:
@@ -144,18 +140,16 @@ def ufunc2(name: str, src: Any, other: Any, dst: Any, out: Any, stream: Any, cas
 
 
 def ufunc1(name: str, src: Any, dst: Any, out: Any, stream: Any, casting: str,
-           dtype: Any, kernel: Any = None) -> Any:
-    """The backend's ufunc ``name`` on one input, under the output contract (``kernel``: as
-    for :func:`ufunc2`)."""
+           dtype: Any) -> Any:
+    """The backend's ufunc ``name`` on one input, under the output contract (the engine's
+    kernel first, as for :func:`ufunc2`)."""
     rt = _runtime._current
-    # first cuflow's own launches (they decline anything else, traced operands included)
-    if rt is not None and out is stream is dtype is None:
+    # first cuflow's own launch (it declines anything else, traced operands included)
+    if rt is not None and out is stream is dtype is None and casting == "same_kind":
         fast = rt.fast
         if fast is not None:
             try:
-                r = None if kernel is None else fast.unary(kernel, src, dst)
-                if r is None and casting == "same_kind":
-                    r = fast.ew(OPS.get(name) or ew_op(name), (src,), dst)
+                r = fast.ew(OPS.get(name) or ew_op(name), (src,), dst)
             except Exception as e:  # the result's allocation or the launch failed
                 reraise(name, e, dst)
             if r is not None:

@@ -513,6 +513,33 @@ def plan(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
 
 
 # ------------------------------------------------- single ops, launched from C
+#: single ops whose generated code gives NumPy's integer results exactly (wrapping
+#: arithmetic, comparisons, bitwise and logical operations); others keep the backend's
+#: integer semantics (division by zero, shifts past the width, negative powers)
+_INT_EXACT = frozenset((
+    "add", "subtract", "multiply", "negative", "positive", "absolute", "maximum", "minimum",
+    "equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "bitwise_and",
+    "bitwise_or", "bitwise_xor", "invert", "bitwise_not", "logical_and", "logical_or",
+    "logical_xor", "logical_not", "copy", "where"))
+
+
+def _int_operands_exact(op: EwOp, args: tuple) -> bool:
+    """Whether a single op's operands keep NumPy's semantics in generated code: floating and
+    bool arrays with any Python scalars; integer arrays only for ``_INT_EXACT`` ops, all of
+    one integer dtype and without Python scalars (whose range NumPy checks per value)."""
+    ints = set()
+    scalars = False
+    for x in args:
+        if type(x) is float or type(x) is int:
+            scalars = True
+        elif x.dtype.kind in "iu":
+            ints.add(x.dtype)
+        elif x.dtype.kind not in "fb":
+            return False
+    return not ints or (op.ints and not scalars and len(ints) == 1 and all(
+        type(x) is not float and type(x) is not int and x.dtype.kind != "f" for x in args))
+
+
 def _shape_free(x: Any) -> bool:
     """A scalar, or an array whose plan does not depend on its shape (see ``EwOp.load``)."""
     shape = getattr(x, "shape", None)
@@ -530,11 +557,12 @@ class EwOp:
     signature NumPy has no loop for: the backend then gives its result or error).
     """
 
-    __slots__ = ("name", "fn", "plans", "fused")
+    __slots__ = ("name", "fn", "plans", "fused", "ints")
 
     def __init__(self, name: str, fn: Any, fused: bool = False) -> None:
         self.name, self.fn, self.plans = name, fn, {}
         self.fused = fused  # a cuflow.fuse function: every dtype (NumPy's semantics)
+        self.ints = name in _INT_EXACT  # integer arrays of one dtype, without Python scalars
 
     def __repr__(self) -> str:
         return f"<engine op {self.name}>"
@@ -555,14 +583,14 @@ class EwOp:
     def _build(self, args: tuple, dst: Any) -> Any:
         nodes, arrays, in_nodes, sc_nodes = [], [], [], []
         shape: tuple = ()
+        if not self.fused and not _int_operands_exact(self, args):
+            return None
         for i, x in enumerate(args):
             if type(x) is float or type(x) is int:
                 e = Expr("scalar", (), numpy.float64 if type(x) is float else numpy.int64, (),
                          type(x)(0), weak=True)
                 sc_nodes.append(e)
             else:
-                if x.dtype.kind not in ("biuf" if self.fused else "fb"):
-                    return None  # integers of single ops keep the backend's semantics
                 e = Expr("input", (), x.dtype, tuple(x.shape), i)
                 shape = tuple(x.shape)
                 arrays.append(x)

@@ -1,18 +1,19 @@
-/* The elementwise fast path's launch in C: cuflow._elementwise._py_binary / _py_unary,
- * decision for decision, without the Python bytecode around cuLaunchKernel.  An optional
- * extension: without a C compiler (or on a free-threaded build) the Python functions run.
+/* The launches of cuflow's elementwise engine in C (core/_engine.py, EwOp): the dispatch of
+ * single ops and cuflow.fuse calls without the Python bytecode around cuLaunchKernel.  An
+ * optional extension: without a C compiler (or on a free-threaded build) these calls take
+ * CuPy's path.
  *
- * Launcher(darray, ndarray, stream_fn, launch, fail) has two methods:
- *   binary(kernel, a, b, dst) and unary(kernel, a, dst)
- * which return the result array (``dst`` when given), or None when the fast path does not
- * apply (the caller then takes CuPy's path): any argument may be passed, only arrays of
- * exactly the types ``darray`` and ``ndarray`` are launched on.  ``kernel`` is an _elementwise.Kernel: its
- * ``ptrs`` dict maps dtype.num to a CUfunction, and ``kernel.load(dtype)`` fills a miss.
+ * Launcher(darray, ndarray, stream_fn, launch, fail, device_fn=None) has two methods:
+ *   ew(op, args, dst): op's generated kernel over args (see launcher_ew), and
+ *   empty(shape, dtype): a new C-contiguous darray (see launcher_empty);
+ * each returns None where it does not apply (the caller then takes its checked path): only
+ * arrays of exactly the types ``darray`` and ``ndarray`` are launched on.
  *   - stream_fn: a capsule of ``intptr_t (*)(void)`` (CuPy's
  *     cupy_backends.cuda.stream.get_current_stream_ptr, the current stream);
  *   - launch: the address of the driver's cuLaunchKernel;
- *   - fail(status): raises the driver error of a failed launch.
- * The attribute ``max_grid`` caps the grid (0: not known yet, set by Kernel.load).
+ *   - fail(status): raises the driver error of a failed launch;
+ *   - device_fn: with several devices, the address of the driver's cuCtxGetDevice: plans are
+ *     then kept per device, and operands of another device are declined.
  * Kernel parameters live on the C stack, so concurrent threads never share them.
  */
 #define PY_SSIZE_T_CLEAN
@@ -21,7 +22,6 @@
 #include <string.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <structmember.h> /* PyMemberDef (Python < 3.12) */
 
 #ifdef Py_GIL_DISABLED
 #error "the launcher reads dicts with borrowed references under the GIL; free-threaded builds run the Python functions"
@@ -32,6 +32,7 @@
 #define ROW_BLOCK_VECTORS (2 * BLOCK)
 
 typedef intptr_t (*stream_fn)(void);
+typedef int (*device_fn)(int *device);
 typedef int (*launch_fn)(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                          unsigned by, unsigned bz, unsigned shared, void *stream,
                          void **params, void **extra);
@@ -43,11 +44,11 @@ typedef struct {
     newfunc base_new; /* the array base type's tp_new (NULL: results built by calling darray) */
     stream_fn get_stream;
     launch_fn launch;
-    Py_ssize_t max_grid;
+    device_fn get_device; /* NULL with one device */
 } Launcher;
 
 static PyObject *s_dtype, *s_contig, *s_shape, *s_size, *s_data, *s_ptr, *s_num, *s_itemsize,
-    *s_ptrs, *s_load, *s_init, *s_empty, *s_kind, *np_dtype;
+    *s_device_id, *s_init, *s_empty, *s_kind, *np_dtype;
 
 /* A new C-contiguous darray of ``shape`` and ``dt``: what ``darray(shape, dt)`` gives,
  * without cupy.ndarray's Python-level __new__, __init__ and __array_finalize__ frames (about
@@ -85,13 +86,22 @@ attr_ll(PyObject *o, PyObject *name)
     return r;
 }
 
-/* o.data.ptr; 0 with an exception set on failure */
+/* o.data.ptr; 0 with an exception set on failure.  With dev >= 0, *here is whether o's
+ * memory is on device dev. */
 static unsigned long long
-data_ptr(PyObject *o)
+data_ptr(PyObject *o, int dev, int *here)
 {
     PyObject *d = PyObject_GetAttr(o, s_data);
     if (d == NULL)
         return 0;
+    if (dev >= 0) {
+        long long id = attr_ll(d, s_device_id);
+        if (id == -1 && PyErr_Occurred()) {
+            Py_DECREF(d);
+            return 0;
+        }
+        *here = id == dev;
+    }
     PyObject *p = PyObject_GetAttr(d, s_ptr);
     Py_DECREF(d);
     if (p == NULL)
@@ -125,147 +135,11 @@ same_shape(PyObject *o, PyObject *shape)
     return r;
 }
 
-/* [x, x + nb) and [y, y + nb) overlap without being the same range */
-static int
-partial_overlap(unsigned long long x, unsigned long long y, unsigned long long nb)
-{
-    return x != y && x < y + nb && y < x + nb;
-}
-
-/* The shared body of binary (nin 2) and unary (nin 1); in[1] is ignored for unary. */
-static PyObject *
-run(Launcher *self, int nin, PyObject *k, PyObject *const *in, PyObject *dst)
-{
-    PyObject *a = in[0], *b = in[nin - 1];
-    for (int i = 0; i < nin; i++) /* CuPy arrays only: scalars, host arrays, subclasses: None */
-        if (Py_TYPE(in[i]) != (PyTypeObject *)self->darray
-            && Py_TYPE(in[i]) != (PyTypeObject *)self->ndarray)
-            Py_RETURN_NONE;
-    PyObject *shape = NULL, *c = NULL, *dt = PyObject_GetAttr(a, s_dtype);
-    if (dt == NULL)
-        return NULL;
-    int ok = 1;
-    if (nin == 2) {
-        PyObject *bdt = PyObject_GetAttr(b, s_dtype);
-        if (bdt == NULL)
-            goto error;
-        ok = bdt == dt;
-        Py_DECREF(bdt);
-    }
-    for (int i = 0; ok && i < nin; i++)
-        if ((ok = contiguous(in[i])) < 0)
-            goto error;
-    if (!ok)
-        goto none;
-    if ((shape = PyObject_GetAttr(a, s_shape)) == NULL)
-        goto error;
-    if (nin == 2 && (ok = same_shape(b, shape)) <= 0)
-        goto done;
-
-    /* the kernel for this dtype (0: none, CuPy's path) */
-    long long num = attr_ll(dt, s_num);
-    if (num == -1 && PyErr_Occurred())
-        goto error;
-    PyObject *ptrs = PyObject_GetAttr(k, s_ptrs);
-    if (ptrs == NULL)
-        goto error;
-    PyObject *key = PyLong_FromLongLong(num);
-    PyObject *fo = key == NULL ? NULL : PyDict_GetItemWithError(ptrs, key); /* borrowed */
-    Py_XINCREF(fo);
-    Py_XDECREF(key);
-    Py_DECREF(ptrs);
-    if (fo == NULL) {
-        if (PyErr_Occurred() || (fo = PyObject_CallMethodOneArg(k, s_load, dt)) == NULL)
-            goto error;
-    }
-    void *fp = PyLong_AsVoidPtr(fo);
-    Py_DECREF(fo);
-    if (fp == NULL) {
-        if (PyErr_Occurred())
-            goto error;
-        goto none;
-    }
-
-    long long n = attr_ll(a, s_size), itemsize = attr_ll(dt, s_itemsize);
-    if ((n == -1 || itemsize == -1) && PyErr_Occurred())
-        goto error;
-    unsigned long long p[3];
-    for (int i = 0; i < nin; i++)
-        if ((p[i] = data_ptr(in[i])) == 0 && PyErr_Occurred())
-            goto error;
-    unsigned long long nb = (unsigned long long)n * (unsigned long long)itemsize;
-    if (dst == Py_None) {
-        if ((c = new_result(self, shape, dt)) == NULL)
-            goto error;
-    }
-    else {
-        PyTypeObject *td = Py_TYPE(dst);
-        if (td != (PyTypeObject *)self->darray && td != (PyTypeObject *)self->ndarray)
-            goto none;
-        PyObject *ddt = PyObject_GetAttr(dst, s_dtype);
-        if (ddt == NULL)
-            goto error;
-        ok = ddt == dt;
-        Py_DECREF(ddt);
-        if (!ok || (ok = contiguous(dst)) <= 0 || (ok = same_shape(dst, shape)) <= 0)
-            goto done;
-        c = Py_NewRef(dst);
-    }
-    p[nin] = data_ptr(c);
-    if (p[nin] == 0 && PyErr_Occurred())
-        goto error;
-    if (dst != Py_None)
-        for (int i = 0; i < nin; i++)
-            if (in[i] != dst && partial_overlap(p[nin], p[i], nb))
-                goto none; /* CuPy's path copies the input first */
-
-    if (n > 0) {
-        void *args[4];
-        for (int i = 0; i <= nin; i++)
-            args[i] = &p[i];
-        args[nin + 1] = &n;
-        unsigned long long g = (((nb + 15) >> 4) + BLOCK - 1) >> 8;
-        if (self->max_grid > 0 && g > (unsigned long long)self->max_grid)
-            g = (unsigned long long)self->max_grid;
-        void *stream = (void *)self->get_stream();
-        int status;
-        Py_BEGIN_ALLOW_THREADS
-        status = self->launch(fp, (unsigned)g, 1, 1, BLOCK, 1, 1, 0, stream, args, NULL);
-        Py_END_ALLOW_THREADS
-        if (status != 0) {
-            PyObject *st = PyLong_FromLong(status);
-            PyObject *r = st == NULL ? NULL : PyObject_CallOneArg(self->fail, st);
-            Py_XDECREF(st);
-            if (r != NULL) { /* fail() must raise */
-                Py_DECREF(r);
-                PyErr_Format(PyExc_RuntimeError, "cuLaunchKernel failed with status %d", status);
-            }
-            goto error;
-        }
-    }
-    Py_DECREF(dt);
-    Py_DECREF(shape);
-    return c;
-none:
-    ok = 0;
-done:
-    Py_DECREF(dt);
-    Py_XDECREF(shape);
-    Py_XDECREF(c);
-    if (ok < 0)
-        return NULL;
-    Py_RETURN_NONE;
-error:
-    Py_DECREF(dt);
-    Py_XDECREF(shape);
-    Py_XDECREF(c);
-    return NULL;
-}
-
 /* ew(op, args, dst): the engine's launch of a generated kernel over same-shape C-contiguous
  * arrays and Python float/int scalars (core/_engine.py, EwOp).  The key packs, per operand,
  * 2 + 2 * dtype.num + (16-byte aligned) for an array and 250 / 251 for a float / int
- * scalar, one byte each, and the dst dtype's code above them; op.plans[key] is
+ * scalar, one byte each, the dst dtype's code above them, and with several devices the
+ * current device + 1 in the top byte; op.plans[key] is
  * (function, result dtype, vector width, most blocks, trailing zero parameters, result
  * shape or None for the operands' shape, most elements or 0) or None (the engine does
  * not take these operands).  A miss calls op.load(key, args, dst), which builds and stores the
@@ -273,10 +147,10 @@ error:
 #define EW_MAX 6
 
 /* An array operand's key code (2 + 2 * dtype.num + 16-byte aligned) and data pointer:
- * 1, or 0 for a dtype number the key cannot hold (the caller's other path), or -1 with an
- * exception set. */
+ * 1, or 0 for a dtype number the key cannot hold or memory of another device than dev (with
+ * dev >= 0; the caller's other path), or -1 with an exception set. */
 static int
-array_code(PyObject *x, unsigned long long *code, unsigned long long *ptr)
+array_code(PyObject *x, int dev, unsigned long long *code, unsigned long long *ptr)
 {
     PyObject *dt = PyObject_GetAttr(x, s_dtype);
     if (dt == NULL)
@@ -285,10 +159,11 @@ array_code(PyObject *x, unsigned long long *code, unsigned long long *ptr)
     Py_DECREF(dt);
     if (num == -1 && PyErr_Occurred())
         return -1;
-    unsigned long long p = data_ptr(x);
+    int here = 1;
+    unsigned long long p = data_ptr(x, dev, &here);
     if (p == 0 && PyErr_Occurred())
         return -1;
-    if (num < 0 || num > 100)
+    if (num < 0 || num > 100 || !here)
         return 0;
     *code = 2 + 2 * (unsigned long long)num + ((p & 15) == 0);
     *ptr = p;
@@ -306,6 +181,9 @@ launcher_ew(Launcher *self, PyObject *const *argv, Py_ssize_t nargs)
     PyObject *op = argv[0], *args = argv[1], *dst = argv[2];
     Py_ssize_t na = PyTuple_GET_SIZE(args);
     if (na < 1 || na > EW_MAX)
+        Py_RETURN_NONE;
+    int dev = -1; /* several devices: the current one (a plan is a function of one device) */
+    if (self->get_device != NULL && self->get_device(&dev) != 0)
         Py_RETURN_NONE;
     unsigned long long key = 0, ptrs[EW_MAX + 1];
     union { double d; long long q; } sc[EW_MAX];
@@ -329,7 +207,7 @@ launcher_ew(Launcher *self, PyObject *const *argv, Py_ssize_t nargs)
             else if ((ok = same_shape(x, shape)) <= 0)
                 goto out_none_or_err;
             unsigned long long p;
-            if ((ok = array_code(x, &code, &p)) <= 0)
+            if ((ok = array_code(x, dev, &code, &p)) <= 0)
                 goto out_none_or_err;
             ptrs[nptr++] = p;
         }
@@ -360,11 +238,13 @@ launcher_ew(Launcher *self, PyObject *const *argv, Py_ssize_t nargs)
         if (ok <= 0 || (ok = same_shape(dst, shape)) <= 0)
             goto out_none_or_err;
         unsigned long long code, p;
-        if ((ok = array_code(dst, &code, &p)) <= 0)
+        if ((ok = array_code(dst, dev, &code, &p)) <= 0)
             goto out_none_or_err;
         key |= code << 48;
         ptrs[nptr] = p;
     }
+    if (dev >= 0)
+        key |= (unsigned long long)(dev + 1) << 56;
 
     PyObject *plans = PyObject_GetAttr(op, s_plans);
     if (plans == NULL)
@@ -444,7 +324,7 @@ launcher_ew(Launcher *self, PyObject *const *argv, Py_ssize_t nargs)
         Py_DECREF(plan);
         if (c == NULL)
             goto error;
-        ptrs[nptr] = data_ptr(c);
+        ptrs[nptr] = data_ptr(c, -1, NULL);
         if (ptrs[nptr] == 0 && PyErr_Occurred()) {
             Py_DECREF(c);
             goto error;
@@ -628,30 +508,27 @@ launcher_empty(Launcher *self, PyObject *const *args, Py_ssize_t nargs)
 static PyMethodDef launcher_methods[] = {
     {"empty", (PyCFunction)(void (*)(void))launcher_empty, METH_FASTCALL,
      "empty(shape, dtype) -> a new C-contiguous darray, or None (the caller's checks)"},
-    {"binary", (PyCFunction)(void (*)(void))launcher_binary, METH_FASTCALL,
-     "binary(kernel, a, b, dst) -> result or None: kernel(a, b) into dst (or a new darray)"},
-    {"unary", (PyCFunction)(void (*)(void))launcher_unary, METH_FASTCALL,
-     "unary(kernel, a, dst) -> result or None: kernel(a) into dst (or a new darray)"},
     {"ew", (PyCFunction)(void (*)(void))launcher_ew, METH_FASTCALL,
      "ew(op, args, dst) -> result or None: the engine's kernel of op over args"},
     {NULL, NULL, 0, NULL},
 };
 
-static PyMemberDef launcher_members[] = {
-    {"max_grid", T_PYSSIZET, offsetof(Launcher, max_grid), 0,
-     "most blocks per launch (0: no cap)"},
-    {NULL, 0, 0, 0, NULL},
-};
-
 static PyObject *
 launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"darray", "ndarray", "stream_fn", "launch", "fail", NULL};
-    PyObject *darray, *ndarray, *fn, *launch, *fail;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!O!OO:Launcher", kwlist, &PyType_Type,
+    static char *kwlist[] = {"darray", "ndarray", "stream_fn", "launch", "fail", "device_fn",
+                             NULL};
+    PyObject *darray, *ndarray, *fn, *launch, *fail, *devfn = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!O!OO|O:Launcher", kwlist, &PyType_Type,
                                      &darray, &PyType_Type, &ndarray, &PyCapsule_Type, &fn,
-                                     &launch, &fail))
+                                     &launch, &fail, &devfn))
         return NULL;
+    void *dp = devfn == Py_None ? NULL : PyLong_AsVoidPtr(devfn);
+    if (devfn != Py_None && dp == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "Launcher: device_fn must be a non-zero address");
+        return NULL;
+    }
     stream_fn get_stream = (stream_fn)PyCapsule_GetPointer(fn, PyCapsule_GetName(fn));
     if (get_stream == NULL)
         return NULL;
@@ -678,6 +555,7 @@ launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     self->get_stream = get_stream;
     self->launch = (launch_fn)lp;
+    self->get_device = (device_fn)dp;
     self->base_new = NULL;
     PyTypeObject *base = ((PyTypeObject *)ndarray)->tp_base;
     int same = base != NULL && base->tp_new != NULL
@@ -693,7 +571,6 @@ launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     if (same)
         self->base_new = base->tp_new;
-    self->max_grid = 0;
     return (PyObject *)self;
 }
 
@@ -730,8 +607,8 @@ launcher_dealloc(Launcher *self)
 static PyTypeObject LauncherType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "cuflow._ewlaunch.Launcher",
-    .tp_doc = "Launcher(darray, ndarray, stream_fn, launch, fail): the elementwise fast path's "
-              "binary and unary launches in C",
+    .tp_doc = "Launcher(darray, ndarray, stream_fn, launch, fail, device_fn=None): the "
+              "elementwise engine's launches (ew) and empty arrays in C",
     .tp_basicsize = sizeof(Launcher),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = launcher_new,
@@ -739,12 +616,11 @@ static PyTypeObject LauncherType = {
     .tp_traverse = (traverseproc)launcher_traverse,
     .tp_clear = (inquiry)launcher_clear,
     .tp_methods = launcher_methods,
-    .tp_members = launcher_members,
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_ewlaunch",
-    "The elementwise fast path's launches in C (Launcher).", -1, NULL,
+    "The elementwise engine's launches in C (Launcher).", -1, NULL,
 };
 
 PyMODINIT_FUNC
@@ -759,8 +635,7 @@ PyInit__ewlaunch(void)
     INTERN(s_ptr, "ptr");
     INTERN(s_num, "num");
     INTERN(s_itemsize, "itemsize");
-    INTERN(s_ptrs, "ptrs");
-    INTERN(s_load, "load");
+    INTERN(s_device_id, "device_id");
     INTERN(s_plans, "plans");
     INTERN(s_ew_load, "load");
     INTERN(s_init, "_init");

@@ -33,9 +33,6 @@ CTYPES = {
     "uint64": "unsigned long long", "float16": "cf_half", "float32": "float",
     "float64": "double",
 }
-INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
-FLOATS = ("float16", "float32", "float64")
-NUMERIC = INTS + FLOATS
 
 #: Options passed to NVRTC besides the architecture.  CuPy adds ``-ftz=true`` to
 #: every RawModule compile; :func:`compile_for_arch` adds it too, so the CPU
@@ -91,15 +88,8 @@ WARP_SOURCES = ((0, 1), (0, 3), (0, 4), (1, 3), (2, 3))
 #: identity-geometry kernel's channel pairs, and NV12 to three channels.
 LIN_SOURCES = tuple((0, c, oc) for c, oc in VEC_CHANNELS) + ((1, 3, 3),)
 
-_BINARY = ("cf_add", "cf_subtract", "cf_multiply", "cf_maximum", "cf_minimum")
 REGISTRY: dict[str, KernelSpec] = {
     s.name: s for s in (
-        KernelSpec(
-            name="elementwise",
-            source="elementwise.cu",
-            entries=tuple((e, NUMERIC) for e in _BINARY)
-            + (("cf_divide", FLOATS), ("cf_negative", NUMERIC), ("cf_absolute", NUMERIC)),
-        ),
         KernelSpec(
             name="image",
             source="image.cu",

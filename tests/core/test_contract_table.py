@@ -1,14 +1,13 @@
 """The output contract as one table: every dst= case of ``add`` and ``negative``, on every path.
 
 Each row runs through the public function on every path the backend has.  On
-CuPy: the fast path as built (the compiled ``_ewlaunch`` launcher where built),
-the fast path disabled (``binary``/``unary`` hand every call back, so
-``core._contract.prepare_out`` and the backend's ufunc do all the work), and the
-Python twin (``FastPath._py_binary``/``_py_unary``).  All paths must give the same
-outcome: the same bits in the result and in every array the call could touch,
-or the same error class with the same message (and nothing written).  The
-``fast`` column says which rows the fast path takes itself; every other row it
-must hand back unchanged.
+CuPy: the engine's launch as built (the compiled ``_ewlaunch`` launcher where
+built) and disabled (``ew`` hands every call back, so
+``core._contract.prepare_out`` and the backend's ufunc do all the work).  Both
+paths must give the same outcome: the same bits in the result and in every
+array the call could touch, or the same error class with the same message (and
+nothing written).  The ``fast`` column says which rows the engine takes itself;
+every other row it must hand back unchanged.
 
 On the NumPy backend there is no fast path: the table runs on the one path and
 is checked against the expected-outcome column and NumPy's own ufunc (same
@@ -27,6 +26,7 @@ import numpy as np
 import pytest
 
 import cuflow
+from cuflow.core._engine import ew_op
 from cuflow.testing import assert_equal_host, random_array, to_host
 
 OK = "result"
@@ -86,22 +86,22 @@ TABLE = [
     Row("add-inputs-do-not-broadcast", "add", (((4, 5), "float32"), ((4,), "float32")), F4,
         (SHAPE_ERR, r"inputs do not broadcast together: \(4, 5\), \(4,\)")),
     # dtypes and casting=
-    Row("add-casting-no-same-dtype", "add", (F4, F4), F4, fast=True, casting="no"),
+    Row("add-casting-no-same-dtype", "add", (F4, F4), F4, casting="no"),
     Row("add-casting-no-wider-dst", "add", (F4, F4), ((4, 5), "float64"),
         (DTYPE_ERR, r"inputs \(float32, float32\) cannot be computed into dst of dtype float64 "
                     r"under casting='no'"), casting="no"),
     Row("add-float-into-int8-same-kind", "add", (F4, F4), ((4, 5), "int8"),
         (DTYPE_ERR, r"inputs \(float32, float32\) cannot be computed into dst of dtype int8 "
                     r"under casting='same_kind'")),
-    Row("add-float32-into-float64-widens", "add", (F4, F4), ((4, 5), "float64")),
+    Row("add-float32-into-float64-widens", "add", (F4, F4), ((4, 5), "float64"), fast=True),
     Row("add-mixed-int16-float32", "add", (((4, 5), "int16"), F4), None),
     Row("add-mixed-int16-float32-dst", "add", (((4, 5), "int16"), F4), F4),
     Row("add-mixed-uint8-int8-promotes", "add", (((4, 5), "uint8"), ((4, 5), "int8")), None),
     Row("add-mixed-float-result-into-int16", "add", (((4, 5), "int16"), F4), ((4, 5), "int16"),
         (DTYPE_ERR, r"inputs \(int16, float32\) cannot be computed into dst of dtype int16")),
     # scalars
-    Row("add-scalar-second", "add", (F4, 2.5), None),
-    Row("add-scalar-second-dst", "add", (F4, 2.5), F4),
+    Row("add-scalar-second", "add", (F4, 2.5), None, fast=True),
+    Row("add-scalar-second-dst", "add", (F4, 2.5), F4, fast=True),
     Row("add-scalar-first-int", "add", (3, ((4, 5), "int32")), ((4, 5), "int32")),
     Row("add-two-scalars-0d-dst", "add", (2.0, 3.0), ((), "float64")),
     Row("add-scalar-into-wrong-shape", "add", (F4, 2.5), ((4,), "float32"),
@@ -132,7 +132,7 @@ TABLE = [
                     r"under casting='no'"), casting="no"),
     Row("neg-float-into-int8-same-kind", "negative", (F4,), ((4, 5), "int8"),
         (DTYPE_ERR, r"inputs \(float32\) cannot be computed into dst of dtype int8")),
-    Row("neg-float32-into-float64-widens", "negative", (F4,), ((4, 5), "float64")),
+    Row("neg-float32-into-float64-widens", "negative", (F4,), ((4, 5), "float64"), fast=True),
     Row("neg-scalar-0d-dst", "negative", (2.5,), ((), "float64")),
     Row("neg-dst-a-list", "negative", (((3,), "float32"),), "list", NOT_ACTIVE),
     Row("neg-dst-a-host-array", "negative", (F4,), ("host", (4, 5), "float32"), HOST_DST),
@@ -250,9 +250,7 @@ def _paths(cf):
     fast = cf.get_backend().fast
     if fast is None:
         return [("contract only", None, {})]
-    return [("as built", fast, {}),
-            ("disabled", fast, {"binary": lambda *a: None, "unary": lambda *a: None}),
-            ("python twin", fast, {"binary": fast._py_binary, "unary": fast._py_unary})]
+    return [("as built", fast, {}), ("disabled", fast, {"ew": lambda *a: None})]
 
 
 def _run_paths(cf, row: Row):
@@ -264,15 +262,16 @@ def _run_paths(cf, row: Row):
                 mp.setattr(fast, attr, fn)
             if fast is not None:
                 seen = launched.setdefault(label, [])
-                kind = "binary" if len(row.inputs) == 2 else "unary"
-                inner = getattr(fast, kind)
+                inner = fast.ew
+                target = ew_op(row.op)
 
-                def spy(*a, _inner=inner, _seen=seen):
+                def spy(*a, _inner=inner, _seen=seen, _op=target):
                     r = _inner(*a)
-                    _seen.append(r is not None)
+                    if a[0] is _op:  # the row's op, not a copy the contract makes
+                        _seen.append(r is not None)
                     return r
 
-                mp.setattr(fast, kind, spy)
+                mp.setattr(fast, "ew", spy)
             outcomes[label] = _outcome(cf, row)
     return outcomes, launched
 
@@ -310,7 +309,6 @@ def test_contract_table(cf, row):
         assert took == row.fast, (
             f"{row.id}: the fast path {'took' if took else 'handed back'} the call; the table "
             f"says it {'takes' if row.fast else 'hands back'} it")
-        assert any(launched["python twin"]) == took  # the twin decides as the compiled one does
         assert not any(launched["disabled"])
 
 
@@ -345,15 +343,15 @@ class _HandsBack:
     def _none(self, *a):
         self.calls.append(a)
 
-    binary = unary = _py_binary = _py_unary = _none
+    ew = _none
 
 
 @pytest.mark.parametrize("row", [pytest.param(r, id=r.id) for r in TABLE[::7]])
 def test_every_path_is_run_and_compared(monkeypatch, row):
-    """The three-path machinery of the table, on the CPU.
+    """The two-path machinery of the table, on the CPU.
 
-    A stand-in fast path that hands every call back is asked once on the built and the
-    twin paths and never on the disabled one, and the three outcomes come out equal.
+    A stand-in fast path that hands every call back is asked once on the built path (under
+    the default casting) and never on the disabled one, and the two outcomes come out equal.
     """
     from cuflow.core import _runtime  # noqa: PLC0415  (the runtime object is what is swapped)
 
@@ -361,7 +359,8 @@ def test_every_path_is_run_and_compared(monkeypatch, row):
     stub = _HandsBack()
     monkeypatch.setattr(_runtime, "_current", dataclasses.replace(_runtime.runtime(), fast=stub))
     outcomes, launched = _run_paths(cuflow, row)
-    assert list(outcomes) == ["as built", "disabled", "python twin"]
-    assert outcomes["as built"][0] == outcomes["disabled"][0] == outcomes["python twin"][0]
-    assert launched == {"as built": [False], "disabled": [False], "python twin": [False]}
-    assert len(stub.calls) == 2  # the disabled path never reached the stand-in
+    asked = [False] if row.casting in (None, "same_kind") else []
+    assert list(outcomes) == ["as built", "disabled"]
+    assert outcomes["as built"][0] == outcomes["disabled"][0]
+    assert launched == {"as built": asked, "disabled": asked}
+    assert len(stub.calls) == len(asked)  # the disabled path never reached the stand-in

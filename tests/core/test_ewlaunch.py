@@ -1,11 +1,10 @@
-"""The elementwise fast path's decisions and launch parameters, without a GPU.
+"""The compiled launcher's decisions and launch parameters, without a GPU.
 
-One test body runs on both implementations, the compiled ``_ewlaunch.Launcher``
-and the Python functions it mirrors (``FastPath._py_binary``/``_py_unary`` in
-``core/_fastpath.py``), over stand-in arrays and a recording ``cuLaunchKernel``:
-which calls take the fast path, which fall back (``None``), and what is
-launched (kernel, grid, block, stream, parameters).  GPU results are checked bit for bit against CuPy in
-``test_fastpath_gpu.py``.
+``_ewlaunch.Launcher`` runs over stand-in arrays and a recording
+``cuLaunchKernel``: which calls take the engine's kernel, which fall back
+(``None``), and what is launched (kernel, grid, block, stream, parameters).
+GPU results are checked against NumPy in ``test_engine.py`` and
+``tests/test_fusion.py``.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ import math
 import numpy as np
 import pytest
 
-from cuflow.core import _fastpath as ew
 
 STREAM = 0x5EED
 _next_ptr = itertools.count(1 << 40, 1 << 32)
@@ -42,22 +40,6 @@ class FakeND:
 
 class FakeD(FakeND):
     """Stands for cuflow.darray: ``FakeD(shape, dtype)`` allocates, as the fast path calls it."""
-
-
-class FakeKernel:
-    """A _fastpath.Kernel: ``ptrs`` by dtype.num, ``load`` on a miss."""
-
-    def __init__(self, fp=0xF00, missing=()):
-        self.fp = fp
-        self.missing = set(missing)
-        self.ptrs = {}
-        self.loads = []
-
-    def load(self, dt):
-        self.loads.append(dt)
-        p = 0 if dt.num in self.missing else self.fp
-        self.ptrs[dt.num] = p
-        return p
 
 
 class Recorder:
@@ -89,303 +71,6 @@ def _capsule(addr):
     return new(addr, None, None)
 
 
-@pytest.fixture(params=["compiled", "python"])
-def impl(request):
-    """(binary, unary, recorder, set_max_grid) for the implementation of the parameter."""
-    return _make_impl(request.param, request)
-
-
-def _make_impl(kind, request):
-    """(binary, unary, recorder, set_max_grid) of ``kind``: "compiled" (skips where not built)
-    or "python", each with its own recorder."""
-    rec = Recorder()
-    if kind == "compiled":
-        launcher_mod = pytest.importorskip("cuflow.core._ewlaunch",
-                                           reason="the _ewlaunch extension was not built")
-
-        def launch(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-            vals = tuple(ctypes.c_uint64.from_address(params[i]).value
-                         for i in range(rec.nparams))
-            rec.calls.append((f, gx, (gy, gz, by, bz, shared), bx, stream, vals))
-            return rec.status
-
-        cb_launch, cb_stream = _LAUNCH_T(launch), _STREAM_T(lambda: STREAM)
-        request.addfinalizer(lambda: (cb_launch, cb_stream))  # keep the callbacks alive
-        lo = launcher_mod.Launcher(FakeD, FakeND, _capsule(ctypes.cast(cb_stream, ctypes.c_void_p)
-                                                           .value),
-                                   ctypes.cast(cb_launch, ctypes.c_void_p).value, _fail)
-
-        def set_max_grid(v):
-            lo.max_grid = v
-
-        return lo.binary, lo.unary, rec, set_max_grid
-
-    def launch(f, gx, gy, gz, bx, by, bz, shared, stream, argv, extra):
-        assert argv == ew._P.argv_ptr
-        vals = tuple(v & (1 << 64) - 1 for v in ew._P.slots[:rec.nparams])
-        rec.calls.append((f, gx, (gy, gz, by, bz, shared), bx, stream, vals))
-        if rec.status:
-            _fail(rec.status)
-
-    path = ew.FastPath(FakeND, 1, None, get_device=lambda: 0,
-                       current_stream=lambda: _Data(STREAM), launch=launch,
-                       sm_count=lambda dev: 1 << 25)
-    path.darray = FakeD
-    path.max_grid = 1 << 31
-
-    def set_max_grid(v):
-        path.max_grid = v or 1 << 31
-
-    return path._py_binary, path._py_unary, rec, set_max_grid
-
-
-def _grid(nbytes):
-    return ((nbytes + 15) // 16 + 255) // 256
-
-
-@pytest.mark.parametrize("shape,dtype", [((100, 100), "float32"), ((7,), "uint8"),
-                                         ((3, 5, 17), "float64"), ((1 << 20,), "int16")])
-def test_binary_launch_parameters(impl, shape, dtype):
-    binary, _, rec, _ = impl
-    rec.nparams = 4
-    k = FakeKernel(fp=0xABC0)
-    a, b = FakeD(shape, dtype), FakeND(shape, dtype)
-    n = math.prod(shape)
-    c = binary(k, a, b, None)
-    assert type(c) is FakeD and c.shape == a.shape and c.dtype == a.dtype
-    dst = FakeD(shape, dtype)
-    assert binary(k, a, b, dst) is dst
-    g = _grid(n * np.dtype(dtype).itemsize)
-    assert rec.calls == [
-        (0xABC0, g, (1, 1, 1, 1, 0), 256, STREAM, (a.data.ptr, b.data.ptr, c.data.ptr, n)),
-        (0xABC0, g, (1, 1, 1, 1, 0), 256, STREAM, (a.data.ptr, b.data.ptr, dst.data.ptr, n)),
-    ]
-    assert k.loads == [np.dtype(dtype)]  # loaded on the first call, from ptrs after
-
-
-def test_unary_launch_parameters(impl):
-    _, unary, rec, _ = impl
-    rec.nparams = 3
-    k = FakeKernel()
-    a = FakeND((33, 3), "float16")
-    c = unary(k, a, None)
-    assert type(c) is FakeD and c.shape == (33, 3)
-    assert unary(k, a, a) is a  # in place
-    assert [call[-1] for call in rec.calls] == [(a.data.ptr, c.data.ptr, 99),
-                                               (a.data.ptr, a.data.ptr, 99)]
-
-
-def test_fallbacks_return_none_and_launch_nothing(impl):
-    binary, unary, rec, _ = impl
-    rec.nparams = 4
-    k = FakeKernel()
-    a = FakeD((8, 8), "float32")
-    b = FakeD((8, 8), "float32")
-    shifted = FakeD((8, 8), "float32", ptr=a.data.ptr + 4)
-    cases = _binary_fallbacks(a, b, shifted)
-    for why, (x, y, d) in cases.items():
-        assert binary(k, x, y, d) is None, why
-    assert unary(k, a, shifted) is None
-    assert unary(k, FakeD((8, 8), "float32", contiguous=False), None) is None
-    assert unary(k, 3, None) is None
-    assert unary(k, np.ones(3), None) is None
-    assert rec.calls == []
-
-
-def _binary_fallbacks(a, b, shifted):
-    """Binary calls the fast path hands back: why -> (a, b, dst); ``a``, ``b`` are (8, 8) float32."""
-    return {
-        "dtypes differ": (a, FakeD((8, 8), "float64"), None),
-        "a strided": (FakeD((8, 8), "float32", contiguous=False), b, None),
-        "b strided": (a, FakeD((8, 8), "float32", contiguous=False), None),
-        "shapes differ (broadcasting)": (a, FakeD((1, 8), "float32"), None),
-        "same size, other shape": (a, FakeD((4, 16), "float32"), None),
-        "dst on the host": (a, b, np.empty((8, 8), np.float32)),
-        "dst dtype": (a, b, FakeD((8, 8), "float64")),
-        "dst strided": (a, b, FakeD((8, 8), "float32", contiguous=False)),
-        "dst shape": (a, b, FakeD((64,), "float32")),
-        "dst overlaps a, shifted": (a, b, shifted),
-        "dst overlaps b, shifted": (b, a, shifted),
-        "dst is a subclass": (a, b, type("Sub", (FakeD,), {})((8, 8), "float32")),
-        "b a scalar": (a, 2.0, None),
-        "a a host array": (np.ones((8, 8), np.float32), b, None),
-        "b a subclass": (a, type("Sub", (FakeND,), {})((8, 8), "float32"), None),
-    }
-
-
-def test_no_instantiation_falls_back(impl):
-    binary, unary, rec, _ = impl
-    k = FakeKernel(missing={np.dtype(np.complex64).num})
-    c = FakeD((4,), np.complex64)
-    assert binary(k, c, c, None) is None
-    assert unary(k, c, None) is None
-    assert k.loads == [np.dtype(np.complex64)]  # the miss is remembered (ptrs[num] = 0)
-    assert rec.calls == []
-
-
-def test_in_place_and_aliases_launch(impl):
-    binary, _, rec, _ = impl
-    rec.nparams = 4
-    k = FakeKernel()
-    a, b = FakeD((10,), "int32"), FakeD((10,), "int32")
-    alias = FakeND((10,), "int32", ptr=a.data.ptr)  # another view of a's memory
-    assert binary(k, a, b, a) is a
-    assert binary(k, a, b, b) is b
-    assert binary(k, a, a, a) is a
-    assert binary(k, a, b, alias) is alias
-    assert [call[-1][2] for call in rec.calls] == [a.data.ptr, b.data.ptr, a.data.ptr,
-                                                   a.data.ptr]
-
-
-def test_adjacent_buffers_do_not_overlap(impl):
-    binary, _, rec, _ = impl
-    rec.nparams = 4
-    a = FakeD((16,), "float32")
-    after = FakeD((16,), "float32", ptr=a.data.ptr + 64)  # ends where the other begins
-    before = FakeD((16,), "float32", ptr=a.data.ptr - 64)
-    assert binary(FakeKernel(), a, a, after) is after
-    assert binary(FakeKernel(), a, a, before) is before
-    assert len(rec.calls) == 2
-
-
-def test_empty_arrays_launch_nothing(impl):
-    binary, unary, rec, _ = impl
-    a = FakeD((0, 3), "float32")
-    assert binary(FakeKernel(), a, a, None).shape == (0, 3)
-    assert unary(FakeKernel(), a, None).shape == (0, 3)
-    assert rec.calls == []
-
-
-def test_grid_is_capped(impl):
-    binary, _, rec, set_max_grid = impl
-    rec.nparams = 4
-    a = FakeD((1 << 24,), "float32")
-    set_max_grid(132 * 64)
-    binary(FakeKernel(), a, a, a)
-    assert rec.calls[-1][1] == 132 * 64
-    set_max_grid(1 << 30)
-    binary(FakeKernel(), a, a, a)
-    assert rec.calls[-1][1] == _grid(a.size * 4)
-
-
-def test_failed_launch_raises(impl):
-    binary, unary, rec, _ = impl
-    rec.nparams = 4
-    rec.status = 700
-    a = FakeD((5,), "float32")
-    with pytest.raises(_Failed) as e:
-        binary(FakeKernel(), a, a, None)
-    assert e.value.args == (700,)
-    rec.nparams = 3
-    with pytest.raises(_Failed):
-        unary(FakeKernel(), a, a)
-
-
-def test_python_path_with_several_gpus_checks_devices(impl, monkeypatch):
-    """With several GPUs only the Python functions run: arrays on another device fall back."""
-    binary, unary, rec, _ = impl
-    path = getattr(binary, "__self__", None)
-    if not isinstance(path, ew.FastPath):
-        pytest.skip("the compiled launcher is bound only with one GPU")
-    rec.nparams = 4
-    path.multi = True
-    k = FakeKernel()  # with several GPUs every call asks load() (per-device pointers)
-    a, b = FakeD((8,), "float32"), FakeD((8,), "float32")
-    other = FakeD((8,), "float32")
-    other.data.device_id = 1
-    assert binary(k, a, other, None) is None
-    assert binary(k, a, b, other) is None
-    assert binary(k, a, b, np.empty(8, np.float32)) is None  # a host dst: refused, not an error
-    assert unary(k, other, None) is None
-    assert rec.calls == []
-    assert binary(k, a, b, None) is not None
-    assert len(rec.calls) == 1
-
-
-def test_compiled_launcher_checks_its_arguments():
-    launcher_mod = pytest.importorskip("cuflow.core._ewlaunch",
-                                       reason="the _ewlaunch extension was not built")
-    cap = _capsule(0x1000)
-    with pytest.raises(TypeError, match="fail must be callable"):
-        launcher_mod.Launcher(FakeD, FakeND, cap, 0x2000, None)
-    with pytest.raises(ValueError, match="non-zero address"):
-        launcher_mod.Launcher(FakeD, FakeND, cap, 0, _fail)
-    with pytest.raises(TypeError):
-        launcher_mod.Launcher(FakeD, FakeND, "not a capsule", 0x2000, _fail)
-    lo = launcher_mod.Launcher(FakeD, FakeND, cap, 0x2000, _fail)
-    with pytest.raises(TypeError, match="takes 4 arguments"):
-        lo.binary(FakeKernel(), FakeD((1,), "f4"), None)
-    with pytest.raises(TypeError, match="takes 3 arguments"):
-        lo.unary(FakeKernel(), FakeD((1,), "f4"))
-
-
-def _decision_table():
-    """(why, "binary" or "unary", arguments after the kernel, launches?) over fresh fakes."""
-    a = FakeD((8, 8), "float32")
-    b = FakeD((8, 8), "float32")
-    shifted = FakeD((8, 8), "float32", ptr=a.data.ptr + 4)
-    rows = [(why, "binary", args, False) for why, args in _binary_fallbacks(a, b, shifted).items()]
-    c = FakeD((4,), np.complex64)  # FakeKernel(missing=complex64): no instantiation
-    return rows + [
-        ("new result", "binary", (a, b, None), True),
-        ("dst fresh", "binary", (a, b, FakeD((8, 8), "float32")), True),
-        ("plain ndarray inputs and dst", "binary",
-         (FakeND((8, 8), "float32"), FakeND((8, 8), "float32"), FakeND((8, 8), "float32")), True),
-        ("in place, dst is a", "binary", (a, b, a), True),
-        ("in place, dst is b", "binary", (a, b, b), True),
-        ("a + a into a", "binary", (a, a, a), True),
-        ("dst another view of a, same start", "binary",
-         (a, b, FakeND((8, 8), "float32", ptr=a.data.ptr)), True),
-        ("dst right after a", "binary", (a, a, FakeD((8, 8), "float32", ptr=a.data.ptr + 256)),
-         True),
-        ("dst ends where a begins", "binary",
-         (a, a, FakeD((8, 8), "float32", ptr=a.data.ptr - 256)), True),
-        ("dst one byte into a", "binary", (a, a, FakeD((8, 8), "float32", ptr=a.data.ptr + 1)),
-         False),
-        ("0-d", "binary", (FakeD((), "float64"), FakeD((), "float64"), None), True),
-        ("empty", "binary", (FakeD((0, 3), "int8"), FakeD((0, 3), "int8"), None), True),
-        ("no instantiation", "binary", (c, c, None), False),
-        ("unary new result", "unary", (a, None), True),
-        ("unary in place", "unary", (a, a), True),
-        ("unary dst another view, same start", "unary",
-         (a, FakeND((8, 8), "float32", ptr=a.data.ptr)), True),
-        ("unary dst shifted", "unary", (a, shifted), False),
-        ("unary a strided", "unary", (FakeD((8, 8), "float32", contiguous=False), None), False),
-        ("unary dst strided", "unary", (a, FakeD((8, 8), "float32", contiguous=False)), False),
-        ("unary dst dtype", "unary", (a, FakeD((8, 8), "float64")), False),
-        ("unary dst shape", "unary", (a, FakeD((64,), "float32")), False),
-        ("unary dst on the host", "unary", (a, np.empty((8, 8), np.float32)), False),
-        ("unary a scalar", "unary", (3, None), False),
-        ("unary a host array", "unary", (np.ones(3), None), False),
-        ("unary a subclass", "unary", (type("Sub", (FakeD,), {})((8, 8), "float32"), None), False),
-        ("unary no instantiation", "unary", (c, None), False),
-    ]
-
-
-def test_compiled_and_python_make_the_same_decision(request):
-    """Row by row, the C launcher and its Python twin both launch or both hand back (None),
-    as the table says, and launch the same kernel with the same grid, block and stream."""
-    compiled = _make_impl("compiled", request)
-    python = _make_impl("python", request)
-    for _, _, rec, _ in (compiled, python):
-        rec.nparams = 4
-    rows = _decision_table()
-    for why, kind, args, launches in rows:
-        results = []
-        for binary, unary, rec, _ in (compiled, python):
-            k = FakeKernel(missing={np.dtype(np.complex64).num})
-            fn = binary if kind == "binary" else unary
-            rec.nparams = 4 if kind == "binary" else 3
-            before = len(rec.calls)
-            r = fn(k, *args)
-            results.append((r is not None, [c[:5] for c in rec.calls[before:]]))
-            if args[-1] is not None and r is not None:
-                assert r is args[-1], why  # with dst given, the result is dst
-        assert results[0] == results[1], f"{why}: compiled {results[0]} != python {results[1]}"
-        assert results[0][0] == launches, f"{why}: launched={results[0][0]}, table={launches}"
-    assert len(rows) >= 40
-
-
 # ------------------------------------------------- the engine's single-op launch
 class FakeOp:
     """An engine EwOp: ``plans`` by key, ``load(key, args, dst)`` on a miss."""
@@ -401,7 +86,12 @@ class FakeOp:
         return self.plan
 
 
-def _compiled(request, darray=None, ndarray=None):
+_DEVICE_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int))
+
+
+def _compiled(request, darray=None, ndarray=None, device=None):
+    """A Launcher over recording callbacks; with ``device`` (a one-item list: the current
+    device, which a test may change) the several-device launcher."""
     launcher_mod = pytest.importorskip("cuflow.core._ewlaunch",
                                        reason="the _ewlaunch extension was not built")
     rec = Recorder()
@@ -412,12 +102,59 @@ def _compiled(request, darray=None, ndarray=None):
         rec.calls.append((f, gx, bx, stream, vals))
         return rec.status
 
+    def get_device(out):
+        out[0] = device[0]
+        return 0
+
     cb_launch, cb_stream = _LAUNCH_T(launch), _STREAM_T(lambda: STREAM)
-    request.addfinalizer(lambda: (cb_launch, cb_stream))
+    cb_device = _DEVICE_T(get_device)
+    request.addfinalizer(lambda: (cb_launch, cb_stream, cb_device))
     lo = launcher_mod.Launcher(darray, ndarray,
                                _capsule(ctypes.cast(cb_stream, ctypes.c_void_p).value),
-                               ctypes.cast(cb_launch, ctypes.c_void_p).value, _fail)
+                               ctypes.cast(cb_launch, ctypes.c_void_p).value, _fail,
+                               device_fn=None if device is None else
+                               ctypes.cast(cb_device, ctypes.c_void_p).value)
     return lo, rec
+
+
+def test_compiled_launcher_checks_its_arguments():
+    launcher_mod = pytest.importorskip("cuflow.core._ewlaunch",
+                                       reason="the _ewlaunch extension was not built")
+    cap = _capsule(0x1000)
+    with pytest.raises(TypeError, match="fail must be callable"):
+        launcher_mod.Launcher(FakeD, FakeND, cap, 0x2000, None)
+    with pytest.raises(ValueError, match="non-zero address"):
+        launcher_mod.Launcher(FakeD, FakeND, cap, 0, _fail)
+    with pytest.raises(ValueError, match="device_fn must be a non-zero address"):
+        launcher_mod.Launcher(FakeD, FakeND, cap, 0x2000, _fail, device_fn=0)
+    with pytest.raises(TypeError):
+        launcher_mod.Launcher(FakeD, FakeND, "not a capsule", 0x2000, _fail)
+    lo = launcher_mod.Launcher(FakeD, FakeND, cap, 0x2000, _fail)
+    with pytest.raises(TypeError, match="takes 3 arguments"):
+        lo.ew(FakeOp(None), (FakeD((1,), "f4"),))
+
+
+def test_ew_with_several_devices_keys_plans_by_device_and_declines_others(request):
+    """Plans hold one device's functions: the current device is in the key, and an operand
+    or dst on another device is handed back (CuPy's path then checks it)."""
+    device = [1]
+    lo, rec = _compiled(request, device=device)
+    rec.nparams = 3
+    op = FakeOp((0xE4, np.dtype("float32"), 4, 0, 0, None, 0))
+    a = FakeD((8, 8), "float32", ptr=1 << 40)
+    a.data.device_id = 1
+    assert lo.ew(op, (a,), None) is not None
+    assert op.loads == [_code(a) | 2 << 56]
+    device[0] = 0  # the same array, another current device: declined before any plan
+    assert lo.ew(op, (a,), None) is None
+    other = FakeD((8, 8), "float32")
+    other.data.device_id = 0
+    assert lo.ew(op, (other,), None) is not None
+    assert op.loads[-1] == _code(other) | 1 << 56
+    dst = FakeD((8, 8), "float32")
+    dst.data.device_id = 1
+    assert lo.ew(op, (other,), dst) is None
+    assert len(rec.calls) == 2
 
 
 class _Base:

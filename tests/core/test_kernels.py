@@ -7,7 +7,6 @@ import dataclasses
 import pytest
 
 import cuflow
-from cuflow.core import _fastpath
 from cuflow.raw_kernels import REGISTRY, _registry, compile_for_arch
 
 CASES = [(name, dt) for name, spec in REGISTRY.items() for dt in spec.dtypes()]
@@ -21,7 +20,7 @@ def test_compiles_for_arch(kernel, dtype, arch):
 
 
 def test_compile_error_names_kernel_arch_and_log(monkeypatch):
-    spec = dataclasses.replace(REGISTRY["elementwise"], name="broken")
+    spec = dataclasses.replace(REGISTRY["image"], name="broken")
     monkeypatch.setattr(_registry, "source_of", lambda s: "__global__ void k() { int x = ; }")
     with pytest.raises(cuflow.KernelCompileError) as ei:
         compile_for_arch(spec, "float32", 90)
@@ -29,7 +28,3 @@ def test_compile_error_names_kernel_arch_and_log(monkeypatch):
     assert "broken" in msg and "sm_90" in msg and "expected an expression" in msg
 
 
-def test_registry_entries_cover_the_fast_ops():
-    spec = REGISTRY["elementwise"]
-    entries = {e for e, _ in spec.entries}
-    assert {k.entry for k in _fastpath.KERNELS.values()} <= entries
