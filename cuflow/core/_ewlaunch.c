@@ -169,6 +169,25 @@ array_code(PyObject *x, int dev, unsigned long long *code, unsigned long long *p
     *ptr = p;
     return 1;
 }
+
+/* The item size of an operand of key code ``code`` (NumPy's type number (code - 2) / 2):
+ * the numeric types' fixed sizes, else its dtype's itemsize (-1 with an exception set). */
+static long long
+code_itemsize(PyObject *x, unsigned long long code)
+{
+    static const signed char sizes[24] = {
+        1, 1, 1, 2, 2, 4, 4, (signed char)sizeof(long), (signed char)sizeof(long), 8, 8, 4,
+        8, 0, 8, 16, 0, 0, 0, 0, 0, 8, 8, 2};
+    unsigned long long num = (code - 2) / 2;
+    if (num < 24 && sizes[num])
+        return sizes[num];
+    PyObject *dt = PyObject_GetAttr(x, s_dtype);
+    if (dt == NULL)
+        return -1;
+    long long r = attr_ll(dt, s_itemsize);
+    Py_DECREF(dt);
+    return r;
+}
 static PyObject *s_plans, *s_ew_load;
 
 static PyObject *
@@ -334,11 +353,7 @@ launcher_ew(Launcher *self, PyObject *const *argv, Py_ssize_t nargs)
         Py_DECREF(oshape);
         Py_DECREF(plan);
         /* an input sharing memory with dst other than exactly: the contract's copy (Python) */
-        PyObject *dsz = PyObject_GetAttr(dst, s_dtype);
-        if (dsz == NULL)
-            goto error;
-        long long disz = attr_ll(dsz, s_itemsize);
-        Py_DECREF(dsz);
+        long long disz = code_itemsize(dst, (key >> 48) & 255);
         if (disz == -1 && PyErr_Occurred())
             goto error;
         unsigned long long dnb = (unsigned long long)n * (unsigned long long)disz;
@@ -348,11 +363,7 @@ launcher_ew(Launcher *self, PyObject *const *argv, Py_ssize_t nargs)
             if (Py_TYPE(x) != (PyTypeObject *)self->darray && Py_TYPE(x) != (PyTypeObject *)self->ndarray)
                 continue;
             unsigned long long p = ptrs[j++];
-            PyObject *xd = PyObject_GetAttr(x, s_dtype);
-            if (xd == NULL)
-                goto error;
-            long long xisz = attr_ll(xd, s_itemsize);
-            Py_DECREF(xd);
+            long long xisz = code_itemsize(x, (key >> (8 * i)) & 255);
             if (xisz == -1 && PyErr_Occurred())
                 goto error;
             unsigned long long xnb = (unsigned long long)n * (unsigned long long)xisz;
