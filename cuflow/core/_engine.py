@@ -528,16 +528,17 @@ def _int_operands_exact(op: EwOp, args: tuple) -> bool:
     bool arrays with any Python scalars; integer arrays only for ``_INT_EXACT`` ops, all of
     one integer dtype and without Python scalars (whose range NumPy checks per value)."""
     ints = set()
-    scalars = False
+    scalars = floats = False
     for x in args:
         if type(x) is float or type(x) is int:
             scalars = True
         elif x.dtype.kind in "iu":
             ints.add(x.dtype)
-        elif x.dtype.kind not in "fb":
+        elif x.dtype.kind == "f":
+            floats = True
+        elif x.dtype.kind != "b":
             return False
-    return not ints or (op.ints and not scalars and len(ints) == 1 and all(
-        type(x) is not float and type(x) is not int and x.dtype.kind != "f" for x in args))
+    return not ints or (op.ints and not scalars and not floats and len(ints) == 1)
 
 
 def _shape_free(x: Any) -> bool:
@@ -553,8 +554,9 @@ class EwOp:
     launcher's key of an operand signature (``_ewlaunch.c``, ``Launcher.ew``) to
     ``(function, result dtype, vector width, most blocks, trailing zero parameters, result
     shape or None for the operands', most elements or 0)``, or to None where the
-    engine leaves the call to the backend (integer arrays, shapes that differ, a
-    signature NumPy has no loop for: the backend then gives its result or error).
+    engine leaves the call to the backend (integer operands outside
+    :func:`_int_operands_exact`, shapes that differ, a signature NumPy has no loop for: the
+    backend then gives its result or error).
     """
 
     __slots__ = ("name", "fn", "plans", "fused", "ints")

@@ -24,7 +24,7 @@
 #include <stdint.h>
 
 #ifdef Py_GIL_DISABLED
-#error "the launcher reads dicts with borrowed references under the GIL; free-threaded builds run the Python functions"
+#error "the launcher reads dicts with borrowed references under the GIL; free-threaded builds take CuPy's path"
 #endif
 
 #define BLOCK 256 /* threads per block: _ewgen.BLOCK */
