@@ -48,7 +48,7 @@ def backend_info() -> dict[str, Any]:
         "pool_hot_path": "python" if _pool.HotAlloc is None else "compiled",
         "elementwise_launch": ("unused on the NumPy backend (compiled launcher "
                                f"{'built' if built else 'not built'})"),
-        "kernel_compiler": _kernel_compiler(),
+        "kernel_compiler": _kernel_compiler(rt.is_gpu),
     }
     if rt.is_gpu:
         cuda_rt = rt.xp.cuda.runtime
@@ -72,11 +72,13 @@ def backend_info() -> dict[str, Any]:
     return info
 
 
-def _kernel_compiler() -> str:
+def _kernel_compiler(gpu: bool) -> str:
     """What compiles the engine's generated kernels: NVRTC through cuda-bindings."""
     try:
         version = importlib.metadata.version("cuda-bindings")
     except importlib.metadata.PackageNotFoundError:
+        if not gpu:
+            return "none (the NumPy backend runs fused functions unfused)"
         return ("missing: cuflow.fuse and the engine's single ops need cuda-bindings "
                 "(pip install \"cuflow[cuda13]\" or \"cuflow[cuda12]\")")
     return f"NVRTC through cuda-bindings {version}"
