@@ -1317,8 +1317,10 @@ release_free_segments(HotAlloc *self, PyObject *source)
             Py_DECREF(r);
             continue;
         }
+        /* strong references across the source's call (Python code may run there) */
         PyObject *ptr = Py_NewRef(SLOT(seg, self->xoff[S_PTR]));
         PyObject *nbytes = Py_NewRef(SLOT(seg, self->xoff[S_NBYTES]));
+        Py_INCREF(stream);
         long long nv = as_ll(nbytes);
         int e = (nv == -1 && PyErr_Occurred()) || fl_remove(self, fl, b) < 0;
         Py_DECREF(fl);
@@ -1327,6 +1329,7 @@ release_free_segments(HotAlloc *self, PyObject *source)
             e = r == NULL || PyDict_DelItem(segs, ptr) < 0;
             Py_XDECREF(r);
         }
+        Py_DECREF(stream);
         Py_DECREF(ptr);
         Py_DECREF(nbytes);
         if (e)
