@@ -587,6 +587,9 @@ class EwOp:
         shape: tuple = ()
         if not self.fused and not _int_operands_exact(self, args):
             return None
+        if self.fused and any(type(x) is not float and type(x) is not int
+                              and x.dtype.kind not in "biuf" for x in args):
+            return None  # complex and the like: the function's unfused path
         for i, x in enumerate(args):
             if type(x) is float or type(x) is int:
                 e = Expr("scalar", (), numpy.float64 if type(x) is float else numpy.int64, (),

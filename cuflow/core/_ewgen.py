@@ -48,7 +48,9 @@ _CT = {"bool": "bool", "int8": "signed char", "int16": "short", "int32": "int",
        "uint32": "unsigned int", "uint64": "unsigned long long", "float16": "float",
        "float32": "float", "float64": "double"}
 _MT = {**_CT, "bool": "unsigned char", "float16": "unsigned short"}
-_UNSIGNED = {"int32": "unsigned int", "int64": "unsigned long long"}
+#: wrapping arithmetic in an unsigned type where C would overflow a signed one (int32 and
+#: int64 themselves; uint16, which C promotes to int before multiplying)
+_UNSIGNED = {"int32": "unsigned int", "int64": "unsigned long long", "uint16": "unsigned int"}
 
 
 def carried(dt: numpy.dtype) -> str:
@@ -280,18 +282,24 @@ def cast(e: str, src: numpy.dtype, dst: numpy.dtype) -> str:
 def _unary(op: str, dt: numpy.dtype, a: str) -> str:
     T = _CT[dt.name]
     f = dt.kind == "f"
+    U = _UNSIGNED.get(dt.name)
     if op == "negative":
-        return f"(-{a})" if f else f"(({T})(0 - {a}))"
+        if f:
+            return f"(-{a})"
+        return f"(({T})(({U})0 - ({U}){a}))" if U else f"(({T})(0 - {a}))"
     if op == "positive":
         return a
     if op in ("absolute", "fabs"):
         if f:
             return f"{_fn('fabs', dt)}({a})"
-        return f"(({a} < 0) ? ({T})(0 - {a}) : {a})" if dt.kind == "i" else a
+        if dt.kind != "i":
+            return a
+        neg = f"({T})(({U})0 - ({U}){a})" if U else f"({T})(0 - {a})"
+        return f"(({a} < 0) ? {neg} : {a})"
     if op == "sign":
         return f"(({a} > 0) ? ({T})1 : (({a} < 0) ? ({T})-1 : (({a} == 0) ? ({T})0 : {a})))"
     if op == "square":
-        return f"(({T})({a} * {a}))"
+        return f"(({T})(({U}){a} * ({U}){a}))" if U else f"(({T})({a} * {a}))"
     if op == "reciprocal":
         return f"(({T})1 / {a})" if f else f"(({a} == 0) ? ({T})0 : ({T})(1 / {a}))"
     if op in ("deg2rad", "radians"):

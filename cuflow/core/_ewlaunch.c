@@ -425,27 +425,6 @@ error:
     return NULL;
 }
 
-static PyObject *
-launcher_binary(Launcher *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 4) {
-        PyErr_Format(PyExc_TypeError, "binary(kernel, a, b, dst) takes 4 arguments, got %zd",
-                     nargs);
-        return NULL;
-    }
-    return run(self, 2, args[0], args + 1, args[3]);
-}
-
-static PyObject *
-launcher_unary(Launcher *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 3) {
-        PyErr_Format(PyExc_TypeError, "unary(kernel, a, dst) takes 3 arguments, got %zd", nargs);
-        return NULL;
-    }
-    return run(self, 1, args[0], args + 1, args[2]);
-}
-
 /* empty(shape, dtype): a new C-contiguous darray, or None where cuflow.empty's Python path
  * must check the arguments: anything but an int or a tuple of ints >= 0 (bools and NumPy
  * integers included), a size past the address space, or a dtype that is not one of numbers.

@@ -23,7 +23,7 @@
  * their offsets.  A miss of every free list releases the wholly free segments and takes a
  * new one from the pool's source (its alloc and free are the only Python calls), unless
  * Pool._alloc_slow has more to do: frees awaiting other streams' work, orphans, or another
- * stream's free blocks to borrow.  A refused segment goes to Pool._segment_block's retries.
+ * stream's free blocks to borrow.  A refused segment goes to Pool._segment_refused's retries.
  * A capture, a recording, a destroyed stream or a stream met for the first time call
  * Pool._alloc_miss.
  */
@@ -653,7 +653,7 @@ typedef struct {
     PyObject *popitem, *free_other, *miss;
     /* the general path (NULL without segment_type / freelist_type: it is then Python's) */
     PyObject *segment_type, *freelist_type, *lists, *general, *alloc_slow, *new_list, *drain;
-    PyObject *segment_block, *release_segment;
+    PyObject *segment_refused, *release_segment;
     PoolLock *lock;
     PoolState *st;
     Py_ssize_t off[B_N];
@@ -1270,6 +1270,36 @@ miss_is_plain(HotAlloc *self, PyObject *stream)
     return 1;
 }
 
+/* The exception being raised, normalized, as a new reference (cleared), or NULL */
+static PyObject *
+raised_exception(void)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    return PyErr_GetRaisedException();
+#else
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyErr_NormalizeException(&et, &ev, &tb);
+    if (ev != NULL && tb != NULL)
+        PyException_SetTraceback(ev, tb);
+    Py_XDECREF(et);
+    Py_XDECREF(tb);
+    return ev;
+#endif
+}
+
+/* Raise ``exc`` again (a reference from raised_exception, stolen) */
+static void
+restore_exception(PyObject *exc)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(exc);
+#else
+    if (exc != NULL)
+        PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(exc)), exc, PyException_GetTraceback(exc));
+#endif
+}
+
 /* Pool._release_free_segments(kept=False) for the general pool: its wholly free segments,
  * except those a warm-up kept, go back to the source.  A segment used by several streams
  * goes through Pool._release_segment (events order its release after their work). */
@@ -1305,6 +1335,12 @@ release_free_segments(HotAlloc *self, PyObject *source)
     }
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(found); i++) {
         PyObject *b = PyList_GET_ITEM(found, i), *seg = SLOT(b, self->off[B_SEG]);
+        /* checked again: Python code run by an earlier release (a finalizer) may have used
+         * the pool since, as Pool._release_free_segments checks each segment in turn */
+        if (SLOT(b, self->off[B_NEXT]) != Py_None || SLOT(b, self->off[B_FREE]) != Py_True
+            || SLOT(b, self->off[B_QUICK]) != Py_False || SLOT(b, self->off[B_EVENTS]) != Py_None
+            || SLOT(seg, self->xoff[S_FIRST]) != b)
+            continue;
         PyObject *stream = SLOT(b, self->off[B_STREAM]), *streams = SLOT(seg, self->xoff[S_STREAMS]);
         PyObject *fl = get_list(self, Py_None, stream), *r;
         if (fl == NULL)
@@ -1345,7 +1381,8 @@ fail:
 }
 
 /* Pool._segment_block for the general pool: the first block of a new segment from the
- * source; when the source refuses (the device, or a limit), the Python method's retries */
+ * source; when the source refuses (the device, or a limit), Pool._segment_refused's retries
+ * with its error */
 static PyObject *
 segment_block(HotAlloc *self, PyObject *source, PyObject *size_obj, long long seg_bytes,
               PyObject *stream)
@@ -1359,9 +1396,11 @@ segment_block(HotAlloc *self, PyObject *source, PyObject *size_obj, long long se
             Py_DECREF(nb);
             return NULL;
         }
-        PyErr_Clear();
-        PyObject *b = PyObject_CallFunctionObjArgs(self->segment_block, size_obj, stream,
-                                                   Py_None, nb, NULL);
+        PyObject *exc = raised_exception();
+        PyObject *b = exc == NULL ? NULL
+            : PyObject_CallFunctionObjArgs(self->segment_refused, size_obj, stream, Py_None,
+                                           nb, exc, NULL);
+        Py_XDECREF(exc);
         Py_DECREF(nb);
         return b;
     }
@@ -1404,6 +1443,14 @@ fail:
     Py_XDECREF(b);
     Py_XDECREF(seg);
     Py_XDECREF(streams);
+    { /* the segment the source gave back to it, keeping this error */
+        PyObject *exc = raised_exception();
+        PyObject *r = PyObject_CallMethodObjArgs(source, s_free, ptr, nb, stream, NULL);
+        if (r == NULL)
+            PyErr_WriteUnraisable(source);
+        Py_XDECREF(r);
+        restore_exception(exc);
+    }
     Py_DECREF(ptr);
     Py_DECREF(nb);
     return NULL;
@@ -1460,7 +1507,7 @@ alloc_slow(HotAlloc *self, long long size, PyObject *size_obj, PyObject *stream,
         b = segment_block(self, source, size_obj, seg_bytes, stream);
     Py_DECREF(source);
     if (b != NULL && Py_TYPE(b) != (PyTypeObject *)self->block_type) {
-        PyErr_Format(PyExc_TypeError, "Pool._segment_block gave a %R", Py_TYPE(b));
+        PyErr_Format(PyExc_TypeError, "Pool._segment_refused gave a %R", Py_TYPE(b));
         Py_CLEAR(b);
     }
     return b;
@@ -1654,7 +1701,7 @@ hot_traverse(HotAlloc *self, visitproc visit, void *arg)
     Py_VISIT(self->alloc_slow);
     Py_VISIT(self->new_list);
     Py_VISIT(self->drain);
-    Py_VISIT(self->segment_block);
+    Py_VISIT(self->segment_refused);
     Py_VISIT(self->release_segment);
     return 0;
 }
@@ -1681,7 +1728,7 @@ hot_clear(HotAlloc *self)
     Py_CLEAR(self->alloc_slow);
     Py_CLEAR(self->new_list);
     Py_CLEAR(self->drain);
-    Py_CLEAR(self->segment_block);
+    Py_CLEAR(self->segment_refused);
     Py_CLEAR(self->release_segment);
     return 0;
 }
@@ -1782,7 +1829,7 @@ hot_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             || (self->alloc_slow = PyObject_GetAttrString(pool, "_alloc_slow")) == NULL
             || (self->new_list = PyObject_GetAttrString(pool, "_list")) == NULL
             || (self->drain = PyObject_GetAttrString(pool, "_drain")) == NULL
-            || (self->segment_block = PyObject_GetAttrString(pool, "_segment_block")) == NULL
+            || (self->segment_refused = PyObject_GetAttrString(pool, "_segment_refused")) == NULL
             || (self->release_segment = PyObject_GetAttrString(pool, "_release_segment")) == NULL)
             goto fail;
         if (!PyDict_Check(self->lists) || !PyDict_Check(self->general)) {

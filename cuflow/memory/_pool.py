@@ -419,14 +419,22 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         return self._segment_block(size, stream, owner, seg_bytes)
 
     def _segment_block(self, size: int, stream: int, owner: Any, seg_bytes: int) -> Block:
-        """The first block of a new segment of ``seg_bytes`` (for a request of ``size``):
-        past the limit, the pool's free segments go back first; when the device is out of
-        memory, after collecting garbage, freeing cached segments and waiting for pending
-        frees, a fit in what that freed or a last try."""
-        capturing = bool(self._capturing)
+        """The first block of a new segment of ``seg_bytes`` (for a request of ``size``), or
+        what :meth:`_segment_refused` finds when the source refuses it."""
         try:
             ptr = self._new_segment(seg_bytes, stream, owner)
-        except LimitExceeded:
+        except MemoryError as e:
+            return self._segment_refused(size, stream, owner, seg_bytes, e)
+        return self._add_segment(ptr, seg_bytes, stream, owner)
+
+    def _segment_refused(self, size: int, stream: int, owner: Any, seg_bytes: int,
+                         error: MemoryError) -> Block:
+        """After the source refused a segment with ``error``: past the limit, the pool's free
+        segments go back first; when the device is out of memory, after collecting garbage,
+        freeing cached segments and waiting for pending frees, a fit in what that freed or a
+        last try.  Raises :class:`~cuflow.OutOfMemoryError` when that fails too."""
+        capturing = bool(self._capturing)
+        if isinstance(error, LimitExceeded):
             if not capturing:
                 self._release_free_segments()
             try:
@@ -435,23 +443,27 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
                 self.num_ooms += 1
                 raise OutOfMemoryError(self._oom_message(size, f"the pool's limit of "
                                                                f"{fmt_bytes(self.limit)}")) from None
-        except MemoryError as first:
-            self.num_alloc_retries += 1
-            gc.collect()  # finalizers of collected arrays queue their frees; drain them
-            self._drain()
-            self._flush_quick()
-            if not capturing:
-                self._release_free_segments()
-                self._process_pending(wait=True)
-                self._release_free_segments()
-            b = self._list(owner, stream).pop_fit(size)
-            if b is not None:
-                return b
-            try:
-                ptr = self._new_segment(seg_bytes, stream, owner)
-            except MemoryError:
-                self.num_ooms += 1
-                raise OutOfMemoryError(self._oom_message(size, "the device")) from first
+            return self._add_segment(ptr, seg_bytes, stream, owner)
+        self.num_alloc_retries += 1
+        gc.collect()  # finalizers of collected arrays queue their frees; drain them
+        self._drain()
+        self._flush_quick()
+        if not capturing:
+            self._release_free_segments()
+            self._process_pending(wait=True)
+            self._release_free_segments()
+        b = self._list(owner, stream).pop_fit(size)
+        if b is not None:
+            return b
+        try:
+            ptr = self._new_segment(seg_bytes, stream, owner)
+        except MemoryError:
+            self.num_ooms += 1
+            raise OutOfMemoryError(self._oom_message(size, "the device")) from error
+        return self._add_segment(ptr, seg_bytes, stream, owner)
+
+    def _add_segment(self, ptr: int, seg_bytes: int, stream: int, owner: Any) -> Block:
+        """Take the new segment at ``ptr`` into the pool; its first block."""
         seg = Segment(ptr, seg_bytes, stream, owner)
         seg.keep = self._warming and owner is None
         self._segments[ptr] = seg

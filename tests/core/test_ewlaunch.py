@@ -16,6 +16,8 @@ import math
 import numpy as np
 import pytest
 
+from cuflow.core import _fastpath
+
 
 STREAM = 0x5EED
 _next_ptr = itertools.count(1 << 40, 1 << 32)
@@ -115,6 +117,19 @@ def _compiled(request, darray=None, ndarray=None, device=None):
                                device_fn=None if device is None else
                                ctypes.cast(cb_device, ctypes.c_void_p).value)
     return lo, rec
+
+
+def test_the_compiled_launcher_was_built_and_loads():
+    """The extension is optional to the install, not to the tests: one that failed to build
+    or to load would otherwise skip every test here and quietly send every op to CuPy."""
+    if not _fastpath.ENGINE_LAUNCH:
+        pytest.skip("CUFLOW_EW_ENGINE=0: the engine's C launch is off")
+    try:
+        from cuflow.core import _ewlaunch  # noqa: F401
+    except ImportError as e:
+        pytest.fail(f"the elementwise launcher (cuflow/core/_ewlaunch.c) was not built or does "
+                    f"not load ({e}): install with a C compiler and Python's headers "
+                    f"(pip install -e .), or set CUFLOW_EW_ENGINE=0 to test without it")
 
 
 def test_compiled_launcher_checks_its_arguments():

@@ -63,10 +63,10 @@ def test_a_plain_miss_runs_in_the_compiled_hot_path(monkeypatch):
     if _pool.HotAlloc is None:
         pytest.fail("the compiled hot path was not built (see the hot_path fixture)")
     calls = []
-    slow, block = Pool._alloc_slow, Pool._segment_block
+    slow, refused = Pool._alloc_slow, Pool._segment_refused
     monkeypatch.setattr(Pool, "_alloc_slow", lambda self, *a: calls.append("slow") or slow(self, *a))
-    monkeypatch.setattr(Pool, "_segment_block",
-                        lambda self, *a: calls.append("retry") or block(self, *a))
+    monkeypatch.setattr(Pool, "_segment_refused",
+                        lambda self, *a: calls.append(("retry", type(a[-1]))) or refused(self, *a))
     pool = Pool(_Granular(capacity=40 << 20))
     rng = random.Random(3)
     for _ in range(200):
@@ -79,7 +79,33 @@ def test_a_plain_miss_runs_in_the_compiled_hot_path(monkeypatch):
     assert pool.reserved == sum(seg.nbytes for seg in pool._segments.values())
     with pytest.raises(cuflow.OutOfMemoryError):
         pool.alloc_ptr(64 << 20, 0)
-    assert calls == ["retry"] and pool.stats()["num_alloc_retries"] == 1
+    assert calls == [("retry", MemoryError)] and pool.stats()["num_alloc_retries"] == 1
+
+
+class _OnceRefused(_Granular):
+    """Refuses the first segment it is asked for: a transient out-of-memory."""
+
+    refused = False
+
+    def alloc(self, nbytes, stream):
+        if not self.refused:
+            self.refused = True
+            raise MemoryError("transient")
+        return super().alloc(nbytes, stream)
+
+
+def test_a_refused_segment_is_retried_once_on_both_hot_paths():
+    """The compiled miss hands the source's error to the Python retries, which make the
+    same calls as the Python path: one retry counted, no extra allocation attempt."""
+    if _pool.HotAlloc is None:
+        pytest.fail("the compiled hot path was not built (see the hot_path fixture)")
+    outcomes = []
+    for pool in (Pool(_OnceRefused()), python_hot_path(Pool(_OnceRefused())),
+                 python_pool(_OnceRefused())):
+        pool.alloc_ptr(5 << 20, 0)
+        s = pool.stats()
+        outcomes.append((s["num_alloc_retries"], s["num_segment_alloc"], pool.backend.device_allocs))
+    assert outcomes[0] == outcomes[1] == outcomes[2] == (1, 1, 1)
 
 
 def test_compiled_hot_path_sizes_blocks_as_the_python_one():
