@@ -407,7 +407,7 @@ def source(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
     for k, x in enumerate(arrays):
         cls, ex = classify(cshape, cst[k])
         if cls == "v":
-            lead = vgroups.setdefault(cst[k], k)
+            lead, _ = vgroups.setdefault(cst[k], (k, ex))
             ins.append((x.dtype, cls, lead))
             if lead == k:
                 extras += [ex[0], *fastdiv(ex[0], bits), ex[1], *fastdiv(ex[1], bits)]
@@ -428,7 +428,7 @@ def source(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
     if (allow_lut and reduction is None and aligned and n >= LUT_MIN_ELEMENTS and len(cin) == 1
             and arrays[cin[0]].itemsize == 1 and len(vgroups) <= 1
             and all(cls in "csv" for _, cls, _ in ins) and costly(outputs)):
-        vex = [classify(cshape, cst[k])[1] for k, (_, cls, _) in enumerate(ins) if cls == "v"]
+        vex = [ex for _, ex in vgroups.values()]
         L = vex[0][1] if vex else 1
         out_bytes = sum(numpy.dtype(d).itemsize for d in out_dtypes)
         if L <= 16 and 256 * L * out_bytes <= LUT_MAX_BYTES:
@@ -523,10 +523,13 @@ _INT_EXACT = frozenset((
     "logical_xor", "logical_not", "copy", "where"))
 
 
-def _int_operands_exact(op: EwOp, args: tuple) -> bool:
-    """Whether a single op's operands keep NumPy's semantics in generated code: floating and
-    bool arrays with any Python scalars; integer arrays only for ``_INT_EXACT`` ops, all of
-    one integer dtype and without Python scalars (whose range NumPy checks per value)."""
+def _operands_exact(op: EwOp, args: tuple) -> bool:
+    """Whether the operands keep NumPy's semantics in generated code.  A fused function:
+    bool, integer and floating arrays and Python scalars.  A single op: floating and bool
+    arrays with any Python scalars; integer arrays only for ``_INT_EXACT`` ops, all of one
+    integer dtype and without Python scalars (whose range NumPy checks per value)."""
+    if op.fused:
+        return all(type(x) is float or type(x) is int or x.dtype.kind in "biuf" for x in args)
     ints = set()
     scalars = floats = False
     for x in args:
@@ -555,7 +558,7 @@ class EwOp:
     ``(function, result dtype, vector width, most blocks, trailing zero parameters, result
     shape or None for the operands', most elements or 0)``, or to None where the
     engine leaves the call to the backend (integer operands outside
-    :func:`_int_operands_exact`, shapes that differ, a signature NumPy has no loop for: the
+    :func:`_operands_exact`, shapes that differ, a signature NumPy has no loop for: the
     backend then gives its result or error).
     """
 
@@ -585,11 +588,8 @@ class EwOp:
     def _build(self, args: tuple, dst: Any) -> Any:
         nodes, arrays, in_nodes, sc_nodes = [], [], [], []
         shape: tuple = ()
-        if not self.fused and not _int_operands_exact(self, args):
-            return None
-        if self.fused and any(type(x) is not float and type(x) is not int
-                              and x.dtype.kind not in "biuf" for x in args):
-            return None  # complex and the like: the function's unfused path
+        if not _operands_exact(self, args):
+            return None  # the backend's path (a fused function's unfused one)
         for i, x in enumerate(args):
             if type(x) is float or type(x) is int:
                 e = Expr("scalar", (), numpy.float64 if type(x) is float else numpy.int64, (),

@@ -1458,13 +1458,14 @@ fail:
 
 /* Pool._alloc_slow for the general pool: when its first steps have nothing to do, count the
  * miss, release the free segments (a backend with cheap release), take a new segment;
- * otherwise the Python method.  A new reference to the segment's first block. */
+ * otherwise the Python method.  ``cheap`` and ``granule``: the backend's policy as
+ * alloc_general read it (cheap -1: not read yet).  A new reference to the segment's first
+ * block. */
 static PyObject *
 alloc_slow(HotAlloc *self, long long size, PyObject *size_obj, PyObject *stream,
-           long long most)
+           long long most, int cheap, long long granule)
 {
-    int plain = miss_is_plain(self, stream), cheap;
-    long long granule;
+    int plain = miss_is_plain(self, stream);
     if (plain < 0)
         return NULL;
     if (!plain) {
@@ -1493,7 +1494,7 @@ alloc_slow(HotAlloc *self, long long size, PyObject *size_obj, PyObject *stream,
         return NULL;
     int e = PyDict_SetItem(misses, size_obj, n);
     Py_DECREF(n);
-    if (e < 0 || backend_policy(self, &cheap, &granule) < 0)
+    if (e < 0 || (cheap < 0 && backend_policy(self, &cheap, &granule) < 0))
         return NULL;
     long long seg_bytes = segment_bytes(size, granule); /* before the release, as in Python */
     PyObject *source = PyDict_GetItemWithError(self->attrs, s_source), *b = NULL;
@@ -1524,10 +1525,9 @@ alloc_general(HotAlloc *self, long long size, PyObject *nbytes_obj, long long nb
     if (fl == NULL && PyErr_Occurred())
         return NULL;
     Py_XINCREF(fl);
-    long long most = -1;
+    long long most = -1, granule = 0;
+    int cheap = -1; /* the backend's policy: read here for a large request, else on a miss */
     if (size >= SMALL) {
-        int cheap;
-        long long granule;
         if (backend_policy(self, &cheap, &granule) < 0) {
             Py_XDECREF(fl);
             return NULL;
@@ -1549,7 +1549,7 @@ alloc_general(HotAlloc *self, long long size, PyObject *nbytes_obj, long long nb
         return NULL;
     }
     if (b == NULL)
-        b = alloc_slow(self, size, size_obj, stream, most);
+        b = alloc_slow(self, size, size_obj, stream, most, cheap, granule);
     else
         self->st->hits[class_index(size)]++;
     Py_DECREF(size_obj);
