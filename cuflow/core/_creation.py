@@ -191,7 +191,7 @@ def zeros(shape, dtype=float, order="C", *, device=None, stream=None):
     """New array of ``shape`` filled with 0 (array API ``zeros``)."""
     r = _fast_empty("zeros", shape, dtype, order, device, stream)
     if r is not None:
-        r.data.memset_async(0, r.nbytes)  # what CuPy's zeros does, on the current stream
+        r.fill(0)  # one memset on the current stream, as CuPy's zeros
         return r
     return _make("zeros", device, stream, _shape("zeros", shape, dtype), dtype, order)
 
@@ -221,7 +221,7 @@ def zeros_like(a, dtype=None, order="K", subok=None, shape=None, *, device=None,
     """Array like ``a`` filled with 0 (array API ``zeros_like``)."""
     r = _fast_like("zeros_like", a, dtype, order, subok, shape, device, stream)
     if r is not None:
-        r.data.memset_async(0, r.nbytes)
+        r.fill(0)
         return r
     return _make("zeros_like", device, stream, a,
                  **_like("zeros_like", a, dtype, order, subok, shape))

@@ -267,6 +267,20 @@ def _fast_operators(base, fast):
     for mname, op in _EW_UNARY.items():
         ops[mname] = _ew_unop(fast, ew_op(op), getattr(base, mname))
         ops[mname].__name__ = mname
+    base_fill = base.fill
+
+    def fill(self, value):
+        """Fill the array with a scalar value (CuPy's ``fill``; one driver memset where the
+        value's bytes repeat: bench op zoo ``o.fill(0)``).
+
+        Notes
+        -----
+        Stream semantics: asynchronous; queued on the current stream.
+        """
+        if fast.fill(self, value) is None:
+            base_fill(self, value)
+
+    ops["fill"] = fill
     return ops
 
 

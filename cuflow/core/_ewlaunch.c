@@ -3,22 +3,27 @@
  * optional extension: without a C compiler (or on a free-threaded build) these calls take
  * CuPy's path.
  *
- * Launcher(darray, ndarray, stream_fn, launch, fail, device_fn=None) has two methods:
- *   ew(op, args, dst): op's generated kernel over args (see launcher_ew), and
- *   empty(shape, dtype): a new C-contiguous darray (see launcher_empty);
+ * Launcher(darray, ndarray, stream_fn, launch, fail, device_fn=None, memset=None) has three
+ * methods:
+ *   ew(op, args, dst): op's generated kernel over args (see launcher_ew),
+ *   empty(shape, dtype): a new C-contiguous darray (see launcher_empty), and
+ *   fill(a, value): a C-contiguous array set to a value whose bytes repeat (launcher_fill);
  * each returns None where it does not apply (the caller then takes its checked path): only
  * arrays of exactly the types ``darray`` and ``ndarray`` are launched on.
  *   - stream_fn: a capsule of ``intptr_t (*)(void)`` (CuPy's
  *     cupy_backends.cuda.stream.get_current_stream_ptr, the current stream);
  *   - launch: the address of the driver's cuLaunchKernel;
- *   - fail(status): raises the driver error of a failed launch;
+ *   - fail(status): raises the driver error of a failed launch or memset;
  *   - device_fn: with several devices, the address of the driver's cuCtxGetDevice: plans are
- *     then kept per device, and operands of another device are declined.
+ *     then kept per device, and operands of another device are declined;
+ *   - memset: the addresses of the driver's cuMemsetD8Async, cuMemsetD16Async and
+ *     cuMemsetD32Async (without them fill declines everything).
  * Kernel parameters live on the C stack, so concurrent threads never share them.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <limits.h>
+#include <math.h>
 #include <string.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -36,6 +41,8 @@ typedef int (*device_fn)(int *device);
 typedef int (*launch_fn)(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                          unsigned by, unsigned bz, unsigned shared, void *stream,
                          void **params, void **extra);
+/* cuMemsetD8Async / D16 / D32: (pointer, value, count of elements, stream) */
+typedef int (*memset_fn)(unsigned long long dst, unsigned value, size_t n, void *stream);
 
 typedef struct {
     PyObject_HEAD
@@ -45,6 +52,7 @@ typedef struct {
     stream_fn get_stream;
     launch_fn launch;
     device_fn get_device; /* NULL with one device */
+    memset_fn memset[3];  /* 1-, 2- and 4-byte values; NULL: fill declines */
 } Launcher;
 
 static PyObject *s_dtype, *s_contig, *s_shape, *s_size, *s_data, *s_ptr, *s_num, *s_itemsize,
@@ -495,11 +503,118 @@ launcher_empty(Launcher *self, PyObject *const *args, Py_ssize_t nargs)
     return r;
 }
 
+/* fill(a, value): a C-contiguous array of exactly darray or ndarray set to ``value`` by one
+ * cuMemsetD8/D16/D32Async on the current stream, where the value's bytes in a's dtype are
+ * exact without NumPy: all-zero bytes (0, False or +0.0) in any numeric dtype, and in the
+ * 1-, 2- and 4-byte integer dtypes, bool and float32 a Python bool, an int in range (bool:
+ * 0 or 1; float32: |value| <= 2**24) or, for float32, a float.  Returns a, or None where
+ * CuPy's fill must do it (other values and dtypes, NumPy scalars, strided arrays, memory of
+ * another device). */
+static PyObject *
+launcher_fill(Launcher *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "fill(a, value) takes 2 arguments, got %zd", nargs);
+        return NULL;
+    }
+    PyObject *a = args[0], *v = args[1];
+    if (self->memset[0] == NULL
+        || (Py_TYPE(a) != (PyTypeObject *)self->darray && Py_TYPE(a) != (PyTypeObject *)self->ndarray))
+        Py_RETURN_NONE;
+    /* the value: a double for floats, an integer for bools and ints */
+    int is_float = 0;
+    double d = 0.0;
+    long long q = 0;
+    if (PyFloat_CheckExact(v)) {
+        is_float = 1;
+        d = PyFloat_AS_DOUBLE(v);
+    }
+    else if (PyBool_Check(v))
+        q = v == Py_True;
+    else if (PyLong_CheckExact(v)) {
+        int overflow = 0;
+        q = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (q == -1 && PyErr_Occurred())
+            return NULL;
+        if (overflow)
+            Py_RETURN_NONE;
+    }
+    else
+        Py_RETURN_NONE;
+    int ok = contiguous(a);
+    if (ok <= 0)
+        return ok < 0 ? NULL : Py_NewRef(Py_None);
+    int dev = -1;
+    if (self->get_device != NULL && self->get_device(&dev) != 0)
+        Py_RETURN_NONE;
+    unsigned long long code, p;
+    if ((ok = array_code(a, dev, &code, &p)) <= 0)
+        return ok < 0 ? NULL : Py_NewRef(Py_None);
+    long long isz = code_itemsize(a, code), n = attr_ll(a, s_size);
+    if ((isz == -1 || n == -1) && PyErr_Occurred())
+        return NULL;
+    unsigned long long num = (code - 2) / 2;
+    /* width: bytes per memset element (0: not exact here); bits: the element's bytes */
+    int width = 0, zero = is_float ? d == 0.0 && !signbit(d) : q == 0;
+    unsigned bits = 0;
+    if (zero) {
+        width = 1; /* all-zero bytes: the widest memset the size and address allow */
+        if (p % 4 == 0 && (n * isz) % 4 == 0)
+            width = 4;
+        else if (p % 2 == 0 && (n * isz) % 2 == 0)
+            width = 2;
+        n = n * isz / width;
+    }
+    else if (num == 0) { /* bool */
+        if (!is_float && (q == 0 || q == 1))
+            width = 1, bits = (unsigned)q;
+    }
+    else if (num >= 1 && num <= 6) { /* int8, uint8, int16, uint16, int32, uint32 */
+        static const long long lo[] = {-128, 0, -32768, 0, -2147483648LL, 0};
+        static const long long hi[] = {127, 255, 32767, 65535, 2147483647LL, 4294967295LL};
+        if (!is_float && q >= lo[num - 1] && q <= hi[num - 1]) {
+            width = (int)isz;
+            bits = (unsigned)(q & (width == 4 ? 0xFFFFFFFFLL : (1LL << (8 * width)) - 1));
+        }
+    }
+    else if (num == 11) { /* float32 */
+        if (is_float || (q >= -(1LL << 24) && q <= (1LL << 24))) {
+            float f = is_float ? (float)d : (float)q;
+            memcpy(&bits, &f, 4);
+            width = 4;
+        }
+    }
+    if (width == 0 || (!zero && isz != width))
+        Py_RETURN_NONE;
+    if (n > 0) {
+        memset_fn fn = self->memset[width == 4 ? 2 : width - 1];
+        void *stream = (void *)self->get_stream();
+        int status;
+        Py_BEGIN_ALLOW_THREADS
+        status = fn(p, bits, (size_t)n, stream);
+        Py_END_ALLOW_THREADS
+        if (status != 0) {
+            PyObject *st = PyLong_FromLong(status);
+            PyObject *r = st == NULL ? NULL : PyObject_CallOneArg(self->fail, st);
+            Py_XDECREF(st);
+            if (r != NULL) {
+                Py_DECREF(r);
+                PyErr_Format(PyExc_RuntimeError, "cuMemsetD%dAsync failed with status %d",
+                             8 * width, status);
+            }
+            return NULL;
+        }
+    }
+    return Py_NewRef(a);
+}
+
 static PyMethodDef launcher_methods[] = {
     {"empty", (PyCFunction)(void (*)(void))launcher_empty, METH_FASTCALL,
      "empty(shape, dtype) -> a new C-contiguous darray, or None (the caller's checks)"},
     {"ew", (PyCFunction)(void (*)(void))launcher_ew, METH_FASTCALL,
      "ew(op, args, dst) -> result or None: the engine's kernel of op over args"},
+    {"fill", (PyCFunction)(void (*)(void))launcher_fill, METH_FASTCALL,
+     "fill(a, value) -> a or None: a set to value by one memset on the current stream"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -507,12 +622,28 @@ static PyObject *
 launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"darray", "ndarray", "stream_fn", "launch", "fail", "device_fn",
-                             NULL};
-    PyObject *darray, *ndarray, *fn, *launch, *fail, *devfn = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!O!OO|O:Launcher", kwlist, &PyType_Type,
+                             "memset", NULL};
+    PyObject *darray, *ndarray, *fn, *launch, *fail, *devfn = Py_None, *ms = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!O!OO|OO:Launcher", kwlist, &PyType_Type,
                                      &darray, &PyType_Type, &ndarray, &PyCapsule_Type, &fn,
-                                     &launch, &fail, &devfn))
+                                     &launch, &fail, &devfn, &ms))
         return NULL;
+    void *msp[3] = {NULL, NULL, NULL};
+    if (ms != Py_None) {
+        if (!PyTuple_Check(ms) || PyTuple_GET_SIZE(ms) != 3) {
+            PyErr_Format(PyExc_TypeError, "Launcher: memset must be 3 addresses (cuMemsetD8Async, "
+                                          "D16, D32), got %R", ms);
+            return NULL;
+        }
+        for (int i = 0; i < 3; i++) {
+            msp[i] = PyLong_AsVoidPtr(PyTuple_GET_ITEM(ms, i));
+            if (msp[i] == NULL) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_ValueError, "Launcher: memset addresses must be non-zero");
+                return NULL;
+            }
+        }
+    }
     void *dp = devfn == Py_None ? NULL : PyLong_AsVoidPtr(devfn);
     if (devfn != Py_None && dp == NULL) {
         if (!PyErr_Occurred())
@@ -546,6 +677,8 @@ launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->get_stream = get_stream;
     self->launch = (launch_fn)lp;
     self->get_device = (device_fn)dp;
+    for (int i = 0; i < 3; i++)
+        self->memset[i] = (memset_fn)msp[i];
     self->base_new = NULL;
     PyTypeObject *base = ((PyTypeObject *)ndarray)->tp_base;
     int same = base != NULL && base->tp_new != NULL
@@ -597,8 +730,8 @@ launcher_dealloc(Launcher *self)
 static PyTypeObject LauncherType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "cuflow._ewlaunch.Launcher",
-    .tp_doc = "Launcher(darray, ndarray, stream_fn, launch, fail, device_fn=None): the "
-              "elementwise engine's launches (ew) and empty arrays in C",
+    .tp_doc = "Launcher(darray, ndarray, stream_fn, launch, fail, device_fn=None, memset=None): "
+              "the elementwise engine's launches (ew), empty arrays and memset fills in C",
     .tp_basicsize = sizeof(Launcher),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = launcher_new,

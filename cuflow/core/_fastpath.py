@@ -14,7 +14,12 @@ takes the backend's path, so results and errors are the backend's there.
 a dtype of numbers, with no Python frame (``None`` for anything else:
 ``cuflow.empty``'s checks then run).
 
-Both are methods of the optional extension ``_ewlaunch.Launcher``; without it
+``fill(a, value)`` sets a C-contiguous array to a value whose bytes repeat
+(zero in any dtype; a bool, an int in range or a float in the 1-, 2- and
+4-byte integer, bool and float32 dtypes) with one driver memset on the current
+stream (``None`` for anything else: CuPy's ``fill`` runs).
+
+All three are methods of the optional extension ``_ewlaunch.Launcher``; without it
 (or with ``CUFLOW_EW_ENGINE=0`` for ``ew``) they return ``None``.  The runtime
 builds one :class:`FastPath` for the CuPy backend (none for NumPy, or with
 ``CUFLOW_FAST=0``).
@@ -42,6 +47,7 @@ class FastPath:
         self.compiled: Any = None
         self.ew: Callable[..., Any] = _no_ew
         self.empty: Callable[..., Any] = _no_empty
+        self.fill: Callable[..., Any] = _no_fill
 
     def bind(self, darray: type) -> None:
         """Results are ``darray``s; the compiled launcher takes over where it was built."""
@@ -49,6 +55,7 @@ class FastPath:
         self.compiled = _compiled_launcher(darray, self.ndarray, self.stream_fn, self.multi)
         if self.compiled is not None:
             self.empty = self.compiled.empty
+            self.fill = self.compiled.fill
             if ENGINE_LAUNCH:
                 self.ew = self.compiled.ew
 
@@ -68,6 +75,11 @@ def _no_empty(shape: Any, dtype: Any) -> None:
     return None
 
 
+def _no_fill(a: Any, value: Any) -> None:
+    """Without the compiled launcher, ``fill`` is CuPy's."""
+    return None
+
+
 def _compiled_launcher(darray: type, ndarray: type, stream_fn: Any, multi: bool) -> Any:
     """``_ewlaunch.Launcher`` over the driver's ``cuLaunchKernel`` (and, with several devices,
     ``cuCtxGetDevice``); ``None`` where not built."""
@@ -80,15 +92,19 @@ def _compiled_launcher(darray: type, ndarray: type, stream_fn: Any, multi: bool)
         cuda = ctypes.CDLL("libcuda.so.1")
         launch = ctypes.cast(cuda.cuLaunchKernel, ctypes.c_void_p).value
         device = ctypes.cast(cuda.cuCtxGetDevice, ctypes.c_void_p).value if multi else None
+        memset = tuple(ctypes.cast(getattr(cuda, f"cuMemsetD{b}Async"), ctypes.c_void_p).value
+                       for b in (8, 16, 32))
     except (OSError, AttributeError):
         return None
     if stream_fn is None or not launch:
         return None
-    return Launcher(darray, ndarray, stream_fn, launch, _launch_failed, device_fn=device)
+    return Launcher(darray, ndarray, stream_fn, launch, _launch_failed, device_fn=device,
+                    memset=memset)
 
 
 def _launch_failed(status: int) -> None:
-    """Raise CuPy's driver error for a failed ``cuLaunchKernel`` (the compiled launcher's)."""
+    """Raise CuPy's driver error for a failed ``cuLaunchKernel`` or memset (the compiled
+    launcher's)."""
     from cupy_backends.cuda.api import driver  # noqa: PLC0415  (optional dependency)
 
     raise driver.CUDADriverError(status)

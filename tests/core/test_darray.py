@@ -114,6 +114,41 @@ def test_fill_transpose_T_to_numpy(cf):
     assert isinstance(a.get(), np.ndarray)
 
 
+FILL_DTYPES = ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64",
+               "float16", "float32", "float64", "complex64"]
+FILL_VALUES = [0, 0.0, -0.0, False, True, 1, -1, 7, 255, 65535, 1 << 24, 1 << 25, 2.5, -1e300,
+               float("nan"), float("inf"), np.float32(3.25), np.int16(-2)]
+
+
+@pytest.mark.parametrize("dtype", FILL_DTYPES)
+@pytest.mark.parametrize("layout", ["contiguous", "odd size", "strided", "offset view"])
+def test_fill_is_the_backends_fill(cf, rng, dtype, layout):
+    """darray.fill gives the backend array's own fill (NumPy's, CuPy's) for every value,
+    layout and dtype, errors included, and leaves the rest of the buffer untouched: on the
+    CuPy backend one memset where the value's bytes repeat, CuPy's fill for the rest."""
+    shape = (7,) if layout == "odd size" else (6, 10)
+    host = random_array(shape, dtype, rng, host=True)
+    base_fill = cf.get_backend().ndarray.fill
+    view = {"strided": lambda x: x[:, ::3], "offset view": lambda x: x[1:]}.get(
+        layout, lambda x: x)
+    for value in FILL_VALUES:
+        a, ref = cf.asarray(host), cf.asarray(host)
+        try:
+            with np.errstate(all="ignore"):
+                base_fill(view(ref), value)
+        except Exception as e:
+            with pytest.raises(type(e)):
+                view(a).fill(value)
+            continue
+        with np.errstate(all="ignore"):
+            view(a).fill(value)
+        got, want = to_host(a), to_host(ref)
+        np.testing.assert_array_equal(got, want, err_msg=repr(value))
+        if want.dtype.kind == "f":  # the sign of every zero (-0.0 is not zero bytes)
+            real = ~np.isnan(want)
+            np.testing.assert_array_equal(np.signbit(got[real]), np.signbit(want[real]))
+
+
 def test_zero_d_and_empty(cf):
     z = cf.asarray(np.float32(3.5))
     assert z.shape == () and isinstance(z + 1, cf.darray)

@@ -89,11 +89,14 @@ class FakeOp:
 
 
 _DEVICE_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int))
+_MEMSET_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t,
+                             ctypes.c_void_p)
 
 
 def _compiled(request, darray=None, ndarray=None, device=None):
     """A Launcher over recording callbacks; with ``device`` (a one-item list: the current
-    device, which a test may change) the several-device launcher."""
+    device, which a test may change) the several-device launcher.  Memsets are recorded in
+    ``rec.calls`` as ("memset", bits per element, pointer, value, count, stream)."""
     launcher_mod = pytest.importorskip("cuflow.core._ewlaunch",
                                        reason="the _ewlaunch extension was not built")
     rec = Recorder()
@@ -108,14 +111,23 @@ def _compiled(request, darray=None, ndarray=None, device=None):
         out[0] = device[0]
         return 0
 
+    def memset(width):
+        def f(ptr, value, n, stream):
+            rec.calls.append(("memset", width, ptr, value, n, stream))
+            return rec.status
+        return _MEMSET_T(f)
+
     cb_launch, cb_stream = _LAUNCH_T(launch), _STREAM_T(lambda: STREAM)
     cb_device = _DEVICE_T(get_device)
-    request.addfinalizer(lambda: (cb_launch, cb_stream, cb_device))
+    cb_memset = tuple(memset(w) for w in (8, 16, 32))
+    request.addfinalizer(lambda: (cb_launch, cb_stream, cb_device, cb_memset))
     lo = launcher_mod.Launcher(darray, ndarray,
                                _capsule(ctypes.cast(cb_stream, ctypes.c_void_p).value),
                                ctypes.cast(cb_launch, ctypes.c_void_p).value, _fail,
                                device_fn=None if device is None else
-                               ctypes.cast(cb_device, ctypes.c_void_p).value)
+                               ctypes.cast(cb_device, ctypes.c_void_p).value,
+                               memset=tuple(ctypes.cast(m, ctypes.c_void_p).value
+                                            for m in cb_memset))
     return lo, rec
 
 
@@ -347,3 +359,90 @@ def test_empty_builds_the_base_type_result(request, shape, dtype, want):
 def test_empty_hands_back_what_the_checked_path_must_see(request, shape, dtype):
     lo, _ = _compiled(request, _D, _ND)
     assert lo.empty(shape, dtype) is None
+
+
+# ------------------------------------------------------------------ fill by memset
+def _bits(value, dtype):
+    """NumPy's bytes of ``value`` in ``dtype``, as an unsigned integer."""
+    return int(np.array(value, dtype).view(f"u{np.dtype(dtype).itemsize}"))
+
+
+@pytest.mark.parametrize("dtype, value", [
+    ("float32", 1.5), ("float32", -2.0), ("float32", -0.0), ("float32", float("inf")), ("float32", float("nan")),
+    ("float32", 3), ("float32", True), ("float32", -(1 << 24)), ("int32", -7),
+    ("int32", 2**31 - 1), ("uint32", 2**32 - 1), ("int16", -32768), ("uint16", 65535),
+    ("int8", -1), ("uint8", 200), ("bool", True), ("bool", 1), ("bool", False),
+    ("int32", True)])
+def test_fill_sets_a_repeating_value_with_one_memset(request, dtype, value):
+    lo, rec = _compiled(request)
+    a = FakeD((3, 5), dtype)
+    assert lo.fill(a, value) is a
+    isz = np.dtype(dtype).itemsize
+    want = _bits(value, dtype)
+    if want == 0:  # zero bytes (False, 0): the next test
+        assert rec.calls[0][3] == 0
+    else:
+        assert rec.calls == [("memset", 8 * isz, a.data.ptr, want, 15, STREAM)]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float64", "int64", "complex64", "complex128",
+                                   "uint8", "bool", "float32"])
+@pytest.mark.parametrize("value", [0, 0.0, False])
+def test_fill_writes_zero_bytes_in_any_dtype_as_32_bit_words_where_it_can(request, dtype, value):
+    lo, rec = _compiled(request)
+    a = FakeD((4, 6), dtype, ptr=1 << 41)
+    assert lo.fill(a, value) is a
+    nbytes = 24 * np.dtype(dtype).itemsize
+    assert rec.calls == [("memset", 32, a.data.ptr, 0, nbytes // 4, STREAM)]
+
+
+@pytest.mark.parametrize("dtype, value", [
+    ("float64", -0.0),  # the sign bit: not zero bytes
+    ("float16", 1.0), ("float64", 1.0), ("int64", 5), ("complex64", 1.0),  # no exact memset
+    ("int32", 1.5), ("bool", 2), ("bool", 0.5), ("uint8", 256), ("int8", -129),
+    ("uint32", -1), ("float32", 1 << 25), ("float32", 1 << 70), ("int32", np.int32(3)),
+    ("float32", np.float32(1.0)), ("float32", "1"), ("float32", None)])
+def test_fill_hands_back_values_numpy_must_convert(request, dtype, value):
+    """Values whose bytes need NumPy's conversion (or its errors) go to CuPy's fill."""
+    lo, rec = _compiled(request)
+    assert lo.fill(FakeD((7,), dtype), value) is None
+    assert rec.calls == []
+
+
+def test_fill_hands_back_strided_foreign_and_other_device_arrays(request):
+    lo, rec = _compiled(request)
+    assert lo.fill(FakeD((7,), "float32", contiguous=False), 1.0) is None
+    assert lo.fill(object(), 1.0) is None
+    device = [0]
+    lo2, rec2 = _compiled(request, device=device)
+    a = FakeD((7,), "float32")
+    a.data.device_id = 1
+    assert lo2.fill(a, 1.0) is None
+    a.data.device_id = 0
+    assert lo2.fill(a, 1.0) is a
+    assert rec.calls == [] and len(rec2.calls) == 1
+
+
+def test_fill_of_an_empty_array_and_a_failed_memset(request):
+    lo, rec = _compiled(request)
+    a = FakeD((0, 3), "float32")
+    assert lo.fill(a, 2.0) is a and rec.calls == []
+    rec.status = 1
+    with pytest.raises(_Failed):
+        lo.fill(FakeD((2,), "float32"), 2.0)
+
+
+def test_fill_without_memset_addresses_declines(request):
+    launcher_mod = pytest.importorskip("cuflow.core._ewlaunch",
+                                       reason="the _ewlaunch extension was not built")
+    lo = launcher_mod.Launcher(FakeD, FakeND, _capsule(0x1000), 0x2000, _fail)
+    assert lo.fill(FakeD((2,), "float32"), 0) is None
+    with pytest.raises(TypeError, match="memset must be 3 addresses"):
+        launcher_mod.Launcher(FakeD, FakeND, _capsule(0x1000), 0x2000, _fail, memset=(1, 2))
+
+
+def test_fill_zero_bytes_of_an_odd_size_use_byte_writes(request):
+    lo, rec = _compiled(request)
+    a = FakeD((7,), "uint8")
+    assert lo.fill(a, 0) is a
+    assert rec.calls == [("memset", 8, a.data.ptr, 0, 7, STREAM)]
