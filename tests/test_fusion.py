@@ -101,6 +101,10 @@ def img_gamma(m, img, scale, offset):
     return m.clip(lin * scale + offset, 0.0, 1.0)
 
 
+def u8_normalize(m, img, mean, inv_std):
+    return (m.astype(img, m.float32) * (1 / 255) - mean) * inv_std
+
+
 def normalize_channels(m, x, mean, std):
     return (x - mean) / std
 
@@ -157,6 +161,9 @@ CHAINS = {
     "img_gamma_table": (img_gamma, lambda r: (rand(r, (128, 201, 3), np.uint8),
                                               rand(r, (3,), np.float32, 0.5, 2),
                                               rand(r, (3,), np.float32))),
+    "u8_normalize_hwc": (u8_normalize, lambda r: (rand(r, (45, 67, 3), np.uint8),
+                                                  rand(r, (3,), np.float32, 0.3, 0.6),
+                                                  rand(r, (3,), np.float32, 3, 5))),
     "int8_table_two_outputs": (lut_two_outputs, lambda r: (rand(r, (70001,), np.int8), 0.03)),
     "normalize_channels": (normalize_channels,
                            lambda r: (rand(r, (2, 3, 9, 11), np.float32),

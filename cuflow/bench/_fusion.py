@@ -56,6 +56,10 @@ def u8_to_half(m, img):
     return (m.astype(img, m.float16) - 128) * 0.0078125
 
 
+def u8_normalize(m, img, mean, inv_std):
+    return (m.astype(img, m.float32) * (1 / 255) - mean) * inv_std
+
+
 def sq_diff_sum(m, a, b):
     return m.sum((a - b) ** 2)
 
@@ -71,6 +75,10 @@ def _inputs(name: str, rng) -> tuple:
         return (rng.integers(0, 256, (2160, 3840, 3), dtype=numpy.uint8),
                 numpy.array([0.9, 1.0, 1.1], numpy.float32),
                 numpy.array([0.01, 0.0, -0.01], numpy.float32))
+    if name == "u8_normalize":  # an HWC frame, ImageNet's per-channel mean and 1 / std
+        return (rng.integers(0, 256, (2160, 3840, 3), dtype=numpy.uint8),
+                numpy.array([0.485, 0.456, 0.406], numpy.float32),
+                1 / numpy.array([0.229, 0.224, 0.225], numpy.float32))
     if name == "u8_to_half":
         return (rng.integers(0, 256, (2160, 3840, 3), dtype=numpy.uint8),)
     if name == "half_chain":
@@ -96,6 +104,7 @@ CHAINS: dict[str, tuple[Callable, str]] = {
     "leaky_clip": (leaky_clip, "where / clip"),
     "erf_gelu": (erf_gelu, "transcendental (erf)"),
     "u8_to_half": (u8_to_half, "uint8 -> float16"),
+    "u8_normalize": (u8_normalize, "uint8 HWC -> float32, per-channel (3,) vectors"),
     "sq_diff_sum": (sq_diff_sum, "trailing reduction (everything)"),
     "row_sum_exp": (row_sum_exp, "trailing reduction (last axis)"),
 }
