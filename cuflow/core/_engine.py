@@ -29,7 +29,7 @@ from typing import Any
 import numpy
 
 from .._errors import KernelCompileError
-from ._ewgen import (BLOCK, ENTRY, ENTRY_FIN, ENTRY_LUT, ROW_BLOCK_VECTORS, Layout, Reduction,
+from ._ewgen import (BLOCK, ENTRY, ENTRY_FIN, ROW_BLOCK_VECTORS, Layout, Reduction,
                      costly, generate)
 from ._expr import SHAPE_READS, Expr, apply
 from ._expr import astype as expr_astype
@@ -44,9 +44,9 @@ __all__ = ["Plan", "Source", "source", "plan", "stats", "EwOp", "OPS", "ew_op", 
 OPTIONS = ("--std=c++17",)
 #: resident waves a grid-stride launch is capped at (bench/test_bench_fusion.py)
 WAVES = 16
-#: the cap of table lookups, whose blocks first copy the table to shared memory (a cost
-#: that more chunks per thread amortize; bench fusion img_gamma: 2 to 16 waves measured)
-WAVES_LUT = 8
+#: the cap of table lookups, whose blocks first build the table in shared memory (a cost
+#: that more chunks per thread amortize; bench fusion img_gamma: 1 to 16 waves measured)
+WAVES_LUT = 4
 #: the narrowest contiguous operand moves 16 bytes per access, unless the widest would then
 #: move more than this many bytes (bench/test_bench_fusion.py: uint8 -> float16 and float32)
 VEC_MAX_BYTES = 32
@@ -196,8 +196,7 @@ def _functions(src: str, dev: int) -> tuple[int, int]:
         mod = cupy.cuda.function.Module()
         mod.load(cubin)
         fp = mod.get_function(ENTRY).ptr
-        fin = (mod.get_function(ENTRY_FIN).ptr if ENTRY_FIN in src else
-               mod.get_function(ENTRY_LUT).ptr if ENTRY_LUT in src else 0)
+        fin = mod.get_function(ENTRY_FIN).ptr if ENTRY_FIN in src else 0
         _MODULES[(digest, dev)] = (mod, fp, fin)
         return fp, fin
 
@@ -303,31 +302,19 @@ class Plan:
     reduction: Reduction | None
     red_extra: tuple = ()
     src: str = ""
-    tmp_bytes: int = 0  # scratch the caller allocates per call (partials, tables)
-    lut: int = 0
-    lut_fmt: Any = None
-    lut_input: int = 0
-    table_offsets: tuple = ()
+    tmp_bytes: int = 0  # scratch the caller allocates per call (a reduction's partials)
+    lut: int = 0  # >0: a table lookup of 256 x lut entries (see _ewgen.Layout)
     vec: int = 1
     cap: int = 0  # most blocks of a launch
 
     def launch(self, in_ptrs: list, out_ptrs: list, scalars: list, stream: int,
                tmp: Any = None) -> None:
         """Queue the kernel(s) on ``stream``; ``tmp``: :attr:`tmp_bytes` of scratch (the
-        partials of a full reduction, the tables of a ``lut`` plan)."""
+        partials of a full reduction)."""
         if not self.n:
             return
         _, driver, _ = _cuda()
         p = _P
-        if self.lut:
-            base = tmp.data.ptr
-            tables = [base + o for o in self.table_offsets]
-            self.lut_fmt.pack_into(p.slots, 0, *in_ptrs, *tables, *scalars)
-            driver.launchKernel(self.fin, self.lut, 1, 1, BLOCK, 1, 1, 0, stream, p.argv_ptr, 0)
-            self.fmt.pack_into(p.slots, 0, in_ptrs[self.lut_input], *tables, *out_ptrs,
-                               *self.extras)
-            driver.launchKernel(self.fp, self.grid, 1, 1, BLOCK, 1, 1, 0, stream, p.argv_ptr, 0)
-            return
         if self.reduction is None:
             self.fmt.pack_into(p.slots, 0, *in_ptrs, *out_ptrs, *self.extras, *scalars)
             driver.launchKernel(self.fp, self.grid, 1, 1, BLOCK, 1, 1, 0, stream, p.argv_ptr, 0)
@@ -371,9 +358,6 @@ class Source:
     reduction: Reduction | None
     red_extra: tuple
     lut: int = 0
-    fmt_lut: str = ""
-    lut_input: int = 0
-    table_bytes: tuple = ()
 
 
 def source(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
@@ -456,15 +440,8 @@ def source(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
     layout = Layout(tuple(ins), tuple(sn.dtype for sn in scalar_nodes),
                     tuple(numpy.dtype(d) for d in out_dtypes), vec, red, lut, bits == 63)
     src = generate(layout, outputs, input_nodes, scalar_nodes)
-    if lut:
-        sk = "".join("d" if sn.dtype.kind == "f" else ("Q" if sn.dtype.kind == "u" else "q")
-                     for sn in scalar_nodes)
-        nout = len(out_dtypes)
-        fmt_lut = "=" + "Q" * (len(arrays) + nout) + sk
-        fmt = "=Q" + "Q" * (2 * nout) + "qqqq"
-        return Source(src, fmt, (n, *extras), n, vec, None, (), lut, fmt_lut, cin[0],
-                      tuple(256 * lut * numpy.dtype(d).itemsize for d in out_dtypes))
-    # parameter layout: pointers, n, class extras, scalars (+ reduction extras)
+    # parameter layout: pointers, n, class extras, scalars (+ reduction extras); a table
+    # lookup's extras are its channel's (inner, fastdiv)
     fmt = "=" + "Q" * len(arrays)
     if reduction is None or red is not None:
         fmt += "Q" * len(out_dtypes)
@@ -473,7 +450,7 @@ def source(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
                    for sn in scalar_nodes)
     if red is not None:
         fmt += "QQ" if red.mode == "all" else "qq"
-    return Source(src, fmt, (n, *extras), n, vec, red, red_extra)
+    return Source(src, fmt, (n, *extras), n, vec, red, red_extra, lut)
 
 
 def plan(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
@@ -487,18 +464,7 @@ def plan(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
     _, sms = _device(dev)
     occ = _occupancy(fp)
     n, red = s.n, s.reduction
-    if s.lut:
-        work = -(-max(n // s.vec, 1) // BLOCK)
-        grid = max(1, min(work, occ * sms * WAVES_LUT))
-        offs, tot = [], 0
-        for b in s.table_bytes:
-            offs.append(tot)
-            tot += (b + 255) // 256 * 256
-        return Plan(fp, fin, struct.Struct(s.fmt), s.extras, len(arrays), grid, n, None,
-                    (), s.src, tmp_bytes=tot, lut=s.lut, lut_fmt=struct.Struct(s.fmt_lut),
-                    lut_input=s.lut_input, table_offsets=tuple(offs), vec=s.vec,
-                    cap=occ * sms * WAVES_LUT)
-    cap = occ * sms * (1 if red is not None else WAVES)
+    cap = occ * sms * (1 if red is not None else WAVES_LUT if s.lut else WAVES)
     if red is None or red.mode == "all":
         work = -(-max(n // s.vec, 1) // BLOCK)
         grid = max(1, min(work, cap))
@@ -509,7 +475,7 @@ def plan(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
         grid = max(1, min(-(-max(outs * per, 1) // BLOCK), occ * sms * WAVES))
     return Plan(fp, fin, struct.Struct(s.fmt), s.extras, len(arrays), grid, n, red,
                 s.red_extra, s.src, tmp_bytes=grid * 16 if red is not None and
-                red.mode == "all" else 0, vec=s.vec, cap=cap)
+                red.mode == "all" else 0, lut=s.lut, vec=s.vec, cap=cap)
 
 
 # ------------------------------------------------- single ops, launched from C

@@ -33,7 +33,7 @@ from ._expr import Expr
 from .._errors import ArgumentTypeError
 
 __all__ = ["Layout", "Reduction", "generate", "carried", "memtype", "BLOCK", "ROW_BLOCK_VECTORS",
-           "ENTRY", "ENTRY_FIN", "ENTRY_LUT"]
+           "ENTRY", "ENTRY_FIN"]
 
 BLOCK = 256
 #: a last-axis reduction gives a row a whole block from this many vectors of V elements
@@ -41,7 +41,6 @@ BLOCK = 256
 ROW_BLOCK_VECTORS = 2 * BLOCK
 ENTRY = "cf_fused"
 ENTRY_FIN = "cf_fused_fin"
-ENTRY_LUT = "cf_fused_lut"
 
 _CT = {"bool": "bool", "int8": "signed char", "int16": "short", "int32": "int",
        "int64": "long long", "uint8": "unsigned char", "uint16": "unsigned short",
@@ -84,8 +83,8 @@ class Layout:
     elements per chunk; ``lut``: when the one contiguous input is 8-bit and every other
     input is one element or one per-channel vector of ``lut`` entries, the outputs are a
     function of (byte, channel):
-    a first kernel evaluates the expression on all 256 x ``lut`` pairs, and the main
-    kernel only looks results up (the per-element work of any chain drops to a load,
+    each block first evaluates the expression on all 256 x ``lut`` pairs into shared
+    memory, then only looks results up (the per-element work of any chain drops to a load,
     a shared-memory read and a store).
     """
 
@@ -574,40 +573,39 @@ _TAIL = "    for ({I} i = nchunk * {V} + (nt - 1 - tid); i < ({I})n; i += nt)"
 
 
 def _generate_lut(layout: Layout, src: list) -> str:
-    """The table kernel and the lookup kernel of a ``lut`` layout (``src``: prelude and body)."""
+    """The lookup kernel of a ``lut`` layout (``src``: prelude and body): each block first
+    evaluates the expression on all 256 x ``lut`` (byte, channel) pairs into shared memory,
+    then every element is a load, a shared-memory read and a store.  Its parameters are a
+    plain kernel's: pointers, outputs, n, the channel's (inner, fastdiv), scalars."""
     L = layout.lut
     V = layout.vec
     nout = len(layout.outputs)
+    (ci,) = [k for k, (_, cls, _) in enumerate(layout.inputs) if cls == "c"]
+    xm = _MT[layout.inputs[ci][0].name]
     kp = [f"const {_MT[dt.name]} *__restrict__ p{k}" for k, (dt, _, _) in enumerate(layout.inputs)]
-    kp += [f"{_MT[dt.name]} *__restrict__ t{j}" for j, dt in enumerate(layout.outputs)]
+    kp += [f"{_MT[dt.name]} *__restrict__ q{j}" for j, dt in enumerate(layout.outputs)]
+    kp += ["long long n", "long long inner", "long long mi", "long long si"]
     kp += [f"{scalar_ctype(dt)} s{k}_" for k, dt in enumerate(layout.scalars)]
-    src.append(f'extern "C" __global__ void __launch_bounds__({BLOCK}) {ENTRY_LUT}('
+    src.append(f'extern "C" __global__ void __launch_bounds__({BLOCK}) {ENTRY}('
                + ", ".join(kp) + ") {")
-    src.append("    const int t = blockIdx.x * blockDim.x + threadIdx.x;")
-    src.append(f"    if (t >= 256 * {L}) return;")
-    src.append(f"    const int b = t / {L}, ch = t - b * {L};")
+    for j, dt in enumerate(layout.outputs):
+        src.append(f"    __shared__ {_MT[dt.name]} st{j}[256 * {L}];")
+    # the table: entry t is (byte t / L, channel t % L); a few evaluations per thread
+    src.append(f"    for (int t = threadIdx.x; t < 256 * {L}; t += {BLOCK}) {{")
+    src.append(f"        const int b = t / {L}, ch = t - b * {L};")
     args = []
-    for k, (dt, cls, nd) in enumerate(layout.inputs):
+    for k, (dt, cls, _) in enumerate(layout.inputs):
         if cls == "c":
             args.append(_load(dt, f"(({_MT[dt.name]})b)"))
         elif cls == "v":
             args.append(_load(dt, f"p{k}[ch]"))
         else:
             args.append(_load(dt, f"p{k}[0]"))
-    args += [f"s{k}_" for k in range(len(layout.scalars))] + [f"t{j}[t]" for j in range(nout)]
-    src.append("    cf_body(" + ", ".join(args) + ");\n}")
-    (ci,) = [k for k, (_, cls, _) in enumerate(layout.inputs) if cls == "c"]
-    xm = _MT[layout.inputs[ci][0].name]
-    kp = [f"const {xm} *__restrict__ px"]
-    kp += [f"const {_MT[dt.name]} *__restrict__ t{j}" for j, dt in enumerate(layout.outputs)]
-    kp += [f"{_MT[dt.name]} *__restrict__ q{j}" for j, dt in enumerate(layout.outputs)]
-    kp += ["long long n", "long long inner", "long long mi", "long long si"]
-    src.append(f'extern "C" __global__ void __launch_bounds__({BLOCK}) {ENTRY}('
-               + ", ".join(kp) + ") {")
-    for j, dt in enumerate(layout.outputs):
-        src.append(f"    __shared__ {_MT[dt.name]} st{j}[256 * {L}];")
-        src.append(f"    for (int t = threadIdx.x; t < 256 * {L}; t += {BLOCK}) st{j}[t] = t{j}[t];")
+    args += [f"s{k}_" for k in range(len(layout.scalars))] + [f"st{j}[t]" for j in range(nout)]
+    src.append("        cf_body(" + ", ".join(args) + ");")
+    src.append("    }")
     src.append("    __syncthreads();")
+    src.append(f"    const {xm} *__restrict__ px = p{ci};")
     src.append("    const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;")
     src.append("    const long long nt = (long long)gridDim.x * blockDim.x;")
     src.append(f"    const long long nchunk = n / {V};")

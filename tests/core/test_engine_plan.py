@@ -105,8 +105,11 @@ def test_uint8_table_plan(no_gpu):
     arrays = [np.empty((512, 512, 3), np.uint8), np.empty(3, np.float32)]
     p = _engine.plan((y,), [img, v], [], arrays, (y.dtype,), (512, 512, 3), None, 0, True)
     assert p.lut == 3 and p.vec == 4  # a thread stores 16 bytes of float32 per chunk
-    assert p.tmp_bytes == 256 * 3 * 4 and p.table_offsets == (0,)
+    assert p.tmp_bytes == 0  # each block builds its table in shared memory
     assert p.extras == (512 * 512 * 3, 1, 0, 0)  # n, the channel's inner extent (no division)
+    # one kernel, a plain kernel's parameters: both pointers, the output, n and the channel
+    assert p.fmt.format == "=QQQqqqq"
+    assert "__shared__ float st0[256 * 3]" in p.src and "cf_fused_lut" not in p.src
     small = _engine.plan((y,), [img, v], [], [np.empty((8, 8, 3), np.uint8), arrays[1]],
                          (y.dtype,), (8, 8, 3), None, 0, True)
     assert small.lut == 0  # below LUT_MIN_ELEMENTS the expression runs per element
