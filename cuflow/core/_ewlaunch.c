@@ -42,7 +42,9 @@ typedef int (*launch_fn)(void *f, unsigned gx, unsigned gy, unsigned gz, unsigne
                          unsigned by, unsigned bz, unsigned shared, void *stream,
                          void **params, void **extra);
 /* cuMemsetD8Async / D16 / D32: (pointer, value, count of elements, stream) */
-typedef int (*memset_fn)(unsigned long long dst, unsigned value, size_t n, void *stream);
+typedef int (*memset8_fn)(unsigned long long dst, unsigned char value, size_t n, void *stream);
+typedef int (*memset16_fn)(unsigned long long dst, unsigned short value, size_t n, void *stream);
+typedef int (*memset32_fn)(unsigned long long dst, unsigned int value, size_t n, void *stream);
 
 typedef struct {
     PyObject_HEAD
@@ -52,7 +54,7 @@ typedef struct {
     stream_fn get_stream;
     launch_fn launch;
     device_fn get_device; /* NULL with one device */
-    memset_fn memset[3];  /* 1-, 2- and 4-byte values; NULL: fill declines */
+    void *memset[3];      /* cuMemsetD8/D16/D32Async; NULL: fill declines */
 } Launcher;
 
 static PyObject *s_dtype, *s_contig, *s_shape, *s_size, *s_data, *s_ptr, *s_num, *s_itemsize,
@@ -587,11 +589,15 @@ launcher_fill(Launcher *self, PyObject *const *args, Py_ssize_t nargs)
     if (width == 0 || (!zero && isz != width))
         Py_RETURN_NONE;
     if (n > 0) {
-        memset_fn fn = self->memset[width == 4 ? 2 : width - 1];
         void *stream = (void *)self->get_stream();
         int status;
         Py_BEGIN_ALLOW_THREADS
-        status = fn(p, bits, (size_t)n, stream);
+        if (width == 1)
+            status = ((memset8_fn)self->memset[0])(p, (unsigned char)bits, (size_t)n, stream);
+        else if (width == 2)
+            status = ((memset16_fn)self->memset[1])(p, (unsigned short)bits, (size_t)n, stream);
+        else
+            status = ((memset32_fn)self->memset[2])(p, bits, (size_t)n, stream);
         Py_END_ALLOW_THREADS
         if (status != 0) {
             PyObject *st = PyLong_FromLong(status);
@@ -678,7 +684,7 @@ launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->launch = (launch_fn)lp;
     self->get_device = (device_fn)dp;
     for (int i = 0; i < 3; i++)
-        self->memset[i] = (memset_fn)msp[i];
+        self->memset[i] = msp[i];
     self->base_new = NULL;
     PyTypeObject *base = ((PyTypeObject *)ndarray)->tp_base;
     int same = base != NULL && base->tp_new != NULL
