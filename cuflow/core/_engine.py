@@ -458,6 +458,19 @@ def plan(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
          aligned: bool, allow_lut: bool = True, keep_axis: bool = False) -> Plan:
     """Compile (or load) the kernel of :func:`source` and size its grid for device ``dev``."""
     _STATS.plans += 1
+    args = (outputs, input_nodes, scalar_nodes, arrays, out_dtypes, shape, reduction, dev,
+            aligned)
+    p = _plan(*args, allow_lut, keep_axis)
+    # every block of a table lookup builds the whole table (256 x channels evaluations):
+    # where the grid's tables hold more evaluations than the elements, per element is cheaper
+    if p.lut and p.grid * 256 * p.lut > p.n:
+        p = _plan(*args, False, keep_axis)
+    return p
+
+
+def _plan(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
+          out_dtypes: tuple, shape: tuple, reduction: tuple | None, dev: int,
+          aligned: bool, allow_lut: bool, keep_axis: bool) -> Plan:
     s = source(outputs, input_nodes, scalar_nodes, arrays, out_dtypes, shape, reduction,
                aligned, allow_lut, keep_axis)
     fp, fin = _functions(s.src, dev)

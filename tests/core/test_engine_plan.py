@@ -113,6 +113,18 @@ def test_uint8_table_plan(no_gpu):
     small = _engine.plan((y,), [img, v], [], [np.empty((8, 8, 3), np.uint8), arrays[1]],
                          (y.dtype,), (8, 8, 3), None, 0, True)
     assert small.lut == 0  # below LUT_MIN_ELEMENTS the expression runs per element
+    # 16 channels over 65536 bytes: the blocks' tables (64 x 4096 evaluations) would hold
+    # more evaluations than the elements, so the expression runs per element
+    wide = _inp((4096, 16), np.uint8, 0)
+    w = _inp((16,), np.float32, 1)
+    yw = apply("multiply", apply("exp", wide), w)
+    pw = _engine.plan((yw,), [wide, w], [], [np.empty((4096, 16), np.uint8), np.empty(16, np.float32)],
+                      (yw.dtype,), (4096, 16), None, 0, True)
+    assert pw.lut == 0 and "__shared__" not in pw.src
+    big = _engine.plan((yw,), [wide, w], [], [np.empty((1 << 21, 16), np.uint8),
+                                              np.empty(16, np.float32)],
+                       (yw.dtype,), (1 << 21, 16), None, 0, True)
+    assert big.lut == 16 and big.grid * 256 * 16 <= big.n  # 32M elements: the table pays
     cheap = apply("multiply", apply("subtract", img, v), v)
     p = _engine.plan((cheap,), [img, v], [], arrays, (cheap.dtype,), (512, 512, 3), None, 0,
                      True)
