@@ -270,8 +270,12 @@ def _fast_operators(base, fast):
     base_fill = base.fill
 
     def fill(self, value):
-        """Fill the array with a scalar value (CuPy's ``fill``; one driver memset where the
-        value's bytes repeat: bench op zoo ``o.fill(0)``).
+        """Fill the array with a scalar value (NumPy's ``fill``).
+
+        A C-contiguous array takes one driver memset (bench op zoo ``o.fill(0)``) for zero
+        (``0``, ``False``, ``+0.0``) in any dtype, a bool or an in-range int in the bool,
+        8-, 16- and 32-bit integer dtypes, and a bool, an int up to 2**24 in magnitude or a
+        float in float32; every other value and layout takes CuPy's ``fill``.
 
         Notes
         -----

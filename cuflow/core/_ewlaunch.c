@@ -510,8 +510,8 @@ launcher_empty(Launcher *self, PyObject *const *args, Py_ssize_t nargs)
  * exact without NumPy: all-zero bytes (0, False or +0.0) in any numeric dtype, and in the
  * 1-, 2- and 4-byte integer dtypes, bool and float32 a Python bool, an int in range (bool:
  * 0 or 1; float32: |value| <= 2**24) or, for float32, a float.  Returns a, or None where
- * CuPy's fill must do it (other values and dtypes, NumPy scalars, strided arrays, memory of
- * another device). */
+ * CuPy's fill must do it (other values and dtypes, NumPy scalars, strided arrays, elements
+ * not aligned to their size, memory of another device). */
 static PyObject *
 launcher_fill(Launcher *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -586,8 +586,8 @@ launcher_fill(Launcher *self, PyObject *const *args, Py_ssize_t nargs)
             width = 4;
         }
     }
-    if (width == 0 || (!zero && isz != width))
-        Py_RETURN_NONE;
+    if (width == 0 || (!zero && (isz != width || p % (unsigned long long)width != 0)))
+        Py_RETURN_NONE; /* (a misaligned element: the driver refuses a wide memset there) */
     if (n > 0) {
         void *stream = (void *)self->get_stream();
         int status;

@@ -14,10 +14,11 @@ takes the backend's path, so results and errors are the backend's there.
 a dtype of numbers, with no Python frame (``None`` for anything else:
 ``cuflow.empty``'s checks then run).
 
-``fill(a, value)`` sets a C-contiguous array to a value whose bytes repeat
-(zero in any dtype; a bool, an int in range or a float in the 1-, 2- and
-4-byte integer, bool and float32 dtypes) with one driver memset on the current
-stream (``None`` for anything else: CuPy's ``fill`` runs).
+``fill(a, value)`` sets a C-contiguous array with one driver memset on the
+current stream where NumPy's bytes of the value need no conversion by NumPy:
+zero (``0``, ``False``, ``+0.0``) in any dtype; a bool or an in-range int in the
+bool, 8-, 16- and 32-bit integer dtypes; a bool, an int of magnitude up to
+2**24 or a float in float32 (``None`` for anything else: CuPy's ``fill`` runs).
 
 All three are methods of the optional extension ``_ewlaunch.Launcher``; without it
 (or with ``CUFLOW_EW_ENGINE=0`` for ``ew``) they return ``None``.  The runtime

@@ -163,7 +163,11 @@ def test_fill_is_numpys_or_the_backends_fill(cf, rng, dtype, layout):
 
 
 def test_fill_keeps_the_sign_of_negative_zero(cf):
-    """NumPy's -0.0 (CuPy's own fill of a contiguous array writes +0.0)."""
+    """NumPy's -0.0 in float32 (CuPy's own fill of a contiguous array writes +0.0, so this
+    needs the compiled launcher's memset on the CuPy backend)."""
+    rt = cf.get_backend()
+    if rt.name == "cupy" and (rt.fast is None or rt.fast.compiled is None):
+        pytest.skip("darray.fill is CuPy's without the compiled launcher")
     a = cf.ones((5, 3), "float32")
     a.fill(-0.0)
     assert np.signbit(to_host(a)).all() and (to_host(a) == 0).all()

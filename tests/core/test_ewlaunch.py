@@ -89,8 +89,10 @@ class FakeOp:
 
 
 _DEVICE_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int))
-_MEMSET_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t,
-                             ctypes.c_void_p)
+# cuMemsetD8Async / D16 / D32: the value is an unsigned char, short and int
+_MEMSET_T = {w: ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, t, ctypes.c_size_t,
+                                 ctypes.c_void_p)
+             for w, t in ((8, ctypes.c_ubyte), (16, ctypes.c_ushort), (32, ctypes.c_uint))}
 
 
 def _compiled(request, darray=None, ndarray=None, device=None):
@@ -115,7 +117,7 @@ def _compiled(request, darray=None, ndarray=None, device=None):
         def f(ptr, value, n, stream):
             rec.calls.append(("memset", width, ptr, value, n, stream))
             return rec.status
-        return _MEMSET_T(f)
+        return _MEMSET_T[width](f)
 
     cb_launch, cb_stream = _LAUNCH_T(launch), _STREAM_T(lambda: STREAM)
     cb_device = _DEVICE_T(get_device)
@@ -372,15 +374,17 @@ def _bits(value, dtype):
     ("float32", 3), ("float32", True), ("float32", -(1 << 24)), ("int32", -7),
     ("int32", 2**31 - 1), ("uint32", 2**32 - 1), ("int16", -32768), ("uint16", 65535),
     ("int8", -1), ("uint8", 200), ("bool", True), ("bool", 1), ("bool", False),
-    ("int32", True)])
+    ("int32", True), ("float32", 1e300), ("float32", -float("nan")), ("float32", 1 << 24)])
 def test_fill_sets_a_repeating_value_with_one_memset(request, dtype, value):
     lo, rec = _compiled(request)
     a = FakeD((3, 5), dtype)
     assert lo.fill(a, value) is a
     isz = np.dtype(dtype).itemsize
-    want = _bits(value, dtype)
-    if want == 0:  # zero bytes (False, 0): the next test
-        assert rec.calls[0][3] == 0
+    with np.errstate(over="ignore"):
+        want = _bits(value, dtype)
+    if want == 0:  # zero bytes (False): the widest words the 15 * isz bytes allow
+        w = next(w for w in (4, 2, 1) if 15 * isz % w == 0)
+        assert rec.calls == [("memset", 8 * w, a.data.ptr, 0, 15 * isz // w, STREAM)]
     else:
         assert rec.calls == [("memset", 8 * isz, a.data.ptr, want, 15, STREAM)]
 
@@ -400,7 +404,8 @@ def test_fill_writes_zero_bytes_in_any_dtype_as_32_bit_words_where_it_can(reques
     ("float64", -0.0),  # the sign bit: not zero bytes
     ("float16", 1.0), ("float64", 1.0), ("int64", 5), ("complex64", 1.0),  # no exact memset
     ("int32", 1.5), ("bool", 2), ("bool", 0.5), ("uint8", 256), ("int8", -129),
-    ("uint32", -1), ("float32", 1 << 25), ("float32", 1 << 70), ("int32", np.int32(3)),
+    ("uint32", -1), ("float32", 1 << 25), ("float32", (1 << 24) + 1), ("float32", 1 << 70),
+    ("int32", np.int32(3)),
     ("float32", np.float32(1.0)), ("float32", "1"), ("float32", None)])
 def test_fill_hands_back_values_numpy_must_convert(request, dtype, value):
     """Values whose bytes need NumPy's conversion (or its errors) go to CuPy's fill."""
@@ -409,9 +414,11 @@ def test_fill_hands_back_values_numpy_must_convert(request, dtype, value):
     assert rec.calls == []
 
 
-def test_fill_hands_back_strided_foreign_and_other_device_arrays(request):
+def test_fill_hands_back_strided_misaligned_foreign_and_other_device_arrays(request):
     lo, rec = _compiled(request)
     assert lo.fill(FakeD((7,), "float32", contiguous=False), 1.0) is None
+    assert lo.fill(FakeD((7,), "float32", ptr=(1 << 40) + 2), 1.0) is None  # not on 4 bytes
+    assert lo.fill(FakeD((7,), "int16", ptr=(1 << 40) + 1), 3) is None  # not on 2 bytes
     assert lo.fill(object(), 1.0) is None
     device = [0]
     lo2, rec2 = _compiled(request, device=device)
@@ -439,6 +446,8 @@ def test_fill_without_memset_addresses_declines(request):
     assert lo.fill(FakeD((2,), "float32"), 0) is None
     with pytest.raises(TypeError, match="memset must be 3 addresses"):
         launcher_mod.Launcher(FakeD, FakeND, _capsule(0x1000), 0x2000, _fail, memset=(1, 2))
+    with pytest.raises(ValueError, match="memset addresses must be non-zero"):
+        launcher_mod.Launcher(FakeD, FakeND, _capsule(0x1000), 0x2000, _fail, memset=(0, 0, 0))
 
 
 def test_fill_zero_bytes_of_an_odd_size_use_byte_writes(request):
