@@ -27,6 +27,7 @@ from typing import Any
 
 from ._env import env_switch
 from ._errors import ArgumentError, ArgumentTypeError, CudaError
+from .core._fastpath import FastCall
 from .core._runtime import active, get_backend, on_select
 from . import image
 from .pipeline._bufferizer import Bufferizer
@@ -188,7 +189,7 @@ def _targets() -> list[tuple[Any, str, str, int, Callable[..., Any]]]:
     out = []
     for name in cuflow.__all__:
         obj = cuflow.__dict__.get(name)
-        if type(obj).__name__ == "function" and name not in _NOT_OPS:
+        if (type(obj).__name__ == "function" or type(obj) is FastCall) and name not in _NOT_OPS:
             out.append((cuflow, name, f"cuflow.{name}", _COLORS["op"], _wrap))
     for name in image.__all__:
         obj = getattr(image, name)

@@ -55,6 +55,7 @@ import numpy
 from ._errors import ArgumentError
 from .core import _engine, _runtime
 from .core._contract import prepare_out
+from .core._fastpath import FastCall
 from .core._ewgen import topo
 from .core._expr import EXTRA_UNARY, Expr, TraceError, apply
 from .core._streams import use_stream
@@ -192,8 +193,14 @@ def _user_line(e: BaseException, fn: Callable) -> str:
 _OPS_KEYS = ("dst", "stream")
 
 
-class Fused:
-    """A function compiled by :func:`fuse`; call it like the function, plus ``dst=`` and ``stream=``."""
+class Fused(object if FastCall is None else FastCall):
+    """A function compiled by :func:`fuse`; call it like the function, plus ``dst=`` (an
+    array, or a tuple per output) and ``stream=``.
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
 
     def __init__(self, fn: Callable, options: FuseOptions) -> None:
         self.fn = fn
@@ -201,8 +208,11 @@ class Fused:
         self.name = options.name or getattr(fn, "__name__", "fused")
         self._entries: dict = {}
         self._warned = False
-        # one array output over same-shape contiguous operands: launched from C
+        # one array output over same-shape contiguous operands: launched from C, through
+        # FastCall's entry point (positional operands and dst=) or the runtime's fast path
         self._op = _engine.EwOp(self.name, fn, fused=True)
+        if FastCall is not None:
+            FastCall.__init__(self, self._op, self._call, -1, _runtime)
         functools.update_wrapper(self, fn)
 
     def __repr__(self) -> str:
@@ -211,13 +221,8 @@ class Fused:
     def __get__(self, obj, objtype=None):  # methods: bind like a function
         return self if obj is None else functools.partial(self, obj)
 
-    def __call__(self, *args: Any, dst: Any = None, stream: Any = None, **kwargs: Any) -> Any:
-        """Run the fused function; ``dst`` (an array, or a tuple per output) and ``stream``.
-
-        Notes
-        -----
-        Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-        """
+    def _call(self, *args: Any, dst: Any = None, stream: Any = None, **kwargs: Any) -> Any:
+        """Run the fused function (``__call__``)."""
         rt = _runtime._current
         if rt is not None and stream is None and not kwargs:
             fast = rt.fast
@@ -288,6 +293,9 @@ class Fused:
             if o is not w:
                 o[...] = w
         return outs[0] if ent.single else tuple(outs)
+
+    if FastCall is None:
+        __call__ = _call
 
     # ---------------------------------------------------------------- build
     def _build(self, rt: Any, args: tuple, kwargs: dict, dst: Any, tkey: tuple) -> _Entry:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._dispatch import ufunc1, ufunc2, ufunc_methods, ufunc_multi
+from ._dispatch import fast_call, ufunc1, ufunc2, ufunc_methods, ufunc_multi
 
 __all__ = ["add", "subtract", "multiply", "divide", "true_divide", "floor_divide", "remainder",
            "mod", "fmod", "divmod", "power", "pow", "float_power", "negative", "positive",
@@ -18,6 +18,7 @@ __all__ = ["add", "subtract", "multiply", "divide", "true_divide", "floor_divide
            "ceil", "trunc", "conjugate", "conj"]
 
 
+@fast_call(2)
 def add(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
         casting: str = "same_kind", dtype: Any = None) -> Any:
     """Sum, ``src + other``, elementwise (array API).
@@ -32,6 +33,7 @@ def add(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any =
     return ufunc2("add", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def subtract(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
              casting: str = "same_kind", dtype: Any = None) -> Any:
     """Difference, ``src - other``, elementwise (array API).
@@ -46,6 +48,7 @@ def subtract(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: 
     return ufunc2("subtract", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def multiply(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
              casting: str = "same_kind", dtype: Any = None) -> Any:
     """Product, ``src * other``, elementwise (array API).
@@ -60,6 +63,7 @@ def multiply(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: 
     return ufunc2("multiply", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def divide(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
            casting: str = "same_kind", dtype: Any = None) -> Any:
     """True quotient, ``src / other``, elementwise (array API).
@@ -74,6 +78,7 @@ def divide(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: An
     return ufunc2("divide", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def floor_divide(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
                  casting: str = "same_kind", dtype: Any = None) -> Any:
     """Floor quotient, ``src // other``, elementwise (array API).
@@ -88,6 +93,7 @@ def floor_divide(src: Any, other: Any, dst: Any = None, *, out: Any = None, stre
     return ufunc2("floor_divide", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def remainder(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
               casting: str = "same_kind", dtype: Any = None) -> Any:
     """Remainder of floor division, ``src % other`` (Python's sign rule), elementwise (array API).
@@ -102,6 +108,7 @@ def remainder(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream:
     return ufunc2("remainder", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def fmod(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
          casting: str = "same_kind", dtype: Any = None) -> Any:
     """Remainder of truncated division (C's ``fmod``), elementwise.
@@ -130,6 +137,7 @@ def divmod(src: Any, other: Any, *dst_pair: Any, dst: Any = None, out: Any = Non
     return ufunc_multi("divmod", (src, other), dst_pair or dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def power(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
           casting: str = "same_kind", dtype: Any = None) -> Any:
     """``src ** other``, elementwise (array API ``pow``).
@@ -144,6 +152,7 @@ def power(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any
     return ufunc2("power", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def float_power(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
                 casting: str = "same_kind", dtype: Any = None) -> Any:
     """``src ** other`` computed in at least float64, elementwise.
@@ -158,6 +167,7 @@ def float_power(src: Any, other: Any, dst: Any = None, *, out: Any = None, strea
     return ufunc2("float_power", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def negative(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
              casting: str = "same_kind", dtype: Any = None) -> Any:
     """Negation, ``-src``, elementwise (array API).
@@ -172,6 +182,7 @@ def negative(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("negative", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def positive(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
              casting: str = "same_kind", dtype: Any = None) -> Any:
     """``+src``, elementwise (array API).
@@ -186,6 +197,7 @@ def positive(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("positive", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def absolute(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
              casting: str = "same_kind", dtype: Any = None) -> Any:
     """Absolute value, ``abs(src)``, elementwise (array API ``abs``).
@@ -200,6 +212,7 @@ def absolute(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("absolute", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def fabs(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
          casting: str = "same_kind", dtype: Any = None) -> Any:
     """Absolute value of a real input, elementwise.
@@ -214,6 +227,7 @@ def fabs(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("fabs", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def sign(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
          casting: str = "same_kind", dtype: Any = None) -> Any:
     """Sign (-1, 0, 1; NaN for NaN), elementwise (array API).
@@ -228,6 +242,7 @@ def sign(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("sign", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def reciprocal(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
                casting: str = "same_kind", dtype: Any = None) -> Any:
     """``1 / src``, elementwise (array API).
@@ -242,6 +257,7 @@ def reciprocal(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None
     return ufunc1("reciprocal", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def square(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
            casting: str = "same_kind", dtype: Any = None) -> Any:
     """``src * src``, elementwise (array API).
@@ -256,6 +272,7 @@ def square(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("square", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def sqrt(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
          casting: str = "same_kind", dtype: Any = None) -> Any:
     """Square root, elementwise (array API).
@@ -270,6 +287,7 @@ def sqrt(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("sqrt", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def cbrt(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
          casting: str = "same_kind", dtype: Any = None) -> Any:
     """Cube root, elementwise.
@@ -284,6 +302,7 @@ def cbrt(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("cbrt", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def maximum(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
             casting: str = "same_kind", dtype: Any = None) -> Any:
     """Larger of two values (NaN propagates), elementwise (array API).
@@ -298,6 +317,7 @@ def maximum(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: A
     return ufunc2("maximum", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def minimum(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
             casting: str = "same_kind", dtype: Any = None) -> Any:
     """Smaller of two values (NaN propagates), elementwise (array API).
@@ -312,6 +332,7 @@ def minimum(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: A
     return ufunc2("minimum", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def fmax(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
          casting: str = "same_kind", dtype: Any = None) -> Any:
     """Larger of two values (NaN ignored), elementwise.
@@ -326,6 +347,7 @@ def fmax(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any 
     return ufunc2("fmax", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def fmin(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
          casting: str = "same_kind", dtype: Any = None) -> Any:
     """Smaller of two values (NaN ignored), elementwise.
@@ -340,6 +362,7 @@ def fmin(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any 
     return ufunc2("fmin", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def heaviside(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
               casting: str = "same_kind", dtype: Any = None) -> Any:
     """Heaviside step function, elementwise.
@@ -354,6 +377,7 @@ def heaviside(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream:
     return ufunc2("heaviside", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def gcd(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
         casting: str = "same_kind", dtype: Any = None) -> Any:
     """Greatest common divisor, elementwise.
@@ -368,6 +392,7 @@ def gcd(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any =
     return ufunc2("gcd", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def lcm(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
         casting: str = "same_kind", dtype: Any = None) -> Any:
     """Least common multiple, elementwise.
@@ -382,6 +407,7 @@ def lcm(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any =
     return ufunc2("lcm", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def copysign(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
              casting: str = "same_kind", dtype: Any = None) -> Any:
     """Magnitude of ``src`` with the sign of ``other``, elementwise (array API).
@@ -396,6 +422,7 @@ def copysign(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: 
     return ufunc2("copysign", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def nextafter(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
               casting: str = "same_kind", dtype: Any = None) -> Any:
     """Next float after ``src`` towards ``other``, elementwise (array API).
@@ -410,6 +437,7 @@ def nextafter(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream:
     return ufunc2("nextafter", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def spacing(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
             casting: str = "same_kind", dtype: Any = None) -> Any:
     """Distance to the next larger float, elementwise.
@@ -424,6 +452,7 @@ def spacing(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("spacing", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def ldexp(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
           casting: str = "same_kind", dtype: Any = None) -> Any:
     """``src * 2**other``, elementwise.
@@ -466,6 +495,7 @@ def modf(src: Any, *dst_pair: Any, dst: Any = None, out: Any = None, stream: Any
     return ufunc_multi("modf", (src,), dst_pair or dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def hypot(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
           casting: str = "same_kind", dtype: Any = None) -> Any:
     """``sqrt(src**2 + other**2)`` without overflow, elementwise (array API).
@@ -480,6 +510,7 @@ def hypot(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any
     return ufunc2("hypot", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def rint(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
          casting: str = "same_kind", dtype: Any = None) -> Any:
     """Round to the nearest integer (ties to even), elementwise.
@@ -494,6 +525,7 @@ def rint(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("rint", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def floor(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
           casting: str = "same_kind", dtype: Any = None) -> Any:
     """Round down, elementwise (array API).
@@ -508,6 +540,7 @@ def floor(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("floor", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def ceil(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
          casting: str = "same_kind", dtype: Any = None) -> Any:
     """Round up, elementwise (array API).
@@ -522,6 +555,7 @@ def ceil(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("ceil", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def trunc(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
           casting: str = "same_kind", dtype: Any = None) -> Any:
     """Round towards zero, elementwise (array API).
@@ -536,6 +570,7 @@ def trunc(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("trunc", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def conjugate(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
               casting: str = "same_kind", dtype: Any = None) -> Any:
     """Complex conjugate, elementwise (array API ``conj``).

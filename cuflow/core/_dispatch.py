@@ -25,6 +25,7 @@ otherwise on the current stream.  Nothing here synchronizes the host.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -40,11 +41,12 @@ from ._contract import (
 from . import _runtime
 from ._engine import OPS, ew_op
 from ._expr import Expr, TraceError, apply, caller_line
+from ._fastpath import FastCall
 from ._runtime import arrays_in, on_select, runtime
 from ._streams import use_stream
 
-__all__ = ["run_on", "reraise", "ufunc1", "ufunc2", "ufunc_multi", "call", "traced",
-           "wrap_view", "ufunc_methods"]
+__all__ = ["run_on", "reraise", "fast_call", "ufunc1", "ufunc2", "ufunc_multi", "call",
+           "traced", "wrap_view", "ufunc_methods"]
 
 
 def run_on(stream: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -87,6 +89,22 @@ def _ufunc(rt: Any, name: str) -> Any:
 
 def _shape(nd: type, x: Any) -> tuple:
     return x.shape if isinstance(x, nd) else ()
+
+
+def fast_call(nin: int) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator of an elementwise function of ``nin`` operands named as its ufunc: a call
+    with only the operands and ``dst`` (positional or keyword) goes from C straight to the
+    engine's launch (``_ewlaunch.FastCall``), without the function's Python frames (bench op
+    zoo: ``tanh(x)``, ``minimum(x, y)``); every other call, and every call the launch
+    declines, runs the function.  Without the compiled extension the function is returned
+    as it is."""
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        if FastCall is None:
+            return fn
+        entry = FastCall(OPS.get(fn.__name__) or ew_op(fn.__name__), fn, nin, _runtime)
+        functools.update_wrapper(entry, fn)
+        return entry
+    return wrap
 
 
 def ufunc2(name: str, src: Any, other: Any, dst: Any, out: Any, stream: Any, casting: str,

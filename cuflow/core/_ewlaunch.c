@@ -200,15 +200,12 @@ code_itemsize(PyObject *x, unsigned long long code)
 }
 static PyObject *s_plans, *s_ew_load;
 
+/* ew over the operands items[0:na]; args is them as a tuple, or NULL (built where a plan
+ * must be loaded) */
 static PyObject *
-launcher_ew(Launcher *self, PyObject *const *argv, Py_ssize_t nargs)
+ew_impl(Launcher *self, PyObject *op, PyObject *const *items, Py_ssize_t na, PyObject *args,
+        PyObject *dst)
 {
-    if (nargs != 3 || !PyTuple_Check(argv[1])) {
-        PyErr_SetString(PyExc_TypeError, "ew(op, args: tuple, dst) takes 3 arguments");
-        return NULL;
-    }
-    PyObject *op = argv[0], *args = argv[1], *dst = argv[2];
-    Py_ssize_t na = PyTuple_GET_SIZE(args);
     if (na < 1 || na > EW_MAX)
         Py_RETURN_NONE;
     int dev = -1; /* several devices: the current one (a plan is a function of one device) */
@@ -220,7 +217,7 @@ launcher_ew(Launcher *self, PyObject *const *argv, Py_ssize_t nargs)
     PyObject *shape = NULL, *first = NULL;
     long long n = -1;
     for (Py_ssize_t i = 0; i < na; i++) {
-        PyObject *x = PyTuple_GET_ITEM(args, i);
+        PyObject *x = items[i];
         unsigned long long code;
         if (Py_TYPE(x) == (PyTypeObject *)self->darray || Py_TYPE(x) == (PyTypeObject *)self->ndarray) {
             int ok = contiguous(x);
@@ -287,8 +284,17 @@ launcher_ew(Launcher *self, PyObject *const *argv, Py_ssize_t nargs)
             Py_XDECREF(k);
             goto error;
         }
-        PyObject *cargs[] = {op, k, args, dst};
+        PyObject *t = args != NULL ? Py_NewRef(args) : PyTuple_New(na);
+        if (t == NULL) {
+            Py_DECREF(k);
+            goto error;
+        }
+        if (args == NULL)
+            for (Py_ssize_t i = 0; i < na; i++)
+                PyTuple_SET_ITEM(t, i, Py_NewRef(items[i]));
+        PyObject *cargs[] = {op, k, t, dst};
         plan = PyObject_VectorcallMethod(s_ew_load, cargs, 4, NULL);
+        Py_DECREF(t);
         if (plan == NULL) {
             Py_DECREF(k);
             goto error;
@@ -369,7 +375,7 @@ launcher_ew(Launcher *self, PyObject *const *argv, Py_ssize_t nargs)
         unsigned long long dnb = (unsigned long long)n * (unsigned long long)disz;
         int j = 0;
         for (Py_ssize_t i = 0; i < na; i++) {
-            PyObject *x = PyTuple_GET_ITEM(args, i);
+            PyObject *x = items[i];
             if (Py_TYPE(x) != (PyTypeObject *)self->darray && Py_TYPE(x) != (PyTypeObject *)self->ndarray)
                 continue;
             unsigned long long p = ptrs[j++];
@@ -433,6 +439,18 @@ none:
 error:
     Py_XDECREF(shape);
     return NULL;
+}
+
+static PyObject *
+launcher_ew(Launcher *self, PyObject *const *argv, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyTuple_Check(argv[1])) {
+        PyErr_SetString(PyExc_TypeError, "ew(op, args: tuple, dst) takes 3 arguments");
+        return NULL;
+    }
+    PyObject *args = argv[1];
+    return ew_impl(self, argv[0], PySequence_Fast_ITEMS(args), PyTuple_GET_SIZE(args), args,
+                   argv[2]);
 }
 
 /* empty(shape, dtype): a new C-contiguous darray, or None where cuflow.empty's Python path
@@ -747,9 +765,205 @@ static PyTypeObject LauncherType = {
     .tp_methods = launcher_methods,
 };
 
+
+/* ------------------------------------------------------------------------ FastCall */
+
+/* FastCall(op, fn, nin, runtime): a callable that runs fn, with the engine's launch first and
+ * no Python frame on the way (bench op zoo: about 0.5 us of a namespace function's call).
+ * A call with nin operands (nin < 0: any number), optionally dst (positional after the
+ * operands where nin >= 0, or the keyword dst=) and nothing else runs the launcher of the
+ * current runtime (the runtime module's ``_current``: its ``fast.ew`` where that is a
+ * Launcher's) on op; every other call, a decline (None) and an error run fn(*args,
+ * **kwargs) itself, which takes its own path to the result or to its error.  Instances have
+ * a __dict__ (functools.update_wrapper), and the type may be subclassed (cuflow.fuse). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *op, *fn, *rtdict, *dict;
+    Py_ssize_t nin;
+    vectorcallfunc vectorcall;
+} FastCall;
+
+static PyObject *s_current, *s_fast, *s_ew, *s_dst;
+
+/* the current runtime's Launcher (a new reference), or NULL without an exception */
+static Launcher *
+current_launcher(FastCall *self)
+{
+    PyObject *rt = PyDict_GetItemWithError(self->rtdict, s_current); /* borrowed */
+    if (rt == NULL || rt == Py_None) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *fast = PyObject_GetAttr(rt, s_fast);
+    if (fast == NULL || fast == Py_None) {
+        Py_XDECREF(fast);
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *ew = PyObject_GetAttr(fast, s_ew);
+    Py_DECREF(fast);
+    if (ew == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    Launcher *l = NULL;
+    if (PyCFunction_Check(ew)) {
+        PyObject *owner = PyCFunction_GET_SELF(ew);
+        if (owner != NULL && Py_TYPE(owner) == &LauncherType)
+            l = (Launcher *)Py_NewRef(owner);
+    }
+    Py_DECREF(ew);
+    return l;
+}
+
+static PyObject *
+fastcall_vectorcall(FastCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (self->fn == NULL) {
+        PyErr_SetString(PyExc_TypeError, "FastCall: not initialized");
+        return NULL;
+    }
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    Py_ssize_t nops = self->nin < 0 ? nargs : self->nin;
+    PyObject *dst = Py_None;
+    if (nargs < nops || nargs > nops + 1)
+        goto call_fn;
+    if (nargs > nops)
+        dst = args[nops];
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) {
+        PyObject *k = PyTuple_GET_ITEM(kwnames, 0);
+        if (PyTuple_GET_SIZE(kwnames) != 1 || nargs > nops
+            || (k != s_dst && PyUnicode_Compare(k, s_dst) != 0))
+            goto call_fn;
+        dst = args[nargs];
+    }
+    Launcher *l = current_launcher(self);
+    if (l == NULL)
+        goto call_fn;
+    PyObject *r = ew_impl(l, self->op, args, nops, NULL, dst);
+    Py_DECREF(l);
+    if (r == NULL)
+        PyErr_Clear(); /* fn meets the error again and raises it as cuflow's */
+    else if (r != Py_None)
+        return r;
+    else
+        Py_DECREF(r);
+call_fn:
+    return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+}
+
+static PyObject *
+fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    FastCall *self = (FastCall *)type->tp_alloc(type, 0);
+    if (self != NULL)
+        self->vectorcall = (vectorcallfunc)fastcall_vectorcall;
+    return (PyObject *)self;
+}
+
+static int
+fastcall_init(FastCall *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"op", "fn", "nin", "runtime", NULL};
+    PyObject *op, *fn, *mod;
+    Py_ssize_t nin;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOnO!:FastCall", kwlist, &op, &fn, &nin,
+                                     &PyModule_Type, &mod))
+        return -1;
+    if (!PyCallable_Check(fn)) {
+        PyErr_Format(PyExc_TypeError, "FastCall: fn must be callable, got %R", fn);
+        return -1;
+    }
+    if (nin > EW_MAX) {
+        PyErr_Format(PyExc_ValueError, "FastCall: nin must be at most %d, got %zd", EW_MAX, nin);
+        return -1;
+    }
+    PyObject *d = PyModule_GetDict(mod); /* borrowed */
+    if (d == NULL)
+        return -1;
+    Py_XSETREF(self->op, Py_NewRef(op));
+    Py_XSETREF(self->fn, Py_NewRef(fn));
+    Py_XSETREF(self->rtdict, Py_NewRef(d));
+    self->nin = nin;
+    return 0;
+}
+
+static int
+fastcall_traverse(FastCall *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->op);
+    Py_VISIT(self->fn);
+    Py_VISIT(self->rtdict);
+    Py_VISIT(self->dict);
+    return 0;
+}
+
+static int
+fastcall_clear(FastCall *self)
+{
+    Py_CLEAR(self->op);
+    Py_CLEAR(self->fn);
+    Py_CLEAR(self->rtdict);
+    Py_CLEAR(self->dict);
+    return 0;
+}
+
+static void
+fastcall_dealloc(FastCall *self)
+{
+    PyObject_GC_UnTrack(self);
+    fastcall_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* pickled by name, as a function is */
+static PyObject *
+fastcall_reduce(PyObject *self, PyObject *unused)
+{
+    return PyObject_GetAttrString(self, "__qualname__");
+}
+
+static PyObject *
+fastcall_repr(FastCall *self)
+{
+    return self->fn != NULL ? PyObject_Repr(self->fn) : PyUnicode_FromString("<FastCall>");
+}
+
+static PyMethodDef fastcall_methods[] = {
+    {"__reduce__", fastcall_reduce, METH_NOARGS, "the qualified name: pickled as a function is"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef fastcall_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject FastCallType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cuflow._ewlaunch.FastCall",
+    .tp_doc = "FastCall(op, fn, nin, runtime): fn, with the engine's launch of op first for calls "
+              "with only operands and dst",
+    .tp_basicsize = sizeof(FastCall),
+    .tp_dictoffset = offsetof(FastCall, dict),
+    .tp_vectorcall_offset = offsetof(FastCall, vectorcall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE
+                | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = fastcall_new,
+    .tp_init = (initproc)fastcall_init,
+    .tp_call = PyVectorcall_Call,
+    .tp_dealloc = (destructor)fastcall_dealloc,
+    .tp_traverse = (traverseproc)fastcall_traverse,
+    .tp_clear = (inquiry)fastcall_clear,
+    .tp_getset = fastcall_getset,
+    .tp_methods = fastcall_methods,
+    .tp_repr = (reprfunc)fastcall_repr,
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_ewlaunch",
-    "The elementwise engine's launches in C (Launcher).", -1, NULL,
+    "The elementwise engine's launches in C (Launcher) and its entry points (FastCall).", -1,
+    NULL,
 };
 
 PyMODINIT_FUNC
@@ -769,6 +983,10 @@ PyInit__ewlaunch(void)
     INTERN(s_ew_load, "load");
     INTERN(s_init, "_init");
     INTERN(s_kind, "kind");
+    INTERN(s_current, "_current");
+    INTERN(s_fast, "fast");
+    INTERN(s_ew, "ew");
+    INTERN(s_dst, "dst");
 #undef INTERN
     PyObject *numpy = PyImport_ImportModule("numpy");
     if (numpy == NULL)
@@ -779,12 +997,13 @@ PyInit__ewlaunch(void)
         return NULL;
     if ((s_empty = PyTuple_New(0)) == NULL)
         return NULL;
-    if (PyType_Ready(&LauncherType) < 0)
+    if (PyType_Ready(&LauncherType) < 0 || PyType_Ready(&FastCallType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    if (PyModule_AddObjectRef(m, "Launcher", (PyObject *)&LauncherType) < 0) {
+    if (PyModule_AddObjectRef(m, "Launcher", (PyObject *)&LauncherType) < 0
+        || PyModule_AddObjectRef(m, "FastCall", (PyObject *)&FastCallType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

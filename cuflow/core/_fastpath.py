@@ -21,7 +21,12 @@ bool, 8-, 16- and 32-bit integer dtypes; a bool, an int of magnitude up to
 2**24 or a float in float32 (``None`` for anything else: CuPy's ``fill`` runs).
 
 All three are methods of the optional extension ``_ewlaunch.Launcher``; without it
-(or with ``CUFLOW_EW_ENGINE=0`` for ``ew``) they return ``None``.  The runtime
+(or with ``CUFLOW_EW_ENGINE=0`` for ``ew``) they return ``None``.
+
+``FastCall`` (the same extension, ``None`` without it) is the entry point of a
+namespace function or a ``cuflow.fuse`` function: a call of operands and
+``dst`` reaches the current runtime's ``ew`` with no Python frame
+(:func:`cuflow.core._dispatch.fast_call`).  The runtime
 builds one :class:`FastPath` for the CuPy backend (none for NumPy, or with
 ``CUFLOW_FAST=0``).
 """
@@ -34,7 +39,12 @@ from typing import Any
 
 from .._env import env_switch
 
-__all__ = ["FastPath", "make_fast_path"]
+__all__ = ["FastCall", "FastPath", "make_fast_path"]
+
+try:  # the optional extension (a source install without a compiler takes Python's path)
+    from ._ewlaunch import FastCall
+except ImportError:
+    FastCall = None
 
 
 class FastPath:

@@ -10,7 +10,7 @@ from typing import Any
 
 from ._contract import prepare_out
 from . import _runtime
-from ._dispatch import call, reraise, run_on, ufunc1, ufunc2, ufunc_methods
+from ._dispatch import call, fast_call, reraise, run_on, ufunc1, ufunc2, ufunc_methods
 from ._engine import ew_op
 from ._expr import Expr
 from ._expr import where as traced_where
@@ -59,6 +59,7 @@ def where(condition: Any, x1: Any = None, x2: Any = None, /, *, dst: Any = None,
         reraise("where", e, dst)
 
 
+@fast_call(2)
 def equal(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
           casting: str = "same_kind", dtype: Any = None) -> Any:
     """``src == other``, elementwise (array API).
@@ -73,6 +74,7 @@ def equal(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any
     return ufunc2("equal", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def not_equal(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
               casting: str = "same_kind", dtype: Any = None) -> Any:
     """``src != other``, elementwise (array API).
@@ -87,6 +89,7 @@ def not_equal(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream:
     return ufunc2("not_equal", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def less(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
          casting: str = "same_kind", dtype: Any = None) -> Any:
     """``src < other``, elementwise (array API).
@@ -101,6 +104,7 @@ def less(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any 
     return ufunc2("less", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def less_equal(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
                casting: str = "same_kind", dtype: Any = None) -> Any:
     """``src <= other``, elementwise (array API).
@@ -115,6 +119,7 @@ def less_equal(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream
     return ufunc2("less_equal", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def greater(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
             casting: str = "same_kind", dtype: Any = None) -> Any:
     """``src > other``, elementwise (array API).
@@ -129,6 +134,7 @@ def greater(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: A
     return ufunc2("greater", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def greater_equal(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
                   casting: str = "same_kind", dtype: Any = None) -> Any:
     """``src >= other``, elementwise (array API).
@@ -143,6 +149,7 @@ def greater_equal(src: Any, other: Any, dst: Any = None, *, out: Any = None, str
     return ufunc2("greater_equal", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def logical_and(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
                 casting: str = "same_kind", dtype: Any = None) -> Any:
     """Logical and, elementwise (array API).
@@ -157,6 +164,7 @@ def logical_and(src: Any, other: Any, dst: Any = None, *, out: Any = None, strea
     return ufunc2("logical_and", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def logical_or(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
                casting: str = "same_kind", dtype: Any = None) -> Any:
     """Logical or, elementwise (array API).
@@ -171,6 +179,7 @@ def logical_or(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream
     return ufunc2("logical_or", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def logical_xor(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
                 casting: str = "same_kind", dtype: Any = None) -> Any:
     """Logical exclusive or, elementwise (array API).
@@ -185,6 +194,7 @@ def logical_xor(src: Any, other: Any, dst: Any = None, *, out: Any = None, strea
     return ufunc2("logical_xor", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def logical_not(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
                 casting: str = "same_kind", dtype: Any = None) -> Any:
     """Logical not, elementwise (array API).
@@ -199,6 +209,7 @@ def logical_not(src: Any, dst: Any = None, *, out: Any = None, stream: Any = Non
     return ufunc1("logical_not", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def bitwise_and(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
                 casting: str = "same_kind", dtype: Any = None) -> Any:
     """Bitwise and, ``src & other``, elementwise (array API).
@@ -213,6 +224,7 @@ def bitwise_and(src: Any, other: Any, dst: Any = None, *, out: Any = None, strea
     return ufunc2("bitwise_and", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def bitwise_or(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
                casting: str = "same_kind", dtype: Any = None) -> Any:
     """Bitwise or, ``src | other``, elementwise (array API).
@@ -227,6 +239,7 @@ def bitwise_or(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream
     return ufunc2("bitwise_or", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def bitwise_xor(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
                 casting: str = "same_kind", dtype: Any = None) -> Any:
     """Bitwise exclusive or, ``src ^ other``, elementwise (array API).
@@ -241,6 +254,7 @@ def bitwise_xor(src: Any, other: Any, dst: Any = None, *, out: Any = None, strea
     return ufunc2("bitwise_xor", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def invert(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
            casting: str = "same_kind", dtype: Any = None) -> Any:
     """Bitwise not, ``~src``, elementwise (array API ``bitwise_invert``).
@@ -255,6 +269,7 @@ def invert(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("invert", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def left_shift(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
                casting: str = "same_kind", dtype: Any = None) -> Any:
     """``src << other``, elementwise (array API ``bitwise_left_shift``).
@@ -269,6 +284,7 @@ def left_shift(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream
     return ufunc2("left_shift", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def right_shift(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
                 casting: str = "same_kind", dtype: Any = None) -> Any:
     """``src >> other``, elementwise (array API ``bitwise_right_shift``).
@@ -283,6 +299,7 @@ def right_shift(src: Any, other: Any, dst: Any = None, *, out: Any = None, strea
     return ufunc2("right_shift", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def bitwise_count(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
                   casting: str = "same_kind", dtype: Any = None) -> Any:
     """Number of set bits, elementwise.
@@ -297,6 +314,7 @@ def bitwise_count(src: Any, dst: Any = None, *, out: Any = None, stream: Any = N
     return ufunc1("bitwise_count", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def isfinite(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
              casting: str = "same_kind", dtype: Any = None) -> Any:
     """True where finite, elementwise (array API).
@@ -311,6 +329,7 @@ def isfinite(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("isfinite", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def isinf(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
           casting: str = "same_kind", dtype: Any = None) -> Any:
     """True where infinite, elementwise (array API).
@@ -325,6 +344,7 @@ def isinf(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("isinf", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def isnan(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
           casting: str = "same_kind", dtype: Any = None) -> Any:
     """True where NaN, elementwise (array API).
@@ -339,6 +359,7 @@ def isnan(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("isnan", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def isnat(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
           casting: str = "same_kind", dtype: Any = None) -> Any:
     """True where not-a-time, elementwise.
@@ -353,6 +374,7 @@ def isnat(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("isnat", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def signbit(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
             casting: str = "same_kind", dtype: Any = None) -> Any:
     """True where the sign bit is set, elementwise (array API).

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import _runtime
-from ._dispatch import ufunc1, ufunc2, ufunc_methods
+from ._dispatch import fast_call, ufunc1, ufunc2, ufunc_methods
 from ._streams import use_stream
 
 __all__ = ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "logaddexp", "logaddexp2", "sin",
@@ -18,6 +18,7 @@ __all__ = ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "logaddexp",
            "arctanh", "atanh", "deg2rad", "rad2deg", "degrees", "radians"]
 
 
+@fast_call(1)
 def exp(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
         casting: str = "same_kind", dtype: Any = None) -> Any:
     """Exponential, elementwise (array API).
@@ -32,6 +33,7 @@ def exp(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("exp", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def exp2(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
          casting: str = "same_kind", dtype: Any = None) -> Any:
     """``2**src``, elementwise.
@@ -46,6 +48,7 @@ def exp2(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("exp2", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def expm1(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
           casting: str = "same_kind", dtype: Any = None) -> Any:
     """``exp(src) - 1``, exact near 0, elementwise (array API).
@@ -68,6 +71,7 @@ def expm1(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return r
 
 
+@fast_call(1)
 def log(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
         casting: str = "same_kind", dtype: Any = None) -> Any:
     """Natural logarithm, elementwise (array API).
@@ -82,6 +86,7 @@ def log(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("log", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def log2(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
          casting: str = "same_kind", dtype: Any = None) -> Any:
     """Base-2 logarithm, elementwise (array API).
@@ -96,6 +101,7 @@ def log2(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("log2", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def log10(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
           casting: str = "same_kind", dtype: Any = None) -> Any:
     """Base-10 logarithm, elementwise (array API).
@@ -110,6 +116,7 @@ def log10(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("log10", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def log1p(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
           casting: str = "same_kind", dtype: Any = None) -> Any:
     """``log(1 + src)``, exact near 0, elementwise (array API).
@@ -124,6 +131,7 @@ def log1p(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("log1p", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def logaddexp(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
               casting: str = "same_kind", dtype: Any = None) -> Any:
     """``log(exp(src) + exp(other))``, elementwise (array API).
@@ -138,6 +146,7 @@ def logaddexp(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream:
     return ufunc2("logaddexp", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def logaddexp2(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
                casting: str = "same_kind", dtype: Any = None) -> Any:
     """``log2(2**src + 2**other)``, elementwise.
@@ -152,6 +161,7 @@ def logaddexp2(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream
     return ufunc2("logaddexp2", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def sin(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
         casting: str = "same_kind", dtype: Any = None) -> Any:
     """Sine, elementwise (array API).
@@ -166,6 +176,7 @@ def sin(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("sin", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def cos(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
         casting: str = "same_kind", dtype: Any = None) -> Any:
     """Cosine, elementwise (array API).
@@ -180,6 +191,7 @@ def cos(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("cos", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def tan(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
         casting: str = "same_kind", dtype: Any = None) -> Any:
     """Tangent, elementwise (array API).
@@ -194,6 +206,7 @@ def tan(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("tan", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def arcsin(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
            casting: str = "same_kind", dtype: Any = None) -> Any:
     """Inverse sine, elementwise (array API ``asin``).
@@ -208,6 +221,7 @@ def arcsin(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("arcsin", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def arccos(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
            casting: str = "same_kind", dtype: Any = None) -> Any:
     """Inverse cosine, elementwise (array API ``acos``).
@@ -222,6 +236,7 @@ def arccos(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("arccos", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def arctan(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
            casting: str = "same_kind", dtype: Any = None) -> Any:
     """Inverse tangent, elementwise (array API ``atan``).
@@ -236,6 +251,7 @@ def arctan(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("arctan", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(2)
 def arctan2(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
             casting: str = "same_kind", dtype: Any = None) -> Any:
     """Angle of the point ``(other, src)``, elementwise (array API ``atan2``).
@@ -250,6 +266,7 @@ def arctan2(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: A
     return ufunc2("arctan2", src, other, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def sinh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
          casting: str = "same_kind", dtype: Any = None) -> Any:
     """Hyperbolic sine, elementwise (array API).
@@ -264,6 +281,7 @@ def sinh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("sinh", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def cosh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
          casting: str = "same_kind", dtype: Any = None) -> Any:
     """Hyperbolic cosine, elementwise (array API).
@@ -278,6 +296,7 @@ def cosh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("cosh", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def tanh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
          casting: str = "same_kind", dtype: Any = None) -> Any:
     """Hyperbolic tangent, elementwise (array API).
@@ -307,6 +326,7 @@ def tanh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return r
 
 
+@fast_call(1)
 def arcsinh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
             casting: str = "same_kind", dtype: Any = None) -> Any:
     """Inverse hyperbolic sine, elementwise (array API ``asinh``).
@@ -321,6 +341,7 @@ def arcsinh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("arcsinh", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def arccosh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
             casting: str = "same_kind", dtype: Any = None) -> Any:
     """Inverse hyperbolic cosine, elementwise (array API ``acosh``).
@@ -335,6 +356,7 @@ def arccosh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("arccosh", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def arctanh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
             casting: str = "same_kind", dtype: Any = None) -> Any:
     """Inverse hyperbolic tangent, elementwise (array API ``atanh``).
@@ -349,6 +371,7 @@ def arctanh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("arctanh", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def deg2rad(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
             casting: str = "same_kind", dtype: Any = None) -> Any:
     """Degrees to radians, elementwise.
@@ -363,6 +386,7 @@ def deg2rad(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("deg2rad", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def rad2deg(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
             casting: str = "same_kind", dtype: Any = None) -> Any:
     """Radians to degrees, elementwise.
@@ -377,6 +401,7 @@ def rad2deg(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("rad2deg", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def degrees(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
             casting: str = "same_kind", dtype: Any = None) -> Any:
     """Radians to degrees, elementwise.
@@ -391,6 +416,7 @@ def degrees(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     return ufunc1("degrees", src, dst, out, stream, casting, dtype)
 
 
+@fast_call(1)
 def radians(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
             casting: str = "same_kind", dtype: Any = None) -> Any:
     """Degrees to radians, elementwise.

@@ -10,8 +10,11 @@ GPU results are checked against NumPy in ``test_engine.py`` and
 from __future__ import annotations
 
 import ctypes
+import inspect
 import itertools
 import math
+import pickle
+import types
 
 import numpy as np
 import pytest
@@ -455,3 +458,131 @@ def test_fill_zero_bytes_of_an_odd_size_use_byte_writes(request):
     a = FakeD((7,), "uint8")
     assert lo.fill(a, 0) is a
     assert rec.calls == [("memset", 8, a.data.ptr, 0, 7, STREAM)]
+
+
+# ----------------------------------------------- FastCall: a function's entry in C
+def _entry(request, nin, fn=None, ew=None):
+    """A FastCall over a recording function, and a stand-in runtime module whose current
+    runtime's ``fast.ew`` is a recording Launcher's (or ``ew``)."""
+    launcher_mod = pytest.importorskip("cuflow.core._ewlaunch",
+                                       reason="the _ewlaunch extension was not built")
+    lo, rec = _compiled(request)
+    rec.nparams = 3
+    calls = []
+
+    def python_path(*args, **kwargs):
+        calls.append((args, kwargs))
+        return "python"
+
+    rt_module = types.ModuleType("stand_in_runtime")
+    rt_module._current = types.SimpleNamespace(fast=types.SimpleNamespace(
+        ew=lo.ew if ew is None else ew))
+    op = FakeOp((0xE5, np.dtype("float32"), 4, 0, 0, None, 0))
+    entry = launcher_mod.FastCall(op, fn or python_path, nin, rt_module)
+    return entry, rec, calls, rt_module
+
+
+def test_fastcall_launches_operands_and_dst_without_the_function(request):
+    entry, rec, calls, _ = _entry(request, 2)
+    a, b = FakeD((8, 8), "float32", ptr=1 << 40), FakeD((8, 8), "float32", ptr=2 << 40)
+    c = entry(a, b)
+    assert type(c) is FakeD and c.shape == (8, 8)
+    o = FakeD((8, 8), "float32", ptr=3 << 40)
+    assert entry(a, b, o) is o  # dst by position
+    assert entry(a, b, dst=o) is o  # and by keyword
+    assert [v[:3] for *_, v in rec.calls] == [(a.data.ptr, b.data.ptr, c.data.ptr),
+                                              (a.data.ptr, b.data.ptr, o.data.ptr),
+                                              (a.data.ptr, b.data.ptr, o.data.ptr)]
+    assert calls == []
+
+
+def test_fastcall_runs_the_function_for_every_other_call(request):
+    entry, rec, calls, _ = _entry(request, 1)
+    a = FakeD((8, 8), "float32", ptr=1 << 40)
+    o = FakeD((8, 8), "float32", ptr=3 << 40)
+    other = {
+        "no operand": ((), {}),
+        "too many positionals": ((a, o, o), {}),
+        "another keyword": ((a,), {"stream": None}),
+        "dst twice": ((a, o), {"dst": o}),
+        "dst and another keyword": ((a,), {"dst": o, "out": None}),
+        "declined: strided": ((FakeD((8, 8), "float32", contiguous=False),), {}),
+        "declined: a NumPy array": ((np.ones((8, 8), np.float32),), {}),
+    }
+    for why, (args, kwargs) in other.items():
+        calls.clear()
+        assert entry(*args, **kwargs) == "python", why
+        assert calls == [(args, kwargs)], why
+    assert rec.calls == []
+
+
+def test_fastcall_without_a_launcher_runs_the_function(request):
+    entry, rec, calls, rt_module = _entry(request, 1)
+    a = FakeD((8, 8), "float32", ptr=1 << 40)
+    for current in (None, types.SimpleNamespace(fast=None),
+                    types.SimpleNamespace(fast=types.SimpleNamespace(ew=lambda *a: None)),
+                    types.SimpleNamespace()):
+        rt_module._current = current
+        calls.clear()
+        assert entry(a) == "python"
+        assert calls == [((a,), {})]
+    del rt_module._current
+    assert entry(a) == "python"
+    assert rec.calls == []
+
+
+def test_fastcall_lets_the_function_raise_a_failed_launch(request):
+    """A launch error is the function's to report (as cuflow's error): it runs again there."""
+    def strict(*args, **kwargs):
+        raise ArithmeticError("reported by the function")
+
+    entry, rec, _, _ = _entry(request, 1, fn=strict)
+    rec.status = 700
+    with pytest.raises(ArithmeticError, match="reported by the function"):
+        entry(FakeD((8, 8), "float32", ptr=1 << 40))
+    assert len(rec.calls) == 1
+
+
+def test_fastcall_of_any_arity_takes_dst_by_keyword_only(request):
+    entry, rec, calls, _ = _entry(request, -1)
+    a, b = FakeD((8,), "float32", ptr=1 << 40), FakeD((8,), "float32", ptr=2 << 40)
+    o = FakeD((8,), "float32", ptr=3 << 40)
+    assert entry(a, b, dst=o) is o
+    assert entry(a, b, a, b) is not None
+    assert calls == [] and len(rec.calls) == 2
+
+
+def test_fastcall_is_a_function_to_python(request):
+    launcher_mod = pytest.importorskip("cuflow.core._ewlaunch",
+                                       reason="the _ewlaunch extension was not built")
+    from cuflow.core import _dispatch
+
+    @_dispatch.fast_call(1)
+    def negative(src, dst=None, *, out=None, stream=None, casting="same_kind", dtype=None):
+        """Negate."""
+        return "python"
+
+    assert type(negative) is launcher_mod.FastCall
+    assert negative.__name__ == "negative" and negative.__doc__ == "Negate."
+    assert list(inspect.signature(negative).parameters) == ["src", "dst", "out", "stream",
+                                                             "casting", "dtype"]
+    assert repr(negative) == repr(negative.__wrapped__)
+    import cuflow
+    assert pickle.loads(pickle.dumps(cuflow.tanh)) is cuflow.tanh
+
+    class Sub(launcher_mod.FastCall):
+        def __init__(self):
+            super().__init__(FakeOp(None), self.slow, -1, types.ModuleType("m"))
+
+        def slow(self, *args, **kwargs):
+            return ("slow", args, kwargs)
+
+    assert Sub()(1, dst=2) == ("slow", (1,), {"dst": 2})
+    with pytest.raises(TypeError, match="fn must be callable"):
+        launcher_mod.FastCall(FakeOp(None), 3, 1, types.ModuleType("m"))
+    with pytest.raises(ValueError, match="nin must be at most 6, got 7"):
+        launcher_mod.FastCall(FakeOp(None), print, 7, types.ModuleType("m"))
+    with pytest.raises(TypeError):
+        launcher_mod.FastCall(FakeOp(None), print, 1, {})
+    with pytest.raises(TypeError, match="not initialized"):
+        launcher_mod.FastCall.__new__(launcher_mod.FastCall)(1)
