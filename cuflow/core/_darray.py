@@ -20,6 +20,7 @@ from typing import Any
 import numpy
 
 from ._engine import cast_op, ew_op
+from ._fastpath import FastCall
 from .._errors import ArgumentError, ArgumentTypeError
 
 __all__ = ["make_darray_class", "REDUCTION_METHODS"]
@@ -256,17 +257,17 @@ _COPY = ew_op("copy")
 
 
 def _fast_operators(base, fast):
-    """``a + b`` & co. through the engine's launch when it applies, else CuPy's operator."""
+    """``a + b`` & co. enter the engine's launch from C where it applies (``FastCall``, no
+    Python frame: bench op zoo ``x * 2``, ``-x``, ``x == y``), else CuPy's operator."""
     ops = {}
-    for mname, (op, reflected) in _EW_OPS.items():
-        ops[mname] = _ew_binop(fast, ew_op(op), getattr(base, mname), reflected)
-        ops[mname].__name__ = mname
-    for mname, op in _EW_INPLACE.items():
-        ops[mname] = _ew_inplace(fast, ew_op(op), getattr(base, mname))
-        ops[mname].__name__ = mname
-    for mname, op in _EW_UNARY.items():
-        ops[mname] = _ew_unop(fast, ew_op(op), getattr(base, mname))
-        ops[mname].__name__ = mname
+    if FastCall is not None:  # without it fast.ew is never the compiled launch
+        for mname, (op, reflected) in _EW_OPS.items():
+            ops[mname] = _operator(fast, mname, op, base, 2, _REFLECTED if reflected
+                                   else _OPERATOR)
+        for mname, op in _EW_INPLACE.items():
+            ops[mname] = _operator(fast, mname, op, base, 2, _INPLACE)
+        for mname, op in _EW_UNARY.items():
+            ops[mname] = _operator(fast, mname, op, base, 1, _OPERATOR)
     base_fill = base.fill
 
     def fill(self, value):
@@ -288,37 +289,22 @@ def _fast_operators(base, fast):
     return ops
 
 
-# fast.ew is looked up per call: binding the darray swaps in the compiled launch
-def _ew_binop(fast, op, base_fn, reflected):
-    def f(self, other):
-        r = fast.ew(op, (other, self) if reflected else (self, other), None)
-        if r is not None:
-            return r
-        if fast.multi:  # CuPy would read another device's array through peer access
-            _check_devices(f.__name__, self, other)
-        return base_fn(self, other)
-    return f
+# FastCall's kinds (_ewlaunch.c): a + b, b.__radd__(a), a += b
+_OPERATOR, _REFLECTED, _INPLACE = 1, 2, 3
 
 
-def _ew_inplace(fast, op, base_fn):
-    def f(self, other):
-        if fast.ew(op, (self, other), self) is not None:
-            return self
-        if fast.multi:
-            _check_devices(f.__name__, self, other)
-        return base_fn(self, other)
-    return f
-
-
-def _ew_unop(fast, op, base_fn):
-    def f(self):
-        r = fast.ew(op, (self,), None)
-        if r is not None:
-            return r
-        if fast.multi:
-            _check_devices(f.__name__, self)
-        return base_fn(self)
-    return f
+def _operator(fast, mname, op, base, nin, kind):
+    """The operator ``mname``: the engine's launch of ``op`` from C, else CuPy's operator
+    (after the device check, with several devices: CuPy would read another device's array
+    through peer access)."""
+    base_fn = getattr(base, mname)
+    if fast.multi:
+        def fn(self, *args):
+            _check_devices(mname, self, *args)
+            return base_fn(self, *args)
+    else:
+        fn = base_fn
+    return FastCall(ew_op(op), fn, nin, fast, kind)
 
 
 def _check_devices(name, *arrays):

@@ -768,33 +768,47 @@ static PyTypeObject LauncherType = {
 
 /* ------------------------------------------------------------------------ FastCall */
 
-/* FastCall(op, fn, nin, runtime): a callable that runs fn, with the engine's launch first and
- * no Python frame on the way (bench op zoo: about 0.5 us of a namespace function's call).
- * A call with nin operands (nin < 0: any number), optionally dst (positional after the
- * operands where nin >= 0, or the keyword dst=) and nothing else runs the launcher of the
- * current runtime (the runtime module's ``_current``: its ``fast.ew`` where that is a
- * Launcher's) on op; every other call, a decline (None) and an error run fn(*args,
- * **kwargs) itself, which takes its own path to the result or to its error.  Instances have
- * a __dict__ (functools.update_wrapper), and the type may be subclassed (cuflow.fuse). */
+/* FastCall(op, fn, nin, source, kind=0): a callable that runs fn, with the engine's launch
+ * first and no Python frame on the way (bench op zoo: about 0.5 us of a namespace function's
+ * call).  Which calls launch, by kind:
+ *   0 (a function): nin operands (nin < 0: any number), optionally dst, positional after
+ *     the operands where nin >= 0 or the keyword dst=, and nothing else;
+ *   1 (an operator, a + b): exactly nin operands;
+ *   2 (a reflected operator, b.__radd__(a)): exactly two, launched in reverse order;
+ *   3 (an in-place operator, a += b): exactly two, the first of them dst.
+ * The launcher is source's: a module's current runtime (its ``_current.fast.ew``), or any
+ * other object's ``ew``, read per call, where that is a Launcher's method.  Every other call, a decline (None) and an Exception run
+ * fn(*args, **kwargs) itself, which takes its own path to the result or to its error.  A
+ * FastCall binds as a method, as a function does (operators are class attributes);
+ * instances have a __dict__ (functools.update_wrapper), and the type may be subclassed
+ * (cuflow.fuse). */
+enum { FC_FUNCTION, FC_OPERATOR, FC_REFLECTED, FC_INPLACE };
+
 typedef struct {
     PyObject_HEAD
-    PyObject *op, *fn, *rtdict, *dict;
+    PyObject *op, *fn, *source, *rtdict, *dict; /* rtdict: source's dict, for a module */
     Py_ssize_t nin;
+    int kind;
     vectorcallfunc vectorcall;
 } FastCall;
 
 static PyObject *s_current, *s_fast, *s_ew, *s_dst;
 
-/* the current runtime's Launcher (a new reference), or NULL without an exception */
+/* source's Launcher (a new reference), or NULL without an exception */
 static Launcher *
 current_launcher(FastCall *self)
 {
-    PyObject *rt = PyDict_GetItemWithError(self->rtdict, s_current); /* borrowed */
-    if (rt == NULL || rt == Py_None) {
-        PyErr_Clear();
-        return NULL;
+    PyObject *fast;
+    if (self->rtdict != NULL) {
+        PyObject *rt = PyDict_GetItemWithError(self->rtdict, s_current); /* borrowed */
+        if (rt == NULL || rt == Py_None) {
+            PyErr_Clear();
+            return NULL;
+        }
+        fast = PyObject_GetAttr(rt, s_fast);
     }
-    PyObject *fast = PyObject_GetAttr(rt, s_fast);
+    else
+        fast = Py_NewRef(self->source);
     if (fast == NULL || fast == Py_None) {
         Py_XDECREF(fast);
         PyErr_Clear();
@@ -825,25 +839,42 @@ fastcall_vectorcall(FastCall *self, PyObject *const *args, size_t nargsf, PyObje
     }
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     Py_ssize_t nops = self->nin < 0 ? nargs : self->nin;
-    PyObject *dst = Py_None;
-    if (nargs < nops || nargs > nops + 1)
-        goto call_fn;
-    if (nargs > nops)
-        dst = args[nops];
-    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) {
-        PyObject *k = PyTuple_GET_ITEM(kwnames, 0);
-        if (PyTuple_GET_SIZE(kwnames) != 1 || nargs > nops
-            || (k != s_dst && PyUnicode_Compare(k, s_dst) != 0))
+    PyObject *dst = Py_None, *swapped[2];
+    PyObject *const *items = args;
+    if (self->kind != FC_FUNCTION) {
+        if (nargs != nops || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0))
             goto call_fn;
-        dst = args[nargs];
+        if (self->kind == FC_REFLECTED) {
+            swapped[0] = args[1];
+            swapped[1] = args[0];
+            items = swapped;
+        }
+        else if (self->kind == FC_INPLACE)
+            dst = args[0];
+    }
+    else {
+        if (nargs < nops || nargs > nops + 1)
+            goto call_fn;
+        if (nargs > nops)
+            dst = args[nops];
+        if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) {
+            PyObject *k = PyTuple_GET_ITEM(kwnames, 0);
+            if (PyTuple_GET_SIZE(kwnames) != 1 || nargs > nops
+                || (k != s_dst && PyUnicode_Compare(k, s_dst) != 0))
+                goto call_fn;
+            dst = args[nargs];
+        }
     }
     Launcher *l = current_launcher(self);
     if (l == NULL)
         goto call_fn;
-    PyObject *r = ew_impl(l, self->op, args, nops, NULL, dst);
+    PyObject *r = ew_impl(l, self->op, items, nops, NULL, dst);
     Py_DECREF(l);
-    if (r == NULL)
-        PyErr_Clear(); /* fn meets the error again and raises it as cuflow's */
+    if (r == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return NULL; /* KeyboardInterrupt and the like */
+        PyErr_Clear();   /* fn meets the error again and raises it as its own */
+    }
     else if (r != Py_None)
         return r;
     else
@@ -864,12 +895,28 @@ fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 static int
 fastcall_init(FastCall *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"op", "fn", "nin", "runtime", NULL};
-    PyObject *op, *fn, *mod;
+    static char *kwlist[] = {"op", "fn", "nin", "source", "kind", NULL};
+    PyObject *op, *fn, *source;
     Py_ssize_t nin;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOnO!:FastCall", kwlist, &op, &fn, &nin,
-                                     &PyModule_Type, &mod))
+    int kind = FC_FUNCTION;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOnO|i:FastCall", kwlist, &op, &fn, &nin,
+                                     &source, &kind))
         return -1;
+    if (kind < FC_FUNCTION || kind > FC_INPLACE) {
+        PyErr_Format(PyExc_ValueError, "FastCall: kind must be 0 (a function), 1 (an "
+                     "operator), 2 (reflected) or 3 (in place), got %d", kind);
+        return -1;
+    }
+    if ((kind == FC_REFLECTED || kind == FC_INPLACE) && nin != 2) {
+        PyErr_Format(PyExc_ValueError, "FastCall: a reflected or in-place operator takes 2 "
+                     "operands, got nin=%zd", nin);
+        return -1;
+    }
+    if (kind == FC_OPERATOR && nin < 1) {
+        PyErr_Format(PyExc_ValueError, "FastCall: an operator takes 1 or more operands, got "
+                     "nin=%zd", nin);
+        return -1;
+    }
     if (!PyCallable_Check(fn)) {
         PyErr_Format(PyExc_TypeError, "FastCall: fn must be callable, got %R", fn);
         return -1;
@@ -878,13 +925,13 @@ fastcall_init(FastCall *self, PyObject *args, PyObject *kwds)
         PyErr_Format(PyExc_ValueError, "FastCall: nin must be at most %d, got %zd", EW_MAX, nin);
         return -1;
     }
-    PyObject *d = PyModule_GetDict(mod); /* borrowed */
-    if (d == NULL)
-        return -1;
+    PyObject *d = PyModule_Check(source) ? PyModule_GetDict(source) : NULL; /* borrowed */
     Py_XSETREF(self->op, Py_NewRef(op));
     Py_XSETREF(self->fn, Py_NewRef(fn));
-    Py_XSETREF(self->rtdict, Py_NewRef(d));
+    Py_XSETREF(self->source, Py_NewRef(source));
+    Py_XSETREF(self->rtdict, Py_XNewRef(d));
     self->nin = nin;
+    self->kind = kind;
     return 0;
 }
 
@@ -893,6 +940,7 @@ fastcall_traverse(FastCall *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->op);
     Py_VISIT(self->fn);
+    Py_VISIT(self->source);
     Py_VISIT(self->rtdict);
     Py_VISIT(self->dict);
     return 0;
@@ -903,6 +951,7 @@ fastcall_clear(FastCall *self)
 {
     Py_CLEAR(self->op);
     Py_CLEAR(self->fn);
+    Py_CLEAR(self->source);
     Py_CLEAR(self->rtdict);
     Py_CLEAR(self->dict);
     return 0;
@@ -914,6 +963,15 @@ fastcall_dealloc(FastCall *self)
     PyObject_GC_UnTrack(self);
     fastcall_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* bound as a function is: a method of the instance it is read from */
+static PyObject *
+fastcall_descr_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    if (obj == NULL || obj == Py_None)
+        return Py_NewRef(self);
+    return PyMethod_New(self, obj);
 }
 
 /* pickled by name, as a function is */
@@ -942,13 +1000,14 @@ static PyGetSetDef fastcall_getset[] = {
 static PyTypeObject FastCallType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "cuflow._ewlaunch.FastCall",
-    .tp_doc = "FastCall(op, fn, nin, runtime): fn, with the engine's launch of op first for calls "
-              "with only operands and dst",
+    .tp_doc = "FastCall(op, fn, nin, source, kind=0): fn, with the engine's launch of op "
+              "first for calls of operands (and dst)",
     .tp_basicsize = sizeof(FastCall),
     .tp_dictoffset = offsetof(FastCall, dict),
     .tp_vectorcall_offset = offsetof(FastCall, vectorcall),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE
-                | Py_TPFLAGS_HAVE_VECTORCALL,
+                | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_descr_get = fastcall_descr_get,
     .tp_new = fastcall_new,
     .tp_init = (initproc)fastcall_init,
     .tp_call = PyVectorcall_Call,

@@ -582,7 +582,49 @@ def test_fastcall_is_a_function_to_python(request):
         launcher_mod.FastCall(FakeOp(None), 3, 1, types.ModuleType("m"))
     with pytest.raises(ValueError, match="nin must be at most 6, got 7"):
         launcher_mod.FastCall(FakeOp(None), print, 7, types.ModuleType("m"))
-    with pytest.raises(TypeError):
-        launcher_mod.FastCall(FakeOp(None), print, 1, {})
+    with pytest.raises(ValueError, match="kind must be 0 .* got 4"):
+        launcher_mod.FastCall(FakeOp(None), print, 1, types.ModuleType("m"), 4)
+    with pytest.raises(ValueError, match="takes 2 operands, got nin=1"):
+        launcher_mod.FastCall(FakeOp(None), print, 1, types.ModuleType("m"), 3)
+    with pytest.raises(ValueError, match="1 or more operands, got nin=-1"):
+        launcher_mod.FastCall(FakeOp(None), print, -1, types.ModuleType("m"), 1)
     with pytest.raises(TypeError, match="not initialized"):
         launcher_mod.FastCall.__new__(launcher_mod.FastCall)(1)
+
+
+def test_fastcall_operators_launch_exact_operands_of_a_fast_path(request):
+    """Operators read ``ew`` of the darray's fast path (any object's, not a module's), take
+    exactly their operands and bind as methods; reflected ones launch (other, self),
+    in-place ones write into self."""
+    launcher_mod = pytest.importorskip("cuflow.core._ewlaunch",
+                                       reason="the _ewlaunch extension was not built")
+    fast = types.SimpleNamespace(ew=None)
+    calls = []
+
+    def python_path(*args):
+        calls.append(args)
+        return "python"
+
+    op = FakeOp((0xE6, np.dtype("float32"), 4, 0, 0, None, 0))
+    ops = {name: launcher_mod.FastCall(op, python_path, nin, fast, kind)
+           for name, nin, kind in (("__neg__", 1, 1), ("__sub__", 2, 1), ("__rsub__", 2, 2),
+                                   ("__isub__", 2, 3))}
+    A = type("A", (FakeD,), ops)
+    lo, rec = _compiled(request, darray=A)
+    rec.nparams = 3
+    fast.ew = lo.ew
+    a, b = A((8,), "float32", ptr=1 << 40), A((8,), "float32", ptr=2 << 40)
+    neg = -a
+    assert type(neg) is A and rec.calls[-1][-1][:2] == (a.data.ptr, neg.data.ptr)
+    d = a - b
+    assert rec.calls[-1][-1] == (a.data.ptr, b.data.ptr, d.data.ptr)
+    r = a.__rsub__(b)  # b - a
+    assert rec.calls[-1][-1] == (b.data.ptr, a.data.ptr, r.data.ptr)
+    c = a
+    c -= b
+    assert c is a and rec.calls[-1][-1] == (a.data.ptr, b.data.ptr, a.data.ptr)
+    assert calls == []
+    assert a.__sub__(b, b) == "python" and calls[-1] == (a, b, b)  # pow's modulo & co.
+    fast.ew = lambda *args: None  # not a Launcher: the function
+    assert a - b == "python"
+    assert len(rec.calls) == 4
