@@ -16,14 +16,18 @@ the current stream.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import numpy
 
 from .._errors import ArgumentError, ArgumentTypeError, CuflowError, OutOfMemoryError
 from ._dispatch import call, reraise, run_on
+from ._fastpath import EMPTY, ZEROS, FastCall
 from ._info import check_device
 from . import _runtime
 from ._runtime import runtime
@@ -179,6 +183,20 @@ def _fast_like(name: str, a: Any, dtype: Any, order: str, subok: Any, shape: Any
     return _fast_empty(name, a.shape, a.dtype, "C", device, stream)
 
 
+def _entry(kind: int) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator of ``empty`` and ``zeros``: ``f(shape)`` and ``f(shape, dtype)`` (dtype
+    positional or keyword) make the array from C (``FastCall``, no Python frame: bench op
+    zoo ``empty(1000)``); every other call, and each one the launcher declines, runs the
+    function."""
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        if FastCall is None:
+            return fn
+        default = inspect.signature(fn).parameters["dtype"].default
+        return functools.update_wrapper(FastCall(default, fn, 1, _runtime, kind), fn)
+    return wrap
+
+
+@_entry(EMPTY)
 def empty(shape, dtype=float, order="C", *, device=None, stream=None):
     """New array of ``shape``, uninitialized (array API ``empty``)."""
     r = _fast_empty("empty", shape, dtype, order, device, stream)
@@ -187,6 +205,7 @@ def empty(shape, dtype=float, order="C", *, device=None, stream=None):
     return _make("empty", device, stream, _shape("empty", shape, dtype), dtype, order)
 
 
+@_entry(ZEROS)
 def zeros(shape, dtype=float, order="C", *, device=None, stream=None):
     """New array of ``shape`` filled with 0 (array API ``zeros``)."""
     r = _fast_empty("zeros", shape, dtype, order, device, stream)

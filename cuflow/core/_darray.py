@@ -14,13 +14,14 @@ is inherited.
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any
 
 import numpy
 
 from ._engine import cast_op, ew_op
-from ._fastpath import FastCall
+from ._fastpath import FILL, INPLACE, OPERATOR, REFLECTED, FastCall
 from .._errors import ArgumentError, ArgumentTypeError
 
 __all__ = ["make_darray_class", "REDUCTION_METHODS"]
@@ -257,17 +258,19 @@ _COPY = ew_op("copy")
 
 
 def _fast_operators(base, fast):
-    """``a + b`` & co. enter the engine's launch from C where it applies (``FastCall``, no
-    Python frame: bench op zoo ``x * 2``, ``-x``, ``x == y``), else CuPy's operator."""
+    """``a + b`` & co. and ``fill`` enter the engine's launch from C where it applies
+    (``FastCall``, no Python frame: bench op zoo ``x * 2``, ``-x``, ``x == y``,
+    ``o.fill(0)``), else CuPy's.  Without the extension fast's methods never launch, and
+    the darray keeps CuPy's."""
+    if FastCall is None:
+        return {}
     ops = {}
-    if FastCall is not None:  # without it fast.ew is never the compiled launch
-        for mname, (op, reflected) in _EW_OPS.items():
-            ops[mname] = _operator(fast, mname, op, base, 2, _REFLECTED if reflected
-                                   else _OPERATOR)
-        for mname, op in _EW_INPLACE.items():
-            ops[mname] = _operator(fast, mname, op, base, 2, _INPLACE)
-        for mname, op in _EW_UNARY.items():
-            ops[mname] = _operator(fast, mname, op, base, 1, _OPERATOR)
+    for mname, (op, reflected) in _EW_OPS.items():
+        ops[mname] = _operator(fast, mname, op, base, 2, REFLECTED if reflected else OPERATOR)
+    for mname, op in _EW_INPLACE.items():
+        ops[mname] = _operator(fast, mname, op, base, 2, INPLACE)
+    for mname, op in _EW_UNARY.items():
+        ops[mname] = _operator(fast, mname, op, base, 1, OPERATOR)
     base_fill = base.fill
 
     def fill(self, value):
@@ -282,15 +285,10 @@ def _fast_operators(base, fast):
         -----
         Stream semantics: asynchronous; queued on the current stream.
         """
-        if fast.fill(self, value) is None:
-            base_fill(self, value)
+        base_fill(self, value)
 
-    ops["fill"] = fill
+    ops["fill"] = functools.update_wrapper(FastCall(None, fill, 2, fast, FILL), fill)
     return ops
-
-
-# FastCall's kinds (_ewlaunch.c): a + b, b.__radd__(a), a += b
-_OPERATOR, _REFLECTED, _INPLACE = 1, 2, 3
 
 
 def _operator(fast, mname, op, base, nin, kind):

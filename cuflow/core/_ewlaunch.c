@@ -775,14 +775,18 @@ static PyTypeObject LauncherType = {
  *     the operands where nin >= 0 or the keyword dst=, and nothing else;
  *   1 (an operator, a + b): exactly nin operands;
  *   2 (a reflected operator, b.__radd__(a)): exactly two, launched in reverse order;
- *   3 (an in-place operator, a += b): exactly two, the first of them dst.
- * The launcher is source's: a module's current runtime (its ``_current.fast.ew``), or any
- * other object's ``ew``, read per call, where that is a Launcher's method.  Every other call, a decline (None) and an Exception run
+ *   3 (an in-place operator, a += b): exactly two, the first of them dst;
+ *   4 (empty) and 5 (zeros): a shape and optionally a dtype (positional or dtype=), op
+ *     being the default dtype: the launcher's empty (and fill with 0);
+ *   6 (a.fill(value)): exactly two, the launcher's fill, returning None.
+ * The launcher is source's: a module's current runtime (its ``_current.fast``), or any
+ * other object, whose method of the kind (``ew``, ``empty`` or ``fill``) is read per call
+ * and used where it is a Launcher's.  Every other call, a decline (None) and an Exception run
  * fn(*args, **kwargs) itself, which takes its own path to the result or to its error.  A
  * FastCall binds as a method, as a function does (operators are class attributes);
  * instances have a __dict__ (functools.update_wrapper), and the type may be subclassed
  * (cuflow.fuse). */
-enum { FC_FUNCTION, FC_OPERATOR, FC_REFLECTED, FC_INPLACE };
+enum { FC_FUNCTION, FC_OPERATOR, FC_REFLECTED, FC_INPLACE, FC_EMPTY, FC_ZEROS, FC_FILL };
 
 typedef struct {
     PyObject_HEAD
@@ -792,7 +796,7 @@ typedef struct {
     vectorcallfunc vectorcall;
 } FastCall;
 
-static PyObject *s_current, *s_fast, *s_ew, *s_dst;
+static PyObject *s_current, *s_fast, *s_ew, *s_dst, *s_empty_fn, *s_fill_fn, *s_dtype_kw, *zero;
 
 /* source's Launcher (a new reference), or NULL without an exception */
 static Launcher *
@@ -814,7 +818,9 @@ current_launcher(FastCall *self)
         PyErr_Clear();
         return NULL;
     }
-    PyObject *ew = PyObject_GetAttr(fast, s_ew);
+    PyObject *method = self->kind == FC_FILL ? s_fill_fn
+                       : self->kind == FC_EMPTY || self->kind == FC_ZEROS ? s_empty_fn : s_ew;
+    PyObject *ew = PyObject_GetAttr(fast, method);
     Py_DECREF(fast);
     if (ew == NULL) {
         PyErr_Clear();
@@ -830,6 +836,78 @@ current_launcher(FastCall *self)
     return l;
 }
 
+/* kinds 4 and 5: empty(shape[, dtype]) and zeros(shape[, dtype]) */
+static PyObject *
+fastcall_empty(FastCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    PyObject *spec[2] = {NULL, self->op};
+    if (nargs < 1 || nargs + nkw > 2)
+        goto call_fn;
+    spec[0] = args[0];
+    if (nargs == 2)
+        spec[1] = args[1];
+    else if (nkw == 1) {
+        PyObject *k = PyTuple_GET_ITEM(kwnames, 0);
+        if (k != s_dtype_kw && PyUnicode_Compare(k, s_dtype_kw) != 0)
+            goto call_fn;
+        spec[1] = args[1];
+    }
+    Launcher *l = current_launcher(self);
+    if (l == NULL)
+        goto call_fn;
+    PyObject *r = launcher_empty(l, spec, 2);
+    if (r != NULL && r != Py_None && self->kind == FC_ZEROS) {
+        PyObject *fargs[] = {r, zero};
+        PyObject *f = launcher_fill(l, fargs, 2);
+        if (f != r) { /* declined or failed: the function's path */
+            Py_DECREF(r);
+            r = f;
+        }
+        else
+            Py_DECREF(f);
+    }
+    Py_DECREF(l);
+    if (r == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return NULL;
+        PyErr_Clear();
+    }
+    else if (r != Py_None)
+        return r;
+    else
+        Py_DECREF(r);
+call_fn:
+    return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+}
+
+/* kind 6: a.fill(value) */
+static PyObject *
+fastcall_fill(FastCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (PyVectorcall_NARGS(nargsf) != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0))
+        goto call_fn;
+    Launcher *l = current_launcher(self);
+    if (l == NULL)
+        goto call_fn;
+    PyObject *r = launcher_fill(l, args, 2);
+    Py_DECREF(l);
+    if (r == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return NULL;
+        PyErr_Clear();
+    }
+    else if (r != Py_None) {
+        Py_DECREF(r);
+        Py_RETURN_NONE;
+    }
+    else
+        Py_DECREF(r);
+call_fn:
+    return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+}
+
 static PyObject *
 fastcall_vectorcall(FastCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -838,6 +916,10 @@ fastcall_vectorcall(FastCall *self, PyObject *const *args, size_t nargsf, PyObje
         return NULL;
     }
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (self->kind == FC_EMPTY || self->kind == FC_ZEROS)
+        return fastcall_empty(self, args, nargsf, kwnames);
+    if (self->kind == FC_FILL)
+        return fastcall_fill(self, args, nargsf, kwnames);
     Py_ssize_t nops = self->nin < 0 ? nargs : self->nin;
     PyObject *dst = Py_None, *swapped[2];
     PyObject *const *items = args;
@@ -902,9 +984,10 @@ fastcall_init(FastCall *self, PyObject *args, PyObject *kwds)
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOnO|i:FastCall", kwlist, &op, &fn, &nin,
                                      &source, &kind))
         return -1;
-    if (kind < FC_FUNCTION || kind > FC_INPLACE) {
+    if (kind < FC_FUNCTION || kind > FC_FILL) {
         PyErr_Format(PyExc_ValueError, "FastCall: kind must be 0 (a function), 1 (an "
-                     "operator), 2 (reflected) or 3 (in place), got %d", kind);
+                     "operator), 2 (reflected), 3 (in place), 4 (empty), 5 (zeros) or 6 "
+                     "(fill), got %d", kind);
         return -1;
     }
     if ((kind == FC_REFLECTED || kind == FC_INPLACE) && nin != 2) {
@@ -1046,6 +1129,9 @@ PyInit__ewlaunch(void)
     INTERN(s_fast, "fast");
     INTERN(s_ew, "ew");
     INTERN(s_dst, "dst");
+    INTERN(s_empty_fn, "empty");
+    INTERN(s_fill_fn, "fill");
+    INTERN(s_dtype_kw, "dtype");
 #undef INTERN
     PyObject *numpy = PyImport_ImportModule("numpy");
     if (numpy == NULL)
@@ -1054,7 +1140,7 @@ PyInit__ewlaunch(void)
     Py_DECREF(numpy);
     if (np_dtype == NULL)
         return NULL;
-    if ((s_empty = PyTuple_New(0)) == NULL)
+    if ((s_empty = PyTuple_New(0)) == NULL || (zero = PyLong_FromLong(0)) == NULL)
         return NULL;
     if (PyType_Ready(&LauncherType) < 0 || PyType_Ready(&FastCallType) < 0)
         return NULL;

@@ -39,12 +39,16 @@ from typing import Any
 
 from .._env import env_switch
 
-__all__ = ["FastCall", "FastPath", "make_fast_path"]
+__all__ = ["FastCall", "FUNCTION", "OPERATOR", "REFLECTED", "INPLACE", "EMPTY", "ZEROS",
+           "FILL", "FastPath", "make_fast_path"]
 
 try:  # the optional extension (a source install without a compiler takes Python's path)
     from ._ewlaunch import FastCall
 except ImportError:
     FastCall = None
+
+#: FastCall's kinds (_ewlaunch.c): which calls of the entry point launch
+FUNCTION, OPERATOR, REFLECTED, INPLACE, EMPTY, ZEROS, FILL = range(7)
 
 
 class FastPath:

@@ -582,8 +582,8 @@ def test_fastcall_is_a_function_to_python(request):
         launcher_mod.FastCall(FakeOp(None), 3, 1, types.ModuleType("m"))
     with pytest.raises(ValueError, match="nin must be at most 6, got 7"):
         launcher_mod.FastCall(FakeOp(None), print, 7, types.ModuleType("m"))
-    with pytest.raises(ValueError, match="kind must be 0 .* got 4"):
-        launcher_mod.FastCall(FakeOp(None), print, 1, types.ModuleType("m"), 4)
+    with pytest.raises(ValueError, match="kind must be 0 .* got 7"):
+        launcher_mod.FastCall(FakeOp(None), print, 1, types.ModuleType("m"), 7)
     with pytest.raises(ValueError, match="takes 2 operands, got nin=1"):
         launcher_mod.FastCall(FakeOp(None), print, 1, types.ModuleType("m"), 3)
     with pytest.raises(ValueError, match="1 or more operands, got nin=-1"):
@@ -628,3 +628,40 @@ def test_fastcall_operators_launch_exact_operands_of_a_fast_path(request):
     fast.ew = lambda *args: None  # not a Launcher: the function
     assert a - b == "python"
     assert len(rec.calls) == 4
+
+
+def test_fastcall_creation_and_fill_take_the_launchers_own_methods(request):
+    """empty / zeros read the source's ``empty`` (zeros then its ``fill`` with 0), and
+    ``fill`` its ``fill``, returning None as NumPy's does; other calls run the function."""
+    launcher_mod = pytest.importorskip("cuflow.core._ewlaunch",
+                                       reason="the _ewlaunch extension was not built")
+    lo, rec = _compiled(request)
+    fast = types.SimpleNamespace(ew=None, empty=lo.empty, fill=lo.fill)
+    calls = []
+
+    def python_path(*args, **kwargs):
+        calls.append((args, kwargs))
+        return "python"
+
+    empty, zeros, fill = (launcher_mod.FastCall(float, python_path, 1, fast, kind)
+                          for kind in (_fastpath.EMPTY, _fastpath.ZEROS, _fastpath.FILL))
+    a = empty((4, 5))
+    assert type(a) is FakeD and a.shape == (4, 5) and a.dtype == np.float64
+    assert empty(7, np.float32).dtype == np.float32 and empty(7, dtype="i2").dtype == np.int16
+    assert rec.calls == []
+    z = zeros(6, np.int32)
+    assert z.shape == (6,) and rec.calls == [("memset", 32, z.data.ptr, 0, 6, STREAM)]
+    assert fill(z, 3) is None
+    assert rec.calls[-1] == ("memset", 32, z.data.ptr, 3, 6, STREAM)
+    assert calls == []
+    for f, args, kwargs in ((empty, ((2,), "f4"), {"order": "C"}),
+                            (empty, ((2,),), {"device": 0}),
+                            (empty, (np.int64(2),), {}),  # NumPy integers: the checked path
+                            (zeros, ((2,), "f4", "C"), {}),
+                            (fill, (z, 0.5), {}),  # 0.5 in int32: NumPy's conversion
+                            (fill, (z,), {"value": 1})):
+        calls.clear()
+        assert f(*args, **kwargs) == "python"
+        assert calls == [(args, kwargs)]
+    fast.empty = fast.fill = print  # not a Launcher's: the function
+    assert empty(3) == "python" and fill(z, 0) == "python"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -226,3 +228,62 @@ def test_empty_arrays(gpu_cf):
     a = cf.empty((0, 3), np.float32)
     r = cf.add(a, a)
     assert r.shape == (0, 3) and type(r) is cf.darray
+
+
+def _python_frames(fn):
+    """The Python functions entered while ``fn()`` runs."""
+    seen = []
+
+    def profile(frame, event, arg):
+        if event == "call":
+            seen.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+def test_entry_points_launch_without_a_python_frame(gpu_cf, rng):
+    """Namespace functions, operators, fused functions, empty, zeros and fill reach the
+    launcher from C (``_ewlaunch.FastCall``): once a plan is cached, no Python frame runs."""
+    if _fastpath.FastCall is None or not _fastpath.ENGINE_LAUNCH:
+        pytest.skip("the _ewlaunch extension was not built, or CUFLOW_EW_ENGINE=0")
+    cf = gpu_cf
+    ha = random_array((64, 33), "float32", rng, host=True)
+    hb = random_array((64, 33), "float32", rng, host=True)
+    a, b, o = cf.asarray(ha), cf.asarray(hb), cf.empty((64, 33), np.float32)
+    gelu = cf.fuse(lambda v: 0.5 * v * (1 + cf.tanh(0.7978845608 * (v + 0.044715 * v ** 3))))
+    calls = {
+        "tanh(a)": lambda: cf.tanh(a),
+        "minimum(a, b, o)": lambda: cf.minimum(a, b, o),
+        "add(a, b, dst=o)": lambda: cf.add(a, b, dst=o),
+        "a * 2": lambda: a * 2,
+        "2 - a": lambda: 2 - a,
+        "-a": lambda: -a,
+        "a == b": lambda: a == b,
+        "o += a": lambda: o.__iadd__(a),
+        "gelu(a)": lambda: gelu(a),
+        "gelu(a, dst=o)": lambda: gelu(a, dst=o),
+        "empty": lambda: cf.empty((64, 33), np.float32),
+        "zeros": lambda: cf.zeros(100, dtype=np.int32),
+        "o.fill(0)": lambda: o.fill(0),
+    }
+    for name, call in calls.items():
+        call()  # the plan is loaded (in Python) on the first call
+        assert _python_frames(call) == [], name
+    # and the results are NumPy's
+    with np.errstate(all="ignore"):
+        _assert_same(cf.minimum(a, b, o), np.minimum(ha, hb))
+        _assert_same(2 - a, 2 - ha)
+        want = 0.5 * ha * (1 + np.tanh(np.float32(0.7978845608) * (
+            ha + np.float32(0.044715) * ha ** 3)))
+    np.testing.assert_allclose(to_host(cf.tanh(a)), np.tanh(ha), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(to_host(gelu(a)), want, rtol=1e-5, atol=1e-4)
+    z = cf.zeros(100, dtype=np.int32)
+    assert type(z) is cf.darray and not to_host(z).any()
+    e = cf.empty((5, 7), "f2")
+    assert type(e) is cf.darray and e.shape == (5, 7) and e.dtype == np.float16
+    assert o.fill(1.5) is None and (to_host(o) == 1.5).all()
