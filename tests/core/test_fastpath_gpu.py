@@ -231,19 +231,20 @@ def test_empty_arrays(gpu_cf):
 
 
 def _python_frames(fn):
-    """The Python functions entered while ``fn()`` runs."""
+    """The Python functions that ``fn()`` enters (``fn``'s own frame aside)."""
     seen = []
 
     def profile(frame, event, arg):
         if event == "call":
-            seen.append(frame.f_code.co_name)
+            seen.append(frame.f_code)
 
     sys.setprofile(profile)
     try:
         fn()
     finally:
         sys.setprofile(None)
-    return seen
+    assert seen[0] is fn.__code__
+    return [c.co_name for c in seen[1:]]
 
 
 def test_entry_points_launch_without_a_python_frame(gpu_cf, rng):
