@@ -18,6 +18,8 @@ import types
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cuflow.core import _fastpath
 
@@ -665,3 +667,52 @@ def test_fastcall_creation_and_fill_take_the_launchers_own_methods(request):
         assert calls == [(args, kwargs)]
     fast.empty = fast.fill = print  # not a Launcher's: the function
     assert empty(3) == "python" and fill(z, 0) == "python"
+
+
+_KWARGS = ("dst", "out", "stream", "dtype")
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kind=st.sampled_from([0, 1, 2, 3]), nin=st.integers(1, 3), npos=st.integers(0, 5),
+       kws=st.lists(st.sampled_from(_KWARGS), unique=True, max_size=3))
+def test_fastcall_launches_exactly_its_call_shapes(request, kind, nin, npos, kws):
+    """Any call: launched when it has the entry point's shape (a function: nin operands, then
+    dst by position or keyword and nothing else; an operator: exactly its operands), else
+    the function runs with the call's own arguments."""
+    launcher_mod = pytest.importorskip("cuflow.core._ewlaunch",
+                                       reason="the _ewlaunch extension was not built")
+    if kind in (2, 3):
+        nin = 2
+    lo, rec = _compiled(request)
+    rec.nparams = nin + 1
+    fast = types.SimpleNamespace(ew=lo.ew)
+    calls = []
+
+    def python_path(*args, **kwargs):
+        calls.append((args, kwargs))
+        return "python"
+
+    op = FakeOp((0xE7, np.dtype("float32"), 4, 0, 0, None, 0))
+    entry = launcher_mod.FastCall(op, python_path, nin, fast, kind)
+    arrays = [FakeD((8,), "float32", ptr=(k + 1) << 40) for k in range(6)]
+    dst_kw = FakeD((8,), "float32", ptr=9 << 40)
+    args = tuple(arrays[:npos])
+    kwargs = {k: (dst_kw if k == "dst" else None) for k in kws}
+    r = entry(*args, **kwargs)
+    if kind == 0:
+        launches = (nin <= npos <= nin + 1 and set(kws) <= {"dst"}
+                    and not (npos == nin + 1 and kws))
+    else:
+        launches = npos == nin and not kws
+    if not launches:
+        assert r == "python" and calls == [(args, kwargs)] and rec.calls == []
+        return
+    assert calls == [] and len(rec.calls) == 1
+    operands = args[:nin] if kind != 2 else args[::-1]
+    dst = (args[nin] if npos > nin else dst_kw if kws else
+           args[0] if kind == 3 else None)
+    assert rec.calls[0][-1][:nin] == tuple(a.data.ptr for a in operands)
+    if dst is not None:
+        assert r is dst and rec.calls[0][-1][nin] == dst.data.ptr
+    else:
+        assert type(r) is FakeD and rec.calls[0][-1][nin] == r.data.ptr
