@@ -21,14 +21,15 @@ bool, 8-, 16- and 32-bit integer dtypes; a bool, an int of magnitude up to
 2**24 or a float in float32 (``None`` for anything else: CuPy's ``fill`` runs).
 
 All three are methods of the optional extension ``_ewlaunch.Launcher``; without it
-(or with ``CUFLOW_EW_ENGINE=0`` for ``ew``) they return ``None``.
-
-``FastCall`` (the same extension, ``None`` without it) is the entry point of a
-namespace function or a ``cuflow.fuse`` function: a call of operands and
-``dst`` reaches the current runtime's ``ew`` with no Python frame
-(:func:`cuflow.core._dispatch.fast_call`).  The runtime
+(or with ``CUFLOW_EW_ENGINE=0`` for ``ew``) they return ``None``.  The runtime
 builds one :class:`FastPath` for the CuPy backend (none for NumPy, or with
 ``CUFLOW_FAST=0``).
+
+``FastCall`` (the same extension, ``None`` without it) is an entry point that
+reaches those methods with no Python frame: the namespace's elementwise
+functions (:func:`cuflow.core._dispatch.fast_call`), ``cuflow.fuse`` functions,
+darray's operators and ``fill``, ``empty`` and ``zeros``.  Its kinds (below)
+say which calls it launches; every other call runs the function it wraps.
 """
 
 from __future__ import annotations
