@@ -19,6 +19,10 @@
  *   - memset: the addresses of the driver's cuMemsetD8Async, cuMemsetD16Async and
  *     cuMemsetD32Async (without them fill declines everything).
  * Kernel parameters live on the C stack, so concurrent threads never share them.
+ *
+ * FastCall(op, fn, nin, source, kind=0) is the entry point of a function, an operator,
+ * empty/zeros or fill: it calls those methods from C for the calls they take, and fn for
+ * every other call (see the FastCall section below).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
