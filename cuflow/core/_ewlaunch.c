@@ -840,6 +840,25 @@ current_launcher(FastCall *self)
     return l;
 }
 
+/* r (a new reference) where the launcher took the call; else fn(*args, **kwargs): for a
+ * decline (None) and an Exception, which fn meets again and raises as its own (a
+ * KeyboardInterrupt and the like propagate) */
+static PyObject *
+result_or_fn(FastCall *self, PyObject *r, PyObject *const *args, size_t nargsf,
+             PyObject *kwnames)
+{
+    if (r == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return NULL;
+        PyErr_Clear();
+    }
+    else if (r != Py_None)
+        return r;
+    else
+        Py_DECREF(r);
+    return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+}
+
 /* kinds 4 and 5: empty(shape[, dtype]) and zeros(shape[, dtype]) */
 static PyObject *
 fastcall_empty(FastCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
@@ -873,15 +892,7 @@ fastcall_empty(FastCall *self, PyObject *const *args, size_t nargsf, PyObject *k
             Py_DECREF(f);
     }
     Py_DECREF(l);
-    if (r == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_Exception))
-            return NULL;
-        PyErr_Clear();
-    }
-    else if (r != Py_None)
-        return r;
-    else
-        Py_DECREF(r);
+    return result_or_fn(self, r, args, nargsf, kwnames);
 call_fn:
     return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
 }
@@ -897,17 +908,11 @@ fastcall_fill(FastCall *self, PyObject *const *args, size_t nargsf, PyObject *kw
         goto call_fn;
     PyObject *r = launcher_fill(l, args, 2);
     Py_DECREF(l);
-    if (r == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_Exception))
-            return NULL;
-        PyErr_Clear();
-    }
-    else if (r != Py_None) {
+    if (r != NULL && r != Py_None) { /* filled: None, as NumPy's fill returns */
         Py_DECREF(r);
         Py_RETURN_NONE;
     }
-    else
-        Py_DECREF(r);
+    return result_or_fn(self, r, args, nargsf, kwnames);
 call_fn:
     return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
 }
@@ -956,15 +961,7 @@ fastcall_vectorcall(FastCall *self, PyObject *const *args, size_t nargsf, PyObje
         goto call_fn;
     PyObject *r = ew_impl(l, self->op, items, nops, NULL, dst);
     Py_DECREF(l);
-    if (r == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_Exception))
-            return NULL; /* KeyboardInterrupt and the like */
-        PyErr_Clear();   /* fn meets the error again and raises it as its own */
-    }
-    else if (r != Py_None)
-        return r;
-    else
-        Py_DECREF(r);
+    return result_or_fn(self, r, args, nargsf, kwnames);
 call_fn:
     return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
 }
