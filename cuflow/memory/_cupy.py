@@ -20,11 +20,11 @@ from ._limit import limit_bytes
 from ._pool import Pool as _CorePool
 
 try:  # the allocator hook in C (the same extension as the pool's hot path)
-    from ._hotpath import CupyMalloc
+    from ._hotpath import CupyMalloc, memory_type
 except ImportError:
-    CupyMalloc = None
+    CupyMalloc = memory_type = None
 if POOL_HOTPATH == "python":
-    CupyMalloc = None
+    CupyMalloc = memory_type = None
 
 __all__ = ["Pool", "make_cupy_malloc"]
 
@@ -104,13 +104,13 @@ def make_cupy_malloc(pool: Pool) -> Callable[[int], Any]:
 
     The pointer comes from the pool's hot path (compiled where it was built; it reads the
     current stream through CuPy's C API).  The memory object is a :class:`PoolMemory`
-    (CuPy's ``UnownedMemory``) whose owner gives the block back when it is deallocated, by
-    queueing the pointer in the pool's ``_freed`` (no Python code runs, so it is safe from
-    finalizers); the pool's next operation processes the queue.  The owner is invisible to
-    the garbage collector, so a collected reference cycle cannot lose the free, as it can
-    with CuPy's ``PythonFunctionAllocator`` (whose memory keeps its free callback in a
-    field the collector clears first).  ``_hotpath.CupyMalloc`` builds the objects in C;
-    without the extension a Python function does.
+    that gives the block back when it is deallocated, by queueing the pointer in the pool's
+    ``_freed`` (no Python code runs, so it is safe from finalizers); the pool's next
+    operation processes the queue.  Nothing the garbage collector clears holds that free,
+    so a collected reference cycle cannot lose it, as it can with CuPy's
+    ``PythonFunctionAllocator`` (whose memory keeps its free callback in a field the
+    collector clears first).  ``_hotpath.CupyMalloc`` builds the objects in C; without the
+    extension a Python function does.
     """
     import cupy  # noqa: PLC0415  (optional dependency)
     from cupy.cuda.memory import MemoryPointer  # noqa: PLC0415  (optional dependency)
@@ -153,10 +153,18 @@ _MEMORY: list[type] = []
 
 
 def pool_memory_type() -> type:
-    """:class:`PoolMemory`: CuPy's ``UnownedMemory`` for blocks of cuflow's pools (a type of
-    its own, so that memory of the pool is told from other unowned memory)."""
+    """:class:`PoolMemory`, the memory object of a block of cuflow's pools: a C subclass of
+    CuPy's ``BaseMemory`` that gives the block back itself (``_hotpath.memory_type``, one
+    object per block where CuPy's ``UnownedMemory`` needs an owner object too), or else a
+    subclass of ``UnownedMemory`` whose owner does."""
     if not _MEMORY:
-        from cupy.cuda.memory import UnownedMemory  # noqa: PLC0415  (optional dependency)
+        from cupy.cuda.memory import (  # noqa: PLC0415  (optional dependency)
+            BaseMemory, MemoryPointer, UnownedMemory)
+
+        compiled = None if memory_type is None else memory_type(BaseMemory, MemoryPointer)
+        if compiled is not None:
+            _MEMORY.append(compiled)
+            return compiled
 
         class PoolMemory(UnownedMemory):
             """A block of cuflow's memory pool (given back when the last array using it goes)."""

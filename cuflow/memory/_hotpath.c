@@ -1930,12 +1930,186 @@ lent_new(PyObject *freed, PyObject *ptr)
     return (PyObject *)l;
 }
 
+/* PoolMemory: CuPy's memory object for a block of the pool, in C.  A subclass of CuPy's
+ * BaseMemory (Cython, ``cupy/cuda/memory.pxd``: the C fields ptr, size and device_id, no
+ * garbage-collector support) with two fields of its own: the pool's freed dict and the
+ * block's pointer as a Python int.  Its deallocation queues the pointer there, as Lent's
+ * does, so one object per allocation does what UnownedMemory and its Lent owner did: no
+ * owner object, no argument parsing of a Cython __init__, nothing for the garbage collector
+ * to track (bench/test_bench_memory.py::test_hit_latency).
+ *
+ * It writes BaseMemory's and MemoryPointer's fields at their offsets.  Those come from the
+ * pxd's declarations, and memory_type() finds and checks them on probe objects (each field's
+ * value found once, where it is expected); where they are not found, the hook builds
+ * objects by calling their types, as it does for any other memory type. */
+typedef struct {
+    PyObject *freed; /* NULL: nothing to give back (a 0-byte allocation) */
+    PyObject *key;
+} PoolMemoryFields;
+
+static Py_ssize_t off_mem_ptr = -1, off_mem_size, off_mem_dev, off_extra;
+static Py_ssize_t off_mp_ptr, off_mp_dev, off_mp_mem;
+static PyTypeObject *pointer_type; /* the MemoryPointer type whose layout was checked */
+static PyObject *empty_tuple;
+
+#define FIELD(o, off, T) (*(T *)((char *)(o) + (off)))
+
+static void
+pm_dealloc(PyObject *self)
+{
+    PoolMemoryFields *x = &FIELD(self, off_extra, PoolMemoryFields);
+    if (x->freed != NULL) {
+        PyObject *exc = raised_exception();
+        if (PyDict_SetItem(x->freed, x->key, Py_None) < 0)
+            PyErr_WriteUnraisable(self);
+        restore_exception(exc);
+    }
+    Py_CLEAR(x->freed);
+    Py_CLEAR(x->key);
+    Py_TYPE(self)->tp_base->tp_dealloc(self);
+}
+
+static PyObject *
+pm_repr(PyObject *self)
+{
+    return PyUnicode_FromFormat("<cuflow pool block 0x%zx, %zu bytes, device %d>",
+                                (size_t)FIELD(self, off_mem_ptr, intptr_t),
+                                FIELD(self, off_mem_size, size_t), FIELD(self, off_mem_dev, int));
+}
+
+static PyTypeObject PoolMemoryType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cuflow.memory.PoolMemory",
+    .tp_doc = "A block of cuflow's memory pool (given back when the last array using it goes)",
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = pm_dealloc,
+    .tp_repr = pm_repr,
+};
+
+/* the one offset in [sizeof(PyObject), end) at which o holds the n bytes of v, aligned to
+ * n; -1 when there is none or more than one */
+static Py_ssize_t
+find_field(PyObject *o, Py_ssize_t end, const void *v, size_t n)
+{
+    Py_ssize_t found = -1;
+    for (Py_ssize_t off = sizeof(PyObject); off + (Py_ssize_t)n <= end; off += n)
+        if (memcmp((char *)o + off, v, n) == 0) {
+            if (found >= 0)
+                return -1;
+            found = off;
+        }
+    return found;
+}
+
+/* memory_type(base_memory, memory_pointer): PoolMemory, built over CuPy's BaseMemory, where
+ * the fields of both types were found (see PoolMemory); None otherwise. */
+static PyObject *
+memory_type(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyType_Check(args[0]) || !PyType_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "memory_type(base_memory, memory_pointer) takes two types");
+        return NULL;
+    }
+    PyTypeObject *base = (PyTypeObject *)args[0], *mpt = (PyTypeObject *)args[1];
+    if (PoolMemoryType.tp_base != NULL) /* built: for these types only */
+        return Py_NewRef(PoolMemoryType.tp_base == base && pointer_type == mpt
+                             ? (PyObject *)&PoolMemoryType : Py_None);
+    if (!(base->tp_flags & Py_TPFLAGS_BASETYPE) || base->tp_flags & Py_TPFLAGS_HAVE_GC
+        || base->tp_itemsize != 0 || mpt->tp_itemsize != 0 || base->tp_dealloc == NULL
+        || mpt->tp_new == NULL || base->tp_new == NULL)
+        Py_RETURN_NONE;
+    /* probe values no other field holds */
+    const intptr_t ptr = (intptr_t)0x5eed5eed0000LL, shift = 0x40;
+    const size_t size = (size_t)0x123456789aLL;
+    const int dev = 0x5a5a1234;
+    Py_ssize_t fm = -1, fs = -1, fd = -1, gp = -1, gd = -1, gm = -1;
+    PyObject *m = PyObject_CallNoArgs((PyObject *)base), *p = NULL;
+    if (m == NULL) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    PyObject *vp = PyLong_FromSsize_t(ptr), *vs = PyLong_FromSize_t(size), *vd = PyLong_FromLong(dev);
+    if (vp != NULL && vs != NULL && vd != NULL && PyObject_SetAttrString(m, "ptr", vp) == 0
+        && PyObject_SetAttrString(m, "size", vs) == 0
+        && PyObject_SetAttrString(m, "device_id", vd) == 0) {
+        fm = find_field(m, base->tp_basicsize, &ptr, sizeof ptr);
+        fs = find_field(m, base->tp_basicsize, &size, sizeof size);
+        fd = find_field(m, base->tp_basicsize, &dev, sizeof dev);
+        p = PyObject_CallFunction((PyObject *)mpt, "On", m, (Py_ssize_t)shift);
+    }
+    if (p != NULL) {
+        const intptr_t pv = ptr + shift;
+        gp = find_field(p, mpt->tp_basicsize, &pv, sizeof pv);
+        gd = find_field(p, mpt->tp_basicsize, &dev, sizeof dev);
+        gm = find_field(p, mpt->tp_basicsize, &m, sizeof m);
+    }
+    Py_XDECREF(p);
+    Py_XDECREF(vp);
+    Py_XDECREF(vs);
+    Py_XDECREF(vd);
+    Py_DECREF(m);
+    PyErr_Clear(); /* a type without these attributes is simply not used */
+    if (fm < 0 || fs < 0 || fd < 0 || gp < 0 || gd < 0 || gm < 0)
+        Py_RETURN_NONE;
+    off_mem_ptr = fm, off_mem_size = fs, off_mem_dev = fd;
+    off_mp_ptr = gp, off_mp_dev = gd, off_mp_mem = gm;
+    off_extra = (base->tp_basicsize + sizeof(void *) - 1) / sizeof(void *) * sizeof(void *);
+    PoolMemoryType.tp_basicsize = off_extra + sizeof(PoolMemoryFields);
+    PoolMemoryType.tp_base = (PyTypeObject *)Py_NewRef(base);
+    if (PyType_Ready(&PoolMemoryType) < 0) {
+        Py_CLEAR(PoolMemoryType.tp_base);
+        return NULL;
+    }
+    pointer_type = (PyTypeObject *)Py_NewRef(mpt);
+    return Py_NewRef((PyObject *)&PoolMemoryType);
+}
+
+/* MemoryPointer(PoolMemory(ptr, nbytes, device), 0) whose memory queues key in freed when
+ * it goes (freed NULL: nothing to give back).  Steals key; on failure the block is given
+ * back all the same. */
+static PyObject *
+pool_pointer(PyObject *key, size_t nbytes, int dev, PyObject *freed)
+{
+    intptr_t ptr = (intptr_t)PyLong_AsVoidPtr(key);
+    PyObject *m = ptr == 0 && PyErr_Occurred()
+                      ? NULL : PoolMemoryType.tp_new(&PoolMemoryType, empty_tuple, NULL);
+    if (m == NULL) {
+        if (freed != NULL) {
+            PyObject *exc = raised_exception();
+            if (PyDict_SetItem(freed, key, Py_None) < 0)
+                PyErr_WriteUnraisable(key);
+            restore_exception(exc);
+        }
+        Py_DECREF(key);
+        return NULL;
+    }
+    FIELD(m, off_mem_ptr, intptr_t) = ptr;
+    FIELD(m, off_mem_size, size_t) = nbytes;
+    FIELD(m, off_mem_dev, int) = dev;
+    PoolMemoryFields *x = &FIELD(m, off_extra, PoolMemoryFields);
+    x->key = key;
+    x->freed = Py_XNewRef(freed); /* from here, m gives the block back when it goes */
+    PyObject *p = pointer_type->tp_new(pointer_type, empty_tuple, NULL);
+    if (p == NULL) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    FIELD(p, off_mp_ptr, intptr_t) = ptr;
+    FIELD(p, off_mp_dev, int) = dev;
+    PyObject *old = FIELD(p, off_mp_mem, PyObject *);
+    FIELD(p, off_mp_mem, PyObject *) = m; /* p takes m's reference */
+    Py_XDECREF(old);
+    return p;
+}
+
 /* CupyMalloc(alloc, freed, memory_type, pointer_type, device_id): CuPy's allocator,
  * malloc(nbytes) -> MemoryPointer(memory_type(ptr, nbytes, Lent(freed, ptr), device_id), 0)
- * with ptr = alloc(nbytes, device_id) (the pool's hot path). */
+ * with ptr = alloc(nbytes, device_id) (the pool's hot path); with PoolMemory and the
+ * pointer type memory_type() checked, the same objects built at their fields. */
 typedef struct {
     PyObject_HEAD
     PyObject *alloc, *freed, *mem_type, *ptr_type, *dev, *zero;
+    int fast, dev_v;
     vectorcallfunc vectorcall;
 } CupyMalloc;
 
@@ -1950,6 +2124,17 @@ cm_vectorcall(CupyMalloc *self, PyObject *const *args, size_t nargsf, PyObject *
     int empty = PyObject_Not(size);
     if (empty < 0)
         return NULL;
+    if (self->fast) {
+        size_t n = empty ? 0 : PyLong_AsSize_t(size);
+        if (n == (size_t)-1 && PyErr_Occurred())
+            return NULL;
+        if (empty) /* CuPy's 0-byte allocation: a null pointer, nothing lent */
+            return pool_pointer(Py_NewRef(self->zero), 0, self->dev_v, NULL);
+        PyObject *aargs[] = {size, self->dev};
+        if ((ptr = PyObject_Vectorcall(self->alloc, aargs, 2, NULL)) == NULL)
+            return NULL;
+        return pool_pointer(ptr, n, self->dev_v, self->freed);
+    }
     if (empty) { /* CuPy's 0-byte allocation: a null pointer, nothing lent */
         ptr = Py_NewRef(self->zero);
         owner = Py_NewRef(Py_None);
@@ -2000,6 +2185,13 @@ cm_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->mem_type = Py_NewRef(mem_type);
     self->ptr_type = Py_NewRef(ptr_type);
     self->dev = Py_NewRef(dev);
+    self->dev_v = PyLong_AsLong(dev);
+    if (self->dev_v == -1 && PyErr_Occurred()) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    self->fast = mem_type == (PyObject *)&PoolMemoryType && PoolMemoryType.tp_base != NULL
+                 && ptr_type == (PyObject *)pointer_type;
     self->vectorcall = (vectorcallfunc)cm_vectorcall;
     return (PyObject *)self;
 }
@@ -2049,10 +2241,17 @@ static PyTypeObject CupyMallocType = {
     .tp_dealloc = (destructor)cm_dealloc,
 };
 
+static PyMethodDef module_functions[] = {
+    {"memory_type", (PyCFunction)(void (*)(void))memory_type, METH_FASTCALL,
+     "memory_type(base_memory, memory_pointer) -> PoolMemory over CuPy's BaseMemory, or None "
+     "where the two types' fields were not found"},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_hotpath",
     "The memory pool's allocation hot path in C (HotAlloc), its lock (PoolLock) and CuPy's "
-    "allocator hook (CupyMalloc).", -1, NULL,
+    "allocator hook (CupyMalloc, PoolMemory).", -1, module_functions,
 };
 
 PyMODINIT_FUNC
@@ -2078,6 +2277,8 @@ PyInit__hotpath(void)
     INTERN(s_alloc, "alloc");
     INTERN(s_free, "free");
 #undef INTERN
+    if ((empty_tuple = PyTuple_New(0)) == NULL)
+        return NULL;
     if (PyType_Ready(&HotAllocType) < 0 || PyType_Ready(&PoolLockType) < 0
         || PyType_Ready(&PoolStateType) < 0 || PyType_Ready(&FreeListType) < 0
         || PyType_Ready(&LentType) < 0 || PyType_Ready(&CupyMallocType) < 0)

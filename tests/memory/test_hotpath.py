@@ -155,6 +155,27 @@ def test_compiled_hot_path_checks_its_arguments():
     assert not pool._lock._is_owned()  # released on the error path
 
 
+def test_memory_type_needs_the_fields_it_writes():
+    """The compiled memory type is built only over types whose C fields it found: types
+    that keep ``ptr``, ``size`` and ``device_id`` as Python objects get ``None`` (the hook
+    then calls the types), and anything but two types is refused."""
+    from cuflow.memory import _hotpath
+
+    class Memory:
+        __slots__ = ("device_id", "ptr", "size")
+
+    class Pointer:
+        def __init__(self, mem: Memory, offset: int) -> None:
+            self.mem, self.ptr = mem, mem.ptr + offset
+
+    assert _hotpath.memory_type(Memory, Pointer) is None
+    assert _hotpath.memory_type(int, float) is None
+    with pytest.raises(TypeError, match="two types"):
+        _hotpath.memory_type(Memory)
+    with pytest.raises(TypeError, match="two types"):
+        _hotpath.memory_type(Memory(), Pointer)
+
+
 def test_hot_path_reuses_exact_size_and_drains_queued_frees():
     pool = Pool(HostBackend())
     p = pool.alloc_ptr(5000, 3)
@@ -233,3 +254,42 @@ def test_installed_hook_runs_the_compiled_hot_path_on_the_current_stream(pooled)
     assert pool.block_of(z.data.ptr).stream == cupy.cuda.get_current_stream().ptr != s.ptr
     del y, z
     s.synchronize()
+
+
+@pytest.mark.gpu
+def test_hook_memory_is_one_object_that_gives_the_block_back(pooled):
+    """Where the extension was built, an array's memory is the compiled PoolMemory over
+    CuPy's BaseMemory, with its fields as CuPy reads them; deleting the array, or losing it
+    in a collected reference cycle, gives the block back; 0-byte arrays lend nothing."""
+    import gc
+
+    import cupy
+    from cupy.cuda.memory import BaseMemory, MemoryPointer
+
+    from cuflow.memory import _cupy
+
+    pool = pooled.memory.get_pool()
+    x = cupy.empty(1000, cupy.float32)
+    mem = x.data.mem
+    assert type(mem).__name__ == "PoolMemory" and isinstance(mem, BaseMemory)
+    if _cupy.memory_type is not None:
+        assert type(mem).__module__ == "cuflow.memory" and type(mem).__base__ is BaseMemory
+    assert isinstance(x.data, MemoryPointer)
+    assert (mem.ptr, mem.size, mem.device_id) == (x.data.ptr, 4000, x.device.id)
+    assert x.data.device_id == x.device.id and pool.block_of(x.data.ptr) is not None
+    x[...] = 3.0
+    assert float(x.sum()) == 3000.0
+    ptr = x.data.ptr
+    del x, mem
+    pool.flush_frees()
+    assert pool.block_of(ptr) is None
+    cycle = [cupy.empty(333, cupy.uint8)]
+    cycle.append(cycle)
+    ptr = cycle[0].data.ptr
+    del cycle
+    gc.collect()
+    pool.flush_frees()
+    assert pool.block_of(ptr) is None
+    z = cupy.empty(0, cupy.float32)
+    assert z.data.ptr == 0 and z.data.mem.size == 0
+    del z
