@@ -36,7 +36,8 @@ def graph_cases(backend):
 
 
 @pytest.mark.benchmark(group=f"CUDA graph: {bp.CHAIN_STEPS} x 4 small ops (s per call)")
-@pytest.mark.parametrize("case", ["cuflow eager", "cuflow graph replay", "cupy eager",
+@pytest.mark.parametrize("case", ["cuflow eager", "cuflow graph replay",
+                                  "cuflow graph call, x copied in", "cupy eager",
                                   "cupy graph replay", "torch eager", "torch graph replay"])
 def test_graph_example(benchmark, graph_cases, case):
     if case not in graph_cases:
