@@ -54,7 +54,7 @@ from ..core._runtime import on_select, runtime
 from ..core._streams import as_cupy_stream
 from ._backends import Backend, CudaMallocBackend, DriverPoolBackend, HostBackend
 from ._blocks import Block, round_size, size_class
-from ._cupy import Pool
+from ._cupy import Pool, device_malloc
 from ._env import MEMORY_LIMIT, POOL_BACKEND, POOL_ON
 from ._exceptions import DoubleFreeError, MemoryLimitWarning, MemoryTypeError, MemoryValueError
 from ._limit import LimitingAdaptor, limit_of, parse_limit_env
@@ -143,8 +143,11 @@ def _install(backend: Any) -> None:
             return m(nbytes)
         return get_pool().malloc(nbytes)
 
+    # with several devices, each allocation goes to the current device's pool: picked in C
+    # where the extension was built (no Python frame per allocation), else by first_malloc
+    hook = None if single else device_malloc(lambda dev: get_pool(dev).malloc)
     try:
-        cupy.cuda.set_allocator(first_malloc)
+        cupy.cuda.set_allocator(hook or first_malloc)
     except ValueError as e:  # first cuflow use inside cupy.cuda.using_allocator(...)
         warnings.warn(f"cuflow: memory pool not installed ({e}); CuPy keeps its allocator",
                       RuntimeWarning, stacklevel=4)

@@ -7,6 +7,7 @@ the block's owner queues the pointer back in the pool when the memory object goe
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -20,13 +21,13 @@ from ._limit import limit_bytes
 from ._pool import Pool as _CorePool
 
 try:  # the allocator hook in C (the same extension as the pool's hot path)
-    from ._hotpath import CupyMalloc, memory_type
+    from ._hotpath import CupyMalloc, DeviceMalloc, memory_type
 except ImportError:
-    CupyMalloc = memory_type = None
+    CupyMalloc = DeviceMalloc = memory_type = None
 if POOL_HOTPATH == "python":
-    CupyMalloc = memory_type = None
+    CupyMalloc = DeviceMalloc = memory_type = None
 
-__all__ = ["Pool", "make_cupy_malloc"]
+__all__ = ["Pool", "device_malloc", "make_cupy_malloc"]
 
 
 class Pool(_CorePool):
@@ -135,6 +136,21 @@ def make_cupy_malloc(pool: Pool) -> Callable[[int], Any]:
         return MemoryPointer(memory(ptr, nbytes, _Lent(freed, ptr), dev), 0)
 
     return malloc
+
+
+def device_malloc(malloc_of: Callable[[int | None], Callable[[int], Any]]
+                  ) -> Callable[[int], Any] | None:
+    """CuPy's allocator hook with several devices: ``malloc(nbytes)`` of the current device's
+    pool, picked in C (``_hotpath.DeviceMalloc``: the driver's ``cuCtxGetDevice``, then a
+    table of ``malloc_of(device)``, filled once per device; ``malloc_of(None)`` for a thread
+    with no current context yet).  ``None`` where the extension or the driver is missing."""
+    if DeviceMalloc is None:
+        return None
+    try:  # the driver CuPy loaded (the same soname: dlopen returns the loaded library)
+        fn = ctypes.cast(ctypes.CDLL("libcuda.so.1").cuCtxGetDevice, ctypes.c_void_p).value
+    except (OSError, AttributeError):
+        return None
+    return DeviceMalloc(fn, malloc_of) if fn else None
 
 
 class _Lent:

@@ -2241,6 +2241,132 @@ static PyTypeObject CupyMallocType = {
     .tp_dealloc = (destructor)cm_dealloc,
 };
 
+/* DeviceMalloc(device_fn, lookup): CuPy's allocator with several devices, malloc(nbytes) ->
+ * the current device's pool's malloc(nbytes), with no Python frame once a device was met.
+ * device_fn is the address of ``int (*)(int *device)`` (the driver's cuCtxGetDevice: the
+ * device of the current context, which CuPy's current device makes current); lookup(device)
+ * gives a device's malloc, called once per device, and lookup(None) serves a thread with no
+ * current context yet (its first allocation: CuPy's current device, in Python). */
+#define DM_DEVICES 64
+typedef int (*device_fn)(int *device);
+
+typedef struct {
+    PyObject_HEAD
+    device_fn get_device;
+    PyObject *lookup;
+    PyObject *table[DM_DEVICES];
+    vectorcallfunc vectorcall;
+} DeviceMalloc;
+
+static PyObject *
+dm_vectorcall(DeviceMalloc *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    int dev = -1;
+    PyObject *m;
+    if (self->get_device(&dev) != 0 || dev < 0 || dev >= DM_DEVICES) {
+        if ((m = PyObject_CallOneArg(self->lookup, Py_None)) == NULL)
+            return NULL;
+    }
+    else if ((m = self->table[dev]) != NULL)
+        Py_INCREF(m);
+    else {
+        PyObject *d = PyLong_FromLong(dev);
+        if (d == NULL)
+            return NULL;
+        m = PyObject_CallOneArg(self->lookup, d);
+        Py_DECREF(d);
+        if (m == NULL)
+            return NULL;
+        Py_XSETREF(self->table[dev], Py_NewRef(m));
+    }
+    PyObject *r = PyObject_Vectorcall(m, args, nargsf, kwnames);
+    Py_DECREF(m);
+    return r;
+}
+
+static PyObject *
+dm_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"device_fn", "lookup", NULL};
+    unsigned long long fn;
+    PyObject *lookup;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "KO:DeviceMalloc", kwlist, &fn, &lookup))
+        return NULL;
+    if (fn == 0 || !PyCallable_Check(lookup)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "DeviceMalloc: device_fn must be a non-zero address and lookup a callable");
+        return NULL;
+    }
+    DeviceMalloc *self = (DeviceMalloc *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->get_device = (device_fn)(uintptr_t)fn;
+    self->lookup = Py_NewRef(lookup);
+    self->vectorcall = (vectorcallfunc)dm_vectorcall;
+    return (PyObject *)self;
+}
+
+static int
+dm_traverse(DeviceMalloc *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->lookup);
+    for (int i = 0; i < DM_DEVICES; i++)
+        Py_VISIT(self->table[i]);
+    return 0;
+}
+
+static int
+dm_clear(DeviceMalloc *self)
+{
+    Py_CLEAR(self->lookup);
+    for (int i = 0; i < DM_DEVICES; i++)
+        Py_CLEAR(self->table[i]);
+    return 0;
+}
+
+static void
+dm_dealloc(DeviceMalloc *self)
+{
+    PyObject_GC_UnTrack(self);
+    dm_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+dm_devices(DeviceMalloc *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *r = PyList_New(0);
+    for (int i = 0; r != NULL && i < DM_DEVICES; i++)
+        if (self->table[i] != NULL) {
+            PyObject *d = PyLong_FromLong(i);
+            if (d == NULL || PyList_Append(r, d) < 0)
+                Py_CLEAR(r);
+            Py_XDECREF(d);
+        }
+    return r;
+}
+
+static PyMethodDef dm_methods[] = {
+    {"devices", (PyCFunction)dm_devices, METH_NOARGS, "The devices whose malloc was looked up."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject DeviceMallocType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cuflow.memory._hotpath.DeviceMalloc",
+    .tp_doc = "DeviceMalloc(device_fn, lookup): CuPy's allocator with several devices, "
+              "malloc(nbytes) -> the current device's pool's malloc(nbytes)",
+    .tp_basicsize = sizeof(DeviceMalloc),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = dm_new,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(DeviceMalloc, vectorcall),
+    .tp_traverse = (traverseproc)dm_traverse,
+    .tp_clear = (inquiry)dm_clear,
+    .tp_dealloc = (destructor)dm_dealloc,
+    .tp_methods = dm_methods,
+};
+
 static PyMethodDef module_functions[] = {
     {"memory_type", (PyCFunction)(void (*)(void))memory_type, METH_FASTCALL,
      "memory_type(base_memory, memory_pointer) -> PoolMemory over CuPy's BaseMemory, or None "
@@ -2251,7 +2377,8 @@ static PyMethodDef module_functions[] = {
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_hotpath",
     "The memory pool's allocation hot path in C (HotAlloc), its lock (PoolLock) and CuPy's "
-    "allocator hook (CupyMalloc, PoolMemory).", -1, module_functions,
+    "allocator hook (CupyMalloc, PoolMemory; DeviceMalloc with several devices).", -1,
+    module_functions,
 };
 
 PyMODINIT_FUNC
@@ -2281,7 +2408,8 @@ PyInit__hotpath(void)
         return NULL;
     if (PyType_Ready(&HotAllocType) < 0 || PyType_Ready(&PoolLockType) < 0
         || PyType_Ready(&PoolStateType) < 0 || PyType_Ready(&FreeListType) < 0
-        || PyType_Ready(&LentType) < 0 || PyType_Ready(&CupyMallocType) < 0)
+        || PyType_Ready(&LentType) < 0 || PyType_Ready(&CupyMallocType) < 0
+        || PyType_Ready(&DeviceMallocType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
@@ -2292,6 +2420,7 @@ PyInit__hotpath(void)
         || PyModule_AddObjectRef(m, "FreeList", (PyObject *)&FreeListType) < 0
         || PyModule_AddObjectRef(m, "Lent", (PyObject *)&LentType) < 0
         || PyModule_AddObjectRef(m, "CupyMalloc", (PyObject *)&CupyMallocType) < 0
+        || PyModule_AddObjectRef(m, "DeviceMalloc", (PyObject *)&DeviceMallocType) < 0
         /* the sizing constants, which _blocks also defines (a test checks they agree) */
         || PyModule_AddIntConstant(m, "SMALL", SMALL) < 0
         || PyModule_AddIntConstant(m, "LARGE_ROUND", LARGE_ROUND) < 0

@@ -176,6 +176,53 @@ def test_memory_type_needs_the_fields_it_writes():
         _hotpath.memory_type(Memory(), Pointer)
 
 
+def test_device_malloc_picks_the_current_devices_pool():
+    """With several devices CuPy's hook is ``_hotpath.DeviceMalloc``: it reads the current
+    device through a C function (here a ctypes callback standing in for cuCtxGetDevice),
+    looks each device's malloc up once, and asks for the current one (``None``) while the
+    thread has no current context; errors of either call reach the caller."""
+    from cuflow.memory import _hotpath
+
+    current = {"device": 0, "status": 0}
+
+    @ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int))
+    def get_device(out):
+        out[0] = current["device"]
+        return current["status"]
+
+    looked_up = []
+
+    def malloc_of(device):
+        looked_up.append(device)
+        if device == 3:
+            raise ValueError("device 3 is not visible")
+
+        def malloc(nbytes):
+            if nbytes < 0:
+                raise MemoryError("negative")
+            return (device, nbytes)
+        return malloc
+
+    hook = _hotpath.DeviceMalloc(ctypes.cast(get_device, ctypes.c_void_p).value, malloc_of)
+    assert hook(100) == (0, 100) and hook(7) == (0, 7)
+    current["device"] = 1
+    assert hook(5) == (1, 5) and hook(6) == (1, 6)
+    assert looked_up == [0, 1] and hook.devices() == [0, 1]
+    current["status"] = 201  # CUDA_ERROR_INVALID_CONTEXT: no current context in this thread
+    assert hook(9) == (None, 9) and looked_up == [0, 1, None]
+    current.update(device=3, status=0)
+    with pytest.raises(ValueError, match="not visible"):
+        hook(1)
+    assert hook.devices() == [0, 1]  # a failed lookup is not kept
+    current["device"] = 0
+    with pytest.raises(MemoryError, match="negative"):
+        hook(-1)
+    with pytest.raises(ValueError, match="non-zero address"):
+        _hotpath.DeviceMalloc(0, malloc_of)
+    with pytest.raises(ValueError, match="callable"):
+        _hotpath.DeviceMalloc(ctypes.cast(get_device, ctypes.c_void_p).value, None)
+
+
 def test_hot_path_reuses_exact_size_and_drains_queued_frees():
     pool = Pool(HostBackend())
     p = pool.alloc_ptr(5000, 3)
