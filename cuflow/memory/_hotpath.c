@@ -1892,7 +1892,7 @@ lent_dealloc(Lent *self)
     PyErr_Fetch(&et, &ev, &tb);
 #endif
     if (PyDict_SetItem(self->freed, self->ptr, Py_None) < 0)
-        PyErr_WriteUnraisable((PyObject *)self);
+        PyErr_WriteUnraisable(self->ptr); /* (not self: its count is 0) */
 #if PY_VERSION_HEX >= 0x030C0000
     PyErr_SetRaisedException(exc);
 #else
@@ -1959,10 +1959,21 @@ pm_dealloc(PyObject *self)
 {
     PoolMemoryFields *x = &FIELD(self, off_extra, PoolMemoryFields);
     if (x->freed != NULL) {
-        PyObject *exc = raised_exception();
+        /* (not self in the unraisable report: its count is 0, a new reference would free it
+         * again) */
+#if PY_VERSION_HEX >= 0x030C0000
+        PyObject *exc = PyErr_GetRaisedException();
+#else
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+#endif
         if (PyDict_SetItem(x->freed, x->key, Py_None) < 0)
-            PyErr_WriteUnraisable(self);
-        restore_exception(exc);
+            PyErr_WriteUnraisable(x->key);
+#if PY_VERSION_HEX >= 0x030C0000
+        PyErr_SetRaisedException(exc);
+#else
+        PyErr_Restore(et, ev, tb);
+#endif
     }
     Py_CLEAR(x->freed);
     Py_CLEAR(x->key);
@@ -1972,8 +1983,9 @@ pm_dealloc(PyObject *self)
 static PyObject *
 pm_repr(PyObject *self)
 {
-    return PyUnicode_FromFormat("<cuflow pool block 0x%zx, %zu bytes, device %d>",
-                                (size_t)FIELD(self, off_mem_ptr, intptr_t),
+    char ptr[24]; /* (PyUnicode_FromFormat has %zx from Python 3.12 on) */
+    snprintf(ptr, sizeof ptr, "0x%zx", (size_t)FIELD(self, off_mem_ptr, intptr_t));
+    return PyUnicode_FromFormat("<cuflow pool block %s, %zu bytes, device %d>", ptr,
                                 FIELD(self, off_mem_size, size_t), FIELD(self, off_mem_dev, int));
 }
 
@@ -1981,7 +1993,7 @@ static PyTypeObject PoolMemoryType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "cuflow.memory.PoolMemory",
     .tp_doc = "A block of cuflow's memory pool (given back when the last array using it goes)",
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, /* pool_pointer only */
     .tp_dealloc = pm_dealloc,
     .tp_repr = pm_repr,
 };
@@ -2015,6 +2027,7 @@ memory_type(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs
         return Py_NewRef(PoolMemoryType.tp_base == base && pointer_type == mpt
                              ? (PyObject *)&PoolMemoryType : Py_None);
     if (!(base->tp_flags & Py_TPFLAGS_BASETYPE) || base->tp_flags & Py_TPFLAGS_HAVE_GC
+        || base->tp_flags & Py_TPFLAGS_HEAPTYPE /* (CuPy built with type specs) */
         || base->tp_itemsize != 0 || mpt->tp_itemsize != 0 || base->tp_dealloc == NULL
         || mpt->tp_new == NULL || base->tp_new == NULL)
         Py_RETURN_NONE;
@@ -2072,7 +2085,7 @@ pool_pointer(PyObject *key, size_t nbytes, int dev, PyObject *freed)
 {
     intptr_t ptr = (intptr_t)PyLong_AsVoidPtr(key);
     PyObject *m = ptr == 0 && PyErr_Occurred()
-                      ? NULL : PoolMemoryType.tp_new(&PoolMemoryType, empty_tuple, NULL);
+                      ? NULL : PoolMemoryType.tp_base->tp_new(&PoolMemoryType, empty_tuple, NULL);
     if (m == NULL) {
         if (freed != NULL) {
             PyObject *exc = raised_exception();
@@ -2185,13 +2198,21 @@ cm_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->mem_type = Py_NewRef(mem_type);
     self->ptr_type = Py_NewRef(ptr_type);
     self->dev = Py_NewRef(dev);
-    self->dev_v = PyLong_AsLong(dev);
-    if (self->dev_v == -1 && PyErr_Occurred()) {
+    long d = PyLong_AsLong(dev);
+    if ((d == -1 && PyErr_Occurred()) || d < INT_MIN || d > INT_MAX) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_OverflowError, "CupyMalloc: device_id out of range");
         Py_DECREF(self);
         return NULL;
     }
-    self->fast = mem_type == (PyObject *)&PoolMemoryType && PoolMemoryType.tp_base != NULL
-                 && ptr_type == (PyObject *)pointer_type;
+    self->dev_v = (int)d;
+    self->fast = mem_type == (PyObject *)&PoolMemoryType;
+    if (self->fast && ptr_type != (PyObject *)pointer_type) {
+        PyErr_SetString(PyExc_ValueError,
+                        "CupyMalloc: PoolMemory goes with the pointer type memory_type() checked");
+        Py_DECREF(self);
+        return NULL;
+    }
     self->vectorcall = (vectorcallfunc)cm_vectorcall;
     return (PyObject *)self;
 }

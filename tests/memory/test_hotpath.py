@@ -321,6 +321,9 @@ def test_hook_memory_is_one_object_that_gives_the_block_back(pooled):
     assert type(mem).__name__ == "PoolMemory" and isinstance(mem, BaseMemory)
     if _cupy.memory_type is not None:
         assert type(mem).__module__ == "cuflow.memory" and type(mem).__base__ is BaseMemory
+        with pytest.raises(TypeError, match="cannot create"):  # only the hook makes them
+            type(mem)(mem.ptr, 4000, None, mem.device_id)
+        assert repr(mem).startswith(f"<cuflow pool block {mem.ptr:#x}, 4000 bytes")
     assert isinstance(x.data, MemoryPointer)
     assert (mem.ptr, mem.size, mem.device_id) == (x.data.ptr, 4000, x.device.id)
     assert x.data.device_id == x.device.id and pool.block_of(x.data.ptr) is not None
