@@ -1,8 +1,9 @@
 """CuPy glue: the public :class:`Pool`, with CuPy's allocator hook and pool methods.
 
-CuPy's allocator hook builds a memory object per block over the pool's hot path;
-the block's owner queues the pointer back in the pool when the memory object goes
-(see :func:`make_cupy_malloc`).
+CuPy's allocator hook builds a memory object per block over the pool's hot path,
+which queues the pointer back in the pool when it goes (see :func:`make_cupy_malloc`);
+with several devices, :func:`device_malloc` sends each allocation to the current
+device's pool.
 """
 
 from __future__ import annotations

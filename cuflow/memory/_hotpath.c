@@ -26,6 +26,10 @@
  * stream's free blocks to borrow.  A refused segment goes to Pool._segment_refused's retries.
  * A capture, a recording, a destroyed stream or a stream met for the first time call
  * Pool._alloc_miss.
+ *
+ * CuPy's allocator hook: CupyMalloc (malloc(nbytes) -> MemoryPointer over the hot path),
+ * PoolMemory (its memory object, which gives the block back when it goes), and, with
+ * several devices, DeviceMalloc (the current device's CupyMalloc).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
