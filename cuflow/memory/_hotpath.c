@@ -1940,7 +1940,7 @@ lent_new(PyObject *freed, PyObject *ptr)
  * block's pointer as a Python int.  Its deallocation queues the pointer there, as Lent's
  * does, so one object per allocation does what UnownedMemory and its Lent owner did: no
  * owner object, no argument parsing of a Cython __init__, nothing for the garbage collector
- * to track (bench/test_bench_memory.py::test_hit_latency).
+ * to track (bench/test_bench_memory.py::test_empty_hit_latency).
  *
  * It writes BaseMemory's and MemoryPointer's fields at their offsets.  Those come from the
  * pxd's declarations, and memory_type() finds and checks them on probe objects (each field's
