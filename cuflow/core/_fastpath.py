@@ -41,7 +41,7 @@ from typing import Any
 from .._env import env_switch
 
 __all__ = ["FastCall", "FUNCTION", "OPERATOR", "REFLECTED", "INPLACE", "EMPTY", "ZEROS",
-           "FILL", "FastPath", "make_fast_path"]
+           "FILL", "FastPath", "driver_addresses", "make_fast_path"]
 
 try:  # the optional extension (a source install without a compiler takes Python's path)
     from ._ewlaunch import FastCall
@@ -103,19 +103,23 @@ def _compiled_launcher(darray: type, ndarray: type, stream_fn: Any, multi: bool)
         from ._ewlaunch import Launcher  # noqa: PLC0415  (optional extension)
     except ImportError:
         return None
+    found = driver_addresses("cuLaunchKernel", "cuMemsetD8Async", "cuMemsetD16Async",
+                             "cuMemsetD32Async", *(("cuCtxGetDevice",) if multi else ()))
+    if stream_fn is None or found is None:
+        return None
+    return Launcher(darray, ndarray, stream_fn, found[0], _launch_failed,
+                    device_fn=found[4] if multi else None, memset=found[1:4])
+
+
+def driver_addresses(*names: str) -> tuple[int, ...] | None:
+    """The addresses of the CUDA driver's functions ``names``, in the driver CuPy loaded (the
+    same soname: dlopen returns the loaded library); ``None`` where one is missing."""
     try:
-        # the driver CuPy loaded (the same soname: dlopen returns the loaded library)
         cuda = ctypes.CDLL("libcuda.so.1")
-        launch = ctypes.cast(cuda.cuLaunchKernel, ctypes.c_void_p).value
-        device = ctypes.cast(cuda.cuCtxGetDevice, ctypes.c_void_p).value if multi else None
-        memset = tuple(ctypes.cast(getattr(cuda, f"cuMemsetD{b}Async"), ctypes.c_void_p).value
-                       for b in (8, 16, 32))
+        found = tuple(ctypes.cast(getattr(cuda, n), ctypes.c_void_p).value for n in names)
     except (OSError, AttributeError):
         return None
-    if stream_fn is None or not launch:
-        return None
-    return Launcher(darray, ndarray, stream_fn, launch, _launch_failed, device_fn=device,
-                    memset=memset)
+    return found if all(found) else None
 
 
 def _launch_failed(status: int) -> None:

@@ -8,12 +8,12 @@ device's pool.
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy
 
+from ..core._fastpath import driver_addresses
 from ..core._runtime import runtime
 from ..core._streams import as_cupy_stream
 from ._backends import Backend
@@ -145,13 +145,8 @@ def device_malloc(malloc_of: Callable[[int | None], Callable[[int], Any]]
     pool, picked in C (``_hotpath.DeviceMalloc``: the driver's ``cuCtxGetDevice``, then a
     table of ``malloc_of(device)``, filled once per device; ``malloc_of(None)`` for a thread
     with no current context yet).  ``None`` where the extension or the driver is missing."""
-    if DeviceMalloc is None:
-        return None
-    try:  # the driver CuPy loaded (the same soname: dlopen returns the loaded library)
-        fn = ctypes.cast(ctypes.CDLL("libcuda.so.1").cuCtxGetDevice, ctypes.c_void_p).value
-    except (OSError, AttributeError):
-        return None
-    return DeviceMalloc(fn, malloc_of) if fn else None
+    found = None if DeviceMalloc is None else driver_addresses("cuCtxGetDevice")
+    return None if found is None else DeviceMalloc(found[0], malloc_of)
 
 
 class _Lent:

@@ -1874,6 +1874,28 @@ static PyTypeObject HotAllocType = {
 
 /* ----------------------------------------------------------- CuPy's allocator hook */
 
+/* Give a lent block back: queue its pointer ``key`` in the pool's freed dict, keeping any
+ * exception being raised (it is fetched, not normalized: this runs in deallocators).  A
+ * failure is reported with key, never with a deallocating object (whose count is 0: a new
+ * reference would free it a second time). */
+static void
+give_back(PyObject *freed, PyObject *key)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *exc = PyErr_GetRaisedException();
+#else
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+#endif
+    if (PyDict_SetItem(freed, key, Py_None) < 0)
+        PyErr_WriteUnraisable(key);
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(exc);
+#else
+    PyErr_Restore(et, ev, tb);
+#endif
+}
+
 /* Lent(freed, ptr): the owner of one lent block, kept by the CuPy memory object of an
  * array; its deallocation queues ptr in the pool's freed dict (Pool._freed).  It is not
  * tracked by the garbage collector, so a collection of a reference cycle never clears it
@@ -1889,19 +1911,7 @@ typedef struct {
 static void
 lent_dealloc(Lent *self)
 {
-#if PY_VERSION_HEX >= 0x030C0000
-    PyObject *exc = PyErr_GetRaisedException();
-#else
-    PyObject *et, *ev, *tb;
-    PyErr_Fetch(&et, &ev, &tb);
-#endif
-    if (PyDict_SetItem(self->freed, self->ptr, Py_None) < 0)
-        PyErr_WriteUnraisable(self->ptr); /* (not self: its count is 0) */
-#if PY_VERSION_HEX >= 0x030C0000
-    PyErr_SetRaisedException(exc);
-#else
-    PyErr_Restore(et, ev, tb);
-#endif
+    give_back(self->freed, self->ptr);
     Py_DECREF(self->freed);
     Py_DECREF(self->ptr);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -1962,23 +1972,8 @@ static void
 pm_dealloc(PyObject *self)
 {
     PoolMemoryFields *x = &FIELD(self, off_extra, PoolMemoryFields);
-    if (x->freed != NULL) {
-        /* (not self in the unraisable report: its count is 0, a new reference would free it
-         * again) */
-#if PY_VERSION_HEX >= 0x030C0000
-        PyObject *exc = PyErr_GetRaisedException();
-#else
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-#endif
-        if (PyDict_SetItem(x->freed, x->key, Py_None) < 0)
-            PyErr_WriteUnraisable(x->key);
-#if PY_VERSION_HEX >= 0x030C0000
-        PyErr_SetRaisedException(exc);
-#else
-        PyErr_Restore(et, ev, tb);
-#endif
-    }
+    if (x->freed != NULL)
+        give_back(x->freed, x->key);
     Py_CLEAR(x->freed);
     Py_CLEAR(x->key);
     Py_TYPE(self)->tp_base->tp_dealloc(self);
@@ -2091,12 +2086,8 @@ pool_pointer(PyObject *key, size_t nbytes, int dev, PyObject *freed)
     PyObject *m = ptr == 0 && PyErr_Occurred()
                       ? NULL : PoolMemoryType.tp_base->tp_new(&PoolMemoryType, empty_tuple, NULL);
     if (m == NULL) {
-        if (freed != NULL) {
-            PyObject *exc = raised_exception();
-            if (PyDict_SetItem(freed, key, Py_None) < 0)
-                PyErr_WriteUnraisable(key);
-            restore_exception(exc);
-        }
+        if (freed != NULL)
+            give_back(freed, key);
         Py_DECREF(key);
         return NULL;
     }
@@ -2163,8 +2154,7 @@ cm_vectorcall(CupyMalloc *self, PyObject *const *args, size_t nargsf, PyObject *
             return NULL;
         owner = lent_new(self->freed, ptr);
         if (owner == NULL) {
-            if (PyDict_SetItem(self->freed, ptr, Py_None) < 0)
-                PyErr_WriteUnraisable(ptr);
+            give_back(self->freed, ptr);
             Py_DECREF(ptr);
             return NULL;
         }
