@@ -47,9 +47,6 @@ WAVES = 16
 #: the cap of table lookups, whose blocks first build the table in shared memory (a cost
 #: that more chunks per thread amortize; bench fusion img_gamma: 1 to 16 waves measured)
 WAVES_LUT = 4
-#: the narrowest contiguous operand moves 16 bytes per access, unless the widest would then
-#: move more than this many bytes (bench/test_bench_fusion.py: uint8 -> float16 and float32)
-VEC_MAX_BYTES = 32
 #: a table lookup replaces the expression of one 8-bit input from this many elements on
 LUT_MIN_ELEMENTS = 1 << 16
 LUT_MAX_BYTES = 16384
@@ -400,13 +397,11 @@ def source(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
         extras += list(ex)
         if cls == "c":
             vec_items.append(x.itemsize)
-    # the widest contiguous operand moves 16 bytes per access; narrower ones fewer
-    # (coalesced all the same), which keeps the unrolled body short to compile
-    vec = 1
-    if vec_items and aligned:
-        vec = 16 // min(vec_items)
-        while vec > 1 and vec * max(vec_items) > VEC_MAX_BYTES:
-            vec //= 2
+    # the widest contiguous operand moves 16 bytes per access, narrower ones fewer: a warp's
+    # access of each operand is then one contiguous span.  Two 16-byte stores per thread (the
+    # narrowest operand moving 16 bytes) write every sector in two halves and reach 2-4 points
+    # less of the floor on conversions (fusion bench u8_to_half, uint8 / float16 -> float32).
+    vec = 16 // max(vec_items) if vec_items and aligned else 1
     lut = 0
     cin = [k for k, (_, cls, _) in enumerate(ins) if cls == "c"]
     if (allow_lut and reduction is None and aligned and n >= LUT_MIN_ELEMENTS and len(cin) == 1
