@@ -97,6 +97,7 @@ def test_limit_below_use_warns_applies_to_new_segments_and_keeps_data(cf, restor
     (lambda m: m.snapshot(device=True), TypeError, ("device", "bool", "True")),
     (lambda m: m.set_limit(None, device=1.0), TypeError, ("device", "float", "1.0")),
     (lambda m: m.warmup(42), TypeError, ("fn", "callable", "42")),
+    (lambda m: m.warmup(print, keep="yes"), TypeError, ("keep", "True or False", "'yes'")),
 ])
 def test_module_api_refuses(cf, call, exc, words):
     with pytest.raises(cuflow.CuflowError) as ei:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+import cuflow
 from cuflow.memory import HostBackend, Pool
 
 
@@ -38,4 +39,25 @@ def test_module_warmup_keeps_the_peak(cf):
         for k in (2048, 1000, 1500, 17):
             step(k)
     assert pool.stats()["num_device_alloc"] == n
+    assert pool.stats()["allocated_bytes.all.current"] == 0
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_module_warmup_keep(keep):
+    """A fixed-shape loop after ``warmup``: kept segments serve every step with no segment
+    taken or given back; ordinary ones go back to a backend that reuses released memory
+    (``HostBackend``, as the driver's pool) on the loop's misses, every step."""
+    pool = Pool(HostBackend())
+
+    def step():
+        pool.free(pool.alloc(5 << 20, 0))
+        pool.free(pool.alloc(1 << 20, 0))  # an ordinary 5 MiB segment is too large for it
+
+    info = cuflow.memory.warmup(step, pool=pool, keep=keep)
+    assert info["allocations"] == 2
+    n_alloc, n_free = pool.num_segment_alloc, pool.num_segment_free
+    for _ in range(5):
+        step()
+    taken, given = pool.num_segment_alloc - n_alloc, pool.num_segment_free - n_free
+    assert (taken, given) == ((0, 0) if keep else (10, 10))
     assert pool.stats()["allocated_bytes.all.current"] == 0
