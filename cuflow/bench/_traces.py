@@ -94,6 +94,36 @@ TRACES.update({name: functools.partial(_realtraces.load, path)
                for name, path in _realtraces.saved().items()})
 
 
+#: steps of the recorded traces replayed as loops of fixed shapes: (trace, step index)
+LOOPS = (("real:resnet50_infer_bs1-64", 1), ("real:resnet50_infer_bs1-64", 9),
+         ("real:transformer_seq7-2048", 4), ("real:transformer_seq7-2048", 11),
+         ("real:resnet18_train_bs2-64", 4))
+
+
+def fixed_loop(name: str, step: int, steps: int = 30) -> list[list[tuple]]:
+    """Step ``step`` of trace ``name`` repeated ``steps`` times, a loop of fixed shapes: the
+    step's own allocations and their frees, what it still holds freed at its end."""
+    ops = TRACES[name]()[step]
+    mine = {key for op, key, _ in ops if op == "a"}
+    ops = [o for o in ops if o[0] == "a" or o[1] in mine]
+    held: dict[int, None] = {}
+    for op, key, _ in ops:
+        if op == "a":
+            held[key] = None
+        else:
+            held.pop(key)
+    return [ops + [("f", key, 0) for key in held]] * steps
+
+
+def trace_its(name: str) -> list[list[tuple]]:
+    """The iterations of trace ``name``: a key of :data:`TRACES`, or ``loop:<trace>:<step>``
+    (:func:`fixed_loop`)."""
+    if name.startswith("loop:"):
+        trace, step = name[5:].rsplit(":", 1)
+        return fixed_loop(trace, int(step))
+    return TRACES[name]()
+
+
 def peak_requested(its: list[list[tuple]]) -> int:
     live: dict[int, int] = {}
     cur = peak = 0
@@ -318,7 +348,7 @@ def warmup_for(trace: str) -> Callable[[Any], None]:
                 pool.warmup([(4096, 4096)] * 4, dtype="float32")
             else:
                 its = (trace_r0(iterations=1) if trace == "R0" else trace_g()[-1:]
-                       if trace == "G" else [largest_iteration(TRACES[trace]())])
+                       if trace == "G" else [largest_iteration(trace_its(trace))])
 
                 def fn() -> None:
                     live = {}
@@ -413,7 +443,7 @@ def compare(names: list[str] | None = None, rounds: int = 3, torch: Any = None,
     rows = []
     warm_up(makers)
     for name in names or list(TRACES):
-        its = TRACES[name]()
+        its = trace_its(name)
         runs: dict[str, list[dict[str, Any]]] = {}
         for _ in range(rounds):
             for aname, make in makers.items():
@@ -432,10 +462,10 @@ def compare(names: list[str] | None = None, rounds: int = 3, torch: Any = None,
 
 
 def format_compare(rows: list[dict[str, Any]]) -> str:
-    lines = [f"{'trace':28s} {'allocator':26s} {'us/op':>7s} {'x cupy':>7s} "
+    lines = [f"{'trace':36s} {'allocator':26s} {'us/op':>7s} {'x cupy':>7s} "
              f"{'footprint':>9s} {'dev allocs':>10s}"]
     for r in rows:
-        lines.append(f"{r['trace']:28s} {r['allocator']:26s} {r['host_us_per_op']:7.3f} "
+        lines.append(f"{r['trace']:36s} {r['allocator']:26s} {r['host_us_per_op']:7.3f} "
                      f"{r['ratio_vs_cupy_pool']:7.3f} {r['footprint']:9.3f} "
                      f"{r['device_allocs_steady']:10d}")
     return "\n".join(lines)
@@ -456,7 +486,8 @@ def bench_traces(record: bool = False, quick: bool = False, json_path: str | Non
         torch = torch if torch.cuda.is_available() else None
     except ImportError:
         torch = None
-    rows = compare(rounds=1 if quick else 3, torch=torch, variants=variants)
+    names = list(TRACES) + [f"loop:{name}:{step}" for name, step in LOOPS if name in TRACES]
+    rows = compare(names, rounds=1 if quick else 3, torch=torch, variants=variants)
     print(format_compare(rows))
     if json_path:
         with open(json_path, "w") as f:

@@ -137,6 +137,29 @@ def test_traces_footprint_on_host_memory(name):
     assert pool.stats()["allocated_bytes.all.current"] == 0
 
 
+@pytest.mark.parametrize(("name", "step"), _traces.LOOPS)
+def test_fixed_loops_after_a_kept_warmup_take_no_segment(name, step):
+    """A loop of one recorded step (``python -m cuflow bench traces``, ``loop:`` rows): after
+    a warm-up of that step whose segments are kept, no step takes or gives back a segment,
+    and every step gives back all it took."""
+    its = _traces.trace_its(f"loop:{name}:{step}")
+    assert len(its) == 30 and all(ops == its[0] for ops in its)
+    pool = Pool(HostBackend())
+    events = [(op, key, n, 0) for op, key, n in its[0]]
+    pool.replay(events, keep=True)
+    n_alloc, n_free = pool.num_segment_alloc, pool.num_segment_free
+    for ops in its[:5]:
+        live = {}
+        for op, key, n in ops:
+            if op == "a":
+                live[key] = pool.alloc(n, 0)
+            else:
+                pool.free(live.pop(key))
+        assert not live
+    assert (pool.num_segment_alloc, pool.num_segment_free) == (n_alloc, n_free)
+    assert pool.stats()["allocated_bytes.all.current"] == 0
+
+
 def test_threads_never_share_a_block():
     stress_threads(Pool(HostBackend()), fill, check)
 
