@@ -29,7 +29,7 @@ from typing import Any
 import numpy
 
 from .._errors import KernelCompileError
-from ._ewgen import (BLOCK, ENTRY, ENTRY_FIN, ROW_BLOCK_VECTORS, Layout, Reduction,
+from ._ewgen import (BLOCK, ENTRY, ENTRY_FIN, LUT_BLOCK, ROW_BLOCK_VECTORS, Layout, Reduction,
                      costly, generate)
 from ._expr import SHAPE_READS, Expr, apply
 from ._expr import astype as expr_astype
@@ -44,9 +44,10 @@ __all__ = ["Plan", "Source", "source", "plan", "stats", "EwOp", "OPS", "ew_op", 
 OPTIONS = ("--std=c++17",)
 #: resident waves a grid-stride launch is capped at (bench/test_bench_fusion.py)
 WAVES = 16
-#: the cap of table lookups, whose blocks first build the table in shared memory (a cost
-#: that more chunks per thread amortize; bench fusion img_gamma: 1 to 16 waves measured)
-WAVES_LUT = 4
+#: the cap of table lookups, whose blocks (of LUT_BLOCK threads) first build the table in
+#: shared memory, a cost that more chunks per thread amortize (bench fusion img_gamma: 3 to
+#: 8 waves of 1024-thread blocks, 1 to 16 of 256-thread ones measured)
+WAVES_LUT = 6
 #: a table lookup replaces the expression of one 8-bit input from this many elements on
 LUT_MIN_ELEMENTS = 1 << 16
 LUT_MAX_BYTES = 16384
@@ -303,6 +304,7 @@ class Plan:
     lut: int = 0  # >0: a table lookup of 256 x lut entries (see _ewgen.Layout)
     vec: int = 1
     cap: int = 0  # most blocks of a launch
+    block: int = BLOCK  # threads per block (LUT_BLOCK for a table lookup)
 
     def launch(self, in_ptrs: list, out_ptrs: list, scalars: list, stream: int,
                tmp: Any = None) -> None:
@@ -314,7 +316,8 @@ class Plan:
         p = _P
         if self.reduction is None:
             self.fmt.pack_into(p.slots, 0, *in_ptrs, *out_ptrs, *self.extras, *scalars)
-            driver.launchKernel(self.fp, self.grid, 1, 1, BLOCK, 1, 1, 0, stream, p.argv_ptr, 0)
+            driver.launchKernel(self.fp, self.grid, 1, 1, self.block, 1, 1, 0, stream,
+                                p.argv_ptr, 0)
             return
         if self.reduction.mode == "all":
             pa = tmp.data.ptr
@@ -335,12 +338,12 @@ class Plan:
 _FIN = struct.Struct("=QQqQq")
 
 
-def _occupancy(fp: int) -> int:
+def _occupancy(fp: int, block: int = BLOCK) -> int:
     _, driver, _ = _cuda()
     try:
-        return max(1, driver.occupancyMaxActiveBlocksPerMultiprocessor(fp, BLOCK, 0))
+        return max(1, driver.occupancyMaxActiveBlocksPerMultiprocessor(fp, block, 0))
     except Exception:
-        return 2048 // BLOCK
+        return 2048 // block
 
 
 @dataclasses.dataclass
@@ -457,8 +460,8 @@ def plan(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
             aligned)
     p = _plan(*args, allow_lut, keep_axis)
     # every block of a table lookup builds the whole table (256 x channels evaluations):
-    # where the grid's tables hold more evaluations than the elements, per element is cheaper
-    if p.lut and p.grid * 256 * p.lut > p.n:
+    # where the grid's tables hold as many evaluations as the elements, per element is cheaper
+    if p.lut and p.grid * 256 * p.lut >= p.n:
         p = _plan(*args, False, keep_axis)
     return p
 
@@ -470,11 +473,12 @@ def _plan(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
                aligned, allow_lut, keep_axis)
     fp, fin = _functions(s.src, dev)
     _, sms = _device(dev)
-    occ = _occupancy(fp)
+    block = LUT_BLOCK if s.lut else BLOCK
+    occ = _occupancy(fp, block)
     n, red = s.n, s.reduction
     cap = occ * sms * (1 if red is not None else WAVES_LUT if s.lut else WAVES)
     if red is None or red.mode == "all":
-        work = -(-max(n // s.vec, 1) // BLOCK)
+        work = -(-max(n // s.vec, 1) // block)
         grid = max(1, min(work, cap))
     else:
         rlen, _ = s.red_extra
@@ -483,7 +487,7 @@ def _plan(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
         grid = max(1, min(-(-max(outs * per, 1) // BLOCK), occ * sms * WAVES))
     return Plan(fp, fin, struct.Struct(s.fmt), s.extras, len(arrays), grid, n, red,
                 s.red_extra, s.src, tmp_bytes=grid * 16 if red is not None and
-                red.mode == "all" else 0, lut=s.lut, vec=s.vec, cap=cap)
+                red.mode == "all" else 0, lut=s.lut, vec=s.vec, cap=cap, block=block)
 
 
 # ------------------------------------------------- single ops, launched from C

@@ -33,9 +33,12 @@ from ._expr import Expr
 from .._errors import ArgumentTypeError
 
 __all__ = ["Layout", "Reduction", "generate", "carried", "memtype", "BLOCK", "ROW_BLOCK_VECTORS",
-           "ENTRY", "ENTRY_FIN"]
+           "ENTRY", "ENTRY_FIN", "LUT_BLOCK"]
 
 BLOCK = 256
+#: threads per block of a table lookup: every block first builds the whole table, so larger
+#: blocks build it fewer times for the same threads (bench fusion img_gamma)
+LUT_BLOCK = 1024
 #: a last-axis reduction gives a row a whole block from this many vectors of V elements
 #: per row (two per thread), else a warp
 ROW_BLOCK_VECTORS = 2 * BLOCK
@@ -586,12 +589,12 @@ def _generate_lut(layout: Layout, src: list) -> str:
     kp += [f"{_MT[dt.name]} *__restrict__ q{j}" for j, dt in enumerate(layout.outputs)]
     kp += ["long long n", "long long inner", "long long mi", "long long si"]
     kp += [f"{scalar_ctype(dt)} s{k}_" for k, dt in enumerate(layout.scalars)]
-    src.append(f'extern "C" __global__ void __launch_bounds__({BLOCK}) {ENTRY}('
+    src.append(f'extern "C" __global__ void __launch_bounds__({LUT_BLOCK}) {ENTRY}('
                + ", ".join(kp) + ") {")
     for j, dt in enumerate(layout.outputs):
         src.append(f"    __shared__ {_MT[dt.name]} st{j}[256 * {L}];")
     # the table: entry t is (byte t / L, channel t % L); a few evaluations per thread
-    src.append(f"    for (int t = threadIdx.x; t < 256 * {L}; t += {BLOCK}) {{")
+    src.append(f"    for (int t = threadIdx.x; t < 256 * {L}; t += {LUT_BLOCK}) {{")
     src.append(f"        const int b = t / {L}, ch = t - b * {L};")
     args = []
     for k, (dt, cls, _) in enumerate(layout.inputs):

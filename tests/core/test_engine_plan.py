@@ -21,7 +21,7 @@ from cuflow.core._expr import Expr, apply, reduce
 def no_gpu(monkeypatch):
     monkeypatch.setattr(_engine, "_functions", lambda src, dev: (0x100, 0x200))
     monkeypatch.setattr(_engine, "_device", lambda dev: (90, 132))
-    monkeypatch.setattr(_engine, "_occupancy", lambda fp: 8)
+    monkeypatch.setattr(_engine, "_occupancy", lambda fp, block=256: 2048 // block)
 
 
 def _inp(shape, dtype, k=0):
@@ -105,6 +105,7 @@ def test_uint8_table_plan(no_gpu):
     arrays = [np.empty((512, 512, 3), np.uint8), np.empty(3, np.float32)]
     p = _engine.plan((y,), [img, v], [], arrays, (y.dtype,), (512, 512, 3), None, 0, True)
     assert p.lut == 3 and p.vec == 4  # a thread stores 16 bytes of float32 per chunk
+    assert p.block == 1024 and "__launch_bounds__(1024)" in p.src  # fewer tables built
     assert p.tmp_bytes == 0  # each block builds its table in shared memory
     assert p.extras == (512 * 512 * 3, 1, 0, 0)  # n, the channel's inner extent (no division)
     # one kernel, a plain kernel's parameters: both pointers, the output, n and the channel
@@ -113,18 +114,18 @@ def test_uint8_table_plan(no_gpu):
     small = _engine.plan((y,), [img, v], [], [np.empty((8, 8, 3), np.uint8), arrays[1]],
                          (y.dtype,), (8, 8, 3), None, 0, True)
     assert small.lut == 0  # below LUT_MIN_ELEMENTS the expression runs per element
-    # 16 channels over 65536 bytes: the blocks' tables (64 x 4096 evaluations) would hold
-    # more evaluations than the elements, so the expression runs per element
+    # 16 channels over 65536 bytes: the blocks' tables (16 x 4096 evaluations) would hold
+    # as many evaluations as the elements, so the expression runs per element
     wide = _inp((4096, 16), np.uint8, 0)
     w = _inp((16,), np.float32, 1)
     yw = apply("multiply", apply("exp", wide), w)
     pw = _engine.plan((yw,), [wide, w], [], [np.empty((4096, 16), np.uint8), np.empty(16, np.float32)],
                       (yw.dtype,), (4096, 16), None, 0, True)
-    assert pw.lut == 0 and "__shared__" not in pw.src
+    assert pw.lut == 0 and "__shared__" not in pw.src and pw.block == 256
     big = _engine.plan((yw,), [wide, w], [], [np.empty((1 << 21, 16), np.uint8),
                                               np.empty(16, np.float32)],
                        (yw.dtype,), (1 << 21, 16), None, 0, True)
-    assert big.lut == 16 and big.grid * 256 * 16 <= big.n  # 32M elements: the table pays
+    assert big.lut == 16 and big.grid * 256 * 16 < big.n  # 32M elements: the table pays
     cheap = apply("multiply", apply("subtract", img, v), v)
     p = _engine.plan((cheap,), [img, v], [], arrays, (cheap.dtype,), (512, 512, 3), None, 0,
                      True)
