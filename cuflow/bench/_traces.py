@@ -115,6 +115,12 @@ def fixed_loop(name: str, step: int, steps: int = 30) -> list[list[tuple]]:
     return [ops + [("f", key, 0) for key in held]] * steps
 
 
+def loop_names() -> list[str]:
+    """``loop:<trace>:<step>`` for each of :data:`LOOPS` whose recorded trace is here (an
+    installed wheel carries none)."""
+    return [f"loop:{name}:{step}" for name, step in LOOPS if name in TRACES]
+
+
 def trace_its(name: str) -> list[list[tuple]]:
     """The iterations of trace ``name``: a key of :data:`TRACES`, or ``loop:<trace>:<step>``
     (:func:`fixed_loop`)."""
@@ -486,8 +492,8 @@ def bench_traces(record: bool = False, quick: bool = False, json_path: str | Non
         torch = torch if torch.cuda.is_available() else None
     except ImportError:
         torch = None
-    names = list(TRACES) + [f"loop:{name}:{step}" for name, step in LOOPS if name in TRACES]
-    rows = compare(names, rounds=1 if quick else 3, torch=torch, variants=variants)
+    rows = compare(list(TRACES) + loop_names(), rounds=1 if quick else 3, torch=torch,
+                   variants=variants)
     print(format_compare(rows))
     if json_path:
         with open(json_path, "w") as f:

@@ -137,12 +137,12 @@ def test_traces_footprint_on_host_memory(name):
     assert pool.stats()["allocated_bytes.all.current"] == 0
 
 
-@pytest.mark.parametrize(("name", "step"), [(n, s) for n, s in _traces.LOOPS if n in _traces.TRACES])
-def test_fixed_loops_after_a_kept_warmup_take_no_segment(name, step):
+@pytest.mark.parametrize("name", _traces.loop_names())
+def test_fixed_loops_after_a_kept_warmup_take_no_segment(name):
     """A loop of one recorded step (``python -m cuflow bench traces``, ``loop:`` rows): after
     a warm-up of that step whose segments are kept, no step takes or gives back a segment,
     and every step gives back all it took."""
-    its = _traces.trace_its(f"loop:{name}:{step}")
+    its = _traces.trace_its(name)
     assert len(its) == 30 and all(ops == its[0] for ops in its)
     pool = Pool(HostBackend())
     events = [(op, key, n, 0) for op, key, n in its[0]]
