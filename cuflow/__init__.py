@@ -2,7 +2,8 @@
 
 * :class:`darray` subclasses ``cupy.ndarray``; every op takes ``dst=`` (write
   into a preallocated output, allocate nothing) and ``stream=``.
-* :class:`Stream` / :class:`Event` are context managers and objects.
+* :class:`Stream` is a context manager (``with s:`` makes it current);
+  :class:`Event` marks a point in a stream's work.
 * ``import cuflow as cp`` runs CuPy code: names cuflow does not define are
   forwarded to CuPy, with array results returned as darrays.
 * The namespace follows the Python array API standard (version

@@ -11,6 +11,7 @@ A failure names the page and the line of the failing statement.
 
 from __future__ import annotations
 
+import importlib
 import os
 import pathlib
 import re
@@ -137,13 +138,17 @@ def test_api_reference_names_every_public_name():
     assert not missing, f"docs/api/ does not name: {missing}"
 
 
-@pytest.mark.parametrize("module", ["image", "memory", "graph", "debug", "kernels", "testing"])
+@pytest.mark.parametrize("module", ["image", "memory", "graph", "debug", "kernels", "testing",
+                                    "pipeline", "dask"])
 def test_api_reference_documents_every_name_of_each_submodule(module):
     text = _api_text()
     start = text.index(f".. currentmodule:: cuflow.{module}\n")
     section = text[start:text.index("```", start)]
     documented = set(re.findall(r"^\.\. auto\w+:: (\S+)", section, re.M))
-    missing = sorted(set(getattr(cuflow, module).__all__) - documented)
+    mod = importlib.import_module(f"cuflow.{module}")
+    # a name cuflow itself exports is documented once, as cuflow.<name>
+    top = {n for n in mod.__all__ if getattr(cuflow, n, None) is getattr(mod, n)}
+    missing = sorted(set(mod.__all__) - documented - (top & _documented_names()))
     assert not missing, f"docs/api/ does not document cuflow.{module}: {missing}"
 
 
