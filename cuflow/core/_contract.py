@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 import numpy
 
-from .._errors import DstDtypeError, DstError, DstShapeError, DstTypeError
+from .._errors import ArgumentTypeError, DstDtypeError, DstError, DstShapeError, DstTypeError
 from ._runtime import runtime
 
 __all__ = ["prepare_out", "resolve_out", "check_casting", "check_cast", "check_out_pair",
@@ -240,6 +240,20 @@ def check_out_pair(name: str, dst: Any) -> None:
     """Ops with two outputs (``modf``, ``frexp``, ``divmod``) take ``dst`` as a pair."""
     if not (isinstance(dst, tuple | list) and len(dst) == 2):
         raise DstError(f"cuflow.{name}: dst must be a pair of arrays, got {dst!r}")
+
+
+def check_axes(name: str, axis: Any, what: str = "axis", lists: bool = False) -> None:
+    """``axis`` is None, an integer or a tuple of integers (a list too with ``lists``, as
+    NumPy's ``transpose`` takes).  Bools and text are refused as NumPy refuses them: CuPy
+    would read ``False`` as axis 0 and ``[]`` as no axis."""
+    if axis is None:
+        return
+    seq = type(axis) is tuple or lists and type(axis) is list
+    for ax in axis if seq else (axis,):
+        if isinstance(ax, bool | numpy.bool_) or not isinstance(ax, int | numpy.integer):
+            raise ArgumentTypeError(
+                f"cuflow.{name}: {what} must be an integer or a tuple of integers"
+                f"{' (or a list)' if lists else ''}, got {axis!r}")
 
 
 def bad_input(name: str, x: Any, why: str | None = None):

@@ -69,14 +69,16 @@ def _general(name, np_fn, xp_name, arrays, dst, stream, elementwise=False, **kw)
     if stream is not None:
         return run_on(stream, _general, name, np_fn, xp_name, arrays, dst, None, elementwise, **kw)
     fn = getattr(rt.xp, xp_name)
+    for a in arrays:  # (clip's bounds may be None; CuPy's matmul crashes on a None operand)
+        if not (isinstance(a, rt.ndarray) or numpy.isscalar(a) or a is None and elementwise):
+            bad_input(name, a)
+    if name == "matmul":  # and on a 0-d one: NumPy's rule first
+        _contract_shape(name, *arrays)
     if rt.multi:
         rt.check_devices(name, *arrays)
     try:
         if dst is None:
             return rt.wrap(fn(*arrays, **kw))
-        for a in arrays:
-            if not (isinstance(a, rt.ndarray) or numpy.isscalar(a) or a is None):
-                bad_input(name, a)
         shape, dt = _shape_oracle(name, np_fn, *arrays, **kw)
         arrays = prepare_out(name, dst, shape, dt, inputs=arrays,
                              overlap="elementwise" if elementwise else "copy")

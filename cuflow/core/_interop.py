@@ -93,6 +93,10 @@ def astype(a, dtype, dst=None, *, out=None, order="K", casting="unsafe", copy=Tr
     dst = resolve_out(dst, out, "astype")
     if stream is not None:
         return run_on(stream, astype, a, dtype, dst, order=order, casting=casting, copy=copy)
+    if isinstance(dtype, numpy.ndarray | rt.ndarray):
+        # numpy.dtype() reads a device array's .dtype attribute: an array is no dtype
+        raise ArgumentTypeError(f"cuflow.astype: dtype must name a dtype, got an array of "
+                                f"shape {dtype.shape}")
     try:
         dt = numpy.dtype(dtype)
         check_cast("astype", a.dtype, dt, casting)

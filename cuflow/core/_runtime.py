@@ -69,8 +69,8 @@ class Runtime:
         Number of visible CUDA devices (0 on the NumPy backend).
     reason : str
         Why this backend was chosen.
-    cuda_errors, oom_errors : tuple of type
-        The backend's CUDA and out-of-memory exception types.
+    cuda_errors, oom_errors, compile_errors : tuple of type
+        The backend's CUDA, out-of-memory and kernel-compile exception types.
     unowned : type or None
         CuPy's ``UnownedMemory`` (memory cuflow's pool did not hand out).
     fast : FastPath or None
@@ -99,6 +99,7 @@ class Runtime:
     reason: str
     cuda_errors: tuple = ()
     oom_errors: tuple = ()
+    compile_errors: tuple = ()
     unowned: Any = None
     fast: FastPath | None = None
     ufuncs: dict = field(default_factory=dict)
@@ -464,6 +465,7 @@ def _make(name: str, cupy: ModuleType | None, n: int, reason: str) -> Runtime:
         "cupy", cupy, cupy.ndarray, darray, n, reason,
         cuda_errors=(cuda_rt.CUDARuntimeError, driver.CUDADriverError),
         oom_errors=(cupy.cuda.memory.OutOfMemoryError,),
+        compile_errors=(cupy.cuda.compiler.CompileException,),
         unowned=cupy.cuda.memory.UnownedMemory, fast=fast,
         ufuncs=ufuncs,
         stream_ptr_fn=stream_fn, current_device=cuda_rt.getDevice, is_gpu=True,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+import cuflow
 from cuflow.testing import random_array, to_host
 
 
@@ -30,3 +32,40 @@ def test_transforms_with_dst(cf, rng):
         d = cf.full(exp.shape, np.nan, dtype=exp.dtype)
         assert fn(d) is d
         np.testing.assert_allclose(to_host(d), exp, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("axes", [False, "", "10", [0.0, 1.0], (1, True)])
+def test_transpose_refuses_axes_that_are_not_integers(cf, rng, axes):
+    a = cf.asarray(random_array((3, 4), "float32", rng, host=True))
+    with pytest.raises(cuflow.ArgumentTypeError, match="axes must be an integer"):
+        cf.transpose(a, axes)
+
+
+def test_transpose_takes_a_list_of_axes_as_numpy_does(cf, rng):
+    h = random_array((2, 3, 4), "float32", rng, host=True)
+    np.testing.assert_array_equal(to_host(cf.transpose(cf.asarray(h), [2, 0, 1])),
+                                  np.transpose(h, [2, 0, 1]))
+
+
+@pytest.mark.parametrize("name", ["matmul", "dot"])
+@pytest.mark.parametrize("other", [None, "x", [1.0, 2.0, 3.0]])
+def test_matrix_products_refuse_operands_that_are_not_arrays(cf, rng, name, other):
+    # (CuPy's matmul of an array and None ends the process instead of raising)
+    a = cf.asarray(random_array((3,), "float32", rng, host=True))
+    with pytest.raises(cuflow.CuflowError) as ei:
+        getattr(cf, name)(a, other)
+    assert isinstance(ei.value, TypeError | ValueError)
+
+
+def test_matmul_refuses_a_scalar_operand_as_numpy_does(cf, rng):
+    a = cf.asarray(random_array((3, 3), "float32", rng, host=True))
+    with pytest.raises(cuflow.ArgumentError, match="at least 1-D"):
+        cf.matmul(a, 2.0)
+    with pytest.raises(ValueError):
+        np.matmul(to_host(a), 2.0)
+
+
+def test_astype_refuses_an_array_as_its_dtype(cf, rng):
+    a = cf.asarray(random_array((3,), "float32", rng, host=True))
+    with pytest.raises(cuflow.ArgumentTypeError, match="dtype must name a dtype"):
+        cf.astype(a, cf.asarray(random_array((2,), "int32", rng, host=True)))
