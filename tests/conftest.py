@@ -61,3 +61,26 @@ def gpu_cf():
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+@pytest.fixture
+def poisons():
+    """``poisons(shape, dtype)``: two outputs of the active backend, one filled with
+    ``cuflow.testing.poisoned``'s value, one with the other end of the dtype's range.
+
+    No element can equal both fills, so an element an op leaves unwritten shows in one of
+    the two outputs; a single fill can equal a correct result (True for a comparison, an
+    integer's max, NaN where the op gives NaN)."""
+    from cuflow.testing import poisoned
+
+    def make(shape, dtype):
+        dt = np.dtype(dtype)
+        if dt.kind == "b":
+            other = False
+        elif dt.kind in "iu":
+            other = np.iinfo(dt).min
+        else:
+            other = np.finfo(dt).max
+        return poisoned(shape, dt), cuflow.full(shape, other, dtype=dt)
+
+    return make

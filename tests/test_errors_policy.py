@@ -155,7 +155,12 @@ def test_stream_and_event_flags_are_bools(cf):
         cf.Event(timing="no")
     with pytest.raises(TypeError, match="blocking"):
         cf.Event(blocking=2)
-    assert cf.Stream(non_blocking=np.True_, priority=np.int64(0)) is not None
+    s = cf.Stream(non_blocking=np.True_, priority=np.int64(0))  # NumPy's bool and int pass
+    with s:
+        x = cf.ones(4) * 2
+    s.synchronize()
+    assert s.query() and float(x.sum()) == 8.0
+    assert (s.ptr != 0) == cf.get_backend().is_gpu  # on the GPU: a CUDA stream of its own
 
 
 def test_streams_and_events_validate_their_arguments(cf):

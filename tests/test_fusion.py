@@ -17,7 +17,7 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 import cuflow
@@ -207,7 +207,7 @@ def test_chain_matches_numpy(cf, rng, name):
 
 
 @pytest.mark.parametrize("name", sorted(CHAINS))
-def test_chain_into_dst(cf, rng, name):
+def test_chain_into_dst(cf, rng, poisons, name):
     chain, make = CHAINS[name]
     args = make(rng)
     m = ns(cf)
@@ -215,12 +215,12 @@ def test_chain_into_dst(cf, rng, name):
     dargs = _device_args(cf, args)
     first = fused(*dargs)
     outs = first if isinstance(first, tuple) else (first,)
-    dst = tuple(cf.full(o.shape, 7, o.dtype) for o in outs)
-    r = fused(*dargs, dst=dst if len(dst) > 1 else dst[0])
-    assert (r if isinstance(r, tuple) else (r,)) == dst or all(a is b for a, b in zip(
-        r if isinstance(r, tuple) else (r,), dst))
-    for d, o in zip(dst, outs):
-        np.testing.assert_array_equal(host(d), host(o))
+    for dst in zip(*(poisons(o.shape, o.dtype) for o in outs)):
+        r = fused(*dargs, dst=dst if len(dst) > 1 else dst[0])
+        r = r if isinstance(r, tuple) else (r,)
+        assert len(r) == len(dst) and all(a is b for a, b in zip(r, dst))
+        for d, o in zip(dst, outs):
+            np.testing.assert_array_equal(host(d), host(o))
 
 
 def test_in_place_and_stream(cf, rng):
@@ -351,15 +351,32 @@ def test_integer_overflow_wraps(cf, dtype):
 @pytest.mark.parametrize("dtype", [np.float32, np.int32, np.float16, np.uint8])
 def test_trailing_reductions(cf, rng, name, axis, dtype):
     xa = rand(rng, (23, 45), dtype, -2, 2)
-    if name == "prod" and dtype in (np.float32, np.float16):
-        xa = rand(rng, (23, 45), dtype, 0.9, 1.1)
+    if name == "prod":
+        if dtype in (np.float32, np.float16):
+            # factors x + 1 in 0.9..1.1 keep a product of up to 1035 of them finite and
+            # non-zero even in float16 (an inf oracle would compare equal to an inf result)
+            xa = rand(rng, (23, 45), dtype, -0.1, 0.1)
+        else:
+            # even x makes every factor x + 1 odd (and uint8's never wrap to 0), so no
+            # wrapped integer product is 0
+            xa = xa - xa % 2
     f = cf.fuse(lambda x: getattr(x + 1, name)(axis=axis))
-    want = getattr(xa + 1, name)(axis=axis)
+    want = np.asarray(getattr(xa + 1, name)(axis=axis))
+    assert np.isfinite(want).all()
+    if name == "prod":
+        assert (want != 0).all()
     got = host(f(cf.asarray(xa)))
-    want = np.asarray(want)
     if want.dtype.kind == "f":
-        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64),
-                                   rtol=2e-3 if dtype == np.float16 else 1e-5, atol=1e-3)
+        rtol = 2e-3 if dtype == np.float16 else 1e-5
+        slack = 0
+        if name == "prod":
+            # NumPy rounds a float16 product to float16 after every factor along a strided
+            # axis, the kernel accumulates in float32: the oracle's own rounding error (its
+            # distance from the float64 product of the same factors) is allowed on top
+            exact = (xa + 1).astype(np.float64).prod(axis=axis)
+            slack = np.abs(want.astype(np.float64) - exact)
+        err = np.abs(got.astype(np.float64) - want.astype(np.float64))
+        assert (err <= slack + rtol * np.abs(want) + 1e-3).all(), err.max()
         assert got.dtype == want.dtype
     else:
         check(got, want)
@@ -486,11 +503,16 @@ def _inputs(spec, seed):
 
 
 def _oracle(fn, xs):
+    """NumPy's result of the chain; the chain is thrown away where NumPy refuses a value
+    (an integer to a negative power), and must raise TraceError where NumPy refuses the
+    dtypes (no loop), since the tracer resolves the same loops."""
     try:
         with np.errstate(all="ignore"):
             return fn(*xs), None
-    except Exception as e:  # NumPy refuses (no loop for the dtype): the tracer must too
+    except TypeError as e:
         return None, e
+    except ValueError:
+        assume(False)
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
@@ -501,10 +523,11 @@ def test_random_chains_compile_for_sm90(spec, seed):
     xs = _inputs(spec, seed)
     want, err = _oracle(fn, xs)
     f = cuflow.fuse(fn)
-    if err is not None or np.ndim(want) is None:
+    if err is not None:
+        with pytest.raises(cuflow.TraceError):
+            f.cuda_source(*xs)
         return
-    if not isinstance(want, np.ndarray) and not isinstance(want, np.generic):
-        return
+    assume(isinstance(want, (np.ndarray, np.generic)))
     src = f.cuda_source(*xs)
     assert _engine.compile_cubin(src, 90)
 
@@ -522,10 +545,11 @@ def test_random_chains_match_numpy_on_gpu(spec, seed):
     xs = _inputs(spec, seed)
     want, err = _oracle(fn, xs)
     if err is not None:
+        with pytest.raises(cuflow.TraceError):
+            cuflow.fuse(fn)(*[cuflow.asarray(x) for x in xs])
         return
     want = np.asarray(want)
-    if want.dtype.kind not in "biuf" or not any(np.ndim(x) for x in xs):
-        return
+    assume(want.dtype.kind in "biuf" and any(np.ndim(x) for x in xs))
     got = host(cuflow.fuse(fn)(*[cuflow.asarray(x) for x in xs]))
     got = np.asarray(got)
     assert got.dtype == want.dtype

@@ -49,7 +49,10 @@ def test_graphed_decorator_captures_on_first_call(cf, rng):
     np.testing.assert_allclose(cf.asnumpy(s), (cf.asnumpy(a) + cf.asnumpy(b)) * 3, rtol=1e-6)
     np.testing.assert_array_equal(cf.asnumpy(d), cf.asnumpy(a) - cf.asnumpy(b))
     n_python_calls = len(calls)
-    f(b, a, 3.0)
+    ha, hb = cf.asnumpy(a), cf.asnumpy(b)
+    s2, d2 = f(b, a, 3.0)  # on the GPU: the first call's graph, replayed on swapped inputs
+    np.testing.assert_allclose(cf.asnumpy(s2), (hb + ha) * 3, rtol=1e-6)
+    np.testing.assert_array_equal(cf.asnumpy(d2), hb - ha)
     if cf.get_backend().is_gpu:
         assert len(calls) == n_python_calls  # replayed, fn not run again
         with pytest.raises(ValueError, match="recorded into the graph"):

@@ -103,16 +103,39 @@ def test_integer_and_strided_calls_keep_cupys_path(gpu_cf, rng):
 REDUCE = ["sum", "mean", "max", "min", "prod", "argmax", "argmin"]
 
 
+def _reduction_input(rng, shape, dtype, name, spread):
+    """Signed values over a wide range; for ``prod``, signed factors within ``spread`` of 1
+    in magnitude, so that a product of every element stays finite and non-zero."""
+    if dtype == np.bool_:
+        return rng.integers(0, 2, shape).astype(dtype)
+    sign = rng.choice([-1.0, 1.0], shape)
+    if name == "prod":
+        return (sign * rng.uniform(1 - spread, 1 + spread, shape)).astype(dtype)
+    return (rng.standard_normal(shape) * 100).astype(dtype)
+
+
+def _assert_reduction_close(got, want, xa, name, axis, rtol):
+    """``got`` within ``rtol`` of ``want``; a sum or mean also within ``rtol`` of the sum (or
+    mean) of magnitudes, since signed terms may cancel to a result near 0."""
+    atol = 0
+    if name in ("sum", "mean"):
+        atol = rtol * getattr(np.abs(xa.astype(np.float64)), name)(axis=axis)
+    err = np.abs(got.astype(np.float64) - want)
+    assert (err <= atol + rtol * np.abs(want)).all(), (err.max(), got, want)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64, np.bool_])
 @pytest.mark.parametrize("axis", [None, -1, 1])
 @pytest.mark.parametrize("name", REDUCE)
 def test_small_reductions_match_numpy(cf, rng, name, axis, dtype):
     if dtype == np.bool_ and name in ("mean",):
         pytest.skip("not meaningful for bool")
-    xa = (rng.uniform(0.5, 1.5, (16, 64)) if dtype != np.bool_ else
-          rng.integers(0, 2, (16, 64))).astype(dtype)
+    xa = _reduction_input(rng, (16, 64), dtype, name, 0.03)
     xa.flat[77] = xa.flat[5]  # a tie for the arg-reductions: the first index wins
     want = np.asarray(getattr(xa, name)(axis=axis))
+    assert np.isfinite(want).all()
+    if name == "prod" and dtype != np.bool_:
+        assert (want != 0).all()
     got = getattr(cf.asarray(xa), name)(axis=axis)
     assert isinstance(got, cf.darray)
     got = cf.asnumpy(got)
@@ -123,7 +146,7 @@ def test_small_reductions_match_numpy(cf, rng, name, axis, dtype):
             # NumPy rounds to float16 after each of the 64 products, the kernel once at the
             # end: they may differ by up to 64 half-precision roundings
             rtol = 64 * 2.0 ** -11
-        np.testing.assert_allclose(got, want, rtol=rtol)
+        _assert_reduction_close(got, want, xa, name, axis, rtol)
     else:
         np.testing.assert_array_equal(got, want)
 
@@ -136,15 +159,18 @@ def test_long_row_reductions_match_numpy(cf, rng, name, rlen, dtype):
     # bool rows of 2048 (16-element vectors) stay a warp per row, of 1031 a block
     if dtype == np.bool_ and name == "mean":
         pytest.skip("not meaningful for bool")
-    xa = (rng.uniform(0.999, 1.001, (8, rlen)) if dtype != np.bool_ else
-          rng.integers(0, 2, (8, rlen))).astype(dtype)
+    xa = _reduction_input(rng, (8, rlen), dtype, name, 0.001)
     xa[:, rlen - 3] = xa.max(axis=1) if dtype != np.bool_ else True  # ties across warps
     xa[:, 700] = xa[:, rlen - 3]
     want = np.asarray(getattr(xa, name)(axis=-1))
+    assert np.isfinite(want).all()
+    if name == "prod" and dtype != np.bool_:
+        assert (want != 0).all()
     got = cf.asnumpy(getattr(cf.asarray(xa), name)(axis=-1))
     assert got.dtype == want.dtype and got.shape == want.shape
     if want.dtype.kind == "f":
-        np.testing.assert_allclose(got, want, rtol={4: 1e-5, 8: 1e-12}[want.dtype.itemsize])
+        _assert_reduction_close(got, want, xa, name, -1,
+                                {4: 1e-5, 8: 1e-12}[want.dtype.itemsize])
     else:
         np.testing.assert_array_equal(got, want)
 

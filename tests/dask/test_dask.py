@@ -117,8 +117,11 @@ def test_concatenate_and_tensordot(ccf, client, rng):
                                rtol=1e-4, atol=1e-4)
 
 
+WARM_N = 1024
+
+
 def _warm():
-    return float(cuflow.sum(cuflow.ones(1024)))
+    return float(cuflow.sum(cuflow.ones(WARM_N)))
 
 
 def test_pool_plugin_reports_back(ccf, client):
@@ -128,7 +131,16 @@ def test_pool_plugin_reports_back(ccf, client):
     for s in stats.values():
         assert s["backend"] == ccf.get_backend().name
         assert s["setup"]["reserved_at_setup"] >= 8 << 20
-        assert s["setup"]["warmup"] is not None
+        warm = s["setup"]["warmup"]  # what cuflow.memory.warmup reported on the worker
+        assert set(warm) == {"peak_bytes", "allocations", "extra_segments", "reserved_bytes"}
+        if ccf.get_backend().is_gpu:
+            # _warm's float64 ones came from the pool, and the replay kept them reserved
+            assert warm["allocations"] >= 1 and warm["peak_bytes"] >= WARM_N * 8
+            assert warm["reserved_bytes"] >= warm["peak_bytes"]
+        else:
+            # NumPy's arrays never come from the (host) pool: nothing recorded or reserved
+            assert warm == {"peak_bytes": 0, "allocations": 0, "extra_segments": 0,
+                            "reserved_bytes": 0}
         assert s["stats"]["limit_bytes"] == 1 << 30
 
 

@@ -39,12 +39,15 @@ def restore_limit(cf):
     ([1], TypeError, ("limit", "list", "[1]")),
 ])
 def test_set_limit_refuses(cf, restore_limit, value, exc, words):
+    # a limit of its own (above any pool's reserve), so that a reset to None would show
+    cf.memory.set_limit(3 << 40)
     with pytest.raises(cuflow.CuflowError) as ei:
         cf.memory.set_limit(value)
     assert isinstance(ei.value, exc)
     for w in words:
         assert w in str(ei.value)
-    assert restore_limit.limit is None or restore_limit.limit >= 0
+    assert restore_limit.limit == 3 << 40  # a refused value leaves the limit as it was
+    assert cf.memory.stats()["limit_bytes"] == 3 << 40
 
 
 @pytest.mark.parametrize(("value", "expected"), [

@@ -46,9 +46,13 @@ def test_letterbox_float16_nhwc(cf, rng):
 
 
 def test_run_calls_the_consumer(cf, rng):
+    frames = host_frames(rng, 5)
     pipe = cf.Pipeline(16, 2)
-    sums = pipe.run(host_frames(rng, 5), lambda b: float(b.sum()))
-    assert len(sums) == 3 and all(s > 0 for s in sums)
+    sums = pipe.run(frames, lambda b: float(b.sum()))
+    want = expected(cf, frames, (16, 16)).astype(np.float64)
+    # one call per batch, in order: frames 0-1, 2-3 and the partial batch of frame 4
+    np.testing.assert_allclose(sums, [want[0:2].sum(), want[2:4].sum(), want[4:].sum()],
+                               rtol=1e-5)
 
 
 def test_frames_of_another_shape_midway(cf, rng):
