@@ -190,6 +190,8 @@ def test_streams_and_events_validate_their_arguments(cf):
     (float("nan"), "int8", ValueError, ("fill_value", "nan")),
     (1e300, "float32", ValueError, ("fill_value", "1e+300", "float32")),
     (3 + 1j, "float32", TypeError, ("fill_value", "complex", ".real")),
+    ((None, None), "float32", TypeError, ("fill_value", "number", "(None, None)")),
+    ([1.0, 2.0, 3.0], None, TypeError, ("fill_value", "number", "list")),
 ])
 def test_fill_values_the_dtype_cannot_hold_are_refused(cf, value, dtype, exc, words):
     with pytest.raises(exc) as e:
@@ -197,6 +199,14 @@ def test_fill_values_the_dtype_cannot_hold_are_refused(cf, value, dtype, exc, wo
     _is_clear(e.value, "cuflow.full", *words)
     assert to_host(cf.full(3, 255, dtype="uint8")).tolist() == [255] * 3
     assert np.isinf(to_host(cf.full(2, float("inf"), dtype="float32"))).all()
+
+
+@pytest.mark.parametrize("shape", [False, (2, True), "6", 6.0])
+def test_reshape_to_a_shape_that_is_not_integers_is_refused(cf, shape):
+    # CuPy would read False as a size of 0; NumPy refuses it
+    with pytest.raises(cf.ArgumentTypeError) as e:
+        cf.reshape(cf.zeros(6), shape)
+    _is_clear(e.value, "cuflow.reshape", "shape must be", repr(shape))
 
 
 def test_reshape_to_a_size_that_does_not_match_is_an_argument_error(cf):

@@ -242,10 +242,11 @@ def check_out_pair(name: str, dst: Any) -> None:
         raise DstError(f"cuflow.{name}: dst must be a pair of arrays, got {dst!r}")
 
 
-def check_axes(name: str, axis: Any, what: str = "axis", lists: bool = False) -> None:
-    """``axis`` is None, an integer or a tuple of integers (a list too with ``lists``, as
-    NumPy's ``transpose`` takes).  Bools and text are refused as NumPy refuses them: CuPy
-    would read ``False`` as axis 0 and ``[]`` as no axis."""
+def check_ints(name: str, axis: Any, what: str = "axis", lists: bool = False) -> None:
+    """An axis or shape argument: None, an integer or a tuple of integers (a list too with
+    ``lists``, as NumPy's ``transpose`` and ``reshape`` take).  Bools and text are refused as
+    NumPy refuses them: CuPy would read ``False`` as axis 0 (or size 0) and ``[]`` as no
+    axis."""
     if axis is None:
         return
     seq = type(axis) is tuple or lists and type(axis) is list

@@ -84,9 +84,10 @@ def _fill_value(name: str, value: Any, dtype: Any = None) -> None:
     numbers; with ``dtype``, one that it holds (integers: whole numbers in range; reals:
     finite values in range, or inf and nan as given)."""
     try:
-        # (result_type(None) is float64: None is no number)
-        kind = "O" if value is None else (numpy.result_type(value).kind
-                                          if not isinstance(value, str | bytes) else "U")
+        # (result_type(None) is float64, and of a tuple the dtype it spells: neither is a
+        # number)
+        kind = ("O" if value is None or isinstance(value, list | tuple) else
+                "U" if isinstance(value, str | bytes) else numpy.result_type(value).kind)
     except TypeError:
         kind = "O"
     if kind not in "biufc":

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy
 
-from ._contract import bad_input, check_axes, may_share, prepare_out, resolve_out
+from ._contract import bad_input, check_ints, may_share, prepare_out, resolve_out
 from ._dispatch import call, reraise, run_on, wrap_view
 from .._errors import ArgumentError, ArgumentTypeError
 from ._interop import astype, copy_into
@@ -81,6 +81,7 @@ def reshape(a, shape=None, order="C", *, copy=None, newshape=None, dst=None, out
             raise ArgumentTypeError("cuflow.reshape: give shape (or NumPy's older newshape), not both")
         shape = newshape
     dst = resolve_out(dst, out, "reshape")
+    check_ints("reshape", shape, "shape", lists=True)
     _order("reshape", order, "CFA")
     if copy is False:
         v = a.view()
@@ -103,7 +104,7 @@ def transpose(a, axes=None, *, dst=None, out=None, stream=None):
     """Transposed view of ``a``; with ``dst`` the transposed data is copied there (contiguous)."""
     rt = runtime()
     dst = resolve_out(dst, out, "transpose")
-    check_axes("transpose", axes, "axes", lists=True)
+    check_ints("transpose", axes, "axes", lists=True)
     v = _view("transpose", rt.xp.transpose, a, axes)
     if dst is None:
         return v

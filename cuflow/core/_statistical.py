@@ -17,7 +17,7 @@ import numpy
 
 from .._errors import ArgumentError
 from ._contract import may_share, prepare_out, reduced_shape, resolve_out
-from ._contract import bad_input, check_axes
+from ._contract import bad_input, check_ints
 from ._dispatch import reraise, run_on
 from ._engine import ew_op
 from ._expr import Expr
@@ -62,7 +62,7 @@ def _reduce(name: str, a: Any, axis: Any, dtype: Any, dst: Any, keepdims: bool, 
     rt = runtime()
     if not isinstance(a, rt.ndarray):
         bad_input(name, a)
-    check_axes(name, axis)
+    check_ints(name, axis)
     if rt.multi:
         rt.check_devices(name, a)
     base = getattr(rt.ndarray, name)

@@ -272,10 +272,12 @@ def crop_resize(src, boxes, size, *, frame_index=None, interpolation="bilinear",
                                f"got shape {boxes.shape}")
     if on_host:
         hb = numpy.asarray(given if rt.is_gpu else boxes, dtype=numpy.float64)
-        if not numpy.isfinite(hb).all():
-            bad = numpy.argwhere(~numpy.isfinite(hb).all(axis=1))[:, 0]
-            raise ImageFormatError(f"cuflow.image.crop_resize: box coordinates must be finite, "
-                                   f"box {int(bad[0])} is {hb[bad[0]].tolist()}")
+        with numpy.errstate(over="ignore"):  # the kernel reads float32 coordinates
+            fin = numpy.isfinite(hb.astype(numpy.float32)).all(axis=1)
+        if not fin.all():
+            bad = int(numpy.argwhere(~fin)[0, 0])
+            raise ImageFormatError(f"cuflow.image.crop_resize: box coordinates must be finite "
+                                   f"float32 values, box {bad} is {hb[bad].tolist()}")
     if frame_index is not None:
         with use_stream(stream):
             frame_index = device_vector("crop_resize", "frame_index", frame_index, numpy.int32)

@@ -250,8 +250,16 @@ def device_vector(name, what, x, dtype):
         raise ImageTypeError(f"cuflow.image.{name}: {what} must be an array of "
                              f"{'integers' if kinds == 'iu' else 'real numbers'}, got dtype "
                              f"{x.dtype}")
-    if isinstance(x, numpy.ndarray) and rt.xp is not numpy:
-        return rt.xp.asarray(numpy.ascontiguousarray(x, dtype=dtype))
+    if isinstance(x, numpy.ndarray):  # on the host: checked here, where it costs no sync
+        dt = numpy.dtype(dtype)
+        if dt.kind in "iu" and x.size:
+            lo, hi, info = x.min(), x.max(), numpy.iinfo(dt)
+            if lo < info.min or hi > info.max:  # a cast would wrap them to other values
+                raise ImageFormatError(f"cuflow.image.{name}: {what} must fit {dt}, got values "
+                                       f"from {lo} to {hi}")
+        with numpy.errstate(over="ignore"):  # a real past dt's range becomes inf: the
+            x = numpy.ascontiguousarray(x, dtype=dt)  # callers refuse non-finite values
+        return x if rt.xp is numpy else rt.xp.asarray(x)
     if x.dtype != dtype or not x.flags.c_contiguous:
         x = rt.xp.ascontiguousarray(x, dtype=dtype)  # a small conversion kernel
     return x

@@ -192,6 +192,18 @@ def test_boxes_and_frame_indices_may_come_from_the_host(cf, rng):
         image.crop_resize(x, "0 0 8 8", 4)
 
 
+def test_host_boxes_and_frame_indices_past_the_kernels_types_are_refused(cf, rng):
+    # the kernel reads float32 coordinates and int32 frame indices: a cast would make an
+    # infinite box of a finite float64 one, and wrap a frame index to another frame
+    x = cf.asarray(u8_frames(rng, (2, 12, 16, 3)))
+    with pytest.raises(image.ImageFormatError) as e:
+        image.crop_resize(x, [[0, 0, 8, 8], [0, 0, 4e38, 8]], 4)
+    _clear(e.value, "finite float32", "box 1")
+    with pytest.raises(image.ImageFormatError) as e:
+        image.crop_resize(x, [[0, 0, 8, 8]], 4, frame_index=np.array([2**32 + 1]))
+    _clear(e.value, "frame_index", "int32", str(2**32 + 1))
+
+
 @pytest.mark.parametrize("kw", [dict(scale=NAN), dict(std=0), dict(mean=INF),
                                 dict(letterbox=True, pad=NAN), dict(layout="CHW"),
                                 dict(interpolation="cubic"), dict(letterbox=1)])
