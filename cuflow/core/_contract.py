@@ -242,19 +242,19 @@ def check_out_pair(name: str, dst: Any) -> None:
         raise DstError(f"cuflow.{name}: dst must be a pair of arrays, got {dst!r}")
 
 
-def check_ints(name: str, axis: Any, what: str = "axis", lists: bool = False) -> None:
+def check_ints(name: str, value: Any, what: str = "axis", lists: bool = False) -> None:
     """An axis or shape argument: None, an integer or a tuple of integers (a list too with
     ``lists``, as NumPy's ``transpose`` and ``reshape`` take).  Bools and text are refused as
     NumPy refuses them: CuPy would read ``False`` as axis 0 (or size 0) and ``[]`` as no
     axis."""
-    if axis is None:
+    if value is None:
         return
-    seq = type(axis) is tuple or lists and type(axis) is list
-    for ax in axis if seq else (axis,):
-        if isinstance(ax, bool | numpy.bool_) or not isinstance(ax, int | numpy.integer):
+    seq = type(value) is tuple or lists and type(value) is list
+    for v in value if seq else (value,):
+        if isinstance(v, bool | numpy.bool_) or not isinstance(v, int | numpy.integer):
             raise ArgumentTypeError(
                 f"cuflow.{name}: {what} must be an integer or a tuple of integers"
-                f"{' (or a list)' if lists else ''}, got {axis!r}")
+                f"{' (or a list)' if lists else ''}, got {value!r}")
 
 
 def bad_input(name: str, x: Any, why: str | None = None):

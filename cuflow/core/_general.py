@@ -72,7 +72,7 @@ def _general(name, np_fn, xp_name, arrays, dst, stream, elementwise=False, **kw)
     for a in arrays:  # (clip's bounds may be None; CuPy's matmul crashes on a None operand)
         if not (isinstance(a, rt.ndarray) or numpy.isscalar(a) or a is None and elementwise):
             bad_input(name, a)
-    if name == "matmul":  # and on a 0-d one: NumPy's rule first
+    if name == "matmul":  # (and on a 0-d operand, which NumPy's rule refuses)
         _contract_shape(name, *arrays)
     if rt.multi:
         rt.check_devices(name, *arrays)
