@@ -45,7 +45,7 @@ from .core import (  # noqa: A004
     empty, zeros, ones, full, empty_like, zeros_like, ones_like, full_like, arange, linspace,
     eye, identity, asarray, array, from_dlpack, asnumpy, as_darray, copy, astype, flatten,
     ravel, reshape, transpose, ascontiguousarray, concatenate, stack, matmul, dot, clip,
-    around, round, cumsum, cumprod, sort, argsort, take_along_axis,
+    around, round, cumsum, cumprod, sort, argsort, take, take_along_axis,
 )
 from .core import (
     Device, Event, Stream, current_stream, get_backend, set_backend, streams, synchronize,
@@ -144,7 +144,7 @@ __all__ = [
     "array", "from_dlpack", "asnumpy", "as_darray", "copy", "astype", "flatten", "ravel",
     "reshape", "transpose", "ascontiguousarray", "concatenate", "stack", "matmul", "dot",
     "clip", "around", "round", "cumsum", "cumprod", "sort", "argsort",
-    "take_along_axis",
+    "take", "take_along_axis",
     # NumPy's dtypes and constants
     "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "float32", "float64", "complex64", "complex128", "intp", "uintp", "byte",

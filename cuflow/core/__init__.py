@@ -34,7 +34,7 @@ from ._interop import (  # noqa: A004
     asarray, array, from_dlpack, asnumpy, as_darray, copy, astype,
 )
 from ._manipulation import (  # noqa: A004
-    flatten, ravel, reshape, transpose, ascontiguousarray, concatenate, stack, take_along_axis,
+    flatten, ravel, reshape, transpose, ascontiguousarray, concatenate, stack, take, take_along_axis,
 )
 from ._general import (  # noqa: A004
     matmul, dot, clip, around, round, cumsum, cumprod,

@@ -9,13 +9,13 @@ import numpy
 
 from ._contract import bad_input, check_ints, may_share, prepare_out, resolve_out
 from ._dispatch import call, reraise, run_on, wrap_view
-from .._errors import ArgumentError, ArgumentTypeError
+from .._errors import ArgumentError, ArgumentIndexError, ArgumentTypeError
 from ._interop import astype, copy_into
 from ._interop import copy as copy_fn
 from ._runtime import runtime
 
 __all__ = ["flatten", "ravel", "reshape", "transpose", "ascontiguousarray", "concatenate",
-           "stack", "take_along_axis"]
+           "stack", "take", "take_along_axis"]
 
 
 def _order(name: str, order, allowed: str = "CFAK") -> None:
@@ -171,6 +171,62 @@ def stack(arrays, axis=0, dst=None, *, out=None, dtype=None, casting="same_kind"
     """
     return _join("stack", arrays, axis, resolve_out(dst, out, "stack"), dtype, casting, stream,
                  True)
+
+
+def take(a, indices, axis=None, dst=None, *, out=None, stream=None):
+    """Elements of ``a`` at integer ``indices`` along ``axis`` (array API ``take``; of the
+    flattened array without ``axis``, as NumPy); with ``dst`` written there.
+
+    Indices are integers: a Python int, a sequence or NumPy array of them, or an integer
+    array of the backend.  Indices on the host are checked against the axis' length
+    (``ArgumentIndexError``); indices on the GPU are not, since checking them would
+    synchronize: there an index past the end wraps around, CuPy's rule.
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream (host
+    indices are copied to the device on that stream).
+    """
+    rt = runtime()
+    dst = resolve_out(dst, out, "take")
+    if stream is not None:
+        return run_on(stream, take, a, indices, axis, dst)
+    if not isinstance(a, rt.ndarray):
+        bad_input("take", a)
+    if axis is not None:
+        if isinstance(axis, bool | numpy.bool_) or not isinstance(axis, int | numpy.integer):
+            raise ArgumentTypeError(f"cuflow.take: axis must be an integer, got {axis!r}")
+        if not -a.ndim <= axis < a.ndim:
+            raise ArgumentIndexError(f"cuflow.take: axis must be in [{-a.ndim}, {a.ndim}) "
+                                     f"for an array of {a.ndim} dimensions, got {axis}")
+    n = a.size if axis is None else a.shape[axis]
+    on_device = isinstance(indices, rt.ndarray) and rt.is_gpu
+    if type(indices) is int:  # (any size: past int64 is past every axis too)
+        if not -n <= indices < n:
+            raise ArgumentIndexError(f"cuflow.take: indices must be in [{-n}, {n}), got "
+                                     f"{indices}")
+        indices = numpy.int64(indices)
+    ind = indices if on_device else numpy.asarray(indices)
+    if ind.dtype.kind not in "iu":
+        raise ArgumentTypeError(f"cuflow.take: indices must be integers, got dtype {ind.dtype}")
+    if not on_device and ind.size:
+        lo, hi = int(ind.min()), int(ind.max())
+        if lo < -n or hi >= n:
+            raise ArgumentIndexError(f"cuflow.take: indices must be in [{-n}, {n}) along "
+                                     f"{'the flattened array' if axis is None else f'axis {axis}'}, "
+                                     f"got values from {lo} to {hi}")
+    if not on_device:
+        ind = rt.xp.asarray(ind) if ind.ndim else int(ind)
+    try:
+        if dst is None:
+            return rt.wrap(rt.xp.take(a, ind, axis=axis))
+        shape = (ind.shape if axis is None else
+                 a.shape[:axis % a.ndim] + numpy.shape(ind) + a.shape[axis % a.ndim + 1:])
+        (a,) = prepare_out("take", dst, shape, a.dtype, inputs=(a,), overlap="copy")
+        rt.xp.take(a, ind, axis=axis, out=dst)
+        return dst
+    except Exception as e:
+        reraise("take", e, dst)
 
 
 def take_along_axis(a, indices, axis=-1):

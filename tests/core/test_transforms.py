@@ -69,3 +69,40 @@ def test_astype_refuses_an_array_as_its_dtype(cf, rng):
     a = cf.asarray(random_array((3,), "float32", rng, host=True))
     with pytest.raises(cuflow.ArgumentTypeError, match="dtype must name a dtype"):
         cf.astype(a, cf.asarray(random_array((2,), "int32", rng, host=True)))
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1, -1])
+def test_take_matches_numpy_with_host_and_device_indices(cf, rng, axis):
+    h = random_array((4, 5), "float32", rng, host=True)
+    a = cf.asarray(h)
+    n = h.size if axis is None else h.shape[axis]
+    idx = rng.integers(-n, n, size=(2, 3))
+    want = np.take(h, idx, axis=axis)
+    for ind in (idx, idx.tolist(), cf.asarray(idx)):
+        np.testing.assert_array_equal(to_host(cf.take(a, ind, axis=axis)), want)
+    dst = cf.full(want.shape, np.nan, dtype="float32")
+    assert cf.take(a, idx, axis=axis, dst=dst) is dst
+    np.testing.assert_array_equal(to_host(dst), want)
+    assert float(cf.take(a, int(idx[0, 0]), axis=None)) == h.ravel()[idx[0, 0]]
+
+
+def test_take_refuses_indices_that_are_not_integers_or_past_the_axis(cf, rng):
+    a = cf.asarray(random_array((4, 5), "float32", rng, host=True))
+    with pytest.raises(cuflow.ArgumentTypeError, match="indices must be integers"):
+        cf.take(a, [0.5, 1.5])
+    with pytest.raises(cuflow.ArgumentTypeError, match="indices must be integers"):
+        cf.take(a, cf.asarray(np.array([0.5], np.float16)))
+    with pytest.raises(cuflow.ArgumentIndexError, match=r"\[-5, 5\) along axis 1.* 5 to 5"):
+        cf.take(a, [5], axis=1)
+    with pytest.raises(cuflow.ArgumentIndexError, match="axis must be in"):
+        cf.take(a, 0, axis=2)
+    with pytest.raises(cuflow.ArgumentTypeError, match="axis must be an integer"):
+        cf.take(a, 0, axis=(0,))
+
+
+@pytest.mark.gpu
+def test_take_wraps_device_indices_past_the_end_on_the_gpu(gpu_cf, rng):
+    # device indices are not read back (that would synchronize): CuPy's rule, they wrap
+    h = random_array((6,), "float32", rng, host=True)
+    got = gpu_cf.take(gpu_cf.asarray(h), gpu_cf.asarray(np.array([7, -8])))
+    np.testing.assert_array_equal(to_host(got), np.take(h, [7, -8], mode="wrap"))
