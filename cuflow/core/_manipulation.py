@@ -220,7 +220,7 @@ def take(a, indices, axis=None, dst=None, *, out=None, stream=None):
     try:
         if dst is None:
             return rt.wrap(rt.xp.take(a, ind, axis=axis))
-        shape = (ind.shape if axis is None else
+        shape = (numpy.shape(ind) if axis is None else
                  a.shape[:axis % a.ndim] + numpy.shape(ind) + a.shape[axis % a.ndim + 1:])
         (a,) = prepare_out("take", dst, shape, a.dtype, inputs=(a,), overlap="copy")
         rt.xp.take(a, ind, axis=axis, out=dst)

@@ -83,7 +83,11 @@ def test_take_matches_numpy_with_host_and_device_indices(cf, rng, axis):
     dst = cf.full(want.shape, np.nan, dtype="float32")
     assert cf.take(a, idx, axis=axis, dst=dst) is dst
     np.testing.assert_array_equal(to_host(dst), want)
-    assert float(cf.take(a, int(idx[0, 0]), axis=None)) == h.ravel()[idx[0, 0]]
+    i = int(idx[0, 0])  # a single index: the axis drops out
+    np.testing.assert_array_equal(to_host(cf.take(a, i, axis=axis)), np.take(h, i, axis=axis))
+    one = cf.full(np.take(h, i, axis=axis).shape, np.nan, dtype="float32")
+    assert cf.take(a, i, axis=axis, dst=one) is one  # a single index into dst
+    np.testing.assert_array_equal(to_host(one), np.take(h, i, axis=axis))
 
 
 def test_take_refuses_indices_that_are_not_integers_or_past_the_axis(cf, rng):
