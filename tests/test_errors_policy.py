@@ -201,6 +201,12 @@ def test_fill_values_the_dtype_cannot_hold_are_refused(cf, value, dtype, exc, wo
     assert np.isinf(to_host(cf.full(2, float("inf"), dtype="float32"))).all()
 
 
+def test_a_complex_fill_value_of_no_imaginary_part_fills_a_real_array(cf):
+    # its real part, with no warning that a cast discards the imaginary one
+    assert to_host(cf.full(3, 2.5 + 0j, dtype="float32")).tolist() == [2.5] * 3
+    assert to_host(cf.full(2, -3 + 0j, dtype="int16")).tolist() == [-3, -3]
+
+
 @pytest.mark.parametrize("shape", [False, (2, True), "6", 6.0])
 def test_reshape_to_a_shape_that_is_not_integers_is_refused(cf, shape):
     # CuPy would read False as a size of 0; NumPy refuses it

@@ -24,6 +24,7 @@ The rules:
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -242,19 +243,30 @@ def check_out_pair(name: str, dst: Any) -> None:
         raise DstError(f"cuflow.{name}: dst must be a pair of arrays, got {dst!r}")
 
 
-def check_ints(name: str, value: Any, what: str = "axis", lists: bool = False) -> None:
-    """An axis or shape argument: None, an integer or a tuple of integers (a list too with
-    ``lists``, as NumPy's ``transpose`` and ``reshape`` take).  Bools and text are refused as
-    NumPy refuses them: CuPy would read ``False`` as axis 0 (or size 0) and ``[]`` as no
-    axis."""
-    if value is None:
-        return
-    seq = type(value) is tuple or lists and type(value) is list
+def check_ints(name: str, value: Any, what: str = "axis", lists: bool = False) -> Any:
+    """An axis or shape argument: None, an integer or a tuple of integers (with ``lists``
+    also a list, range or 1-d NumPy array of them, as NumPy's ``transpose`` and ``reshape``
+    take), returned with its integers as Python ints (a NumPy integer or 0-d integer array
+    becomes one, a sequence a tuple), which CuPy takes as NumPy does.  An integer is
+    anything with ``__index__`` but a bool or an array of another shape or kind; a device
+    array is refused rather than read (that would synchronize).  CuPy would read ``False``
+    as axis 0 (or size 0), ``[]`` as no axis and an array of axes by its length."""
+    if value is None or type(value) is int:
+        return value
+    seq = isinstance(value, tuple) or lists and (
+        isinstance(value, list | range) or isinstance(value, numpy.ndarray) and value.ndim == 1)
+    out = []
     for v in value if seq else (value,):
-        if isinstance(v, bool | numpy.bool_) or not isinstance(v, int | numpy.integer):
+        if (isinstance(v, bool | numpy.bool_) or not hasattr(type(v), "__index__")
+                or hasattr(v, "__cuda_array_interface__")
+                or isinstance(v, numpy.ndarray) and (v.ndim or v.dtype.kind not in "iu")):
+            got = (f"an array of shape {value.shape} and dtype {value.dtype}"
+                   if hasattr(value, "shape") and hasattr(value, "dtype") else repr(value))
             raise ArgumentTypeError(
                 f"cuflow.{name}: {what} must be an integer or a tuple of integers"
-                f"{' (or a list)' if lists else ''}, got {value!r}")
+                f"{' (or a list)' if lists else ''}, got {got}")
+        out.append(operator.index(v))
+    return tuple(out) if seq else out[0]
 
 
 def bad_input(name: str, x: Any, why: str | None = None):

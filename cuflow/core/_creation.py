@@ -79,10 +79,12 @@ def _dtype(name: str, dtype: Any) -> None:
                                 f"complex dtype, got {numpy.dtype(dtype)}")
 
 
-def _fill_value(name: str, value: Any, dtype: Any = None) -> None:
+def _fill_value(name: str, value: Any, dtype: Any = None) -> Any:
     """A fill value is a number (or a 0-d array of one): text or objects make no array of
     numbers; with ``dtype``, one that it holds (integers: whole numbers in range; reals:
-    finite values in range, or inf and nan as given)."""
+    finite values in range, or inf and nan as given).  Returns the value to fill with: a
+    complex number of zero imaginary part for a real dtype becomes its real part (the
+    backend's cast would warn that it discards one)."""
     try:
         # (result_type(None) is float64, and of a tuple the dtype it spells: neither is a
         # number)
@@ -94,11 +96,11 @@ def _fill_value(name: str, value: Any, dtype: Any = None) -> None:
         raise ArgumentTypeError(f"cuflow.{name}: fill_value must be a number, got "
                                 f"{type(value).__name__} {value!r}")
     if dtype is None or numpy.ndim(value) != 0:
-        return
+        return value
     _dtype(name, dtype)
     dt = numpy.dtype(dtype)
     if dt.kind in "bc" or kind == "b":
-        return
+        return value
     v = complex(value) if kind == "c" else value
     if kind == "c":
         if v.imag:
@@ -117,6 +119,7 @@ def _fill_value(name: str, value: Any, dtype: Any = None) -> None:
     elif dt.kind == "f" and math.isfinite(v) and abs(v) > float(numpy.finfo(dt).max):
         raise ArgumentError(f"cuflow.{name}: fill_value {value!r} is out of the range of {dt} "
                             f"(its largest value is {numpy.finfo(dt).max})")
+    return v if kind == "c" else value
 
 
 def _shape(name: str, shape: Any, dtype: Any) -> tuple[int, ...]:
@@ -223,7 +226,7 @@ def ones(shape, dtype=float, order="C", *, device=None, stream=None):
 
 def full(shape, fill_value, dtype=None, order="C", *, device=None, stream=None):
     """New array of ``shape`` filled with ``fill_value`` (array API ``full``)."""
-    _fill_value("full", fill_value, dtype)
+    fill_value = _fill_value("full", fill_value, dtype)
     dims = _shape("full", shape, dtype if dtype is not None else numpy.result_type(fill_value))
     return _make("full", device, stream, dims, fill_value, dtype, order)
 
@@ -256,7 +259,8 @@ def ones_like(a, dtype=None, order="K", subok=None, shape=None, *, device=None, 
 def full_like(a, fill_value, dtype=None, order="K", subok=None, shape=None, *, device=None,
               stream=None):
     """Array like ``a`` filled with ``fill_value`` (array API ``full_like``)."""
-    _fill_value("full_like", fill_value, dtype if dtype is not None else getattr(a, "dtype", None))
+    fill_value = _fill_value("full_like", fill_value,
+                             dtype if dtype is not None else getattr(a, "dtype", None))
     return _make("full_like", device, stream, a, fill_value,
                  **_like("full_like", a, dtype, order, subok, shape))
 

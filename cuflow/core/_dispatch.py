@@ -33,7 +33,7 @@ import numpy
 
 from .._errors import (
     ArgumentError, ArgumentIndexError, ArgumentTypeError, BackendError, CudaError, CuflowError,
-    KernelCompileError, OutOfMemoryError,
+    OutOfMemoryError,
 )
 from ._contract import (
     broadcast_shape, check_out_pair, prepare_out, resolve_out, translate_type_error,
@@ -62,9 +62,10 @@ def reraise(name: str, e: BaseException, dst: Any = None):
         raise OutOfMemoryError(f"cuflow.{name}: out of device memory: {e}") from e
     if isinstance(e, rt.cuda_errors):
         raise CudaError(f"cuflow.{name}: CUDA call failed: {e}") from e
-    if isinstance(e, rt.compile_errors):  # the backend's kernel for these arguments
-        raise KernelCompileError(f"cuflow.{name}: the backend cannot compile a kernel for "
-                                 f"these arguments (check their dtypes): {e}") from e
+    if isinstance(e, rt.compile_errors):  # no kernel of the backend for these dtypes:
+        # NumPy's TypeError for arguments it has no loop for
+        raise ArgumentTypeError(f"cuflow.{name}: the backend has no kernel for these "
+                                f"arguments' dtypes (its compiler refused): {e}") from e
     if isinstance(e, CuflowError):
         raise e
     what = str(e) if str(e).startswith("cuflow.") else f"cuflow.{name}: {e}"

@@ -12,8 +12,7 @@ from __future__ import annotations
 import numpy
 
 from .._errors import ArgumentError, ArgumentTypeError
-from ._contract import prepare_out, resolve_out
-from ._contract import bad_input
+from ._contract import bad_input, check_ints, prepare_out, resolve_out
 from ._dispatch import reraise, run_on
 from . import _runtime
 from ._engine import ew_op
@@ -72,12 +71,14 @@ def _general(name, np_fn, xp_name, arrays, dst, stream, elementwise=False, **kw)
     for a in arrays:  # (clip's bounds may be None; CuPy's matmul crashes on a None operand)
         if not (isinstance(a, rt.ndarray) or numpy.isscalar(a) or a is None and elementwise):
             bad_input(name, a)
-    if name == "matmul":  # (and on a 0-d operand, which NumPy's rule refuses)
-        _contract_shape(name, *arrays)
+    if "axis" in kw:
+        kw["axis"] = check_ints(name, kw["axis"])
     if rt.multi:
         rt.check_devices(name, *arrays)
     try:
         if dst is None:
+            if name == "matmul":  # (and on a 0-d operand, which NumPy's rule refuses)
+                _contract_shape(name, *arrays)
             return rt.wrap(fn(*arrays, **kw))
         shape, dt = _shape_oracle(name, np_fn, *arrays, **kw)
         arrays = prepare_out(name, dst, shape, dt, inputs=arrays,

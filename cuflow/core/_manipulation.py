@@ -81,7 +81,7 @@ def reshape(a, shape=None, order="C", *, copy=None, newshape=None, dst=None, out
             raise ArgumentTypeError("cuflow.reshape: give shape (or NumPy's older newshape), not both")
         shape = newshape
     dst = resolve_out(dst, out, "reshape")
-    check_ints("reshape", shape, "shape", lists=True)
+    shape = check_ints("reshape", shape, "shape", lists=True)
     _order("reshape", order, "CFA")
     if copy is False:
         v = a.view()
@@ -104,7 +104,7 @@ def transpose(a, axes=None, *, dst=None, out=None, stream=None):
     """Transposed view of ``a``; with ``dst`` the transposed data is copied there (contiguous)."""
     rt = runtime()
     dst = resolve_out(dst, out, "transpose")
-    check_ints("transpose", axes, "axes", lists=True)
+    axes = check_ints("transpose", axes, "axes", lists=True)
     v = _view("transpose", rt.xp.transpose, a, axes)
     if dst is None:
         return v
@@ -130,6 +130,7 @@ def _join(name, arrays, axis, dst, dtype, casting, stream, stack):
         return run_on(stream, _join, name, arrays, axis, dst, dtype, casting, None, stack)
     fn = rt.xp.stack if stack else rt.xp.concatenate
     np_fn = numpy.stack if stack else numpy.concatenate
+    axis = check_ints(name, axis)
     if rt.multi:  # CuPy would read another device's array in its copy kernel
         rt.check_devices(name, *(arrays if isinstance(arrays, list | tuple) else (arrays,)))
     try:
@@ -177,9 +178,10 @@ def take(a, indices, axis=None, dst=None, *, out=None, stream=None):
     """Elements of ``a`` at integer ``indices`` along ``axis`` (array API ``take``; of the
     flattened array without ``axis``, as NumPy); with ``dst`` written there.
 
-    Indices are integers: a Python int, a sequence or NumPy array of them, or an integer
-    array of the backend.  Indices on the host are checked against the axis' length
-    (``ArgumentIndexError``); indices on the GPU are not, since checking them would
+    Indices are integers, as the array API has them: a Python int, a sequence or NumPy
+    array of them, or an integer array of the backend (NumPy's casts of bools and float
+    scalars to indices are refused).  Indices on the host are checked against the axis'
+    length (``ArgumentIndexError``); indices on the GPU are not, since checking them would
     synchronize: there an index past the end wraps around, CuPy's rule.
 
     Notes
@@ -193,37 +195,48 @@ def take(a, indices, axis=None, dst=None, *, out=None, stream=None):
         return run_on(stream, take, a, indices, axis, dst)
     if not isinstance(a, rt.ndarray):
         bad_input("take", a)
+    nd = max(a.ndim, 1)  # a 0-d array is taken from as a 1-d one (NumPy, CuPy)
     if axis is not None:
         if isinstance(axis, bool | numpy.bool_) or not isinstance(axis, int | numpy.integer):
             raise ArgumentTypeError(f"cuflow.take: axis must be an integer, got {axis!r}")
-        if not -a.ndim <= axis < a.ndim:
-            raise ArgumentIndexError(f"cuflow.take: axis must be in [{-a.ndim}, {a.ndim}) "
-                                     f"for an array of {a.ndim} dimensions, got {axis}")
-    n = a.size if axis is None else a.shape[axis]
+        if not -nd <= axis < nd:
+            raise ArgumentIndexError(f"cuflow.take: axis must be in [{-nd}, {nd}) for an array "
+                                     f"of {a.ndim} dimensions, got {axis}")
+    flat = axis is None or a.ndim == 0
+    n = a.size if flat else a.shape[axis]
     on_device = isinstance(indices, rt.ndarray) and rt.is_gpu
-    if type(indices) is int:  # (any size: past int64 is past every axis too)
-        if not -n <= indices < n:
-            raise ArgumentIndexError(f"cuflow.take: indices must be in [{-n}, {n}), got "
-                                     f"{indices}")
-        indices = numpy.int64(indices)
-    ind = indices if on_device else numpy.asarray(indices)
+    if rt.multi:
+        rt.check_devices("take", a, *((indices,) if on_device else ()))
+    try:
+        ind = indices if on_device else numpy.asarray(indices)
+    except ValueError as e:  # ragged
+        raise ArgumentError(f"cuflow.take: indices must be a rectangular array of integers: "
+                            f"{e}") from e
+    if not on_device and ind.dtype == object and all(
+            type(v) is int for v in ind.flat):  # Python ints past int64: past every axis
+        raise ArgumentIndexError(f"cuflow.take: indices must be in [{-n}, {n}), got "
+                                 f"{ind.tolist()}")
+    if not on_device and ind.size == 0 and not isinstance(indices, numpy.ndarray):
+        ind = ind.astype(numpy.intp)  # ([] is float64 to NumPy)
     if ind.dtype.kind not in "iu":
         raise ArgumentTypeError(f"cuflow.take: indices must be integers, got dtype {ind.dtype}")
     if not on_device and ind.size:
         lo, hi = int(ind.min()), int(ind.max())
         if lo < -n or hi >= n:
             raise ArgumentIndexError(f"cuflow.take: indices must be in [{-n}, {n}) along "
-                                     f"{'the flattened array' if axis is None else f'axis {axis}'}, "
+                                     f"{'the flattened array' if flat else f'axis {axis}'}, "
                                      f"got values from {lo} to {hi}")
-    if not on_device:
         ind = rt.xp.asarray(ind) if ind.ndim else int(ind)
+    elif not on_device:
+        ind = rt.xp.asarray(ind)
     try:
         if dst is None:
             return rt.wrap(rt.xp.take(a, ind, axis=axis))
-        shape = (numpy.shape(ind) if axis is None else
-                 a.shape[:axis % a.ndim] + numpy.shape(ind) + a.shape[axis % a.ndim + 1:])
-        (a,) = prepare_out("take", dst, shape, a.dtype, inputs=(a,), overlap="copy")
-        rt.xp.take(a, ind, axis=axis, out=dst)
+        ax = None if flat else axis % a.ndim
+        shape = numpy.shape(ind) if flat else a.shape[:ax] + numpy.shape(ind) + a.shape[ax + 1:]
+        ins = (a, ind) if isinstance(ind, rt.ndarray) else (a,)
+        ins = prepare_out("take", dst, shape, a.dtype, inputs=ins, overlap="copy")
+        rt.xp.take(ins[0], ins[1] if len(ins) > 1 else ind, axis=axis, out=dst)
         return dst
     except Exception as e:
         reraise("take", e, dst)
@@ -232,4 +245,5 @@ def take(a, indices, axis=None, dst=None, *, out=None, stream=None):
 def take_along_axis(a, indices, axis=-1):
     """Values of ``a`` at ``indices`` along ``axis`` (array API ``take_along_axis``; the last
     axis unless given, where NumPy requires it)."""
+    axis = check_ints("take_along_axis", axis)
     return call("take_along_axis", runtime().xp.take_along_axis, a, indices, axis)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._contract import check_ints
 from ._dispatch import call, run_on
 from ._runtime import runtime
 
@@ -33,6 +34,7 @@ def argsort(a, axis=-1, kind=None, order=None, *, descending=False, stable=True,
     if stream is not None:
         return run_on(stream, argsort, a, axis, kind, order, descending=descending,
                       stable=stable)
+    axis = check_ints("argsort", axis)
     xp = runtime().xp
     kw = _options(kind, order, stable)
     if not descending:
@@ -50,6 +52,7 @@ def sort(a, axis=-1, kind=None, order=None, *, descending=False, stable=True, st
     """``a`` sorted along ``axis`` (array API ``sort``)."""
     if stream is not None:
         return run_on(stream, sort, a, axis, kind, order, descending=descending, stable=stable)
+    axis = check_ints("sort", axis)
     xp = runtime().xp
     r = call("sort", xp.sort, a, axis=axis, **_options(kind, order, stable))
     if descending:

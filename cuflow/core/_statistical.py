@@ -62,7 +62,7 @@ def _reduce(name: str, a: Any, axis: Any, dtype: Any, dst: Any, keepdims: bool, 
     rt = runtime()
     if not isinstance(a, rt.ndarray):
         bad_input(name, a)
-    check_ints(name, axis)
+    axis = check_ints(name, axis)
     if rt.multi:
         rt.check_devices(name, a)
     base = getattr(rt.ndarray, name)

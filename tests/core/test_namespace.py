@@ -58,13 +58,15 @@ def test_cupy_names_forwarded(gpu_cf):
 
 
 @pytest.mark.gpu
-def test_a_kernel_the_backend_cannot_compile_is_a_kernel_compile_error(gpu_cf):
+def test_a_kernel_the_backend_cannot_compile_for_the_dtypes_is_a_type_error(gpu_cf):
+    # (NumPy raises TypeError for dtypes it has no loop for)
     from cupy.cuda.compiler import CompileException
 
     from cuflow.core._dispatch import reraise
 
     e = CompileException("error: no instance of overloaded function", "src", "k", ())
-    with pytest.raises(cuflow.KernelCompileError, match="cuflow.someop: the backend cannot"):
+    with pytest.raises(cuflow.ArgumentTypeError, match="cuflow.someop: the backend has no "
+                                                       "kernel for these arguments' dtypes"):
         reraise("someop", e)
 
 

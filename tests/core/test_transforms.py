@@ -110,3 +110,48 @@ def test_take_wraps_device_indices_past_the_end_on_the_gpu(gpu_cf, rng):
     h = random_array((6,), "float32", rng, host=True)
     got = gpu_cf.take(gpu_cf.asarray(h), gpu_cf.asarray(np.array([7, -8])))
     np.testing.assert_array_equal(to_host(got), np.take(h, [7, -8], mode="wrap"))
+
+
+def test_take_edge_cases_as_numpy(cf, rng):
+    h = random_array((3, 4), "float32", rng, host=True)
+    a = cf.asarray(h)
+    assert to_host(cf.take(a, [], axis=0)).shape == (0, 4)  # ([] is float64 to NumPy)
+    z = np.float32(rng.standard_normal())
+    for axis in (None, 0, -1):  # a 0-d array is taken from as a 1-d one
+        np.testing.assert_array_equal(to_host(cf.take(cf.asarray(np.array(z)), [0, 0], axis=axis)),
+                                      [z, z])
+    with pytest.raises(cuflow.ArgumentError, match="rectangular"):
+        cf.take(a, [[1], [1, 2]])
+    with pytest.raises(cuflow.ArgumentIndexError, match=str(2**70)):
+        cf.take(a, [2**70])
+    for bad in ([True, False], 1.0):  # NumPy casts these; the array API takes integers
+        with pytest.raises(cuflow.ArgumentTypeError, match="indices must be integers"):
+            cf.take(a, bad)
+
+
+def test_axes_and_shapes_may_be_numpy_arrays_and_index_objects(cf, rng):
+    import collections
+
+    h = random_array((3, 4), "float32", rng, host=True)
+    a = cf.asarray(h)
+    assert cf.reshape(a, np.array([4, 3])).shape == (4, 3)
+    assert cf.reshape(a, range(2, 8, 4)).shape == (2, 6)
+    np.testing.assert_array_equal(to_host(cf.transpose(a, np.argsort([1, 0]))), h.T)
+    pair = collections.namedtuple("pair", "x y")
+    np.testing.assert_allclose(to_host(cf.sum(a, axis=pair(0, 1))), h.sum(),
+                               rtol=1e-5, atol=1e-5 * np.abs(h).sum())
+    np.testing.assert_allclose(to_host(cf.sum(a, axis=np.array(1))), h.sum(axis=1),
+                               rtol=1e-5, atol=1e-5 * np.abs(h).sum())
+
+
+@pytest.mark.parametrize("call", [
+    lambda cf, a: cf.cumsum(a, axis=False), lambda cf, a: cf.cumprod(a, axis="0"),
+    lambda cf, a: cf.sort(a, axis=False), lambda cf, a: cf.argsort(a, axis=1.0),
+    lambda cf, a: cf.concatenate([a, a], axis=False), lambda cf, a: cf.stack([a, a], axis=[0]),
+    lambda cf, a: cf.take_along_axis(a, cf.asarray(np.zeros((3, 4), np.int64)), axis=True),
+])
+def test_other_axis_arguments_are_integers_too(cf, rng, call):
+    # CuPy would read False as axis 0
+    a = cf.asarray(random_array((3, 4), "float32", rng, host=True))
+    with pytest.raises(cuflow.ArgumentTypeError, match="axis must be an integer"):
+        call(cf, a)
