@@ -226,17 +226,15 @@ def take(a, indices, axis=None, dst=None, *, out=None, stream=None):
             raise ArgumentIndexError(f"cuflow.take: indices must be in [{-n}, {n}) along "
                                      f"{'the flattened array' if flat else f'axis {axis}'}, "
                                      f"got values from {lo} to {hi}")
+    if not on_device:
         ind = rt.xp.asarray(ind) if ind.ndim else int(ind)
-    elif not on_device:
-        ind = rt.xp.asarray(ind)
     try:
         if dst is None:
             return rt.wrap(rt.xp.take(a, ind, axis=axis))
         ax = None if flat else axis % a.ndim
         shape = numpy.shape(ind) if flat else a.shape[:ax] + numpy.shape(ind) + a.shape[ax + 1:]
-        ins = (a, ind) if isinstance(ind, rt.ndarray) else (a,)
-        ins = prepare_out("take", dst, shape, a.dtype, inputs=ins, overlap="copy")
-        rt.xp.take(ins[0], ins[1] if len(ins) > 1 else ind, axis=axis, out=dst)
+        a, ind = prepare_out("take", dst, shape, a.dtype, inputs=(a, ind), overlap="copy")
+        rt.xp.take(a, ind, axis=axis, out=dst)
         return dst
     except Exception as e:
         reraise("take", e, dst)
