@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy
+
 from ._contract import prepare_out
 from . import _runtime
 from ._dispatch import call, fast_call, reraise, run_on, ufunc1, ufunc2, ufunc_methods
@@ -46,6 +48,8 @@ def where(condition: Any, x1: Any = None, x2: Any = None, /, *, dst: Any = None,
     if stream is not None:
         return run_on(stream, where, condition, x1, x2, dst=dst)
     rt = runtime()
+    if isinstance(condition, (bool, int, float, complex, numpy.generic)):
+        condition = rt.xp.asarray(condition)  # CuPy's where takes only array conditions
     if x1 is None and x2 is None:
         return call("where", rt.xp.where, condition)
     if dst is None:

@@ -13,6 +13,7 @@ import pytest
 
 import cuflow
 from cuflow.core import _fastpath
+from cuflow.testing import to_host
 
 OPS = {
     "x * 2": lambda m, x, y, b: x * 2,
@@ -182,3 +183,13 @@ def test_where_with_a_python_scalar_keeps_the_array_dtype(cf, rng):
         assert cf.where(m, x, 0.0).dtype == dt
         f = cf.fuse(lambda c, v: cf.where(c, v, 0.0))
         assert f(m, x).dtype == dt
+
+
+def test_where_takes_a_scalar_condition(cf, rng):
+    x = cf.asarray(rng.uniform(-1, 1, 5).astype(np.float32))
+    y = cf.asarray(rng.uniform(2, 3, 5).astype(np.float32))
+    np.testing.assert_array_equal(to_host(cf.where(True, x, y)), to_host(x))
+    np.testing.assert_array_equal(to_host(cf.where(np.False_, x, y)), to_host(y))
+    dst = cf.empty((5,), dtype=cf.float32)
+    assert cf.where(0, x, y, dst=dst) is dst
+    np.testing.assert_array_equal(to_host(dst), to_host(y))

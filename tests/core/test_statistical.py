@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import warnings
+
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import cuflow
 from cuflow.testing import assert_equal_host, random_array, to_host
@@ -87,3 +92,87 @@ def test_reductions_take_numpy_integer_axes(cf, rng, axis):
     h = random_array((4, 3), "float32", rng, host=True)
     np.testing.assert_allclose(to_host(cf.sum(cf.asarray(h), axis=axis)), h.sum(axis=axis),
                                rtol=1e-5, atol=1e-5 * np.abs(h).sum())
+
+
+# ------------------------------------------------- random calls against NumPy
+_PDTYPES = ["bool", "int8", "uint8", "int32", "int64", "float16", "float32", "float64"]
+_N = os.environ.get("CUFLOW_FUZZ_EXAMPLES")
+
+
+def _values_like(shape, dtype, rng):
+    return np.array(random_array(shape, dtype, rng, host=True))  # 0-d: an array, not a scalar
+
+
+@settings(max_examples=int(_N or 100), derandomize=_N is None, deadline=None, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(name=st.sampled_from(["sum", "mean", "max", "min", "prod", "argmax", "argmin"]),
+       dtype=st.sampled_from(_PDTYPES),
+       shape=st.lists(st.integers(1, 9), min_size=1, max_size=3).map(tuple),
+       long_last=st.sampled_from([None, 64, 256, 4099]),
+       axis=st.sampled_from(["none", "last", "first", "minus_last"]),
+       keepdims=st.booleans(), dst=st.sampled_from(["none", "none", "same", "other"]),
+       seed=st.integers(0, 2**32 - 1))
+def test_reduction_call_matches_numpy(cf, name, dtype, shape, long_last, axis, keepdims, dst,
+                                      seed):
+    """Any dtype, axis, keepdims and dst= (of the result's dtype or another): the compiled
+    whole-array and last-axis kernels, and CuPy's or NumPy's reductions, give NumPy's result
+    (sums within their rounding), or refuse as NumPy does."""
+    rng = np.random.default_rng(seed)
+    if long_last:
+        shape = shape[:-1] + (long_last,)
+    h = random_array(shape, dtype, rng, host=True)
+    if h.dtype.kind == "f" and rng.random() < 0.3:  # special values now and then
+        h.flat[rng.integers(0, h.size, 2)] = rng.choice([np.nan, np.inf, -np.inf, -0.0], 2)
+    if name == "prod" and h.dtype.kind in "iu":  # odd factors: a wrapped product is never 0
+        h |= 1
+    elif name == "prod" and h.dtype.kind == "f":  # magnitudes near 1: no overflow, no 0
+        with np.errstate(all="ignore"):
+            h = (h / np.abs(h) * rng.uniform(0.99, 1.01, h.shape)).astype(dtype)
+    kw = {}
+    ax = {"none": None, "last": h.ndim - 1, "first": 0, "minus_last": -1}[axis]
+    if ax is not None:
+        kw["axis"] = ax
+    if keepdims and name not in ("argmax", "argmin") or keepdims and ax is not None:
+        kw["keepdims"] = True
+    fn = getattr(cf, name)
+    with np.errstate(all="ignore"):
+        want = np.asarray(getattr(np, name)(h, **kw))
+    out = None
+    if dst != "none":
+        odt = want.dtype if dst == "same" else np.dtype(rng.choice(_PDTYPES))
+        before = _values_like(want.shape, odt, rng)
+        out = cf.asarray(before.copy())
+        try:  # NumPy's verdict on this dst, and its result there
+            if not np.can_cast(want.dtype, odt, "same_kind"):
+                raise TypeError(f"no same_kind cast from {want.dtype} to {odt}")
+            with np.errstate(all="ignore"):
+                want = np.asarray(getattr(np, name)(h, out=before.copy(), **kw))
+        except TypeError:
+            with pytest.raises(cuflow.CuflowError):
+                fn(cf.asarray(h), dst=out, **kw)
+            np.testing.assert_array_equal(to_host(out), before)  # refused before writing
+            return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = fn(cf.asarray(h), **kw) if out is None else fn(cf.asarray(h), dst=out, **kw)
+    if out is not None:
+        assert got is out
+    g = to_host(got)
+    assert g.dtype == want.dtype and g.shape == want.shape, (g.dtype, g.shape, want.dtype,
+                                                             want.shape)
+    if name in ("sum", "mean") and want.dtype.kind == "f":
+        # summation order differs (pairwise, per block): within the rounding of the sums
+        mag = np.sum(np.abs(h.astype(np.float64)), **kw) / (h.size // max(want.size, 1)
+                                                           if name == "mean" else 1)
+        eps = max(np.finfo(want.dtype).eps, np.finfo(h.dtype).eps if h.dtype.kind == "f" else 0)
+        g64, w64 = g.astype(np.float64), want.astype(np.float64)
+        assert (np.isnan(g64) == np.isnan(w64)).all(), (g64, w64)
+        fin = np.isfinite(w64) & np.isfinite(mag)
+        assert (g64[~fin & ~np.isnan(w64)] == w64[~fin & ~np.isnan(w64)]).all(), (g64, w64)
+        with np.errstate(all="ignore"):
+            err = np.abs(g64 - w64)
+        assert (err[fin] <= 4 * eps * np.broadcast_to(mag, w64.shape)[fin]).all(), (g64, w64)
+    elif name == "prod" and want.dtype.kind == "f":
+        np.testing.assert_allclose(g, want, rtol=np.finfo(want.dtype).eps * h.size * 2)
+    else:
+        np.testing.assert_array_equal(g, want)
