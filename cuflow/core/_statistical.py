@@ -79,12 +79,15 @@ def _reduce(name: str, a: Any, axis: Any, dtype: Any, dst: Any, keepdims: bool, 
         if dst is None:
             return rt.wrap(base(a, **kw))
         shape = reduced_shape(name, a.shape, axis, keepdims)
-        prepare_out(name, dst, shape, _result_dtype(name, a.dtype, dtype))
+        rdt = _result_dtype(name, a.dtype, dtype)
+        prepare_out(name, dst, shape, rdt)
         if may_share(a, dst):
             a = a.copy()  # never reduce into memory that is still being read
-        if rt.is_gpu and name == "min":
-            # CuPy's ndarray.min(out=) takes out for the CUB dtype check and fails, and
-            # minimum.reduce is not implemented: reduce into a temporary and copy it.
+        if dst.dtype != rdt or (rt.is_gpu and name == "min"):
+            # The result in its own dtype, then cast into dst (the contract; NumPy would
+            # reduce in dst's dtype: max of int64 into int32 would wrap every element
+            # first, and its argmax takes only int64).  CuPy's ndarray.min(out=) fails
+            # its CUB dtype check, and minimum.reduce is not implemented.
             rt.xp.copyto(dst, base(a, **kw))
         else:
             base(a, out=dst, **kw)
