@@ -190,7 +190,11 @@ def test_elementwise_call_matches_numpy(cf, call):
     if dst is not None:
         assert got is dst
     g = to_host(got)
-    assert g.dtype == want.dtype and g.shape == want.shape, (g.dtype, g.shape, want.dtype, want.shape)
+    assert (g.dtype, g.shape) == (want.dtype, want.shape)
+    if want.dtype == np.float32 and cf.get_backend().is_gpu:
+        # the calls the engine declines run CuPy's kernels, which flush float32 subnormal
+        # numbers to zero (docs/fusion.md)
+        want = np.where((np.abs(want) < np.finfo(np.float32).tiny) & (g == 0), g, want)
     if OPS[name][1] or want.dtype.kind not in "fc":
         np.testing.assert_array_equal(g, want)
     else:
