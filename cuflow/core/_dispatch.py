@@ -84,11 +84,31 @@ def reraise(name: str, e: BaseException, dst: Any = None):
     raise e
 
 
-def _ufunc(rt: Any, name: str) -> Any:
+def _ufunc(rt: Any, name: str, xs: tuple) -> Any:
     uf = rt.ufuncs.get(name)
     if uf is None:
         raise BackendError(f"cuflow.{name} is not available on the {rt.name} backend")
+    if name in _NUMPY_REFUSES and rt.is_gpu:
+        _numpy_loop(name, tuple(
+            numpy.dtype(bool) if isinstance(x, bool) else type(x)
+            if isinstance(x, (int, float, complex)) else getattr(x, "dtype", None) for x in xs))
     return uf
+
+
+#: ufuncs with loops in CuPy that NumPy refuses: CuPy casts bool operands to an integer
+#: loop (``sign(True)``, ``gcd`` of bools), where NumPy raises a TypeError
+_NUMPY_REFUSES = frozenset(("sign", "positive", "gcd", "lcm"))
+
+
+@functools.cache
+def _numpy_loop(name: str, dts: tuple) -> None:
+    if not dts or None in dts:  # dtype= given, or not an array or a Python scalar
+        return
+    try:
+        getattr(numpy, name).resolve_dtypes((*dts, None))
+    except TypeError as e:
+        raise ArgumentTypeError(f"cuflow.{name}: NumPy's {name} has no loop for "
+                                f"{', '.join(str(d) for d in dts)} ({e})") from None
 
 
 def _shape(nd: type, x: Any) -> tuple:
@@ -133,7 +153,7 @@ def ufunc2(name: str, src: Any, other: Any, dst: Any, out: Any, stream: Any, cas
     if stream is not None:
         return run_on(stream, ufunc2, name, src, other, dst, None, None, casting, dtype)
     rt = runtime()
-    uf = _ufunc(rt, name)
+    uf = _ufunc(rt, name, (src, other) if dtype is None else ())
     if rt.multi:
         rt.check_devices(name, src, other)
     try:
@@ -183,7 +203,7 @@ def ufunc1(name: str, src: Any, dst: Any, out: Any, stream: Any, casting: str,
     if stream is not None:
         return run_on(stream, ufunc1, name, src, dst, None, None, casting, dtype)
     rt = runtime()
-    uf = _ufunc(rt, name)
+    uf = _ufunc(rt, name, (src,) if dtype is None else ())
     if rt.multi:
         rt.check_devices(name, src)
     try:
@@ -222,7 +242,7 @@ def ufunc_multi(name: str, args: tuple, dst: Any, out: Any, stream: Any, casting
     if stream is not None:
         return run_on(stream, ufunc_multi, name, args, dst, None, None, casting, dtype)
     rt = runtime()
-    uf = _ufunc(rt, name)
+    uf = _ufunc(rt, name, ())
     if rt.multi:
         rt.check_devices(name, *args)
     try:
@@ -273,7 +293,7 @@ class _Method:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         rt = runtime()
-        return rt.wrap(getattr(_ufunc(rt, self.name), self.method)(*args, **kwargs))
+        return rt.wrap(getattr(_ufunc(rt, self.name, ()), self.method)(*args, **kwargs))
 
 
 _UFUNC_FUNCTIONS: list[Callable[..., Any]] = []
