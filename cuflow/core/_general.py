@@ -9,6 +9,8 @@ Stream semantics: asynchronous; queued on ``stream`` or the current stream.
 
 from __future__ import annotations
 
+import functools
+
 import numpy
 
 from .._errors import ArgumentError, ArgumentTypeError
@@ -68,6 +70,8 @@ def _general(name, np_fn, xp_name, arrays, dst, stream, elementwise=False, **kw)
     if stream is not None:
         return run_on(stream, _general, name, np_fn, xp_name, arrays, dst, None, elementwise, **kw)
     fn = getattr(rt.xp, xp_name)
+    if name == "clip" and rt.is_gpu:
+        fn = functools.partial(_clip, rt.xp)
     for a in arrays:  # (clip's bounds may be None; CuPy's matmul crashes on a None operand)
         if not (isinstance(a, rt.ndarray) or numpy.isscalar(a) or a is None and elementwise):
             bad_input(name, a)
@@ -76,6 +80,11 @@ def _general(name, np_fn, xp_name, arrays, dst, stream, elementwise=False, **kw)
     if rt.multi:
         rt.check_devices(name, *arrays)
     try:
+        if elementwise and not isinstance(arrays[0], rt.ndarray):
+            # CuPy's clip and around call the first operand's method: a scalar becomes an
+            # array of NumPy's result dtype (its Python scalars stay weakly typed)
+            _, dt = _shape_oracle(name, np_fn, *arrays, **kw)
+            arrays = (rt.xp.asarray(arrays[0], dtype=dt), *arrays[1:])
         if dst is None:
             if name == "matmul":  # (and on a 0-d operand, which NumPy's rule refuses)
                 _contract_shape(name, *arrays)
@@ -111,6 +120,40 @@ def dot(a, b, dst=None, *, out=None, stream=None):
 
 
 _CLIP = ew_op("clip")
+
+
+def _clip(xp, a, lo, hi, out=None):
+    """CuPy's clip, but a NaN bound gives NaN where the result is floating, as NumPy's
+    ``minimum(maximum(a, lo), hi)`` does (CuPy's clip keeps ``a`` there)."""
+    kinds = tuple(x.dtype if hasattr(x, "dtype") else type(x) for x in (a, lo, hi))
+    dt = _clip_dtype(kinds)
+    if dt.kind != "f":
+        return xp.clip(a, lo, hi, out=out)
+    inf = numpy.inf
+    args = [x.astype(dt, copy=False) if isinstance(x, xp.ndarray) else x
+            for x in (a, -inf if lo is None else lo, inf if hi is None else hi)]
+    kernel = _nan_clip_kernel(xp)
+    if out is None:
+        return kernel(*args)
+    if out.dtype == dt:
+        return kernel(*args, out)
+    xp.copyto(out, kernel(*args))
+    return out
+
+
+@functools.cache
+def _clip_dtype(kinds: tuple) -> numpy.dtype:
+    probe = [numpy.ones(1, k) if isinstance(k, numpy.dtype) else None if k is type(None)
+             else k(0) for k in kinds]
+    with numpy.errstate(all="ignore"):
+        return numpy.asarray(numpy.clip(*probe)).dtype
+
+
+@functools.cache
+def _nan_clip_kernel(xp):
+    return xp.ElementwiseKernel(
+        "T x, T lo, T hi", "T y",
+        "y = lo != lo ? lo : hi != hi ? hi : x < lo ? lo : x > hi ? hi : x", "cuflow_nan_clip")
 
 
 def clip(a, min=None, max=None, dst=None, *, a_min=None, a_max=None, out=None,  # noqa: A002
