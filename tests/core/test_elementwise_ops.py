@@ -175,3 +175,36 @@ def test_two_output_ufuncs_take_positional_outputs_and_ufunc_attributes(cf, rng)
     np.testing.assert_array_equal(to_host(i), np.modf(h)[1])
     assert cf.add.identity == 0 and cf.multiply.identity == 1 and len(cf.add.types) > 0
     assert callable(cf.negative.at)
+
+
+@pytest.mark.parametrize("call", [lambda cf, b: cf.sign(b), lambda cf, b: cf.positive(b),
+                                  lambda cf, b: cf.gcd(b, b), lambda cf, b: cf.lcm(b, b),
+                                  lambda cf, b: cf.sign(True)])
+def test_bool_operands_numpy_has_no_loop_for_are_refused(cf, call):
+    """CuPy runs these on bools through an integer loop; NumPy (and cuflow) refuse them."""
+    with pytest.raises(cuflow.ArgumentTypeError):
+        call(cf, cf.asarray(np.array([True, False])))
+
+
+def test_clip_of_a_scalar(cf):
+    lo = cf.asarray(np.array([0, 2, 9], dtype=np.int8))
+    got = cf.clip(5, lo, 7)  # a Python int stays weak: the result is int8, as in NumPy
+    assert_equal_host(got, np.clip(5, np.array([0, 2, 9], dtype=np.int8), 7))
+    assert_equal_host(cf.clip(2.5, 0.0, 1.0), np.asarray(np.clip(2.5, 0.0, 1.0)))
+
+
+def test_clip_with_nan_bounds_gives_nan_as_numpy(cf, rng):
+    """NumPy's clip is minimum(maximum(x, lo), hi): a NaN bound gives NaN there (CuPy's own
+    clip keeps x); broadcast per-channel bounds and a bool x promoted by a float bound."""
+    hx = rng.uniform(-2, 2, (2, 3, 4)).astype(np.float32)
+    hlo = np.array([-1.0, np.nan, -0.5], np.float32).reshape(3, 1)
+    hhi = np.array([1.0, 1.0, np.nan], np.float32).reshape(3, 1)
+    x, lo, hi = cf.asarray(hx), cf.asarray(hlo), cf.asarray(hhi)
+    assert_equal_host(cf.clip(x, lo, hi), np.clip(hx, hlo, hhi))
+    assert_equal_host(cf.clip(x, lo, None), np.clip(hx, hlo, None))
+    assert_equal_host(cf.clip(x, -1.0, np.nan), np.clip(hx, -1.0, np.nan))
+    dst = cf.empty((2, 3, 4), dtype=cf.float64)
+    assert cf.clip(x, lo, hi, dst=dst) is dst
+    assert_equal_host(dst, np.clip(hx, hlo, hhi).astype(np.float64))
+    hb = np.array([True, False])
+    assert_equal_host(cf.clip(cf.asarray(hb), False, np.nan), np.clip(hb, False, np.nan))

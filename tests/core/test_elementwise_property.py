@@ -37,10 +37,15 @@ OPS = {
     "minimum": (2, True, None), "greater": (2, True, operator.gt),
     "equal": (2, True, operator.eq), "logical_and": (2, True, None),
     "negative": (1, True, operator.neg), "absolute": (1, True, abs),
+    "divide": (2, True, operator.truediv), "floor_divide": (2, True, operator.floordiv),
+    "remainder": (2, True, operator.mod), "bitwise_and": (2, True, operator.and_),
+    "less_equal": (2, True, operator.le), "not_equal": (2, True, operator.ne),
+    "square": (1, True, None), "sign": (1, True, None), "logical_not": (1, True, None),
     "sqrt": (1, False, None), "exp": (1, False, None), "tanh": (1, False, None),
-    "where": (3, True, None),
+    "where": (3, True, None), "clip": (3, True, None),
 }
-INPLACE = {"add": operator.iadd, "subtract": operator.isub, "multiply": operator.imul}
+INPLACE = {"add": operator.iadd, "subtract": operator.isub, "multiply": operator.imul,
+           "divide": operator.itruediv}
 DTYPES = ["bool", "int8", "uint8", "int32", "int64", "float16", "float32", "float64"]
 SPECIALS = [np.nan, np.inf, -np.inf, -0.0]
 # relative tolerance of the transcendental functions, by result dtype (the GPU's libm and
@@ -195,6 +200,13 @@ def test_elementwise_call_matches_numpy(cf, call):
         # the calls the engine declines run CuPy's kernels, which flush float32 subnormal
         # numbers to zero (docs/fusion.md)
         want = np.where((np.abs(want) < np.finfo(np.float32).tiny) & (g == 0), g, want)
+    if name == "floor_divide" and want.dtype.kind == "f":
+        # of an infinity, NumPy gives NaN where CuPy (and the array API) give an infinity
+        inf = np.zeros(want.shape, bool)
+        for x in host_ops:
+            with np.errstate(all="ignore"):
+                inf |= np.broadcast_to(np.isinf(np.asarray(x, dtype=float)), want.shape)
+        g, want = g[~inf], want[~inf]
     if OPS[name][1] or want.dtype.kind not in "fc":
         np.testing.assert_array_equal(g, want)
     else:
