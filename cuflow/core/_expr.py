@@ -257,9 +257,11 @@ class Expr:
 
 def _dtype_of(x: Any) -> Any:
     """The dtype, or the Python type for a weak (Python) scalar."""
-    if isinstance(x, Expr):
-        return type(x.value) if x.weak else x.dtype
-    if isinstance(x, (bool, int, float)):
+    if isinstance(x, Expr):  # (a Python bool is NumPy's bool: NEP 50 leaves it strong)
+        return type(x.value) if x.weak and type(x.value) is not bool else x.dtype
+    if isinstance(x, bool):
+        return numpy.dtype(bool)
+    if isinstance(x, (int, float)):
         return type(x)
     return numpy.asarray(x).dtype
 
@@ -389,15 +391,50 @@ def where(cond: Any, a: Any, b: Any) -> Expr:
 
 
 def clip(x: Any, lo: Any = None, hi: Any = None) -> Expr:
-    """``minimum(maximum(x, lo), hi)`` (NumPy's ``clip``; NaN propagates)."""
-    r = const(x)
-    if lo is not None:
-        r = apply("maximum", r, lo)
-    if hi is not None:
-        r = apply("minimum", r, hi)
-    if r.dtype != const(x).dtype and const(x).dtype.kind == r.dtype.kind:
-        r = _cast_node(r, const(x).dtype)  # NumPy 2 keeps x's dtype for same-kind bounds
-    return r
+    """NumPy's ``clip``: ``minimum(maximum(x, lo), hi)`` in one dtype for the three
+    operands (NaN propagates; with ``lo > hi`` the result is ``hi``).
+
+    As NumPy (``numpy/_core/_methods.py``): a Python int bound past an integer ``x``'s
+    range is no bound, and with one bound it is ``maximum`` or ``minimum`` alone.
+    """
+    # x is an array to NumPy's clip (asanyarray): a Python scalar x is not weak there
+    r = const(numpy.asarray(x) if isinstance(x, (bool, int, float)) else x)
+    lo, hi = clip_bounds(r.dtype, lo, hi)
+    if lo is None and hi is None:
+        return apply("positive", r)
+    if lo is None:
+        return apply("minimum", r, hi)
+    if hi is None:
+        return apply("maximum", r, lo)
+    args = (r, const(lo), const(hi))
+    dt = _resolve_clip(tuple(_dtype_of(a) for a in args))
+    x_, lo_, hi_ = (_cast_node(a, dt) for a in args)
+    return Expr("minimum", (Expr("maximum", (x_, lo_), dt, _bshape("clip", x_, lo_)), hi_),
+                dt, _bshape("clip", *args))
+
+
+def clip_bounds(dtype: numpy.dtype, lo: Any, hi: Any) -> tuple:
+    """NumPy's clip drops a Python int bound that an integer dtype's range already holds."""
+    if dtype.kind in "iu":
+        info = numpy.iinfo(dtype)
+        if type(lo) is int and lo <= info.min:
+            lo = None
+        if type(hi) is int and hi >= info.max:
+            hi = None
+    return lo, hi
+
+
+_UMATH = getattr(numpy, "_core", None) or numpy.core  # (NumPy 1.x: numpy.core)
+_UMATH = _UMATH.umath
+
+
+@functools.cache
+def _resolve_clip(dts: tuple) -> numpy.dtype:
+    """The loop dtype of NumPy's three-operand clip ufunc for ``dts``."""
+    try:
+        return _UMATH.clip.resolve_dtypes((*dts, None))[-1]
+    except Exception as e:
+        raise TraceError(f"numpy.clip has no loop for {dts}: {e}") from None
 
 
 @functools.cache

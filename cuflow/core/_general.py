@@ -20,6 +20,7 @@ from . import _runtime
 from ._engine import ew_op
 from ._expr import Expr
 from ._expr import clip as traced_clip
+from ._expr import clip_bounds
 from ._runtime import runtime
 
 __all__ = ["matmul", "dot", "clip", "around", "round", "cumsum", "cumprod"]
@@ -70,7 +71,7 @@ def _general(name, np_fn, xp_name, arrays, dst, stream, elementwise=False, **kw)
     if stream is not None:
         return run_on(stream, _general, name, np_fn, xp_name, arrays, dst, None, elementwise, **kw)
     fn = getattr(rt.xp, xp_name)
-    if name == "clip" and rt.is_gpu:
+    if name == "clip" and rt.is_gpu:  # NumPy's clip, not CuPy's
         fn = functools.partial(_clip, rt.xp)
     for a in arrays:  # (clip's bounds may be None; CuPy's matmul crashes on a None operand)
         if not (isinstance(a, rt.ndarray) or numpy.isscalar(a) or a is None and elementwise):
@@ -123,16 +124,20 @@ _CLIP = ew_op("clip")
 
 
 def _clip(xp, a, lo, hi, out=None):
-    """CuPy's clip, but a NaN bound gives NaN where the result is floating, as NumPy's
-    ``minimum(maximum(a, lo), hi)`` does (CuPy's clip keeps ``a`` there)."""
-    kinds = tuple(x.dtype if hasattr(x, "dtype") else type(x) for x in (a, lo, hi))
-    dt = _clip_dtype(kinds)
-    if dt.kind != "f":
+    """NumPy's clip (:func:`cuflow.core._expr.clip`) on CuPy, whose own clip returns ``lo``
+    where ``lo > hi`` and keeps ``a`` under a NaN bound, where NumPy gives ``hi`` and NaN."""
+    lo, hi = clip_bounds(a.dtype, lo, hi)
+    if lo is None or hi is None:
+        if lo is None and hi is None:
+            return xp.positive(a, out=out)
+        return xp.minimum(a, hi, out=out) if lo is None else xp.maximum(a, lo, out=out)
+    probe = [numpy.ones(1, x.dtype) if isinstance(x, xp.ndarray) else x for x in (a, lo, hi)]
+    with numpy.errstate(all="ignore"):
+        dt = numpy.clip(*probe).dtype  # (a Python int bound out of range raises here)
+    if dt.kind not in "biuf":
         return xp.clip(a, lo, hi, out=out)
-    inf = numpy.inf
-    args = [x.astype(dt, copy=False) if isinstance(x, xp.ndarray) else x
-            for x in (a, -inf if lo is None else lo, inf if hi is None else hi)]
-    kernel = _nan_clip_kernel(xp)
+    args = [x.astype(dt, copy=False) if isinstance(x, xp.ndarray) else x for x in (a, lo, hi)]
+    kernel = _clip_kernel(xp)
     if out is None:
         return kernel(*args)
     if out.dtype == dt:
@@ -142,18 +147,11 @@ def _clip(xp, a, lo, hi, out=None):
 
 
 @functools.cache
-def _clip_dtype(kinds: tuple) -> numpy.dtype:
-    probe = [numpy.ones(1, k) if isinstance(k, numpy.dtype) else None if k is type(None)
-             else k(0) for k in kinds]
-    with numpy.errstate(all="ignore"):
-        return numpy.asarray(numpy.clip(*probe)).dtype
-
-
-@functools.cache
-def _nan_clip_kernel(xp):
+def _clip_kernel(xp):
     return xp.ElementwiseKernel(
         "T x, T lo, T hi", "T y",
-        "y = lo != lo ? lo : hi != hi ? hi : x < lo ? lo : x > hi ? hi : x", "cuflow_nan_clip")
+        "T t = x < lo ? lo : x; y = lo != lo ? lo : hi != hi ? hi : t > hi ? hi : t;",
+        "cuflow_clip")
 
 
 def clip(a, min=None, max=None, dst=None, *, a_min=None, a_max=None, out=None,  # noqa: A002

@@ -208,3 +208,20 @@ def test_clip_with_nan_bounds_gives_nan_as_numpy(cf, rng):
     assert_equal_host(dst, np.clip(hx, hlo, hhi).astype(np.float64))
     hb = np.array([True, False])
     assert_equal_host(cf.clip(cf.asarray(hb), False, np.nan), np.clip(hb, False, np.nan))
+
+
+def test_clip_follows_numpy_where_bounds_cross_or_mix_dtypes(cf, rng):
+    """lo > hi gives hi; the three operands share NumPy's clip loop dtype (bool x with a
+    float16 bound: float16); a Python int bound past an integer x's range is no bound."""
+    hx = rng.uniform(-2, 2, (3, 5)).astype(np.float32)
+    hi16 = rng.uniform(-1, 1, (3, 5)).astype(np.float16)
+    hb = rng.integers(0, 2, (3, 5)).astype(bool)
+    hi8 = rng.integers(-128, 127, (3, 5), dtype=np.int8, endpoint=True)
+    x, b, h16, i8 = (cf.asarray(v) for v in (hx, hb, hi16, hi8))
+    for got, want in ((cf.clip(x, 1.0, -1.0), np.clip(hx, 1.0, -1.0)),
+                      (cf.clip(x[:, ::2], 1.0, -1.0), np.clip(hx[:, ::2], 1.0, -1.0)),
+                      (cf.clip(b, 0, h16), np.clip(hb, 0, hi16)),
+                      (cf.clip(b[:, ::2], 0, h16[:, ::2]), np.clip(hb[:, ::2], 0, hi16[:, ::2])),
+                      (cf.clip(i8, -1000, 5), np.clip(hi8, -1000, 5)),
+                      (cf.clip(i8[:, ::2], 3, 1000), np.clip(hi8[:, ::2], 3, 1000))):
+        assert_equal_host(got, want)
