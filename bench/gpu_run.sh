@@ -28,6 +28,13 @@ if [ "$MODE" != bench ]; then
   python3 -m pytest tests -q -p no:cacheprovider -rfEs > /tmp/cuflow-tests.log 2>&1
   { grep -a -E "^(FAILED|ERROR)" /tmp/cuflow-tests.log; tail -3 /tmp/cuflow-tests.log; } \
     | tee "$P-tests-summary.log"
+  # the fuzz and property tests again at random (the suite's are derandomized), where they
+  # find what CI's fixed examples do not
+  echo "random fuzz and property tests, 400 examples each:" | tee -a "$P-tests-summary.log"
+  CUFLOW_FUZZ_EXAMPLES=400 python3 -m pytest tests/test_fuzz.py tests/core -q \
+    -p no:cacheprovider -k "cupy and (test_fuzz or call_matches)" > /tmp/cuflow-fuzz.log 2>&1
+  { grep -a -E "^(FAILED|ERROR)" /tmp/cuflow-fuzz.log; tail -1 /tmp/cuflow-fuzz.log; } \
+    | tee -a "$P-tests-summary.log"
   if command -v compute-sanitizer >/dev/null; then
     # memcheck over cuflow's own kernels (CuPy's allocator would hide overruns inside its pool):
     # the elementwise tests (tests/core) and the image tests (tests/image), selected by name

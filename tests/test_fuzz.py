@@ -5,7 +5,7 @@ Every call must end in a CuflowError with a message, or return a correct result:
 another exception, a crash, a hang (each example has a deadline) or silent garbage.
 
 Profiles: ``CUFLOW_FUZZ_EXAMPLES`` (default 40) examples per test, derandomized so CI is
-repeatable; set it (the GPU suite uses 400) for a larger, random run.
+repeatable; set it for more examples, drawn at random (``bench/gpu_run.sh`` sets 400).
 """
 
 from __future__ import annotations
