@@ -131,9 +131,13 @@ def _clip(xp, a, lo, hi, out=None):
         if lo is None and hi is None:
             return xp.positive(a, out=out)
         return xp.minimum(a, hi, out=out) if lo is None else xp.maximum(a, lo, out=out)
-    probe = [numpy.ones(1, x.dtype) if isinstance(x, xp.ndarray) else x for x in (a, lo, hi)]
-    with numpy.errstate(all="ignore"):
-        dt = numpy.clip(*probe).dtype  # (a Python int bound out of range raises here)
+    kinds = tuple(x.dtype if isinstance(x, xp.ndarray) else type(x) for x in (a, lo, hi))
+    if int in kinds:  # NumPy checks a Python int's value against the dtype: not cached
+        dt = _clip_dtype((a, lo, hi), xp.ndarray)
+    else:
+        dt = _CLIP_DTYPES.get(kinds)
+        if dt is None:
+            dt = _CLIP_DTYPES[kinds] = _clip_dtype((a, lo, hi), xp.ndarray)
     if dt.kind not in "biuf":
         return xp.clip(a, lo, hi, out=out)
     args = [x.astype(dt, copy=False) if isinstance(x, xp.ndarray) else x for x in (a, lo, hi)]
@@ -144,6 +148,17 @@ def _clip(xp, a, lo, hi, out=None):
         return kernel(*args, out)
     xp.copyto(out, kernel(*args))
     return out
+
+
+_CLIP_DTYPES: dict = {}
+
+
+def _clip_dtype(args, ndarray):
+    """NumPy's clip result dtype on one-element stand-ins (a Python int out of range
+    raises here, as in NumPy)."""
+    probe = [numpy.ones(1, x.dtype) if isinstance(x, ndarray) else x for x in args]
+    with numpy.errstate(all="ignore"):
+        return numpy.clip(*probe).dtype
 
 
 @functools.cache
