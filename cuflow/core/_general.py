@@ -173,7 +173,10 @@ def clip(a, min=None, max=None, dst=None, *, a_min=None, a_max=None, out=None,  
          stream=None):
     """Clamp to ``[min, max]`` (array API ``clip``); with ``dst`` written there.
 
-    ``a_min`` and ``a_max`` are NumPy's names for ``min`` and ``max``.
+    ``a_min`` and ``a_max`` are NumPy's names for ``min`` and ``max``.  The rules are
+    NumPy's: ``minimum(maximum(a, min), max)`` in one dtype for the three operands, so a
+    NaN bound gives NaN and where ``min > max`` the result is ``max``; with one bound,
+    ``maximum`` or ``minimum`` alone.
 
     Notes
     -----
