@@ -424,8 +424,7 @@ def clip_bounds(dtype: numpy.dtype, lo: Any, hi: Any) -> tuple:
     return lo, hi
 
 
-_UMATH = getattr(numpy, "_core", None) or numpy.core  # (NumPy 1.x: numpy.core)
-_UMATH = _UMATH.umath
+_UMATH = (getattr(numpy, "_core", None) or numpy.core).umath  # (NumPy 1.x: numpy.core)
 
 
 @functools.cache
