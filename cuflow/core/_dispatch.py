@@ -40,7 +40,7 @@ from ._contract import (
 )
 from . import _runtime
 from ._engine import OPS, ew_op
-from ._expr import Expr, TraceError, apply, caller_line
+from ._expr import Expr, TraceError, _dtype_of, _resolve, apply, caller_line
 from ._fastpath import FastCall
 from ._runtime import arrays_in, on_select, runtime
 from ._streams import use_stream
@@ -88,27 +88,18 @@ def _ufunc(rt: Any, name: str, xs: tuple) -> Any:
     uf = rt.ufuncs.get(name)
     if uf is None:
         raise BackendError(f"cuflow.{name} is not available on the {rt.name} backend")
-    if name in _NUMPY_REFUSES and rt.is_gpu:
-        _numpy_loop(name, tuple(
-            numpy.dtype(bool) if isinstance(x, bool) else type(x)
-            if isinstance(x, (int, float, complex)) else getattr(x, "dtype", None) for x in xs))
+    if xs and name in _NUMPY_REFUSES and rt.is_gpu:
+        try:  # NumPy's loop table, as the engine's tracing reads it
+            _resolve(name, tuple(x.dtype if isinstance(x, rt.ndarray) else _dtype_of(x)
+                                 for x in xs))
+        except TraceError as e:
+            raise ArgumentTypeError(f"cuflow.{name}: {e}") from None
     return uf
 
 
 #: ufuncs with loops in CuPy that NumPy refuses: CuPy casts bool operands to an integer
 #: loop (``sign(True)``, ``gcd`` of bools), where NumPy raises a TypeError
 _NUMPY_REFUSES = frozenset(("sign", "positive", "gcd", "lcm"))
-
-
-@functools.cache
-def _numpy_loop(name: str, dts: tuple) -> None:
-    if not dts or None in dts:  # dtype= given, or not an array or a Python scalar
-        return
-    try:
-        getattr(numpy, name).resolve_dtypes((*dts, None))
-    except TypeError as e:
-        raise ArgumentTypeError(f"cuflow.{name}: NumPy's {name} has no loop for "
-                                f"{', '.join(str(d) for d in dts)} ({e})") from None
 
 
 def _shape(nd: type, x: Any) -> tuple:

@@ -132,12 +132,11 @@ def _clip(xp, a, lo, hi, out=None):
             return xp.positive(a, out=out)
         return xp.minimum(a, hi, out=out) if lo is None else xp.maximum(a, lo, out=out)
     kinds = tuple(x.dtype if isinstance(x, xp.ndarray) else type(x) for x in (a, lo, hi))
-    if int in kinds:  # NumPy checks a Python int's value against the dtype: not cached
-        dt = _clip_dtype((a, lo, hi), xp.ndarray)
-    else:
-        dt = _CLIP_DTYPES.get(kinds)
-        if dt is None:
-            dt = _CLIP_DTYPES[kinds] = _clip_dtype((a, lo, hi), xp.ndarray)
+    dt = _CLIP_DTYPES.get(kinds)
+    if dt is None:  # (a Python int out of range raises here, as in NumPy)
+        dt = _shape_oracle("clip", numpy.clip, a, lo, hi)[1]
+        if int not in kinds:  # NumPy checks a Python int's value: those are not cached
+            _CLIP_DTYPES[kinds] = dt
     if dt.kind not in "biuf":
         return xp.clip(a, lo, hi, out=out)
     args = [x.astype(dt, copy=False) if isinstance(x, xp.ndarray) else x for x in (a, lo, hi)]
@@ -151,14 +150,6 @@ def _clip(xp, a, lo, hi, out=None):
 
 
 _CLIP_DTYPES: dict = {}
-
-
-def _clip_dtype(args, ndarray):
-    """NumPy's clip result dtype on one-element stand-ins (a Python int out of range
-    raises here, as in NumPy)."""
-    probe = [numpy.ones(1, x.dtype) if isinstance(x, ndarray) else x for x in args]
-    with numpy.errstate(all="ignore"):
-        return numpy.clip(*probe).dtype
 
 
 @functools.cache

@@ -99,10 +99,6 @@ _PDTYPES = ["bool", "int8", "uint8", "int32", "int64", "float16", "float32", "fl
 _N = os.environ.get("CUFLOW_FUZZ_EXAMPLES")
 
 
-def _values_like(shape, dtype, rng):
-    return np.array(random_array(shape, dtype, rng, host=True))  # 0-d: an array, not a scalar
-
-
 @settings(max_examples=int(_N or 100), derandomize=_N is None, deadline=None, database=None,
           suppress_health_check=list(HealthCheck))
 @given(name=st.sampled_from(["sum", "mean", "max", "min", "prod", "argmax", "argmin"]),
@@ -142,7 +138,7 @@ def test_reduction_call_matches_numpy(cf, name, dtype, shape, long_last, axis, k
     out = None
     if dst != "none":
         odt = want.dtype if dst == "same" else np.dtype(rng.choice(_PDTYPES))
-        before = _values_like(want.shape, odt, rng)
+        before = np.array(random_array(want.shape, odt, rng, host=True))  # 0-d: an array
         out = cf.asarray(before.copy())
         if np.can_cast(want.dtype, odt, "same_kind"):
             with np.errstate(all="ignore"):
