@@ -20,6 +20,11 @@ KIND=${KIND:-unknown-gpu}
 P="$OUT/$KIND"
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+# the dependencies and test extras the suite needs: without them whole test modules skip
+# (array-api-strict) or the namespace loses names (array-api-compat), and the run would
+# still look green
+python3 -c "import array_api_compat, array_api_strict, hypothesis, pytest_benchmark" || {
+  echo "gpu_run.sh: install the test extras first: pip install -e '.[test]'"; exit 2; }
 # the memory pool's compiled hot path, built here for this machine's Python
 python3 setup.py -q build_ext --inplace > "$P-build.log" 2>&1 || cat "$P-build.log"
 python3 -m cuflow info | tee "$P-info.txt"

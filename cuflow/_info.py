@@ -28,7 +28,9 @@ def backend_info() -> dict[str, Any]:
         when the extension was not built and CuPy's ufuncs run, ``off`` with
         ``CUFLOW_FAST=0``; on the NumPy backend, which
         launches nothing, whether the compiled launcher was built), ``kernel_compiler``
-        (NVRTC through cuda-bindings, or what to install), and on the CuPy
+        (NVRTC through cuda-bindings, or what to install), ``array_api_compat`` (its
+        version: the array API functions the backend lacks or spells otherwise come from
+        it; or what is missing without it), and on the CuPy
         backend ``cupy``, ``device``, ``device_name``, ``compute_capability``,
         ``device_count``, ``multiprocessors``, ``total_memory_bytes``,
         ``driver_version``, ``runtime_version``.  Querying device properties does not
@@ -49,6 +51,7 @@ def backend_info() -> dict[str, Any]:
         "elementwise_launch": ("unused on the NumPy backend (compiled launcher "
                                f"{'built' if built else 'not built'})"),
         "kernel_compiler": _kernel_compiler(rt.is_gpu),
+        "array_api_compat": _array_api_compat(),
     }
     if rt.is_gpu:
         cuda_rt = rt.xp.cuda.runtime
@@ -82,6 +85,17 @@ def _kernel_compiler(gpu: bool) -> str:
         return ("missing: cuflow.fuse and the engine's single ops need cuda-bindings "
                 "(pip install \"cuflow[cuda13]\" or \"cuflow[cuda12]\")")
     return f"NVRTC through cuda-bindings {version}"
+
+
+def _array_api_compat() -> str:
+    """array-api-compat's version, or what is missing without it (a required dependency:
+    ``cuflow.linalg``'s extension functions, ``unstack``, ``vecdot`` and the standard's
+    spellings of ``meshgrid`` and ``count_nonzero`` come from it; cuflow._forward)."""
+    try:
+        return importlib.metadata.version("array-api-compat")
+    except importlib.metadata.PackageNotFoundError:
+        return ("missing: the array API functions the backend lacks (linalg.vecdot, "
+                "linalg.trace, unstack, ...) are missing too (pip install array-api-compat)")
 
 
 def _version() -> str:

@@ -9,6 +9,8 @@ Stream semantics: copies are queued on ``stream`` or the current stream;
 
 from __future__ import annotations
 
+import functools
+
 import numpy
 
 from .._errors import ArgumentError, ArgumentTypeError, CuflowError
@@ -221,10 +223,56 @@ def _to_cupy(obj, dtype, order):
     if not hasattr(obj, "__cuda_array_interface__"):
         # host data: NumPy's conversion, and its errors, as on the NumPy backend; text and
         # objects come back as such for asarray to refuse (CuPy says "Unsupported dtype")
-        obj = numpy.asarray(obj, dtype=dtype, order=order)
+        try:
+            obj = numpy.asarray(obj, dtype=dtype, order=order)
+        except TypeError:
+            if not isinstance(obj, list | tuple):
+                raise
+            # a nest holding device arrays, which refuse NumPy's implicit conversion
+            stacked = _stack_device_leaves(obj)
+            if stacked is not None:
+                return cp.asarray(stacked, dtype=dtype, order=order)
+            obj = numpy.asarray(_leaves_to_host(obj), dtype=dtype, order=order)
         if obj.dtype.kind not in "biufc":
             return obj
     return cp.asarray(obj, dtype=dtype, order=order)
+
+
+def _nested_leaves(obj, leaves: list) -> tuple[int, ...] | None:
+    """The nesting shape of a regular nest of lists and tuples, its leaves appended to
+    ``leaves`` in order; None where two branches differ in shape."""
+    if not isinstance(obj, list | tuple):
+        leaves.append(obj)
+        return ()
+    if not obj:
+        return None
+    inner = [_nested_leaves(o, leaves) for o in obj]
+    if inner[0] is None or any(s != inner[0] for s in inner[1:]):
+        return None
+    return (len(obj),) + inner[0]
+
+
+def _stack_device_leaves(obj):
+    """A nest of device arrays of one shape, stacked on the device with NumPy's dtype
+    (what ``numpy.asarray`` gives for the same arrays on the host), with no copy to the
+    host and no synchronization; None for any other nest."""
+    cp = runtime().xp
+    leaves: list = []
+    nest = _nested_leaves(obj, leaves)
+    if nest is None or not all(isinstance(x, cp.ndarray) for x in leaves) or \
+            any(x.shape != leaves[0].shape for x in leaves):
+        return None
+    common = functools.reduce(numpy.promote_types, {x.dtype for x in leaves})
+    return cp.stack(leaves).astype(common, copy=False).reshape(nest + leaves[0].shape)
+
+
+def _leaves_to_host(obj):
+    """A nest with its device arrays copied to the host (synchronizing), for NumPy to
+    convert as it would the same arrays on the host."""
+    if isinstance(obj, list | tuple):
+        return [_leaves_to_host(o) for o in obj]
+    return obj.get() if hasattr(obj, "__cuda_array_interface__") and hasattr(obj, "get") \
+        else obj
 
 
 def _to_numpy(obj, dtype, order):

@@ -108,3 +108,22 @@ def test_asarray_keeps_the_sign_of_zero(cf, value):
     x = cf.asarray(value)
     assert np.signbit(np.real(to_host(x))) and x.shape == ()
     assert np.signbit(to_host(cf.sqrt(cf.asarray(-0.0))))
+
+
+def test_asarray_of_a_nest_of_arrays_is_numpys_conversion_of_them(cf, rng):
+    """``cp.asarray([x.max(), x.min()])``: a nest of the backend's arrays converts as NumPy
+    converts the same arrays on the host, whatever else the nest holds."""
+    h = random_array((6,), "float32", rng, host=True)
+    hi = random_array((6,), "int64", rng, host=True)
+    x, xi = cf.asarray(h), cf.asarray(hi)
+    for build in (lambda m: [m.max(), m.min()], lambda m: [[m[0], m[1]], (m[2], m[3])],
+                  lambda m: [m, m[::-1]], lambda m: [m.max(), 2.5]):
+        got, want = cf.asarray(build(x)), np.asarray(build(h))
+        assert isinstance(got, cf.darray) and got.dtype == want.dtype
+        assert_equal_host(got, want)
+    mixed = cf.asarray([x[:2], xi[:2]], dtype="float64")
+    assert_equal_host(mixed, np.asarray([h[:2], hi[:2]], dtype="float64"))
+    promoted = cf.asarray([x[0], xi[0]])
+    assert promoted.dtype == np.result_type(h.dtype, hi.dtype)
+    with pytest.raises(cuflow.ArgumentError, match="cannot be converted"):
+        cf.asarray([x, x[:2]])

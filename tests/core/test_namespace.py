@@ -4,6 +4,7 @@ Backend selection and import hygiene are in test_runtime.py."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import subprocess
 import sys
@@ -68,6 +69,12 @@ def test_a_kernel_the_backend_cannot_compile_for_the_dtypes_is_a_type_error(gpu_
     with pytest.raises(cuflow.ArgumentTypeError, match="cuflow.someop: the backend has no "
                                                        "kernel for these arguments' dtypes"):
         reraise("someop", e)
+
+
+def test_backend_info_names_array_api_compat(cf):
+    """The array API names the backend lacks come from array-api-compat: info says which."""
+    assert cf.backend_info()["array_api_compat"] == importlib.metadata.version("array-api-compat")
+    assert hasattr(cf.linalg, "vecdot") and hasattr(cf, "unstack")
 
 
 @pytest.mark.gpu
