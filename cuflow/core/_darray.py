@@ -189,7 +189,24 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
                 r.__class__ = cls
             return r
 
-        ns.update(__getitem__=__getitem__)
+        base_dlpack = base.__dlpack__
+
+        def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+            """DLPack export (array API): CuPy's, and with ``copy=True`` on the array's own
+            device a copy's (CuPy copies only to the host).
+
+            Notes
+            -----
+            Stream semantics: the consumer's ``stream`` is ordered after the work queued
+            so far on the current stream, the copy included.
+            """
+            kw = {k: v for k, v in (("stream", stream), ("max_version", max_version),
+                                    ("dl_device", dl_device)) if v is not None}
+            if copy and (dl_device is None or tuple(dl_device) == self.__dlpack_device__()):
+                return base_dlpack(base.copy(self), **kw)
+            return base_dlpack(self, **kw) if copy is None else base_dlpack(self, copy=copy, **kw)
+
+        ns.update(__getitem__=__getitem__, __dlpack__=__dlpack__)
         if fast is not None:
             ns.update(_fast_operators(base, fast))
             ns["__hash__"] = base.__hash__  # defining __eq__ would otherwise unset it

@@ -127,3 +127,25 @@ def test_asarray_of_a_nest_of_arrays_is_numpys_conversion_of_them(cf, rng):
     assert promoted.dtype == np.result_type(h.dtype, hi.dtype)
     with pytest.raises(cuflow.ArgumentError, match="cannot be converted"):
         cf.asarray([x, x[:2]])
+
+
+def test_dlpack_export_shares_or_copies_as_asked(cf, rng):
+    """``__dlpack__(copy=True)`` exports a copy on the array's own device (array API)."""
+    h = random_array((3, 4), "float32", rng, host=True)
+    x = cf.asarray(h)
+
+    class Producer:  # hands over x's capsule with the consumer's arguments and ``copy``
+        def __init__(self, copy):
+            self.copy = copy
+
+        def __dlpack__(self, **kw):
+            return x.__dlpack__(**{**kw, "copy": self.copy})
+
+        def __dlpack_device__(self):
+            return x.__dlpack_device__()
+
+    before = h.copy()  # on the NumPy backend x is h
+    shared, copied = cf.from_dlpack(Producer(None)), cf.from_dlpack(Producer(True))
+    x[0, 0] = before[0, 0] + 1
+    assert to_host(shared)[0, 0] == before[0, 0] + 1
+    assert_equal_host(copied, before)
