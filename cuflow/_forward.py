@@ -41,6 +41,24 @@ _STANDARD_FROM_COMPAT = {
 }
 
 
+#: calls whose NumPy arguments make a result of another form than the standard's named
+#: tuple, which array-api-compat would unpack into the tuple's fields (``svd`` of a 3 x n
+#: matrix with ``compute_uv=False`` would come back as three scalars named U, S and Vh):
+#: these calls go to the backend's own function
+_BACKEND_FORM = {
+    ("linalg", "svd"): lambda kw: not kw.get("compute_uv", True),
+    ("linalg", "qr"): lambda kw: kw.get("mode") in ("r", "raw"),
+}
+
+
+def _by_form(standard, own, own_form):
+    @functools.wraps(standard)
+    def f(*args, **kwargs):
+        return (own if own_form(kwargs) else standard)(*args, **kwargs)
+
+    return f
+
+
 def _compat(backend: str, sub: str | None) -> Any:
     """array-api-compat's wrapper of the backend (or of its submodule ``sub``)."""
     try:
@@ -82,6 +100,9 @@ def forward(name: str, sub: str | None = None, owner: str = "cuflow") -> Any:
         raise AttributeError(
             f"module {owner!r} has no attribute {name!r} (not in cuflow nor in "
             f"{mod.__name__})") from None
+    if mod is compat and (sub or "", name) in _BACKEND_FORM:
+        own = getattr(b.xp if sub is None else getattr(b.xp, sub), name)
+        obj = _by_form(obj, own, _BACKEND_FORM[(sub or "", name)])
     if callable(obj) and not isinstance(obj, type) and not isinstance(obj, types.ModuleType):
         obj = _wrap_function(obj)
     _cache[key] = obj

@@ -45,7 +45,7 @@ def _ns() -> Any:
 _RECLASS_METHODS = (
     "__matmul__", "__rmatmul__", "dot", "take", "repeat", "cumsum", "cumprod",
     "nonzero", "argsort", "searchsorted", "compress", "choose", "ptp", "trace",
-    "conj", "conjugate", "__copy__", "__deepcopy__",
+    "conj", "conjugate", "round", "__copy__", "__deepcopy__",
 )
 
 
