@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import functools
 import sys
+import types
 from typing import Any
 
 import numpy
 
 from ._engine import cast_op, ew_op
-from ._fastpath import FILL, INPLACE, OPERATOR, REFLECTED, FastCall
+from ._fastpath import FILL, GETITEM, INPLACE, OPERATOR, REFLECTED, FastCall
 from .._errors import ArgumentError, ArgumentTypeError
 
 __all__ = ["make_darray_class", "REDUCTION_METHODS"]
@@ -235,6 +236,11 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
             ns[mname] = _reclass_method(getattr(base, mname), mname)
 
     cls = type("darray", (base,), ns)
+    if backend == "cupy" and FastCall is not None and \
+            isinstance(base.__getitem__, types.WrapperDescriptorType):
+        # the same from C, where the base's subscript is a C slot (it cannot call back)
+        cls.__getitem__ = functools.update_wrapper(
+            FastCall((base, cls), __getitem__, 2, None, GETITEM), __getitem__)
 
     if backend == "cupy":
         def _wrap(r):

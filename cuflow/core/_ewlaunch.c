@@ -790,7 +790,7 @@ static PyTypeObject LauncherType = {
  * FastCall binds as a method, as a function does (operators are class attributes);
  * instances have a __dict__ (functools.update_wrapper), and the type may be subclassed
  * (cuflow.fuse). */
-enum { FC_FUNCTION, FC_OPERATOR, FC_REFLECTED, FC_INPLACE, FC_EMPTY, FC_ZEROS, FC_FILL };
+enum { FC_FUNCTION, FC_OPERATOR, FC_REFLECTED, FC_INPLACE, FC_EMPTY, FC_ZEROS, FC_FILL, FC_GETITEM };
 
 typedef struct {
     PyObject_HEAD
@@ -800,7 +800,8 @@ typedef struct {
     vectorcallfunc vectorcall;
 } FastCall;
 
-static PyObject *s_current, *s_fast, *s_ew, *s_dst, *s_empty_fn, *s_fill_fn, *s_dtype_kw, *zero;
+static PyObject *s_current, *s_fast, *s_ew, *s_dst, *s_empty_fn, *s_fill_fn, *s_dtype_kw, *s_class,
+    *zero;
 
 /* source's Launcher (a new reference), or NULL without an exception */
 static Launcher *
@@ -917,6 +918,23 @@ call_fn:
     return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
 }
 
+/* kind 7: a[key] with op = (base, darray): the base type's own subscript, and a result of
+ * the base type (advanced indexing builds one) re-classed to darray; no Python frame
+ * (bench headline a[1:]).  Built only where the base's subscript is a C slot, which
+ * cannot call back into this one. */
+static PyObject *
+fastcall_getitem(FastCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    PyTypeObject *base = (PyTypeObject *)PyTuple_GET_ITEM(self->op, 0);
+    if (PyVectorcall_NARGS(nargsf) != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0))
+        return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+    PyObject *r = base->tp_as_mapping->mp_subscript(args[0], args[1]);
+    if (r != NULL && Py_TYPE(r) == base
+        && PyObject_SetAttr(r, s_class, PyTuple_GET_ITEM(self->op, 1)) < 0)
+        Py_CLEAR(r);
+    return r;
+}
+
 static PyObject *
 fastcall_vectorcall(FastCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -929,6 +947,8 @@ fastcall_vectorcall(FastCall *self, PyObject *const *args, size_t nargsf, PyObje
         return fastcall_empty(self, args, nargsf, kwnames);
     if (self->kind == FC_FILL)
         return fastcall_fill(self, args, nargsf, kwnames);
+    if (self->kind == FC_GETITEM)
+        return fastcall_getitem(self, args, nargsf, kwnames);
     Py_ssize_t nops = self->nin < 0 ? nargs : self->nin;
     PyObject *dst = Py_None, *swapped[2];
     PyObject *const *items = args;
@@ -985,11 +1005,23 @@ fastcall_init(FastCall *self, PyObject *args, PyObject *kwds)
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOnO|i:FastCall", kwlist, &op, &fn, &nin,
                                      &source, &kind))
         return -1;
-    if (kind < FC_FUNCTION || kind > FC_FILL) {
+    if (kind < FC_FUNCTION || kind > FC_GETITEM) {
         PyErr_Format(PyExc_ValueError, "FastCall: kind must be 0 (a function), 1 (an "
-                     "operator), 2 (reflected), 3 (in place), 4 (empty), 5 (zeros) or 6 "
-                     "(fill), got %d", kind);
+                     "operator), 2 (reflected), 3 (in place), 4 (empty), 5 (zeros), 6 "
+                     "(fill) or 7 (getitem), got %d", kind);
         return -1;
+    }
+    if (kind == FC_GETITEM) {
+        PyTypeObject *b = PyTuple_Check(op) && PyTuple_GET_SIZE(op) == 2
+                          && PyType_Check(PyTuple_GET_ITEM(op, 0))
+                          && PyType_Check(PyTuple_GET_ITEM(op, 1))
+                          ? (PyTypeObject *)PyTuple_GET_ITEM(op, 0) : NULL;
+        if (b == NULL || b->tp_as_mapping == NULL || b->tp_as_mapping->mp_subscript == NULL
+            || !PyType_IsSubtype((PyTypeObject *)PyTuple_GET_ITEM(op, 1), b)) {
+            PyErr_Format(PyExc_TypeError, "FastCall: getitem takes op=(base, subclass), the "
+                         "base with a subscript, got %R", op);
+            return -1;
+        }
     }
     if ((kind == FC_REFLECTED || kind == FC_INPLACE) && nin != 2) {
         PyErr_Format(PyExc_ValueError, "FastCall: a reflected or in-place operator takes 2 "
@@ -1133,6 +1165,7 @@ PyInit__ewlaunch(void)
     INTERN(s_empty_fn, "empty");
     INTERN(s_fill_fn, "fill");
     INTERN(s_dtype_kw, "dtype");
+    INTERN(s_class, "__class__");
 #undef INTERN
     PyObject *numpy = PyImport_ImportModule("numpy");
     if (numpy == NULL)

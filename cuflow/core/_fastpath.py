@@ -41,7 +41,7 @@ from typing import Any
 from .._env import env_switch
 
 __all__ = ["FastCall", "FUNCTION", "OPERATOR", "REFLECTED", "INPLACE", "EMPTY", "ZEROS",
-           "FILL", "FastPath", "driver_addresses", "make_fast_path"]
+           "FILL", "GETITEM", "FastPath", "driver_addresses", "make_fast_path"]
 
 try:  # the optional extension (a source install without a compiler takes Python's path)
     from ._ewlaunch import FastCall
@@ -49,7 +49,7 @@ except ImportError:
     FastCall = None
 
 #: FastCall's kinds (_ewlaunch.c): which calls of the entry point launch
-FUNCTION, OPERATOR, REFLECTED, INPLACE, EMPTY, ZEROS, FILL = range(7)
+FUNCTION, OPERATOR, REFLECTED, INPLACE, EMPTY, ZEROS, FILL, GETITEM = range(8)
 
 
 class FastPath:

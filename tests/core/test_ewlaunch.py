@@ -584,14 +584,47 @@ def test_fastcall_is_a_function_to_python(request):
         launcher_mod.FastCall(FakeOp(None), 3, 1, types.ModuleType("m"))
     with pytest.raises(ValueError, match="nin must be at most 6, got 7"):
         launcher_mod.FastCall(FakeOp(None), print, 7, types.ModuleType("m"))
-    with pytest.raises(ValueError, match="kind must be 0 .* got 7"):
-        launcher_mod.FastCall(FakeOp(None), print, 1, types.ModuleType("m"), 7)
+    with pytest.raises(ValueError, match="kind must be 0 .* got 8"):
+        launcher_mod.FastCall(FakeOp(None), print, 1, types.ModuleType("m"), 8)
     with pytest.raises(ValueError, match="takes 2 operands, got nin=1"):
         launcher_mod.FastCall(FakeOp(None), print, 1, types.ModuleType("m"), 3)
     with pytest.raises(ValueError, match="1 or more operands, got nin=-1"):
         launcher_mod.FastCall(FakeOp(None), print, -1, types.ModuleType("m"), 1)
     with pytest.raises(TypeError, match="not initialized"):
         launcher_mod.FastCall.__new__(launcher_mod.FastCall)(1)
+
+
+def test_fastcall_getitem_is_the_bases_subscript_with_base_results_reclassed():
+    """``darray.__getitem__`` from C: the base's own subscript, any result of the base type
+    re-classed (on CuPy, advanced indexing builds one), other calls through the function."""
+    launcher_mod = pytest.importorskip("cuflow.core._ewlaunch",
+                                       reason="the _ewlaunch extension was not built")
+
+    class Base(np.ndarray):  # a heap type, as cupy.ndarray is
+        pass
+
+    class Sub(Base):
+        pass
+
+    def fallback(self, *args, **kwargs):
+        return ("function", args, kwargs)
+
+    getitem = launcher_mod.FastCall((Base, Sub), fallback, 2, None, _fastpath.GETITEM)
+    Sub.__getitem__ = getitem
+    h = np.random.default_rng(0).standard_normal((3, 4))
+    x = h.view(Sub)
+    for key in (slice(1, None), (Ellipsis, 0), [0, 2], h > 0, (1, 2)):
+        r, want = x[key], h[key]
+        assert type(r) is (Sub if isinstance(want, np.ndarray) else type(want))
+        np.testing.assert_array_equal(r, want)
+    r = getitem(h.view(Base), [2, 0])  # the base type's result: re-classed
+    assert type(r) is Sub and r.tolist() == h[[2, 0]].tolist()
+    assert getitem(x, 0, extra=1) == ("function", (0,), {"extra": 1})
+    with pytest.raises(IndexError):
+        x["no"]
+    for op in ((np.ndarray, int), (int, Sub), np.ndarray):
+        with pytest.raises(TypeError, match="getitem takes op=.base, subclass."):
+            launcher_mod.FastCall(op, fallback, 2, None, _fastpath.GETITEM)
 
 
 def test_fastcall_operators_launch_exact_operands_of_a_fast_path(request):
