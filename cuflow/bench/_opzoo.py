@@ -40,6 +40,7 @@ def zoo_cases(xp, x, y, m, m2, o, x2, f16, kind: str = "cuflow") -> dict[str, Ca
             "x + f16 (mixed)": lambda: x + f16,
             "empty(1000)": lambda: T.empty(1000, device=x.device),
             "zeros_like(x)": lambda: T.zeros_like(x),
+            "x[1:]": lambda: x[1:], "x2[:, 0]": lambda: x2[:, 0],
         }
     return {
         "x * 2": lambda: x * 2, "x + 1": lambda: x + 1, "-x": lambda: -x,
@@ -58,6 +59,7 @@ def zoo_cases(xp, x, y, m, m2, o, x2, f16, kind: str = "cuflow") -> dict[str, Ca
         "x + f16 (mixed)": lambda: x + f16,
         "empty(1000)": lambda: xp.empty(1000, numpy.float32),
         "zeros_like(x)": lambda: xp.zeros_like(x),
+        "x[1:]": lambda: x[1:], "x2[:, 0]": lambda: x2[:, 0],
     }
 
 
