@@ -41,12 +41,12 @@ from typing import Any
 from .._env import env_switch
 
 __all__ = ["FastCall", "FUNCTION", "OPERATOR", "REFLECTED", "INPLACE", "EMPTY", "ZEROS",
-           "FILL", "GETITEM", "FastPath", "driver_addresses", "make_fast_path"]
+           "FILL", "GETITEM", "FastPath", "driver_addresses", "make_fast_path", "subscript_slot"]
 
 try:  # the optional extension (a source install without a compiler takes Python's path)
-    from ._ewlaunch import FastCall
+    from ._ewlaunch import FastCall, subscript_slot
 except ImportError:
-    FastCall = None
+    FastCall = subscript_slot = None
 
 #: FastCall's kinds (_ewlaunch.c): which calls of the entry point launch
 FUNCTION, OPERATOR, REFLECTED, INPLACE, EMPTY, ZEROS, FILL, GETITEM = range(8)

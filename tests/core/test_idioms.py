@@ -120,6 +120,43 @@ IDIOMS = {
                                               m.linalg.qr(s, mode="r")),
     "fft": lambda m, a, b, i, s: (m.fft.fft(a[0]), m.fft.rfft(a, axis=1), m.fft.fftshift(a[0])),
     "fft2 ifft": lambda m, a, b, i, s: (m.fft.ifft(m.fft.fft2(a)).real, m.fft.fftfreq(8)),
+    # images and dtypes
+    "uint8 image to float and back": lambda m, a, b, i, s: _image(m, i),
+    "reduction dtype keywords": lambda m, a, b, i, s: (a.sum(dtype=m.float64), a.mean(dtype=m.float64),
+                                                       m.cumsum(i, dtype=m.int64), i.sum(axis=0, dtype=m.int8),
+                                                       i.astype(m.uint8).sum(), (i > 2).sum()),
+    "reduction keywords": lambda m, a, b, i, s: (a.max(axis=None, keepdims=True), m.amax(a, axis=0),
+                                                 m.amin(a, axis=1, keepdims=True), a.min(0),
+                                                 m.sum(a, axis=(1,)), a.prod(axis=1, keepdims=True)),
+    "float16 arithmetic": lambda m, a, b, i, s: _half(m, a, b),
+    "integer promotion": lambda m, a, b, i, s: _ints(m, i),
+    "negative strides": lambda m, a, b, i, s: (a[::-1].copy(), a[:, ::-2] + 1, m.sort(a[0])[::-1],
+                                               m.ascontiguousarray(a[:, ::2]), a[::-1, ::-1].sum(axis=0)),
+    "fortran order": lambda m, a, b, i, s: (a.reshape(8, 6, order="F"), m.asfortranarray(a) * 2,
+                                            a.ravel(order="F"), a.T.copy() + a.T),
+    "one-d products": lambda m, a, b, i, s: (m.dot(a[0], b[0]), a[0] @ b[0], a @ b[0], m.inner(a[0], b[0]),
+                                             m.einsum("ii->i", a[:, :6]), m.vdot(a[0], b[0])),
+    "complex arithmetic": lambda m, a, b, i, s: _complex_math(m, a, b),
+    "set operations": lambda m, a, b, i, s: (m.isin(i[0], i[1]), m.intersect1d(i[0], i[1]),
+                                             m.union1d(i[0], i[1]), m.setdiff1d(i[0], i[1])),
+    "statistics": lambda m, a, b, i, s: (m.cov(a[:3]), m.corrcoef(a[0], b[0]), m.histogram2d(
+        a[0], b[0], bins=3, range=[[-3, 3], [-3, 3]])[0], m.quantile(a, 0.25, axis=0)),
+    "signal": lambda m, a, b, i, s: (m.convolve(a[0], b[0, :3]), m.correlate(a[0], b[0]),
+                                     m.interp(a[0], m.sort(b[0]), m.arange(8.0)),
+                                     m.polyval(m.asarray([1.0, -2.0, 0.5]), a[0])),
+    "argsort stable and lexsort": lambda m, a, b, i, s: (m.argsort(i[0], kind="stable"),
+                                                         m.lexsort(m.stack([i[0], i[1]]))),
+    "clip into uint8": lambda m, a, b, i, s: m.clip(a * 60 + 128, 0, 255).astype(m.uint8),
+    "where with scalars": lambda m, a, b, i, s: (m.where(a > 0, 1.0, -1.0), m.where(a > 0, a, 0),
+                                                 m.where(i > 2, i, 0), m.where(a > 0, 1, 0)),
+    "maximum with scalars of other kinds": lambda m, a, b, i, s: (m.maximum(i, 2.5), m.minimum(a, 1),
+                                                                  m.maximum(i, True), i * 0.5),
+    "comparisons of mixed dtypes": lambda m, a, b, i, s: (a > i, i == a.astype(m.int32), a < 1,
+                                                          i.astype(m.uint8) < -1, i != 2.5),
+    "bitwise": lambda m, a, b, i, s: (i & 3, i | i[::-1], i ^ 5, ~i, i << 2, i >> 1,
+                                      m.bitwise_and(i.astype(m.uint8), 0xF0)),
+    "astype to bool and back": lambda m, a, b, i, s: (a.astype(bool), (a > 0).astype(m.float16),
+                                                      a.astype(m.int8), (a * 1e3).astype(m.int16)),
     # in place into existing arrays
     "copyto where": lambda m, a, b, i, s: _copyto(m, a, b),
     "fill": lambda m, a, b, i, s: _fill(a),
@@ -224,6 +261,29 @@ def _inplace(a, b, i):
 def _complex(m, a, b):
     z = a + 1j * b
     return z.real, z.imag, m.real(z), m.conj(z), m.abs(z), m.angle(z), z.dtype
+
+
+def _image(m, i):
+    img = (i * 40).astype(m.uint8)
+    f = img.astype(m.float32) / 255
+    back = m.clip(f * 255 + 0.5, 0, 255).astype(m.uint8)
+    return f, back, img.mean(), img.sum(axis=1), img // 3, img - 1, img + 250
+
+
+def _half(m, a, b):
+    h, g = a.astype(m.float16), b.astype(m.float16)
+    return h + g, h * 2, h / g, m.exp(h), h.sum(), h.mean(axis=0), h + a, m.maximum(h, 0)
+
+
+def _ints(m, i):
+    u8, i8, u16 = i.astype(m.uint8), i.astype(m.int8), i.astype(m.uint16)
+    return (u8 + i8, u8 * u16, i8 - u8, i / 2, i // 2, i % 4, u8 + 1, i8 * 100, i ** 2,
+            -u8, abs(i8 - 3), i.astype(m.int64) + i.astype(m.uint32))
+
+
+def _complex_math(m, a, b):
+    z = (a + 1j * b).astype(m.complex64)
+    return z * z, z / (z + 1), m.exp(z), m.sqrt(z), abs(z), z.conj() * z, z.sum(), z == z
 
 
 def _copyto(m, a, b):
