@@ -22,7 +22,7 @@ from typing import Any
 import numpy
 
 from ._engine import cast_op, ew_op
-from ._fastpath import FILL, GETITEM, INPLACE, OPERATOR, REFLECTED, FastCall, subscript_slot
+from ._fastpath import FILL, GETITEM, INPLACE, OPERATOR, REFLECTED, FastCall
 from .._errors import ArgumentError, ArgumentTypeError
 
 __all__ = ["make_darray_class", "REDUCTION_METHODS"]
@@ -238,11 +238,9 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
     cls = type("darray", (base,), ns)
     if backend == "cupy" and FastCall is not None and \
             isinstance(base.__getitem__, types.WrapperDescriptorType):
-        # the same from C, where the base's subscript is a C slot (it cannot call back):
-        # x[k] in the type's slot, x.__getitem__(k) through the entry point
+        # the same from C, where the base's subscript is a C slot (it cannot call back)
         cls.__getitem__ = functools.update_wrapper(
             FastCall((base, cls), __getitem__, 2, None, GETITEM), __getitem__)
-        subscript_slot(cls)
 
     if backend == "cupy":
         def _wrap(r):

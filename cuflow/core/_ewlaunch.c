@@ -1135,62 +1135,10 @@ static PyTypeObject FastCallType = {
     .tp_repr = (reprfunc)fastcall_repr,
 };
 
-/* The subscript slot subscript_slot() gives a subclass: the base type's own subscript (the
- * first type up the chain whose slot is not this one), a result of that base type
- * re-classed to the type right below it.  In the slot itself, x[k] skips the lookup of
- * __getitem__ that a Python-level method costs a subclass (bench op zoo x[1:]). */
-static PyObject *
-subclass_subscript(PyObject *self, PyObject *key)
-{
-    PyTypeObject *t = Py_TYPE(self), *cls = NULL;
-    while (t != NULL && t->tp_as_mapping != NULL
-           && t->tp_as_mapping->mp_subscript == subclass_subscript) {
-        cls = t;
-        t = t->tp_base;
-    }
-    if (cls == NULL || t == NULL || t->tp_as_mapping == NULL
-        || t->tp_as_mapping->mp_subscript == NULL) {
-        PyErr_Format(PyExc_TypeError, "'%.200s' object is not subscriptable", Py_TYPE(self)->tp_name);
-        return NULL;
-    }
-    PyObject *r = t->tp_as_mapping->mp_subscript(self, key);
-    if (r != NULL && Py_TYPE(r) == t && PyObject_SetAttr(r, s_class, (PyObject *)cls) < 0)
-        Py_CLEAR(r);
-    return r;
-}
-
-/* subscript_slot(cls): cls's subscript slot set to subclass_subscript; cls a heap type whose
- * base's subscript is a C function (the caller checks it is not a Python method, which
- * would call back into the subclass) */
-static PyObject *
-subscript_slot(PyObject *module, PyObject *cls)
-{
-    if (!PyType_Check(cls) || !PyType_HasFeature((PyTypeObject *)cls, Py_TPFLAGS_HEAPTYPE)) {
-        PyErr_Format(PyExc_TypeError, "subscript_slot takes a class defined in Python, got %R", cls);
-        return NULL;
-    }
-    PyTypeObject *t = (PyTypeObject *)cls, *b = t->tp_base;
-    if (t->tp_as_mapping == NULL || b == NULL || b->tp_as_mapping == NULL
-        || b->tp_as_mapping->mp_subscript == NULL) {
-        PyErr_Format(PyExc_TypeError, "subscript_slot: %R's base has no subscript", cls);
-        return NULL;
-    }
-    t->tp_as_mapping->mp_subscript = subclass_subscript;
-    PyType_Modified(t);
-    Py_RETURN_NONE;
-}
-
-static PyMethodDef module_methods[] = {
-    {"subscript_slot", subscript_slot, METH_O,
-     "subscript_slot(cls): x[k] of cls is its base's subscript from the type's slot, results "
-     "of the base type re-classed to cls"},
-    {NULL, NULL, 0, NULL},
-};
-
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_ewlaunch",
     "The elementwise engine's launches in C (Launcher) and its entry points (FastCall).", -1,
-    module_methods,
+    NULL,
 };
 
 PyMODINIT_FUNC

@@ -41,12 +41,12 @@ from typing import Any
 from .._env import env_switch
 
 __all__ = ["FastCall", "FUNCTION", "OPERATOR", "REFLECTED", "INPLACE", "EMPTY", "ZEROS",
-           "FILL", "GETITEM", "FastPath", "driver_addresses", "make_fast_path", "subscript_slot"]
+           "FILL", "GETITEM", "FastPath", "driver_addresses", "make_fast_path"]
 
 try:  # the optional extension (a source install without a compiler takes Python's path)
-    from ._ewlaunch import FastCall, subscript_slot
+    from ._ewlaunch import FastCall
 except ImportError:
-    FastCall = subscript_slot = None
+    FastCall = None
 
 #: FastCall's kinds (_ewlaunch.c): which calls of the entry point launch
 FUNCTION, OPERATOR, REFLECTED, INPLACE, EMPTY, ZEROS, FILL, GETITEM = range(8)

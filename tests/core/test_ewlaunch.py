@@ -627,41 +627,6 @@ def test_fastcall_getitem_is_the_bases_subscript_with_base_results_reclassed():
             launcher_mod.FastCall(op, fallback, 2, None, _fastpath.GETITEM)
 
 
-def test_subscript_slot_is_the_bases_subscript_with_base_results_reclassed():
-    """The subscript slot darray gets on the GPU backend: x[k] runs the base's subscript from
-    the type's slot, and a result of the base type comes back re-classed."""
-    launcher_mod = pytest.importorskip("cuflow.core._ewlaunch",
-                                       reason="the _ewlaunch extension was not built")
-
-    class Base:  # its results are of its own type, as cupy.ndarray's advanced indexing's
-        def __init__(self, key=None):
-            self.key = key
-
-        def __getitem__(self, key):
-            return Base(key)
-
-    class Sub(Base):
-        pass
-
-    launcher_mod.subscript_slot(Sub)
-    r = Sub()[1:2]
-    assert type(r) is Sub and r.key == slice(1, 2)
-    h = np.arange(12.0).reshape(3, 4)
-
-    class ArrSub(np.ndarray):
-        pass
-
-    launcher_mod.subscript_slot(ArrSub)
-    x = h.view(ArrSub)
-    for key in (slice(1, None), (Ellipsis, 0), [0, 2], h > 3, (1, 2)):
-        r, want = x[key], h[key]
-        assert type(r) is (ArrSub if isinstance(want, np.ndarray) else type(want))
-        np.testing.assert_array_equal(r, want)
-    for bad in (np.ndarray, 3, type("NoSubscript", (), {})):
-        with pytest.raises(TypeError, match="subscript_slot"):
-            launcher_mod.subscript_slot(bad)
-
-
 def test_fastcall_operators_launch_exact_operands_of_a_fast_path(request):
     """Operators read ``ew`` of the darray's fast path (any object's, not a module's), take
     exactly their operands and bind as methods; reflected ones launch (other, self),
