@@ -93,6 +93,11 @@ def _general(name, np_fn, xp_name, arrays, dst, stream, elementwise=False, **kw)
         shape, dt = _shape_oracle(name, np_fn, *arrays, **kw)
         arrays = prepare_out(name, dst, shape, dt, inputs=arrays,
                              overlap="elementwise" if elementwise else "copy")
+        if name == "dot" and (dst.dtype != dt or not dst.flags.c_contiguous):
+            # NumPy's dot writes only a C-contiguous out of the result's own dtype: the
+            # result, then cast into dst (checked above)
+            rt.xp.copyto(dst, fn(*arrays, **kw), casting="unsafe")
+            return dst
         fn(*arrays, out=dst, **kw)
         return dst
     except Exception as e:

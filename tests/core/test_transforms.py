@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 import cuflow
 from cuflow.testing import random_array, to_host
@@ -155,3 +159,76 @@ def test_other_axis_arguments_are_integers_too(cf, rng, call):
     a = cf.asarray(random_array((3, 4), "float32", rng, host=True))
     with pytest.raises(cuflow.ArgumentTypeError, match="axis must be an integer"):
         call(cf, a)
+
+
+# ------------------------------------------------- random transforms into dst=
+_N = os.environ.get("CUFLOW_FUZZ_EXAMPLES")
+_TDTYPES = ["bool", "int8", "uint8", "int32", "float16", "float32", "float64"]
+# name -> the call of square n x n inputs a and b and an index array i, on a module m
+# (NumPy for the reference; cuflow with dst= among the keywords)
+_TRANSFORMS = {
+    "transpose": lambda m, a, b, i, **kw: m.transpose(a, **kw),
+    "copy": lambda m, a, b, i, **kw: m.copy(a[::-1], **kw),
+    "ascontiguousarray": lambda m, a, b, i, **kw: m.ascontiguousarray(a.T, **kw),
+    "reshape": lambda m, a, b, i, **kw: m.reshape(a.T, a.shape, **kw),
+    "concatenate": lambda m, a, b, i, **kw: m.concatenate([a, b], axis=1, **kw),
+    "stack": lambda m, a, b, i, **kw: m.stack([b, a], axis=-1, **kw),
+    "matmul": lambda m, a, b, i, **kw: m.matmul(a, b, **kw),
+    "dot": lambda m, a, b, i, **kw: m.dot(b, a, **kw),
+    "clip": lambda m, a, b, i, **kw: m.clip(a, 0, 100, **kw),
+    "cumsum": lambda m, a, b, i, **kw: m.cumsum(a, axis=0, **kw),
+    "cumprod": lambda m, a, b, i, **kw: m.cumprod(a, axis=1, **kw),
+    "take": lambda m, a, b, i, **kw: m.take(a, i, axis=0, **kw),
+    "where": lambda m, a, b, i, **kw: m.where(a > b, b, a, **kw),
+    "around": lambda m, a, b, i, **kw: m.around(a, 1, **kw),
+}
+
+
+@settings(max_examples=int(_N or 150), derandomize=_N is None, deadline=None, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(name=st.sampled_from(sorted(_TRANSFORMS)), dtype=st.sampled_from(_TDTYPES),
+       n=st.integers(1, 7), dst=st.sampled_from(["new", "strided", "input", "reversed input"]),
+       seed=st.integers(0, 2**32 - 1))
+def test_transform_into_dst_matches_numpy(cf, name, dtype, n, dst, seed):
+    """A transform written into dst= (new, a strided view, or the input itself, as is or
+    reversed) leaves dst holding NumPy's result of the inputs as they were, and returns
+    dst."""
+    rng = np.random.default_rng(seed)
+    ha, hb = (random_array((n, n), dtype, rng, host=True) for _ in range(2))
+    if name == "cumprod" and ha.dtype.kind == "f":  # magnitudes near 1: no overflow
+        with np.errstate(all="ignore"):
+            ha = (np.sign(ha) * rng.uniform(0.9, 1.1, ha.shape)).astype(dtype)
+    hi = rng.integers(0, n, n)
+    call = _TRANSFORMS[name]
+    try:
+        with np.errstate(all="ignore"):
+            want = np.array(call(np, ha, hb, hi))  # a copy: on NumPy, a shares ha's memory
+    except TypeError:  # NumPy has no loop for the dtype (bool cumsum into bool is one)
+        assume(False)
+    if name in ("matmul", "dot", "cumsum", "cumprod") and want.dtype.kind == "f":
+        # (float16 sums that overflow in NumPy's float16 stay finite in a float32 accumulator)
+        assume(np.isfinite(want).all())
+    a, b = cf.asarray(ha), cf.asarray(hb)
+    if dst in ("input", "reversed input"):
+        assume(want.shape == a.shape and want.dtype == a.dtype)
+        out = a if dst == "input" else a[::-1]
+    else:
+        host = random_array((2 * want.size + 2,), want.dtype, rng, host=True)
+        buf = cf.asarray(host.copy())
+        written = slice(0, want.size) if dst == "new" else slice(1, 1 + 2 * want.size, 2)
+        out = buf[written].reshape(want.shape)
+    got = call(cf, a, b, cf.asarray(hi), dst=out)
+    assert got is out
+    g = to_host(out)
+    assert g.dtype == want.dtype and g.shape == want.shape
+    if name in ("matmul", "dot", "cumsum") and want.dtype.kind == "f":
+        np.testing.assert_allclose(g, want, rtol=2e-2 if want.dtype == np.float16 else 1e-5,
+                                   atol=1e-3 * (np.abs(want).max() if want.size else 1),
+                                   equal_nan=True)
+    else:
+        np.testing.assert_array_equal(g, want)
+    if dst in ("new", "strided"):  # the buffer's other elements stayed as they were
+        kept = np.ones(host.size, bool)
+        kept[written] = False
+        np.testing.assert_array_equal(to_host(buf)[kept], host[kept])
+
