@@ -232,3 +232,24 @@ def test_transform_into_dst_matches_numpy(cf, name, dtype, n, dst, seed):
         kept[written] = False
         np.testing.assert_array_equal(to_host(buf)[kept], host[kept])
 
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "float16"])
+def test_products_of_small_dtypes_with_and_without_dst(cf, rng, dtype):
+    """CuPy's dot calls methods of its operands and out (a sum into out for booleans);
+    on darrays those are cuflow's, which must not change CuPy's result."""
+    small = {"low": -4, "high": 4} if dtype == "float16" else {}  # float16 sums stay finite
+    ha, hb = (random_array((3, 3), dtype, rng, host=True, **small) for _ in range(2))
+    a, b = cf.asarray(ha), cf.asarray(hb)
+    for name in ("dot", "matmul"):
+        fn, np_fn = getattr(cf, name), getattr(np, name)
+        with np.errstate(all="ignore"):
+            cases = [(fn(a, b), np_fn(ha, hb)),
+                     (fn(a, b, dst=cf.empty_like(a)), np_fn(ha, hb)),
+                     (fn(a[:1, :1], b[:1, :1], dst=cf.empty((1, 1), dtype)),
+                      np_fn(ha[:1, :1], hb[:1, :1]))]
+        for got, want in cases:
+            g = to_host(got)
+            assert g.dtype == want.dtype and g.shape == want.shape
+            np.testing.assert_allclose(g.astype(np.float64), want.astype(np.float64),
+                                       rtol=2e-2 if dtype == "float16" else 0)
