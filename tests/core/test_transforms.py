@@ -221,7 +221,10 @@ def test_transform_into_dst_matches_numpy(cf, name, dtype, n, dst, seed):
     assert got is out
     g = to_host(out)
     assert g.dtype == want.dtype and g.shape == want.shape
-    if name in ("matmul", "dot", "cumsum") and want.dtype.kind == "f":
+    if name == "around" and want.dtype == np.float16:
+        # NumPy scales, rounds and divides back in float16; CuPy in float32: one ulp apart
+        np.testing.assert_allclose(g, want, rtol=1e-3)
+    elif name in ("matmul", "dot", "cumsum") and want.dtype.kind == "f":
         np.testing.assert_allclose(g, want, rtol=2e-2 if want.dtype == np.float16 else 1e-5,
                                    atol=1e-3 * (np.abs(want).max() if want.size else 1),
                                    equal_nan=True)
