@@ -233,6 +233,12 @@ def around(a, decimals=0, dst=None, *, out=None, stream=None):
 
     Notes
     -----
+    Halves round to even, as in NumPy.  With ``decimals != 0``, NumPy scales by
+    ``10**decimals`` in the array's dtype, and an inexact product can land on a half
+    (-219.95 in float32 scales to -2199.5 and rounds to -220.0); on the GPU the scaling is
+    CuPy's, in higher precision, which gives the nearer -219.9.  The two differ by one unit
+    of the last decimal on such values.
+
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
     return _general("around", numpy.around, "around", (a,), resolve_out(dst, out, "around"),
