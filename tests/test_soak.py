@@ -33,5 +33,6 @@ def test_a_short_soak_counts_every_frame(cf, tmp_path):
         assert reserved["first"] > 0
         assert r["reserved_flat_after_warmup"] and reserved["max"] == reserved["first"]
     else:
-        # the NumPy backend reserves no device memory, so there is no flatness to measure
-        assert reserved == {"first": 0, "max": 0, "last": 0}
+        # the NumPy backend's pipelines take nothing from the (host) pool: its reserved
+        # bytes stay whatever earlier code in the process left there
+        assert reserved["first"] == reserved["max"] == reserved["last"]
