@@ -21,7 +21,7 @@ import sys
 import types
 from typing import Any
 
-from .core._dispatch import reraise, wrap_view
+from .core._dispatch import call_backend
 from .core._runtime import get_backend
 
 __all__ = ["forward", "ForwardModule", "install_submodules"]
@@ -69,12 +69,11 @@ def _compat(backend: str, sub: str | None) -> Any:
 
 
 def _wrap_function(fn):
+    name = getattr(fn, "__name__", "function")
+
     @functools.wraps(fn)
     def w(*args, **kwargs):
-        try:
-            return wrap_view(fn(*args, **kwargs), *args)
-        except Exception as e:  # the backend's own errors, as cuflow's (reraise's table)
-            reraise(getattr(fn, "__name__", "function"), e)
+        return call_backend(name, fn, args, kwargs)
 
     return w
 

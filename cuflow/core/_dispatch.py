@@ -46,7 +46,7 @@ from ._runtime import arrays_in, on_select, runtime
 from ._streams import use_stream
 
 __all__ = ["run_on", "reraise", "fast_call", "ufunc1", "ufunc2", "ufunc_multi", "call",
-           "traced", "wrap_view", "ufunc_methods"]
+           "traced", "wrap_view", "plain", "call_backend", "ufunc_methods"]
 
 
 def run_on(stream: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -257,7 +257,7 @@ def call(name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     if rt.multi:
         rt.check_devices(name, *arrays_in(args))
     try:
-        return rt.wrap(fn(*args, **kwargs))
+        return rt.wrap(fn(*(plain(rt, a) for a in args), **kwargs))
     except Exception as e:
         reraise(name, e)
 
@@ -268,6 +268,43 @@ def wrap_view(r: Any, *inputs: Any) -> Any:
     for x in inputs:
         if r is x:
             return rt.as_darray(r) if isinstance(r, rt.ndarray) else r
+    return rt.wrap(r)
+
+
+def plain(rt: Any, x: Any) -> Any:
+    """``x`` as a backend function should see it: on the GPU a darray becomes a view of
+    CuPy's own type, and so do the darrays of a list or tuple; anything else is unchanged.
+
+    CuPy's Python-level functions call methods of their operands (``dot`` calls
+    ``out.sum(out=...)`` on booleans, ``average`` calls ``sum`` with ``dtype=``); on a
+    darray those are cuflow's, with NumPy's result dtypes and cuflow's ``dst=`` rules, so a
+    function could refuse or change what CuPy itself computes.  (NumPy's functions dispatch
+    to a subclass's methods on purpose, and there cuflow's methods are NumPy's.)
+    """
+    if not rt.is_gpu:
+        return x
+    base, t = rt.ndarray, type(x)
+    if t is not base and isinstance(x, base):
+        return base.view(x, base)
+    if (t is list or t is tuple) and any(type(e) is not base and isinstance(e, base) for e in x):
+        return t(plain(rt, e) for e in x)
+    return x
+
+
+def call_backend(name: str, fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> Any:
+    """``fn(*args, **kwargs)`` of the backend, on :func:`plain` operands: its errors as
+    cuflow's, its result a darray.  A result that is one of the arguments (or their view
+    made here) is returned as the caller's own object, never re-classed."""
+    rt = runtime()
+    pargs = tuple(plain(rt, a) for a in args)
+    pkw = {k: plain(rt, v) for k, v in kwargs.items()}
+    try:
+        r = fn(*pargs, **pkw)
+    except Exception as e:  # the backend's own errors, as cuflow's (reraise's table)
+        reraise(name, e)
+    for x, p in zip((*args, *kwargs.values()), (*pargs, *pkw.values())):
+        if r is x or r is p:
+            return rt.as_darray(x) if isinstance(x, rt.ndarray) else x
     return rt.wrap(r)
 
 
@@ -284,7 +321,8 @@ class _Method:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         rt = runtime()
-        return rt.wrap(getattr(_ufunc(rt, self.name, ()), self.method)(*args, **kwargs))
+        return call_backend(f"{self.name}.{self.method}",
+                            getattr(_ufunc(rt, self.name, ()), self.method), args, kwargs)
 
 
 _UFUNC_FUNCTIONS: list[Callable[..., Any]] = []

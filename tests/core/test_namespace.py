@@ -118,3 +118,99 @@ def test_dst_allocates_nothing(gpu_cf):
             a.copy(dst=c)
             cf.negative(a, dst=c)
         assert pool.num_alloc == n  # the elementwise dst= paths make no allocation at all
+
+
+#: backend functions the scan below does not call: files, printing, global state, the
+#: backend's own test runner, and results that are not a function of the operands' values
+_NOT_SCANNED = {
+    "fromfile", "fromregex", "genfromtxt", "load", "loadtxt", "save", "savetxt", "savez",
+    "savez_compressed", "info", "show_config", "show_runtime", "test", "printoptions",
+    "set_printoptions", "get_printoptions", "setbufsize", "getbufsize", "seterr", "geterr",
+    "seterrcall", "geterrcall", "array2string", "array_repr", "array_str", "get_include",
+    "frompyfunc", "nested_iters", "fuse", "memoize", "clear_memo", "may_share_memory",
+    "shares_memory", "require", "asmatrix", "bmat", "typename", "show_versions",
+}
+
+
+def _forwarded(cf):
+    """The backend's functions that ``import cuflow as cp`` forwards to the backend itself
+    (not cuflow's own, nor array-api-compat's standard forms)."""
+    xp = cf.get_backend().xp
+    for n in sorted(dir(xp)):
+        f = getattr(xp, n)
+        if (not n.startswith("_") and n not in vars(cuflow) and n not in _NOT_SCANNED
+                and callable(f) and not isinstance(f, type)
+                and getattr(getattr(cf, n), "__wrapped__", None) is f):
+            yield n, f
+
+
+def _same(got, want, cf, where):
+    if isinstance(want, (tuple, list)):
+        assert isinstance(got, (tuple, list)) and len(got) == len(want), where
+        for g, w in zip(got, want):
+            _same(g, w, cf, where)
+        return
+    xp = cf.get_backend().xp
+    if isinstance(want, (xp.ndarray, np.generic)):  # (NumPy's scalars are 0-d darrays)
+        assert isinstance(got, cf.darray), (where, type(got))
+        g, w = cf.asnumpy(got), cf.asnumpy(want)
+        assert g.dtype == w.dtype and g.shape == w.shape, (where, g.dtype, w.dtype, g.shape, w.shape)
+        np.testing.assert_array_equal(g, w, err_msg=where)
+    else:
+        assert type(got) is type(want) and repr(got) == repr(want), (where, got, want)
+
+
+def test_forwarded_functions_compute_what_the_backend_computes(cf, rng):
+    """Every backend function cuflow forwards, called on darrays, gives what it gives on the
+    backend's own arrays: the same values and dtypes, as darrays.  (CuPy's Python-level
+    functions call their operands' methods, which on a darray are cuflow's.)"""
+    import warnings
+
+    xp = cf.get_backend().xp
+    a = rng.standard_normal((6, 5)).astype(np.float32) * 100
+    vals = {"a": a, "b": rng.standard_normal((6, 5)).astype(np.float32) * 100,
+            "i": rng.integers(-2**31, 2**31, (6, 5)), "m": a > 0,
+            "w": rng.uniform(0.5, 2.0, (6, 5)).astype(np.float32),
+            "v": rng.uniform(1, 9, 5).astype(np.float32)}
+    patterns = [("a",), ("a", "b"), ("m",), ("i",), ("a", "i"), ("m", "a", "b"), ("v",),
+                ("v", "v")]
+    called = 0
+    for n, f in _forwarded(cf):
+        for p in patterns:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    want = f(*(xp.asarray(vals[k]) for k in p))
+                except Exception:
+                    continue  # the backend refuses these operands: try the next pattern
+                got = getattr(cf, n)(*(cf.asarray(vals[k]) for k in p))
+            _same(got, want, cf, f"{n}{p}")
+            called += 1
+            break
+    assert called >= 100, called
+    # keyword forms that make CuPy call its operands' methods with dtype= or out=
+    da, dw = cf.asarray(vals["a"]), cf.asarray(vals["w"])
+    ba, bw = xp.asarray(vals["a"]), xp.asarray(vals["w"])
+    for n, kw in [("average", dict(weights="w")), ("average", dict(axis=0, weights="w",
+                                                                     returned=True)),
+                  ("median", dict(axis=0)), ("percentile", dict(q=30, axis=1)),
+                  ("cov", dict(aweights=None)), ("ptp", dict(axis=0)),
+                  ("histogram", dict(bins=7)), ("nanmean", dict(axis=1)),
+                  ("count_nonzero", dict(axis=0))]:
+        dkw = {k: dw if v == "w" else v for k, v in kw.items()}
+        bkw = {k: bw if v == "w" else v for k, v in kw.items()}
+        _same(getattr(cf, n)(da, **dkw), getattr(xp, n)(ba, **bkw), cf, f"{n}{kw}")
+
+
+def test_forwarded_function_returning_its_operand_returns_the_callers_object(cf, rng):
+    """A forwarded function that hands back its operand hands back the caller's darray, and
+    never re-classes a caller's array of the backend's own type."""
+    xp = cf.get_backend().xp
+    x = cf.asarray(rng.standard_normal((3, 4)).astype(np.float32))
+    assert cf.atleast_2d(x) is x
+    assert cf.asanyarray(x) is x
+    plain = xp.asarray(cf.asnumpy(x))
+    r = cf.atleast_2d(plain)
+    assert type(plain) is xp.ndarray and isinstance(r, cf.darray)
+    r[0, 0] = 7.5  # a view of the caller's array, not a copy
+    assert float(plain[0, 0]) == 7.5
