@@ -133,15 +133,16 @@ _NOT_SCANNED = {
 }
 
 
-def _forwarded(cf):
-    """The backend's functions that ``import cuflow as cp`` forwards to the backend itself
-    (not cuflow's own, nor array-api-compat's standard forms)."""
-    xp = cf.get_backend().xp
+def _forwarded(cf, sub=None):
+    """The backend's functions (of submodule ``sub``) that ``import cuflow as cp`` forwards
+    to the backend itself: not cuflow's own, nor array-api-compat's standard forms."""
+    xp = cf.get_backend().xp if sub is None else getattr(cf.get_backend().xp, sub)
+    ns = cf if sub is None else getattr(cf, sub)
     for n in sorted(dir(xp)):
         f = getattr(xp, n)
-        if (not n.startswith("_") and n not in vars(cuflow) and n not in _NOT_SCANNED
-                and callable(f) and not isinstance(f, type)
-                and getattr(getattr(cf, n), "__wrapped__", None) is f):
+        if (not n.startswith("_") and n not in _NOT_SCANNED and callable(f)
+                and not isinstance(f, type)
+                and getattr(getattr(ns, n), "__wrapped__", None) is f):
             yield n, f
 
 
@@ -166,12 +167,32 @@ def _differences(got, want, cf, where):
     return []
 
 
+def _compare_forwarded(cf, n, f, vals, patterns, sub=None):
+    """Call ``f`` on the first pattern of operands the backend takes, and cuflow's ``n`` on
+    the same values as darrays: (1 if called, else 0; the differences)."""
+    import warnings
+
+    xp = cf.get_backend().xp
+    g = getattr(cf if sub is None else getattr(cf, sub), n)
+    for p in patterns:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                want = f(*(xp.asarray(vals[k]) for k in p))
+            except Exception:
+                continue  # the backend refuses these operands: try the next pattern
+            try:
+                got = g(*(cf.asarray(vals[k]) for k in p))
+            except Exception as e:
+                return 1, [f"{n}{p}: {type(e).__name__}: {e}"]
+        return 1, _differences(got, want, cf, f"{n}{p}")
+    return 0, []
+
+
 def test_forwarded_functions_compute_what_the_backend_computes(cf, rng):
     """Every backend function cuflow forwards, called on darrays, gives what it gives on the
     backend's own arrays: the same values and dtypes, as darrays.  (CuPy's Python-level
     functions call their operands' methods, which on a darray are cuflow's.)"""
-    import warnings
-
     xp = cf.get_backend().xp
     a = rng.standard_normal((6, 5)).astype(np.float32) * 100
     vals = {"a": a, "b": rng.standard_normal((6, 5)).astype(np.float32) * 100,
@@ -182,21 +203,8 @@ def test_forwarded_functions_compute_what_the_backend_computes(cf, rng):
                 ("v", "v")]
     called, bad = 0, []
     for n, f in _forwarded(cf):
-        for p in patterns:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                try:
-                    want = f(*(xp.asarray(vals[k]) for k in p))
-                except Exception:
-                    continue  # the backend refuses these operands: try the next pattern
-                try:
-                    got = getattr(cf, n)(*(cf.asarray(vals[k]) for k in p))
-                except Exception as e:
-                    bad.append(f"{n}{p}: {type(e).__name__}: {e}")
-                    break
-            bad += _differences(got, want, cf, f"{n}{p}")
-            called += 1
-            break
+        ok, bad_n = _compare_forwarded(cf, n, f, vals, patterns)
+        called, bad = called + ok, bad + bad_n
     # keyword forms that make CuPy call its operands' methods with dtype= or out=
     for n, kw in [("average", dict(weights="w")), ("average", dict(axis=0, weights="w",
                                                                      returned=True)),
@@ -210,6 +218,20 @@ def test_forwarded_functions_compute_what_the_backend_computes(cf, rng):
             getattr(xp, n)(xp.asarray(a), **{k: xp.asarray(vals[v]) if v in vals else v
                                               for k, v in kw.items()}), cf, f"{n}{kw}")
     assert called >= 100 and not bad, (called, bad)
+
+
+def test_forwarded_linalg_and_fft_compute_what_the_backend_computes(cf, rng):
+    """The same for the ``linalg`` and ``fft`` submodules, on square matrices and vectors."""
+    m = rng.standard_normal((5, 5))
+    vals = {"s": m @ m.T + 5 * np.eye(5), "m": m.astype(np.float32),
+            "v": rng.standard_normal(5), "t": rng.standard_normal((5, 5, 25))}
+    patterns = [("s",), ("m",), ("s", "v"), ("s", "s"), ("v",), ("t",)]
+    called, bad = 0, []
+    for sub in ("linalg", "fft"):
+        for n, f in _forwarded(cf, sub):
+            ok, bad_n = _compare_forwarded(cf, n, f, vals, patterns, sub)
+            called, bad = called + ok, bad + bad_n
+    assert called >= 15 and not bad, (called, bad)
 
 
 def test_forwarded_function_returning_its_operand_returns_the_callers_object(cf, rng):
