@@ -246,3 +246,15 @@ def test_forwarded_function_returning_its_operand_returns_the_callers_object(cf,
     assert type(plain) is xp.ndarray and isinstance(r, cf.darray)
     r[0, 0] = 7.5  # a view of the caller's array, not a copy
     assert float(plain[0, 0]) == 7.5
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [((0, 0), (0,)), ((2, 0, 0), (2, 0, 3)),
+                                              ((0, 3, 3), (0, 3, 2)), ((3, 3), (3, 0))])
+def test_linalg_solve_of_empty_operands(cf, a_shape, b_shape):
+    """Empty systems (0 x 0 matrices, an empty stack, no right-hand sides) give an empty
+    result of NumPy's shape and dtype (CuPy's batched solver fails on some)."""
+    a = cf.asarray(np.ones(a_shape, np.float32) + np.eye(a_shape[-1], dtype=np.float32))
+    r = cf.linalg.solve(a, cf.ones(b_shape, dtype=cf.float32))
+    want = np.linalg.solve(np.ones(a_shape, np.float32) + np.eye(a_shape[-1], dtype=np.float32),
+                           np.ones(b_shape, np.float32))
+    assert isinstance(r, cf.darray) and r.shape == want.shape and r.dtype == want.dtype
