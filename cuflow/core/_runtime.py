@@ -37,7 +37,7 @@ import numpy
 
 from .._env import env_switch
 from .._errors import ArgumentError, BackendError, DeviceError
-from ._cupy_ufuncs import make_remainder
+from ._cupy_ufuncs import make_complex_special, make_remainder
 from ._darray import make_darray_class
 from ._fastpath import FastPath, make_fast_path
 
@@ -458,6 +458,8 @@ def _make(name: str, cupy: ModuleType | None, n: int, reason: str) -> Runtime:
         fast = make_fast_path(cupy.ndarray, n, stream_fn)
     ufuncs = _ufuncs(cupy)
     ufuncs["remainder"] = ufuncs["mod"] = make_remainder(cupy)
+    for name, uf in make_complex_special(cupy).items():  # (and NumPy's aliases: acosh)
+        ufuncs.update({k: uf for k, f in list(ufuncs.items()) if f is getattr(cupy, name)})
     darray = make_darray_class(cupy.ndarray, "cupy", fast, ufuncs["remainder"])
     if fast is not None:
         fast.bind(darray)

@@ -164,6 +164,32 @@ def test_remainder_matches_numpy_on_special_values(cf, rng, dtype):
     np.testing.assert_array_equal(to_host(c), want)
 
 
+@pytest.mark.parametrize("name", ["log", "log1p", "tanh", "arccosh", "acosh"])
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+def test_complex_special_values_are_numpys(cf, rng, name, dtype):
+    """The complex functions whose special values CuPy's (thrust's) functions get wrong
+    give NumPy's on every backend (and tanh the standard's where NumPy's differs): over
+    signed zeros, infinities, NaN and finite values in both parts, and random values, with
+    the signs of zeros."""
+    parts = np.concatenate([[0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan],
+                            rng.standard_normal(3) * 10])
+    re, im = np.meshgrid(parts, parts)
+    h = (re + 1j * im).ravel().astype(dtype)
+    h.real, h.imag = re.ravel(), im.ravel()  # (1j * inf would make nan real parts)
+    with np.errstate(all="ignore"):
+        want = getattr(np, name)(h)
+        got = to_host(getattr(cf, name)(cf.asarray(h)))
+    if name == "tanh":  # the standard's +-1 +- 0j at an infinite real part (cuflow.tanh)
+        at_inf = np.isinf(h.real) & np.isfinite(h.imag)
+        want.real[at_inf] = np.sign(h.real[at_inf])
+        want.imag[at_inf] = np.copysign(0, h.imag[at_inf])
+    assert got.dtype == want.dtype
+    tol = dict(rtol=1e-5 if dtype == "complex64" else 1e-12, atol=0)
+    for g, w in ((got.real, want.real), (got.imag, want.imag)):
+        np.testing.assert_allclose(g, w, **tol, err_msg=f"{name} at {h}")
+        np.testing.assert_array_equal(np.signbit(g[w == 0]), np.signbit(w[w == 0]))
+
+
 def test_two_output_ufuncs_take_positional_outputs_and_ufunc_attributes(cf, rng):
     h = random_array((16,), "float64", rng, host=True)
     a = cf.asarray(h)
