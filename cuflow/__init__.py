@@ -23,7 +23,7 @@ import numpy as _np
 from . import debug, fusion, graph, image, kernels, memory, testing
 from ._errors import (
     ArgumentError, ArgumentIndexError, ArgumentTypeError, BackendError, CudaError, CuflowError, DeviceError, DstDtypeError, DstError, DstShapeError, DstTypeError,
-    KernelCompileError, OutOfMemoryError,
+    DLPackCopyError, KernelCompileError, OutOfMemoryError,
 )
 from ._forward import forward as _forward
 from ._forward import install_submodules as _install_submodules
@@ -122,7 +122,7 @@ __all__ = [
     "Device", "Stream", "Event", "current_stream", "synchronize", "streams",
     # errors
     "CuflowError", "ArgumentError", "ArgumentIndexError", "ArgumentTypeError", "BackendError", "DeviceError", "DstError", "DstShapeError", "DstDtypeError", "DstTypeError",
-    "CudaError", "OutOfMemoryError", "KernelCompileError",
+    "CudaError", "OutOfMemoryError", "KernelCompileError", "DLPackCopyError",
     # submodules
     "linalg", "fft", "random", "testing", "kernels", "memory", "graph", "image", "debug",
     # array operations, with dst= and stream=

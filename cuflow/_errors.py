@@ -14,6 +14,7 @@ __all__ = [
     "CuflowError",
     "ArgumentError",
     "ArgumentTypeError",
+    "DLPackCopyError",
     "BackendError",
     "DstError",
     "DstShapeError",
@@ -45,6 +46,10 @@ class ArgumentTypeError(CuflowError, TypeError):
 
 class ArgumentIndexError(CuflowError, IndexError):
     """An index or axis argument is out of range (the message names it and the range)."""
+
+
+class DLPackCopyError(CuflowError, BufferError):
+    """A DLPack export with ``copy=False`` to another device than the array's (it needs a copy)."""
 
 
 class DstError(CuflowError, ValueError):

@@ -23,13 +23,23 @@ import numpy
 
 from ._engine import cast_op, ew_op
 from ._fastpath import FILL, GETITEM, INPLACE, OPERATOR, REFLECTED, FastCall
-from .._errors import ArgumentError, ArgumentTypeError
+from .._errors import ArgumentError, ArgumentTypeError, DLPackCopyError
 
 __all__ = ["make_darray_class", "REDUCTION_METHODS"]
 
 #: the reductions that are also darray methods (with ``dst=`` and ``stream=``)
 REDUCTION_METHODS = ("sum", "mean", "min", "max", "argmin", "argmax", "prod", "std", "var",
                      "any", "all")
+
+
+def _no_copy_export(x: Any, dl_device: Any, copy: Any) -> None:
+    """Raise the standard's BufferError for a DLPack export to another device without a copy."""
+    if copy is False and dl_device is not None and \
+            tuple(dl_device) != tuple(x.__dlpack_device__()):
+        raise DLPackCopyError(
+            f"cuflow.darray.__dlpack__: copy=False, but dl_device={tuple(dl_device)} is not "
+            f"the array's device {tuple(x.__dlpack_device__())}: the export needs a copy "
+            f"(copy=None or copy=True)")
 
 
 def _ns() -> Any:
@@ -201,6 +211,7 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
             Stream semantics: the consumer's ``stream`` is ordered after the work queued
             so far on the current stream, the copy included.
             """
+            _no_copy_export(self, dl_device, copy)
             kw = {k: v for k, v in (("stream", stream), ("max_version", max_version),
                                     ("dl_device", dl_device)) if v is not None}
             if copy and (dl_device is None or tuple(dl_device) == self.__dlpack_device__()):
@@ -229,7 +240,16 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
                 return out
             return numpy.array(self, order=order, subok=False, copy=True)
 
-        ns.update(__getitem__=__getitem__, get=get)
+        base_dlpack = base.__dlpack__
+
+        def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+            """DLPack export (array API): NumPy's."""
+            _no_copy_export(self, dl_device, copy)
+            kw = {k: v for k, v in (("stream", stream), ("max_version", max_version),
+                                    ("dl_device", dl_device), ("copy", copy)) if v is not None}
+            return base_dlpack(self, **kw)
+
+        ns.update(__getitem__=__getitem__, get=get, __dlpack__=__dlpack__)
 
     for mname in _RECLASS_METHODS:
         if hasattr(base, mname) and mname not in ns:

@@ -149,6 +149,13 @@ def test_dlpack_export_shares_or_copies_as_asked(cf, rng):
     x[0, 0] = before[0, 0] + 1
     assert to_host(shared)[0, 0] == before[0, 0] + 1
     assert_equal_host(copied, before)
+    # to another device only with a copy: copy=False raises the standard's BufferError
+    other = (1, 0) if cf.get_backend().is_gpu else (2, 0)
+    with pytest.raises(BufferError, match=r"copy=False, but dl_device=\(\d, 0\) is not the "
+                                          r"array's device") as e:
+        x.__dlpack__(copy=False, dl_device=other)
+    assert isinstance(e.value, cf.DLPackCopyError)
+    x.__dlpack__(copy=False, dl_device=x.__dlpack_device__())  # its own device: no copy
 
 
 #: CuPy-based library calls a vision or signal pipeline makes, each run on darrays and on
