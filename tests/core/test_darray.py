@@ -180,3 +180,68 @@ def test_zero_d_and_empty(cf):
     e = cf.empty((0, 4), dtype="float32")
     assert (e + 1).shape == (0, 4)
     assert to_host(e.sum(axis=0)).tolist() == [0, 0, 0, 0]
+
+
+#: an operand of a method's call: the array ``h.T`` (for ``dot``, ``__matmul__`` & co.)
+_MAT = object()
+
+#: argument patterns tried on every public method (each one the backend takes)
+_METHOD_ARGS = [(), (0,), (1,), ({"axis": 1, "keepdims": True},),
+                ({"axis": 0, "dtype": "float64"},), ({"ddof": 1, "axis": 0},), ("F",),
+                (-1.5, 2.5), ("int32",), ("b",), ([2, 0, 1],), (_MAT,), ({"decimals": 2},)]
+
+#: methods whose results are not a function of the values: addresses, buffers, views of
+#: raw bytes, in-place mutators the scan would chain, and transfers
+_METHODS_NOT_SCANNED = {
+    "data", "tobytes", "tofile", "dump", "dumps", "setflags", "resize", "byteswap",
+    "newbyteorder", "view", "fill", "put", "itemset", "sort", "partition", "setfield",
+    "getfield", "set", "get", "toDlpack", "reduced_view", "scatter_add", "scatter_max",
+    "scatter_min", "to_device", "to_numpy", "argpartition",
+}
+
+
+def test_methods_give_the_backends_results(cf, rng):
+    """Every public method of the backend's array, called on a darray, gives what it gives
+    on the backend's own array of the same values (dtype, shape, values), with each of the
+    argument patterns the backend takes."""
+    import warnings
+
+    xp = cf.get_backend().xp
+    h = rng.standard_normal((4, 6)).astype(np.float32) * 10
+
+    def call(conv, name, args):
+        pos = [conv(h.T) if a is _MAT else a for a in args if not isinstance(a, dict)]
+        kw = next((a for a in args if isinstance(a, dict)), {})
+        return getattr(conv(h), name)(*pos, **kw)
+
+    called, bad = 0, []
+    for name in sorted(dir(xp.ndarray)):
+        if name.startswith("_") or name in _METHODS_NOT_SCANNED or \
+                not callable(getattr(xp.ndarray, name)):
+            continue
+        for args in _METHOD_ARGS:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    want = call(xp.asarray, name, args)
+                except Exception:
+                    continue  # the backend refuses these arguments
+                try:
+                    got = call(cf.asarray, name, args)
+                except Exception as e:
+                    bad.append(f"x.{name}{args}: {type(e).__name__}: {e}")
+                    continue
+            called += 1
+            if isinstance(want, tuple):  # (nonzero's)
+                want, got = want[0], got[0]
+            if isinstance(want, (xp.ndarray, np.generic)):
+                g, w = to_host(got), to_host(want)
+                # floats within float32 rounding: cuflow's reductions add in another order
+                if g.dtype != w.dtype or g.shape != w.shape or not (
+                        np.allclose(g, w, rtol=1e-5, atol=1e-5, equal_nan=True)
+                        if g.dtype.kind in "fc" else np.array_equal(g, w)):
+                    bad.append(f"x.{name}{args}: {g.dtype}{g.shape} against {w.dtype}{w.shape}"
+                               f" ({g.ravel()[:3]} against {w.ravel()[:3]})")
+            elif repr(got) != repr(want):
+                bad.append(f"x.{name}{args}: {got!r} against {want!r}")
+    assert called >= 100 and not bad, (called, bad)
