@@ -204,7 +204,8 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
 
         def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
             """DLPack export (array API): CuPy's, and with ``copy=True`` on the array's own
-            device a copy's (CuPy copies only to the host).
+            device a copy's (CuPy copies only to the host); ``copy=False`` to another device
+            raises :class:`~cuflow.DLPackCopyError` (a ``BufferError``).
 
             Notes
             -----
@@ -243,7 +244,8 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
         base_dlpack = base.__dlpack__
 
         def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-            """DLPack export (array API): NumPy's."""
+            """DLPack export (array API): NumPy's; ``copy=False`` to another device raises
+            :class:`~cuflow.DLPackCopyError` (a ``BufferError``)."""
             _no_copy_export(self, dl_device, copy)
             kw = {k: v for k, v in (("stream", stream), ("max_version", max_version),
                                     ("dl_device", dl_device), ("copy", copy)) if v is not None}
