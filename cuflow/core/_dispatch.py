@@ -46,7 +46,7 @@ from ._runtime import arrays_in, on_select, runtime
 from ._streams import use_stream
 
 __all__ = ["run_on", "reraise", "fast_call", "ufunc1", "ufunc2", "ufunc_multi", "call",
-           "traced", "wrap_view", "plain", "call_backend", "ufunc_methods"]
+           "traced", "wrap_view", "call_backend", "ufunc_methods"]
 
 
 def run_on(stream: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -257,55 +257,43 @@ def call(name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     if rt.multi:
         rt.check_devices(name, *arrays_in(args))
     try:
-        return rt.wrap(fn(*(plain(rt, a) for a in args), **kwargs))
+        return rt.wrap(fn(*args, **kwargs))
     except Exception as e:
         reraise(name, e)
 
 
 def wrap_view(r: Any, *inputs: Any) -> Any:
-    """Wrap a result that may be one of the inputs (never re-class a caller's object)."""
-    rt = runtime()
-    for x in inputs:
-        if r is x:
-            return rt.as_darray(r) if isinstance(r, rt.ndarray) else r
+    """A backend result as darrays, where it may be one of the inputs: that one, in place
+    or in a returned tuple or list, is the caller's object (a darray as it is, an array of
+    the backend's own type viewed as a darray), never re-classed."""
+    return _own_result(runtime(), r, inputs)
+
+
+def _own_result(rt: Any, r: Any, inputs: tuple) -> Any:
+    t = type(r)
+    if t is rt.ndarray:
+        for x in inputs:
+            if r is x:
+                return rt.as_darray(r)
+        return rt.wrap(r)
+    if t is tuple or t is list:
+        return t(_own_result(rt, e, inputs) for e in r)
     return rt.wrap(r)
-
-
-def plain(rt: Any, x: Any) -> Any:
-    """``x`` as a backend function should see it: on the GPU a darray becomes a view of
-    CuPy's own type, and so do the darrays of a list or tuple; anything else is unchanged.
-
-    CuPy's Python-level functions call methods of their operands (``dot`` calls
-    ``out.sum(out=...)`` on booleans, ``average`` calls ``sum`` with ``dtype=``); on a
-    darray those are cuflow's, with NumPy's result dtypes and cuflow's ``dst=`` rules, so a
-    function could refuse or change what CuPy itself computes.  (NumPy's functions dispatch
-    to a subclass's methods on purpose, and there cuflow's methods are NumPy's.)
-    """
-    if not rt.is_gpu:
-        return x
-    base, t = rt.ndarray, type(x)
-    if t is not base and isinstance(x, base):
-        return base.view(x, base)
-    if (t is list or t is tuple) and any(type(e) is not base and isinstance(e, base) for e in x):
-        return t(plain(rt, e) for e in x)
-    return x
 
 
 def call_backend(name: str, fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> Any:
-    """``fn(*args, **kwargs)`` of the backend, on :func:`plain` operands: its errors as
-    cuflow's, its result a darray.  A result that is one of the arguments (or their view
-    made here) is returned as the caller's own object, never re-classed."""
-    rt = runtime()
-    pargs = tuple(plain(rt, a) for a in args)
-    pkw = {k: plain(rt, v) for k, v in kwargs.items()}
+    """``fn(*args, **kwargs)`` of the backend: its errors as cuflow's, its result as
+    :func:`wrap_view` has it (an argument passed by keyword included).
+
+    The function runs on the darrays themselves, so the methods CuPy's Python code calls on
+    its operands are cuflow's: its reductions, for one, faster than CuPy's and adding in
+    another order (tests/core/test_namespace.py).
+    """
     try:
-        r = fn(*pargs, **pkw)
+        r = fn(*args, **kwargs)
     except Exception as e:  # the backend's own errors, as cuflow's (reraise's table)
         reraise(name, e)
-    for x, p in zip((*args, *kwargs.values()), (*pargs, *pkw.values())):
-        if r is x or r is p:
-            return rt.as_darray(x) if isinstance(x, rt.ndarray) else x
-    return rt.wrap(r)
+    return _own_result(runtime(), r, (*args, *kwargs.values()))
 
 
 _UFUNC_METHODS = ("reduce", "accumulate", "outer", "reduceat", "at")

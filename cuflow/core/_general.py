@@ -15,7 +15,7 @@ import numpy
 
 from .._errors import ArgumentError, ArgumentTypeError
 from ._contract import bad_input, check_ints, prepare_out, resolve_out
-from ._dispatch import plain, reraise, run_on
+from ._dispatch import reraise, run_on
 from . import _runtime
 from ._engine import ew_op
 from ._expr import Expr
@@ -65,6 +65,17 @@ def _contract_shape(name, a, b):
     return batch + (sa[-2:-1] if len(sa) > 1 else ()) + (sb[-1:] if len(sb) > 1 else ())
 
 
+def _plain(rt, arrays):
+    """The arrays as the backend's own type on the GPU: CuPy's dot calls methods of its
+    operands and out (``out.sum(out=...)`` for booleans), which on a darray are cuflow's,
+    with NumPy's result dtypes (tests/core/test_transforms.py, dot of bools into dst)."""
+    if not rt.is_gpu:
+        return arrays
+    base = rt.ndarray
+    return tuple(base.view(x, base) if isinstance(x, base) and type(x) is not base else x
+                 for x in arrays)
+
+
 def _general(name, np_fn, xp_name, arrays, dst, stream, elementwise=False, **kw):
     """dst= for ops whose backend function takes ``out=`` (matmul, dot, clip, cumsum, round)."""
     rt = runtime()
@@ -89,13 +100,11 @@ def _general(name, np_fn, xp_name, arrays, dst, stream, elementwise=False, **kw)
         if dst is None:
             if name == "matmul":  # (and on a 0-d operand, which NumPy's rule refuses)
                 _contract_shape(name, *arrays)
-            return rt.wrap(fn(*(plain(rt, a) for a in arrays), **kw))
+            return rt.wrap(fn(*_plain(rt, arrays), **kw))
         shape, dt = _shape_oracle(name, np_fn, *arrays, **kw)
-        # CuPy's dot calls its operands' methods (``out.sum(out=...)`` for booleans): they
-        # get CuPy's own (tests/core/test_transforms.py, dot of bools into dst)
-        arrays = tuple(plain(rt, a) for a in prepare_out(
-            name, dst, shape, dt, inputs=arrays, overlap="elementwise" if elementwise else "copy"))
-        out = plain(rt, dst)
+        arrays = _plain(rt, prepare_out(name, dst, shape, dt, inputs=arrays,
+                                        overlap="elementwise" if elementwise else "copy"))
+        out = _plain(rt, (dst,))[0]
         if name == "dot" and (dst.dtype != dt or not dst.flags.c_contiguous):
             # NumPy's dot writes only a C-contiguous out of the result's own dtype: the
             # result, then cast into dst (checked above)
