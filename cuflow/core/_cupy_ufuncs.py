@@ -8,10 +8,12 @@ which is exact for ``fmod`` and rounds the shifted sum once, as float arithmetic
 would.  Integers keep CuPy's rule (0 for a zero divisor).  ``divmod`` and ``floor_divide``
 remain CuPy's.
 
-``log``, ``log1p``, ``tanh`` and ``arccosh`` of complex numbers: CuPy's (thrust's)
-functions, except at the special values where they differ from NumPy and the array API
-standard (``log(inf + nan j)`` is ``inf + nan j``, ``tanh(0 + inf j)`` is ``0 + nan j``,
-``arccosh(0 + nan j)`` is ``nan + pi/2 j``, ``log1p(-inf - 0j)`` is ``inf - pi j``).
+``log``, ``log1p``, ``log2``, ``log10``, ``tanh``, ``arccosh`` and ``reciprocal`` of complex
+numbers: CuPy's (thrust's) functions, except at the special values where they differ from
+NumPy and the array API standard (``log(inf + nan j)`` is ``inf + nan j``, ``tanh(0 + inf
+j)`` is ``0 + nan j``, ``arccosh(0 + nan j)`` is ``nan + pi/2 j``, ``log1p(-inf - 0j)`` is
+``inf - pi j``, ``log2(inf + 1j)`` is ``inf + 0j``, ``reciprocal(inf + 0j)`` is ``0 - 0j``):
+``log2`` and ``log10`` scale the log's parts, and ``reciprocal`` divides as NumPy does.
 Their real loops are CuPy's code.
 """
 
@@ -54,12 +56,17 @@ double re = in0.real(), im = in0.imag();
 out0_type r = ((isinf(re) && isnan(im)) || (isnan(re) && isinf(im)))
     ? out0_type({_INF}, {_NAN}) : %s(in0);
 """
+#: componentwise scaling of the complex log, as NumPy's log2 and log10 (r: the log)
+_SCALED = "typedef decltype(in0.real()) T; out0 = out0_type(r.real() * T(%r), r.imag() * T(%r));"
 _COMPLEX_SPECIAL = {
     "log": _LOG_SPECIAL % "log" + "out0 = r;",
     # and log1p(conj(z)) == conj(log1p(z)) on the real axis, where CuPy loses the sign of
     # a zero imaginary part (log1p(-inf - 0j) is inf - pi j)
     "log1p": _LOG_SPECIAL % "log1p"
     + "out0 = im == 0 ? out0_type(r.real(), copysign((double)r.imag(), im)) : r;",
+    # CuPy's divide by a complex log(2) or log(10), which makes NaNs of infinities
+    "log2": _LOG_SPECIAL % "log" + _SCALED % (1.4426950408889634, 1.4426950408889634),
+    "log10": _LOG_SPECIAL % "log" + _SCALED % (0.4342944819032518, 0.4342944819032518),
     "tanh": f"""
 double re = in0.real(), im = in0.imag();
 if (re == 0 && !isfinite(im)) out0 = out0_type(re, {_NAN});
@@ -70,19 +77,32 @@ double re = in0.real(), im = in0.imag();
 if (re == 0 && isnan(im)) out0 = out0_type({_NAN}, 1.5707963267948966);
 else out0 = acosh(in0);
 """,
+    # NumPy's (Smith's) division, in the element's precision: CuPy's 1 / z gives NaN for
+    # an infinite z and loses the signs of zeros
+    "reciprocal": """
+typedef decltype(in0.real()) T;
+T re = in0.real(), im = in0.imag();
+if (fabs(im) <= fabs(re)) { T q = im / re, d = re + im * q; out0 = out0_type(T(1) / d, -q / d); }
+else { T q = re / im, d = re * q + im; out0 = out0_type(q / d, T(-1) / d); }
+""",
 }
-_CUDA_NAME = {"arccosh": "acosh"}
+
+
+def _real_code(name: str, t: str) -> str:
+    """CuPy's code of the real loop of types ``t``."""
+    if name == "reciprocal":
+        return "out0 = 1 / in0" if t[0] in "efd" else "out0 = in0 == 0 ? 0 : (1 / in0)"
+    return f"out0 = {'acosh' if name == 'arccosh' else name}(in0)"
 
 
 def make_complex_special(cupy: ModuleType) -> dict[str, Any]:
-    """``log``, ``log1p``, ``tanh`` and ``arccosh`` for ``cupy``: CuPy's loops, with NumPy's
+    """The functions of ``_COMPLEX_SPECIAL`` for ``cupy``: CuPy's loops, with NumPy's
     complex special values (one kernel, as CuPy's)."""
     out = {}
     for name, code in _COMPLEX_SPECIAL.items():
-        real = f"out0 = {_CUDA_NAME.get(name, name)}(in0)"
         # CuPy's loops of NumPy's types (its bfloat16 loop needs ml_dtypes's type objects)
-        ops = [(t, code if t[0] in "FD" else real) for t in getattr(cupy, name).types
-               if set(t) <= set("efdFD->")]
-        out[name] = cupy._core.create_ufunc(f"cuflow_{name}", ops, real,
+        ops = [(t, code if t[0] in "FD" else _real_code(name, t))
+               for t in getattr(cupy, name).types if set(t) <= set("?bBhHiIlLqQefdFD->")]
+        out[name] = cupy._core.create_ufunc(f"cuflow_{name}", ops, _real_code(name, "d"),
                                             doc=getattr(cupy, name).__doc__)
     return out

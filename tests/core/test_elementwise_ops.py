@@ -164,7 +164,8 @@ def test_remainder_matches_numpy_on_special_values(cf, rng, dtype):
     np.testing.assert_array_equal(to_host(c), want)
 
 
-@pytest.mark.parametrize("name", ["log", "log1p", "tanh", "arccosh", "acosh"])
+@pytest.mark.parametrize("name", ["log", "log1p", "log2", "log10", "tanh", "arccosh", "acosh",
+                                  "reciprocal"])
 @pytest.mark.parametrize("dtype", ["complex64", "complex128"])
 def test_complex_special_values_are_numpys(cf, rng, name, dtype):
     """The complex functions whose special values CuPy's (thrust's) functions get wrong
