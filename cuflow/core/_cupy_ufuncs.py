@@ -56,8 +56,15 @@ double re = in0.real(), im = in0.imag();
 out0_type r = ((isinf(re) && isnan(im)) || (isnan(re) && isinf(im)))
     ? out0_type({_INF}, {_NAN}) : %s(in0);
 """
-#: componentwise scaling of the complex log, as NumPy's log2 and log10 (r: the log)
-_SCALED = "typedef decltype(in0.real()) T; out0 = out0_type(r.real() * T(%r), r.imag() * T(%r));"
+
+
+def _scaled_log(c: float) -> str:
+    """The complex log's parts scaled by ``c``, as NumPy's log2 and log10 compute them."""
+    return _LOG_SPECIAL % "log" + (
+        f"typedef decltype(in0.real()) T; out0 = out0_type(r.real() * T({c!r}), "
+        f"r.imag() * T({c!r}));")
+
+
 _COMPLEX_SPECIAL = {
     "log": _LOG_SPECIAL % "log" + "out0 = r;",
     # and log1p(conj(z)) == conj(log1p(z)) on the real axis, where CuPy loses the sign of
@@ -65,8 +72,8 @@ _COMPLEX_SPECIAL = {
     "log1p": _LOG_SPECIAL % "log1p"
     + "out0 = im == 0 ? out0_type(r.real(), copysign((double)r.imag(), im)) : r;",
     # CuPy's divide by a complex log(2) or log(10), which makes NaNs of infinities
-    "log2": _LOG_SPECIAL % "log" + _SCALED % (1.4426950408889634, 1.4426950408889634),
-    "log10": _LOG_SPECIAL % "log" + _SCALED % (0.4342944819032518, 0.4342944819032518),
+    "log2": _scaled_log(1.4426950408889634),
+    "log10": _scaled_log(0.4342944819032518),
     "tanh": f"""
 double re = in0.real(), im = in0.imag();
 if (re == 0 && !isfinite(im)) out0 = out0_type(re, {_NAN});

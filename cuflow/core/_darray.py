@@ -42,6 +42,11 @@ def _no_copy_export(x: Any, dl_device: Any, copy: Any) -> None:
             f"(copy=None or copy=True)")
 
 
+def _given(**kw: Any) -> dict[str, Any]:
+    """The keyword arguments that were given (not None), for the base's ``__dlpack__``."""
+    return {k: v for k, v in kw.items() if v is not None}
+
+
 def _ns() -> Any:
     """The cuflow namespace, which darray's producing methods call (array API dispatch).
 
@@ -213,8 +218,7 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
             so far on the current stream, the copy included.
             """
             _no_copy_export(self, dl_device, copy)
-            kw = {k: v for k, v in (("stream", stream), ("max_version", max_version),
-                                    ("dl_device", dl_device)) if v is not None}
+            kw = _given(stream=stream, max_version=max_version, dl_device=dl_device)
             if copy and (dl_device is None or tuple(dl_device) == self.__dlpack_device__()):
                 return base_dlpack(base.copy(self), **kw)
             return base_dlpack(self, **kw) if copy is None else base_dlpack(self, copy=copy, **kw)
@@ -247,9 +251,8 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
             """DLPack export (array API): NumPy's; ``copy=False`` to another device raises
             :class:`~cuflow.DLPackCopyError` (a ``BufferError``)."""
             _no_copy_export(self, dl_device, copy)
-            kw = {k: v for k, v in (("stream", stream), ("max_version", max_version),
-                                    ("dl_device", dl_device), ("copy", copy)) if v is not None}
-            return base_dlpack(self, **kw)
+            return base_dlpack(self, **_given(stream=stream, max_version=max_version,
+                                              dl_device=dl_device, copy=copy))
 
         ns.update(__getitem__=__getitem__, get=get, __dlpack__=__dlpack__)
 
