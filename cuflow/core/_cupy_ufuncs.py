@@ -12,7 +12,9 @@ remain CuPy's.
 numbers: CuPy's (thrust's) functions, except at the special values where they differ from
 NumPy and the array API standard (``log(inf + nan j)`` is ``inf + nan j``, ``tanh(0 + inf
 j)`` is ``0 + nan j``, ``arccosh(0 + nan j)`` is ``nan + pi/2 j``, ``log1p(-inf - 0j)`` is
-``inf - pi j``, ``log2(inf + 1j)`` is ``inf + 0j``, ``reciprocal(inf + 0j)`` is ``0 - 0j``):
+``inf - pi j``, ``log2(inf + 1j)`` is ``inf + 0j``, ``reciprocal(inf + 0j)`` is ``0 - 0j``;
+``tanh`` at an infinite real part and a finite imaginary part is the standard's ``±1 ± 0j``,
+the zero signed as the imaginary part, where NumPy's and CuPy's can give NaN):
 ``log2`` and ``log10`` scale the log's parts, and ``reciprocal`` divides as NumPy does.
 Their real loops are CuPy's code.
 """
@@ -77,7 +79,8 @@ _COMPLEX_SPECIAL = {
     "tanh": f"""
 double re = in0.real(), im = in0.imag();
 if (re == 0 && !isfinite(im)) out0 = out0_type(re, {_NAN});
-else out0 = tanh(in0);  /* (cuflow.tanh sets the standard's values at infinite re) */
+else if (isinf(re) && isfinite(im)) out0 = out0_type(copysign(1.0, re), copysign(0.0, im));
+else out0 = tanh(in0);
 """,
     "arccosh": f"""
 double re = in0.real(), im = in0.imag();
