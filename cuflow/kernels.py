@@ -12,9 +12,9 @@ from collections.abc import Iterable
 import numpy
 
 from .core._runtime import get_backend
-from .raw_kernels import REGISTRY, KernelSpec, get_function
+from .raw_kernels import REGISTRY, KernelLookupError, KernelSpec, get_function
 
-__all__ = ["REGISTRY", "KernelSpec", "warmup"]
+__all__ = ["REGISTRY", "KernelLookupError", "KernelSpec", "warmup"]
 
 
 def warmup(kernels: Iterable[str] | None = None, dtypes: Iterable | None = None) -> int:
@@ -22,7 +22,7 @@ def warmup(kernels: Iterable[str] | None = None, dtypes: Iterable | None = None)
 
     Parameters
     ----------
-    kernels : iterable of str, optional
+    kernels : str or iterable of str, optional
         Registry names (default: all of :data:`REGISTRY`).
     dtypes : iterable of dtype-like, optional
         Only these instantiations (default: every dtype each kernel supports).
@@ -35,14 +35,20 @@ def warmup(kernels: Iterable[str] | None = None, dtypes: Iterable | None = None)
 
     Raises
     ------
-    KeyError
-        An unknown kernel name.
+    KernelLookupError
+        An unknown kernel name (a ``KeyError``), on every backend.
     cuflow.KernelCompileError
         NVRTC rejected a kernel (the log is in the message).
     """
+    names = (list(REGISTRY) if kernels is None
+             else [kernels] if isinstance(kernels, str) else list(kernels))
+    unknown = [n for n in names if n not in REGISTRY]
+    if unknown:
+        raise KernelLookupError(f"cuflow.kernels.warmup: no registered kernel named "
+                                f"{', '.join(map(repr, unknown))}; the registry has "
+                                f"{', '.join(REGISTRY)}")
     if not get_backend().is_gpu:
         return 0
-    names = list(REGISTRY) if kernels is None else list(kernels)
     want = None if dtypes is None else {numpy.dtype(d).name for d in dtypes}
     n = 0
     for name in names:

@@ -171,6 +171,11 @@ class Event:
         """The ``cudaEvent_t`` as an int (0 on the NumPy backend)."""
         return 0 if self._cp is None else int(self._cp.ptr)
 
+    @property
+    def device(self) -> int:
+        """The ordinal of the device this event belongs to (current when it was made)."""
+        return self._dev
+
     def record(self, stream: Any = None) -> Event:
         """Record on ``stream`` (default: the current stream) of the event's device; returns self."""
         b = get_backend()

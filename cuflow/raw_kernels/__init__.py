@@ -7,6 +7,7 @@ first use (see :mod:`cuflow.kernels` for ahead-of-time ``warmup``).
 from ._registry import (
     CTYPES,
     REGISTRY,
+    KernelLookupError,
     KernelSpec,
     compile_for_arch,
     get_function,
@@ -14,5 +15,5 @@ from ._registry import (
     source_of,
 )
 
-__all__ = ["CTYPES", "REGISTRY", "KernelSpec", "compile_for_arch", "get_function",
-           "name_expression", "source_of"]
+__all__ = ["CTYPES", "REGISTRY", "KernelLookupError", "KernelSpec", "compile_for_arch",
+           "get_function", "name_expression", "source_of"]

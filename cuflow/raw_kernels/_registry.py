@@ -19,8 +19,8 @@ import numpy
 
 from .._errors import CuflowError, KernelCompileError
 
-__all__ = ["CTYPES", "REGISTRY", "KernelSpec", "compile_for_arch", "get_function",
-           "name_expression", "source_of", "vec_run"]
+__all__ = ["CTYPES", "REGISTRY", "KernelLookupError", "KernelSpec", "compile_for_arch",
+           "get_function", "name_expression", "source_of", "vec_run"]
 
 class KernelLookupError(CuflowError, KeyError):
     """A kernel has no entry point, or no instantiation for the dtype asked for."""

@@ -236,6 +236,7 @@ def test_streams_and_events_belong_to_their_device(dcf):
             with s:
                 x = dcf.ones(8) * 3
             e = s.record()
+            assert e.device == i
             e.synchronize()
             assert float(dcf.asnumpy(x).sum()) == 24
 

@@ -28,3 +28,17 @@ def test_compile_error_names_kernel_arch_and_log(monkeypatch):
     assert "broken" in msg and "sm_90" in msg and "expected an expression" in msg
 
 
+
+
+def test_warmup_names_an_unknown_kernel_on_every_backend(cf):
+    with pytest.raises(cuflow.kernels.KernelLookupError, match="'nope'.*the registry has image"
+                       ) as ei:
+        cuflow.kernels.warmup(["image", "nope"])
+    assert isinstance(ei.value, KeyError) and isinstance(ei.value, cuflow.CuflowError)
+
+
+def test_warmup_loads_the_modules_asked_for(cf):
+    dtypes = REGISTRY["image"].dtypes()
+    gpu = cf.backend_info()["backend"] == "cupy"
+    assert cuflow.kernels.warmup("image", dtypes=dtypes[:1]) == (1 if gpu else 0)
+    assert cuflow.kernels.warmup() == (len(CASES) if gpu else 0)
