@@ -282,6 +282,16 @@ def test_decorator_numpy_ufuncs_and_scalars(cf, rng):
     check(host(f(cf.asarray(xa))), np.exp(xa) + np.float32(1))
 
 
+def test_captured_numpy_scalars_are_strongly_typed(cf, rng):
+    """A captured NumPy scalar keeps its dtype, as in NumPy (np.float64 is also a Python
+    float, but not a weak one)."""
+    xa = rand(rng, (50,), np.float32)
+    for fn in (lambda x: x * np.float64(2.5), lambda x: x * np.sqrt(2.0),
+               lambda x: np.where(x > 0, x, np.float64(0.5)), lambda x: x + np.int64(3),
+               lambda x: x * np.float16(2), lambda x: x - 1.5):
+        check(host(cf.fuse(fn)(cf.asarray(xa))), fn(xa))
+
+
 PROMOTIONS = [(np.uint8, 2), (np.uint8, 2.5), (np.float16, 3), (np.float16, np.float32(1)),
               (np.int32, np.float32(1)), (np.int8, np.uint8(1)), (np.float16, 1e-3),
               (np.int64, 1.5), (np.bool_, 1), (np.uint16, np.int16(-1))]

@@ -270,8 +270,10 @@ def const(x: Any) -> Expr:
     """A constant baked into the kernel (Python scalars stay weakly typed)."""
     if isinstance(x, Expr):
         return x
-    if isinstance(x, (bool, int, float)):
-        dt = {bool: numpy.bool_, int: numpy.int64, float: numpy.float64}[type(x)]
+    # (NumPy's float64 is a float, but as every NumPy scalar it is strongly typed)
+    if isinstance(x, (bool, int, float)) and not isinstance(x, numpy.generic):
+        dt = (numpy.bool_ if isinstance(x, bool) else numpy.int64 if isinstance(x, int)
+              else numpy.float64)
         return Expr("const", (), dt, (), x, weak=True)
     if isinstance(x, complex):
         raise TraceError(f"cuflow.fuse does not fuse complex values (got {x!r}) at "
