@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
+import math
 import sys
 import types
 from typing import Any
@@ -72,10 +74,27 @@ def _empty_by_numpy(fn, sub, name):
     return f
 
 
+def _positional(fn) -> float:
+    """How many arguments ``fn`` takes by position (inf with ``*args`` or no signature)."""
+    try:
+        ps = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return math.inf
+    if any(p.kind is p.VAR_POSITIONAL for p in ps):
+        return math.inf
+    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in ps)
+
+
 def _by_form(standard, own, own_form):
+    """``standard``, or the backend's ``own`` function for the calls the standard's form
+    does not take: NumPy's positional arguments past the standard's (``tensordot(a, b, 1)``,
+    ``linalg.svd(a, False)``), and the calls ``own_form`` picks."""
+    npos = _positional(standard)
+
     @functools.wraps(standard)
     def f(*args, **kwargs):
-        return (own if own_form(kwargs) else standard)(*args, **kwargs)
+        mine = len(args) > npos or own_form is not None and own_form(kwargs)
+        return (own if mine else standard)(*args, **kwargs)
 
     return f
 
@@ -120,9 +139,9 @@ def forward(name: str, sub: str | None = None, owner: str = "cuflow") -> Any:
         raise AttributeError(
             f"module {owner!r} has no attribute {name!r} (not in cuflow nor in "
             f"{mod.__name__})") from None
-    if mod is compat and (sub or "", name) in _BACKEND_FORM:
-        own = getattr(b.xp if sub is None else getattr(b.xp, sub), name)
-        obj = _by_form(obj, own, _BACKEND_FORM[(sub or "", name)])
+    own = getattr(b.xp if sub is None else getattr(b.xp, sub, None), name, None)
+    if mod is compat and callable(own) and callable(obj):
+        obj = _by_form(obj, own, _BACKEND_FORM.get((sub or "", name)))
     if mod is compat and b.name == "cupy" and (sub or "", name) in _EMPTY_BY_NUMPY:
         obj = _empty_by_numpy(obj, sub, name)
     if callable(obj) and not isinstance(obj, type) and not isinstance(obj, types.ModuleType):

@@ -278,6 +278,8 @@ def _own_result(rt: Any, r: Any, inputs: tuple) -> Any:
         return rt.wrap(r)
     if t is tuple or t is list:
         return t(_own_result(rt, e, inputs) for e in r)
+    if isinstance(r, tuple) and hasattr(t, "_make"):  # a named tuple
+        return t._make(_own_result(rt, e, inputs) for e in r)
     return rt.wrap(r)
 
 

@@ -115,7 +115,8 @@ class Runtime:
         return x.data.ptr if self.name == "cupy" else x.__array_interface__["data"][0]
 
     def wrap(self, r: Any) -> Any:
-        """A result of the backend as darray(s): O(1), no copy (tuples and lists too)."""
+        """A result of the backend as darray(s): O(1), no copy (tuples, named tuples and
+        lists too)."""
         t = type(r)
         if t is self.ndarray:
             if self.name == "cupy":
@@ -124,6 +125,8 @@ class Runtime:
             return r.view(self._host_class())
         if t is tuple or t is list:
             return t(self.wrap(x) for x in r)
+        if isinstance(r, tuple) and hasattr(t, "_make"):  # a named tuple (unique_counts, svd)
+            return t._make(self.wrap(x) for x in r)
         if self.name == "numpy" and isinstance(r, numpy.generic):
             # CuPy returns 0-d arrays, never scalars
             return numpy.asarray(r).view(self._host_class())

@@ -259,6 +259,43 @@ def test_forwarded_function_returning_its_operand_returns_the_callers_object(cf,
     np.testing.assert_array_equal(cf.asnumpy(o), np.fix(cf.asnumpy(x)))
 
 
+def test_numpy_positional_arguments_of_standard_functions(cf, rng):
+    """Functions taken from array-api-compat (keyword-only past the standard's operands)
+    take NumPy's positional arguments too, as the backend's own function does."""
+    h = rng.standard_normal((4, 3))
+    m = h.T @ h + np.eye(3)
+    a, s = cf.asarray(h), cf.asarray(m)
+    cases = [
+        (lambda x: x.tensordot(a, a.T, 1), np.tensordot(h, h.T, 1)),
+        (lambda x: x.tensordot(a, a, ([0, 1], [0, 1])), np.tensordot(h, h, ([0, 1], [0, 1]))),
+        (lambda x: x.linalg.svd(a, False)[1], np.linalg.svd(h, False)[1]),
+        (lambda x: abs(x.linalg.qr(a, "complete")[1]), abs(np.linalg.qr(h, "complete")[1])),
+        (lambda x: x.linalg.eigh(s, "U")[0], np.linalg.eigh(m, "U")[0]),
+        (lambda x: x.linalg.pinv(a, 1e-5), np.linalg.pinv(h, 1e-5)),
+        (lambda x: x.linalg.matrix_rank(a, 1e-3), np.linalg.matrix_rank(h, 1e-3)),
+    ]
+    for fn, want in cases:
+        got = fn(cf)
+        assert isinstance(got, cf.darray)
+        np.testing.assert_allclose(cf.asnumpy(got), want, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("call", ["unique_counts", "unique_all", "unique_inverse", "eigh", "svd",
+                                  "qr", "slogdet"])
+def test_named_tuple_results_hold_darrays(cf, rng, call):
+    h = rng.integers(-3, 4, 12).astype(np.float64)
+    m = cf.asarray(np.diag(rng.uniform(1, 2, 3)) + 0.1)
+    r = {"unique_counts": lambda: cf.unique_counts(cf.asarray(h)),
+         "unique_all": lambda: cf.unique_all(cf.asarray(h)),
+         "unique_inverse": lambda: cf.unique_inverse(cf.asarray(h)),
+         "eigh": lambda: cf.linalg.eigh(m), "svd": lambda: cf.linalg.svd(m),
+         "qr": lambda: cf.linalg.qr(m), "slogdet": lambda: cf.linalg.slogdet(m)}[call]()
+    assert isinstance(r, tuple) and hasattr(type(r), "_fields")
+    assert all(isinstance(v, cf.darray) for v in r), [type(v).__name__ for v in r]
+    total = cf.empty((), r[0].dtype)
+    assert r[-1].sum(dst=total) is total  # cuflow's own methods on every field
+
+
 @pytest.mark.parametrize("a_shape, b_shape", [((0, 0), (0,)), ((2, 0, 0), (2, 0, 3)),
                                               ((0, 3, 3), (0, 3, 2)), ((3, 3), (3, 0))])
 def test_linalg_solve_of_empty_operands(cf, a_shape, b_shape):
