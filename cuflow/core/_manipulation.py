@@ -240,8 +240,17 @@ def take(a, indices, axis=None, dst=None, *, out=None, stream=None):
         reraise("take", e, dst)
 
 
-def take_along_axis(a, indices, axis=-1):
+def take_along_axis(a, indices, axis=-1, dst=None, *, out=None, stream=None):
     """Values of ``a`` at ``indices`` along ``axis`` (array API ``take_along_axis``; the last
-    axis unless given, where NumPy requires it)."""
+    axis unless given, where NumPy requires it); with ``dst`` written there.
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
+    dst = resolve_out(dst, out, "take_along_axis")
+    if stream is not None:
+        return run_on(stream, take_along_axis, a, indices, axis, dst)
     axis = check_ints("take_along_axis", axis)
-    return call("take_along_axis", runtime().xp.take_along_axis, a, indices, axis)
+    r = call("take_along_axis", runtime().xp.take_along_axis, a, indices, axis)
+    return r if dst is None else copy_into("take_along_axis", dst, r, "same_kind")

@@ -31,11 +31,21 @@ def test_transforms_with_dst(cf, rng):
         (lambda d: cf.ravel(a.T, dst=d), ha.T.ravel()),
         (lambda d: cf.ascontiguousarray(a.T, dst=d), np.ascontiguousarray(ha.T)),
         (lambda d: cf.copy(a, dst=d), ha.copy()),
+        (lambda d: cf.take_along_axis(a, cf.argsort(b, axis=1), 1, dst=d),
+         np.take_along_axis(ha, np.argsort(hb, axis=1), 1)),
     ]
     for fn, exp in cases:
         d = cf.full(exp.shape, np.nan, dtype=exp.dtype)
         assert fn(d) is d
         np.testing.assert_allclose(to_host(d), exp, rtol=1e-5, atol=1e-5)
+
+
+def test_take_along_axis_on_a_stream(cf, rng):
+    h = random_array((3, 4), "float32", rng, host=True)
+    a, s = cf.asarray(h), cf.Stream()
+    r = cf.take_along_axis(a, cf.argsort(a, axis=1, stream=s), stream=s)
+    s.synchronize()
+    np.testing.assert_array_equal(to_host(r), np.sort(h, axis=1))
 
 
 @pytest.mark.parametrize("axes", [False, "", "10", [0.0, 1.0], (1, True)])
@@ -179,6 +189,8 @@ _TRANSFORMS = {
     "cumsum": lambda m, a, b, i, **kw: m.cumsum(a, axis=0, **kw),
     "cumprod": lambda m, a, b, i, **kw: m.cumprod(a, axis=1, **kw),
     "take": lambda m, a, b, i, **kw: m.take(a, i, axis=0, **kw),
+    "take_along_axis": lambda m, a, b, i, **kw: m.take_along_axis(
+        a, m.argsort(b, axis=1, kind="stable"), axis=1, **kw),
     "where": lambda m, a, b, i, **kw: m.where(a > b, b, a, **kw),
     "around": lambda m, a, b, i, **kw: m.around(a, 1, **kw),
 }
