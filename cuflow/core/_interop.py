@@ -95,6 +95,9 @@ def astype(a, dtype, dst=None, *, out=None, order="K", casting="unsafe", copy=Tr
     dst = resolve_out(dst, out, "astype")
     if stream is not None:
         return run_on(stream, astype, a, dtype, dst, order=order, casting=casting, copy=copy)
+    if not hasattr(a, "dtype") or not hasattr(a, "shape"):  # (NumPy's TypeError)
+        raise ArgumentTypeError(f"cuflow.astype takes an array, got {type(a).__name__}; "
+                                "convert it with cuflow.asarray first")
     if isinstance(dtype, numpy.ndarray | rt.ndarray):
         # numpy.dtype() reads a device array's .dtype attribute: an array is no dtype
         raise ArgumentTypeError(f"cuflow.astype: dtype must name a dtype, got an array of "
@@ -140,9 +143,13 @@ def asarray(obj, dtype=None, order=None, *, device=None, copy=None, stream=None)
                                 "imaginary part; take .real (or .imag) first")
     if isinstance(obj, rt.ndarray):
         r = obj
-        if dtype is not None and numpy.dtype(dtype) != obj.dtype or copy:
+        cast = dtype is not None and dtype != obj.dtype
+        relayout = (order in ("C", "c") and not obj.flags.c_contiguous
+                    or order in ("F", "f") and not obj.flags.f_contiguous)
+        if cast or relayout or copy:
             if copy is False:
-                _refuse_copy(obj, f"a cast from {obj.dtype} to {numpy.dtype(dtype)}")
+                _refuse_copy(obj, f"a cast from {obj.dtype} to {dtype}" if cast
+                             else f"a copy in order {order!r}")
             with numpy.errstate(over="ignore", invalid="ignore"):  # astype's semantics
                 r = rt.ndarray.astype(obj, dtype or obj.dtype, order=order or "K", copy=True)
         return rt.as_darray(r)
@@ -194,7 +201,7 @@ def _refuse_copy(obj, what):
 
 def array(obj, dtype=None, copy=True, order="K", ndmin=0, *, stream=None):
     """Like :func:`asarray` but copies by default (NumPy's ``array``)."""
-    r = asarray(obj, dtype=dtype, copy=copy, stream=stream)
+    r = asarray(obj, dtype=dtype, order=order, copy=copy, stream=stream)
     if ndmin > r.ndim:
         r = r.reshape((1,) * (ndmin - r.ndim) + r.shape)
     return r

@@ -110,6 +110,19 @@ def test_asarray_keeps_the_sign_of_zero(cf, value):
     assert np.signbit(to_host(cf.sqrt(cf.asarray(-0.0))))
 
 
+def test_asarray_and_array_lay_out_in_the_order_asked_for(cf, rng):
+    h = rng.standard_normal((3, 4))
+    t = cf.asarray(h).T
+    for conv in (cf.asarray, cf.array):
+        c, f = conv(t, order="C"), conv(t, order="F")
+        assert c.flags.c_contiguous and f.flags.f_contiguous
+        np.testing.assert_array_equal(cf.asnumpy(c), h.T)
+    assert cf.asarray(t, order="F") is t and cf.asarray(t, order="K") is t  # no copy needed
+    assert cf.array([[1, 2], [3, 4]], order="F").flags.f_contiguous
+    with pytest.raises(cuflow.ArgumentError, match="copy=False.*order 'C'"):
+        cf.asarray(t, order="C", copy=False)
+
+
 def test_asarray_of_a_nest_of_arrays_is_numpys_conversion_of_them(cf, rng):
     """``cp.asarray([x.max(), x.min()])``: a nest of the backend's arrays converts as NumPy
     converts the same arrays on the host, whatever else the nest holds."""
