@@ -52,7 +52,7 @@ from typing import Any, Literal
 
 import numpy
 
-from ._errors import ArgumentError
+from ._errors import ArgumentError, ArgumentTypeError
 from .core import _engine, _runtime
 from .core._contract import prepare_out
 from .core._fastpath import FastCall
@@ -101,6 +101,9 @@ def _special(name: str, x: Any, dst: Any = None, stream: Any = None) -> Any:
             return _special(name, x, dst)
     xp = rt.xp
     a = xp.asarray(x)
+    if a.dtype.kind not in "biuf":
+        raise ArgumentTypeError(f"cuflow.{name} takes real numbers (bool, integer or float "
+                                f"dtypes), got dtype {a.dtype}")
     dt = numpy.exp(numpy.ones((), a.dtype)).dtype  # NumPy's float result dtype
     a = a.astype(dt, copy=False)
     if name == "sigmoid":

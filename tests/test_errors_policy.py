@@ -312,3 +312,28 @@ def test_views_with_bad_axes_or_orders_are_argument_errors(cf):
     with pytest.raises(IndexError) as e:  # past C's integers as past the axis
         cf.take(cf.zeros(3), 2**70)
     _is_clear(e.value, "cuflow.take", "[-3, 3)", str(2**70))
+
+
+@pytest.mark.parametrize(("call", "builtin", "words"), [
+    (lambda cf: cf.where(cf.ones(3) > 0, cf.ones(3)), ValueError, ("cuflow.where", "x1", "x2")),
+    (lambda cf: cf.linalg.eigvals(cf.ones((2, 3))), ValueError, ("cuflow.linalg.eigvals",)),
+    (lambda cf: cf.linalg.eig(cf.ones((2, 3))), ValueError, ("cuflow.linalg.eig",)),
+    (lambda cf: cf.argsort(cf.ones((2, 3)), axis=5, descending=True), IndexError,
+     ("cuflow.argsort", "[-2, 2)", "5")),
+    (lambda cf: cf.fft.fftfreq(-1), ValueError, ("cuflow.fft.fftfreq", "negative")),
+    (lambda cf: cf.fft.rfftfreq(2.5), ValueError, ("cuflow.fft.rfftfreq", "integer")),
+    (lambda cf: cf.finfo(cf.int32), ValueError, ("cuflow.finfo", "floating", "int32")),
+    (lambda cf: cf.iinfo(cf.float32), ValueError, ("cuflow.iinfo", "integer", "float32")),
+    (lambda cf: cf.finfo("no such dtype"), TypeError, ("cuflow.finfo", "no such dtype")),
+    (lambda cf: cf.astype([1, 2], cf.float32), TypeError, ("cuflow.astype", "list")),
+    (lambda cf: cf.fusion.erf(cf.asarray([1j])), TypeError, ("cuflow.erf", "complex128")),
+    (lambda cf: cf.kernels.warmup("nope"), KeyError, ("warmup", "'nope'")),
+])
+def test_namespace_functions_state_their_rule(cf, call, builtin, words):
+    with pytest.raises(builtin) as e:
+        call(cf)
+    _is_clear(e.value, *words)
+
+
+def test_descending_argsort_of_a_zero_dimensional_array_is_numpys_argsort(cf):
+    assert to_host(cf.argsort(cf.asarray(3.0), descending=True)).tolist() == [0]

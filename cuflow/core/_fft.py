@@ -28,5 +28,9 @@ def _freq(name, n, d, dtype, device, stream):
     if stream is not None:
         return run_on(stream, _freq, name, n, d, dtype, None, None)
     xp = runtime().xp
-    r = getattr(xp.fft, name)(n, d)
-    return call(f"fft.{name}", lambda: r if dtype is None else r.astype(dtype, copy=False))
+
+    def run():
+        r = getattr(xp.fft, name)(n, d)
+        return r if dtype is None else r.astype(dtype, copy=False)
+
+    return call(f"fft.{name}", run)

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy
 
-from .._errors import ArgumentError
+from .._errors import ArgumentError, ArgumentTypeError
 from ._runtime import runtime
 
 __all__ = ["Info", "__array_namespace_info__", "isdtype", "finfo", "iinfo", "result_type",
@@ -122,12 +122,23 @@ def finfo(type: Any, /) -> Any:  # noqa: A002
     ``bits``, ``eps``, ``max``, ``min`` and ``smallest_normal`` are Python numbers, as
     the array API asks; NumPy's other fields are there too.
     """
-    return _Finfo(numpy.finfo(_dt(type)))
+    dt = _limits_dtype("finfo", type, "fc", "a floating or complex")
+    return _Finfo(numpy.finfo(dt))
 
 
 def iinfo(type: Any, /) -> numpy.iinfo:  # noqa: A002
     """Machine limits of an integer dtype, or of an array's dtype (array API ``iinfo``)."""
-    return numpy.iinfo(_dt(type))
+    return numpy.iinfo(_limits_dtype("iinfo", type, "iu", "an integer"))
+
+
+def _limits_dtype(name: str, x: Any, kinds: str, what: str) -> numpy.dtype:
+    try:
+        dt = numpy.dtype(_dt(x))
+    except TypeError as e:
+        raise ArgumentTypeError(f"cuflow.{name} takes a dtype or an array, got {x!r}") from e
+    if dt.kind not in kinds:  # (NumPy's ValueError)
+        raise ArgumentError(f"cuflow.{name} takes {what} dtype, got {dt}")
+    return dt
 
 
 def result_type(*arrays_and_dtypes: Any) -> numpy.dtype:

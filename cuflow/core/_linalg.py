@@ -32,15 +32,22 @@ def eig(x, /):
     NumPy returns real arrays when every eigenvalue is real; the array API asks
     for the complex dtype matching ``x`` (float32 -> complex64) in every case.
     """
-    rt = runtime()
-    res = call("linalg.eig", rt.xp.linalg.eig, x)
-    ct = _complex(x.dtype)
-    w, v = (rt.wrap(r.astype(ct, copy=False)) for r in res)
-    return EigResult(w, v)
+    xp = runtime().xp
+
+    def run():
+        a = xp.asarray(x)
+        ct = _complex(a.dtype)
+        return tuple(r.astype(ct, copy=False) for r in xp.linalg.eig(a))
+
+    return EigResult(*call("linalg.eig", run))
 
 
 def eigvals(x, /):
     """Eigenvalues of square matrices, always complex (array API)."""
     xp = runtime().xp
-    w = xp.linalg.eigvals(x)
-    return call("linalg.eigvals", lambda: w.astype(_complex(x.dtype), copy=False))
+
+    def run():
+        a = xp.asarray(x)
+        return xp.linalg.eigvals(a).astype(_complex(a.dtype), copy=False)
+
+    return call("linalg.eigvals", run)

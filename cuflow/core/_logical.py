@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy
 
+from .._errors import ArgumentError
 from ._contract import prepare_out
 from . import _runtime
 from ._dispatch import call, fast_call, reraise, run_on, ufunc1, ufunc2, ufunc_methods
@@ -32,11 +33,15 @@ def where(condition: Any, x1: Any = None, x2: Any = None, /, *, dst: Any = None,
     """``x1`` where ``condition`` is true, else ``x2`` (array API ``where``); fuses in ``cuflow.fuse``.
 
     With only ``condition``, NumPy's ``where(condition)`` (the indices of true elements).
+    ``x1`` and ``x2`` come both or neither (:class:`~cuflow.ArgumentError` otherwise).
 
     Notes
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
+    if (x1 is None) != (x2 is None):
+        raise ArgumentError(f"cuflow.where takes both x1 and x2 or neither; got only "
+                            f"{'x1' if x2 is None else 'x2'}")
     if isinstance(condition, Expr) or isinstance(x1, Expr) or isinstance(x2, Expr):
         return traced_where(condition, x1, x2)
     if stream is None and x2 is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._errors import ArgumentIndexError
 from ._contract import check_ints
 from ._dispatch import call, run_on
 from ._runtime import runtime
@@ -37,15 +38,22 @@ def argsort(a, axis=-1, kind=None, order=None, *, descending=False, stable=True,
     axis = check_ints("argsort", axis)
     xp = runtime().xp
     kw = _options(kind, order, stable)
-    if not descending:
+    if not descending or getattr(a, "ndim", None) == 0:  # (one element: either order)
         return call("argsort", xp.argsort, a, axis=axis, **kw)
+    return call("argsort", _argsort_descending, xp, a, axis, kw)
+
+
+def _argsort_descending(xp, a, axis, kw):
     if axis is None:
         a, axis = a.ravel(), 0
     # the stable ascending sort of the reversed array, read backwards, is the stable
     # descending order; the indices are then mapped back to the unreversed array
-    ax = axis if axis >= 0 else a.ndim + axis
+    if not -a.ndim <= axis < a.ndim:
+        raise ArgumentIndexError(f"cuflow.argsort: axis must be in [{-a.ndim}, {a.ndim}) for "
+                                 f"an array of {a.ndim} dimensions, got {axis}")
+    ax = axis % a.ndim
     r = xp.flip(xp.argsort(xp.flip(a, axis=ax), axis=ax, **kw), axis=ax)
-    return call("argsort", xp.subtract, a.shape[ax] - 1, r)
+    return xp.subtract(a.shape[ax] - 1, r)
 
 
 def sort(a, axis=-1, kind=None, order=None, *, descending=False, stable=True, stream=None):
