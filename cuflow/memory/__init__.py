@@ -42,6 +42,7 @@ bench/test_bench_memory.py::test_trace):
 from __future__ import annotations
 
 import contextlib
+import math
 import numbers
 import warnings
 import weakref
@@ -50,6 +51,7 @@ from typing import Any
 
 import numpy
 
+from ..core._creation import _shape as check_shape
 from ..core._runtime import on_select, runtime
 from ..core._streams import as_cupy_stream
 from ._backends import Backend, CudaMallocBackend, DriverPoolBackend, HostBackend
@@ -306,6 +308,9 @@ def warmup(fn: Callable[..., Any], *largest_inputs: Any, pool: Pool | None = Non
                               f"{type(keep).__name__} {keep!r}")
     if pool is None:
         pool = get_pool()
+    elif not isinstance(pool, Pool):
+        raise MemoryTypeError(f"cuflow.memory.warmup: pool must be a cuflow.memory.Pool or "
+                              f"None, got {type(pool).__name__}")
     pool.start_recording()
     try:
         with using_pool(pool):
@@ -333,9 +338,9 @@ def empty_pinned(shape: Any, dtype: Any = numpy.float32) -> numpy.ndarray:
     is still in flight.  On the NumPy backend this is ``numpy.empty``.
     """
 
+    shape = check_shape("memory.empty_pinned", shape, dtype)  # the creation functions' rules
     dt = numpy.dtype(dtype)
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    n = int(numpy.prod(shape, dtype=numpy.int64))
+    n = math.prod(shape)
     b = runtime()
     if not b.is_gpu:
         return numpy.empty(shape, dt)

@@ -157,6 +157,9 @@ def _split(text: str, what: str) -> tuple[str, float]:
         raise MemoryValueError(f"{what}={text!r}: expected {_FORMS}, a finite positive amount")
     if kind == "fraction" and x > 1:
         raise MemoryValueError(f"{what}={text!r}: a fraction of device memory must be in (0, 1]")
+    if kind == "bytes" and x != int(x):  # "1.5" is neither a fraction nor whole bytes
+        raise MemoryValueError(f"{what}={text!r}: bytes must be a whole number ({x!r} is not), "
+                               "and a fraction of device memory is in (0, 1]")
     return kind, x
 
 

@@ -48,7 +48,9 @@ replay), ``_stats`` (statistics, snapshot, summary); ``_blocks`` has the units.
 from __future__ import annotations
 
 import gc
+import numbers
 import operator
+import sys
 import threading
 from collections import defaultdict
 from collections.abc import Callable
@@ -59,9 +61,9 @@ from ._backends import Backend
 from ._env import POOL_HOTPATH
 from ._blocks import (DEAD_STREAM, LARGE_ROUND, LARGE_SPLIT_MAX, MIN_SEGMENT, SMALL, SPLIT_MIN,
                       Block, FreeList, Segment, round_size, size_class)
-from ._exceptions import DoubleFreeError, MemoryValueError
+from ._exceptions import DoubleFreeError, MemoryTypeError, MemoryValueError
 from ._graphs import GraphPoolsMixin
-from ._limit import LimitExceeded, LimitingAdaptor
+from ._limit import LimitExceeded, LimitingAdaptor, limit_of
 from ._stats import StatsMixin, fmt_bytes
 from ._streams import StreamsMixin
 from ._warmup import WarmupMixin
@@ -74,6 +76,12 @@ except ImportError:
     HotAlloc = PoolLock = PoolState = CFreeList = None
 if POOL_HOTPATH == "python":
     HotAlloc = PoolLock = PoolState = CFreeList = None
+
+
+def _idle(b: Block) -> bool:
+    """``b`` sits in a free list: free, not in the exact-size cache, awaiting no event, of a
+    live stream."""
+    return b.free and not b.quick and b.events is None and b.stream != DEAD_STREAM
 
 
 class PyPoolState:
@@ -132,8 +140,9 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
     ----------
     backend : Backend
         Segment source (:class:`~cuflow.memory.DriverPoolBackend` on the GPU).
-    limit : int, optional
-        Most bytes the pool may reserve; ``None`` for no limit.
+    limit : int, float, str, optional
+        Most bytes the pool may reserve, in any form :func:`cuflow.memory.set_limit` takes;
+        ``None`` for no limit.
     """
 
     requested = _state_field("requested", "Bytes requested by the lent blocks.")
@@ -149,7 +158,10 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
     _busy = _state_field("busy", "A slow path runs: frees wait in ``_freed``.")
     _slow = _state_field("slow", "The hot path defers to the general one.")
 
-    def __init__(self, backend: Backend, limit: int | None = None) -> None:
+    def __init__(self, backend: Backend, limit: int | float | str | None = None) -> None:
+        if not isinstance(backend, Backend):
+            raise MemoryTypeError(f"cuflow.memory.Pool: backend must be a "
+                                  f"cuflow.memory.Backend, got {type(backend).__name__}")
         #: counters and flags (a C struct where the extension was built: the compiled
         #: paths use its fields; the properties above read and write them)
         self._state = PyPoolState() if PoolState is None else PoolState()
@@ -314,15 +326,30 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
 
         Raises
         ------
+        MemoryTypeError
+            ``nbytes`` is not an integer (a bool neither).
+        MemoryValueError
+            ``nbytes`` is negative.
         cuflow.OutOfMemoryError
-            After freeing cached blocks, collecting garbage and retrying.
+            After freeing cached blocks, collecting garbage and retrying; at once for a size
+            past the address space.
         """
+        if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral):
+            raise MemoryTypeError(f"cuflow.memory.Pool.alloc: nbytes must be an int, got "
+                                  f"{type(nbytes).__name__} {nbytes!r}")
+        nbytes = int(nbytes)
+        if nbytes > sys.maxsize:
+            raise OutOfMemoryError(f"cuflow.memory.Pool.alloc: out of memory: {nbytes} bytes "
+                                   f"({fmt_bytes(nbytes)}) is more than any address space holds")
         if stream is None:
             stream = self.backend.current_stream()
         return self._live[self.alloc_ptr(nbytes, stream)]
 
     def free(self, b: Block) -> None:
         """Return ``b``; reused at once on its stream, or after its other streams' work."""
+        if not isinstance(b, Block):
+            raise MemoryTypeError(f"cuflow.memory.Pool.free: b must be a Block of this pool, "
+                                  f"got {type(b).__name__}")
         if self._live.get(b.ptr) is not b or b.ptr in self._freed:
             raise DoubleFreeError(f"cuflow.memory: block at {b.ptr:#x} freed twice (or not "
                                f"from this pool)")
@@ -436,31 +463,38 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         capturing = bool(self._capturing)
         if isinstance(error, LimitExceeded):
             if not capturing:
-                self._release_free_segments()
+                self._release_free_segments(split=True)
             try:
                 ptr = self._new_segment(seg_bytes, stream, owner)
             except LimitExceeded:
-                self.num_ooms += 1
-                raise OutOfMemoryError(self._oom_message(size, f"the pool's limit of "
-                                                               f"{fmt_bytes(self.limit)}")) from None
+                raise self._out_of_memory(size, f"the pool's limit of "
+                                                f"{fmt_bytes(self.limit)}") from None
             return self._add_segment(ptr, seg_bytes, stream, owner)
         self.num_alloc_retries += 1
         gc.collect()  # finalizers of collected arrays queue their frees; drain them
         self._drain()
         self._flush_quick()
         if not capturing:
-            self._release_free_segments()
+            self._release_free_segments(split=True)
             self._process_pending(wait=True)
-            self._release_free_segments()
+            self._release_free_segments(split=True)
         b = self._list(owner, stream).pop_fit(size)
         if b is not None:
             return b
         try:
             ptr = self._new_segment(seg_bytes, stream, owner)
         except MemoryError:
-            self.num_ooms += 1
-            raise OutOfMemoryError(self._oom_message(size, "the device")) from error
+            raise self._out_of_memory(size, "the device") from error
         return self._add_segment(ptr, seg_bytes, stream, owner)
+
+    def _out_of_memory(self, size: int, where: str) -> OutOfMemoryError:
+        """The error for a request of ``size`` bytes that ``where`` cannot hold; it counts as
+        an out-of-memory error, not as a miss served (``num_alloc`` counts no failure)."""
+        self.num_ooms += 1
+        self.misses[size] -= 1
+        if not self.misses[size]:
+            del self.misses[size]
+        return OutOfMemoryError(self._oom_message(size, where))
 
     def _add_segment(self, ptr: int, seg_bytes: int, stream: int, owner: Any) -> Block:
         """Take the new segment at ``ptr`` into the pool; its first block."""
@@ -489,7 +523,8 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         return src.limit if isinstance(src, LimitingAdaptor) else None
 
     @limit.setter
-    def limit(self, value: int | None) -> None:
+    def limit(self, value: int | float | str | None) -> None:
+        value = limit_of(value, self.backend)  # set_limit's forms and checks
         if value is None:
             self._source = self.backend
         elif isinstance(self._source, LimitingAdaptor):
@@ -598,18 +633,34 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
                 if info["closed"] and info["segments"] == 0:
                     del self._private[seg.owner]
 
-    def _release_free_segments(self, owner: Any = None, kept: bool = True) -> int:
+    def _release_free_segments(self, owner: Any = None, kept: bool = True,
+                               split: bool = False) -> int:
         """Release ``owner``'s wholly free segments (without ``kept``, not those a warm-up
         kept); the number released.  A segment is wholly free when its first block spans it
         and sits in a free list (free, not in the exact-size cache, awaiting no event, of a
-        live stream); looking at segments, not at every free block, keeps a miss cheap."""
+        live stream); looking at segments, not at every free block, keeps a miss cheap.
+        With ``split`` (``empty_cache``, an out-of-memory retry) a segment whose blocks are
+        all so, on several streams (free neighbours of different streams never coalesce),
+        goes back too, after the work of each of its streams."""
         n = 0
         for seg in list(self._segments.values()):
             b = seg.first
-            if (seg.owner != owner or b.next is not None or not b.free or b.quick
-                    or b.events is not None or b.stream == DEAD_STREAM
-                    or not (kept or not seg.keep)):
+            if seg.owner != owner or not (kept or not seg.keep) or not _idle(b):
                 continue
+            if b.next is not None:
+                rest = []
+                x = b.next
+                while split and x is not None and _idle(x):
+                    rest.append(x)
+                    x = x.next
+                if not split or x is not None:
+                    continue
+                for x in rest:  # one free block spanning the segment, on the first's stream
+                    self._lists[(owner, x.stream)].remove(x)
+                fl = self._lists[(owner, b.stream)]
+                fl.remove(b)  # (the list is ordered by size)
+                b.next, b.size = None, seg.nbytes
+                fl.push(b)
             self._release_segment(b, self._lists[(owner, b.stream)])
             n += 1
         return n
@@ -637,4 +688,4 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
             self._process_pending()
             if self._orphans:
                 self._adopt_orphans()
-            return self._release_free_segments()
+            return self._release_free_segments(split=True)

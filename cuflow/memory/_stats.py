@@ -29,13 +29,22 @@ class StatsMixin:
         return self._state.hit_counts()
 
     def reset_stats(self) -> None:
-        self.allocated = self.requested = self.reserved = self.pending_bytes = 0
-        self.peak_allocated = self.peak_requested = self.peak_reserved = self.peak_active = 0
-        self.num_segment_alloc = self.num_segment_free = 0
-        self._device_base = (self.backend.device_allocs, self.backend.device_frees)
-        self.num_alloc_retries = self.num_ooms = self.num_cross_stream = 0
-        self._state.clear_hits()
-        self.misses.clear()
+        """Zero the accumulated counters (hits, misses, segment and device allocations,
+        retries, out-of-memory errors, cross-stream reuses) and bring the peaks down to the
+        current values.  What is lent and reserved now stays counted: it is still held
+        (PyTorch's ``reset_accumulated_memory_stats`` and ``reset_peak_memory_stats``)."""
+        with self._lock:
+            if not self._busy:
+                self._drain()
+            self.peak_allocated, self.peak_requested = self.allocated, self.requested
+            self.peak_reserved = self.reserved
+            self.peak_active = self.allocated + self.pending_bytes
+            self.num_segment_alloc = self.num_segment_free = 0
+            self._device_base = (self.backend.device_allocs, self.backend.device_frees)
+            self.num_alloc_retries = self.num_ooms = self.num_cross_stream = 0
+            self._state.clear_hits()
+            self.misses.clear()
+            self._live_base = len(self._live)  # blocks lent before: their frees still count
 
     def reset_peak_stats(self) -> None:
         with self._lock:
@@ -79,7 +88,7 @@ class StatsMixin:
                 "allocation.all.current": len(self._live),
                 "segment.all.current": len(self._segments),
                 "num_alloc": self.num_alloc,
-                "num_free": self.num_alloc - len(self._live),
+                "num_free": self.num_alloc - (len(self._live) - self._live_base),
                 "num_alloc_retries": self.num_alloc_retries,
                 "num_ooms": self.num_ooms,
                 "num_device_alloc": self.num_device_alloc,

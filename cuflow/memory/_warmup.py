@@ -36,10 +36,14 @@ class WarmupMixin:
 
     def warmup(self, sizes: Iterable[int], stream: int | None = None) -> None:
         """Allocate ``sizes`` all at once, then free them: the cache then serves them."""
+        blocks: list[Block] = []
         with self._warm():
-            blocks = [self.alloc(n, stream) for n in sizes]
-            for b in blocks:
-                self.free(b)
+            try:  # a size refused frees the blocks already taken
+                for n in sizes:
+                    blocks.append(self.alloc(n, stream))
+            finally:
+                for b in blocks:
+                    self.free(b)
 
     def start_recording(self) -> None:
         with self._lock:
@@ -72,11 +76,13 @@ class WarmupMixin:
         with self._warm() if keep else contextlib.nullcontext():
             for _ in range(rounds):
                 live: dict[int, Block] = {}
-                for op, key, nbytes, stream in events:
-                    if op == "a":
-                        live[key] = self.alloc(nbytes, stream)
-                    elif key in live:
-                        self.free(live.pop(key))
-                for b in live.values():
-                    self.free(b)
+                try:  # a refused allocation frees the blocks still held
+                    for op, key, nbytes, stream in events:
+                        if op == "a":
+                            live[key] = self.alloc(nbytes, stream)
+                        elif key in live:
+                            self.free(live.pop(key))
+                finally:
+                    for b in live.values():
+                        self.free(b)
         return self.num_segment_alloc - n0

@@ -50,6 +50,25 @@ def test_hit_split_coalesce_and_stats():
     assert "reserved" in cuflow.memory.Pool(HostBackend()).summary()
 
 
+def test_reset_stats_keeps_what_is_held_and_counts_failures_apart():
+    pool = Pool(HostBackend(capacity=4 << 20))
+    a, b = pool.alloc(1 << 20, 0), pool.alloc(1000, 0)
+    pool.reset_stats()  # zeroes what accumulated, not what is lent or reserved now
+    s = pool.stats()
+    assert s["allocated_bytes.all.current"] == a.size + b.size
+    assert s["allocated_bytes.all.peak"] == a.size + b.size
+    assert s["reserved_bytes.all.current"] > 0 and s["num_alloc"] == s["num_free"] == 0
+    pool.free(a)
+    pool.free(b)
+    with pytest.raises(cuflow.OutOfMemoryError):
+        pool.alloc(8 << 20, 0)
+    pool.empty_cache()
+    s = pool.stats()
+    assert s["allocated_bytes.all.current"] == 0 and s["reserved_bytes.all.current"] == 0
+    assert s["num_free"] == 2 and s["num_alloc"] == 0 and s["num_ooms"] == 1
+    assert s["cache_misses"] == 0  # the refused request served nothing
+
+
 def test_free_twice_is_an_error():
     pool = Pool(HostBackend())
     b = pool.alloc(10, 0)

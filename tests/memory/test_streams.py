@@ -38,6 +38,25 @@ def test_cross_stream_borrow_orders_with_event():
     assert b.stream == 2
 
 
+def test_empty_cache_releases_a_segment_split_across_streams():
+    """Free neighbours of two streams never coalesce; once both are free, empty_cache gives
+    their segment back, ordered after the work of each stream, and the stats balance."""
+    be = EventBackend()
+    pool = Pool(be)
+    a = pool.alloc(1000, 1)
+    b = pool.alloc(1000, 2)  # the rest of stream 1's segment, borrowed
+    assert a.seg is b.seg
+    pool.free(a)
+    pool.free(b)
+    be.waits.clear()
+    assert pool.empty_cache() == 1
+    s = pool.stats()
+    assert s["reserved_bytes.all.current"] == 0 and s["segment.all.current"] == 0
+    assert be.waits in ([(1, 2)], [(2, 1)])  # the release waits for the other stream
+    b = pool.alloc(1000, 1)  # the pool still works
+    pool.free(b)
+
+
 def test_queued_free_after_its_use_stream_died_records_no_event_there():
     """The hot paths process queued frees (CuPy's hook queues them) before anything else:
     a stream destroyed meanwhile is forgotten first, so no event is recorded on it."""

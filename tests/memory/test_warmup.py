@@ -21,6 +21,18 @@ def test_warmup_then_no_device_allocations():
     assert pool.stats()["num_device_alloc"] == n
 
 
+@pytest.mark.parametrize("fail", ["size", "limit"])
+def test_a_refused_warmup_or_replay_gives_back_what_it_took(fail):
+    pool = Pool(HostBackend(), limit=None if fail == "size" else 3 << 20)
+    bad = -1 if fail == "size" else 8 << 20
+    with pytest.raises(cuflow.CuflowError):
+        pool.warmup([1000, 1 << 20, bad])
+    with pytest.raises(cuflow.CuflowError):
+        pool.replay([("a", 1, 5000, 0), ("a", 2, bad, 0)], rounds=1)
+    s = pool.stats()
+    assert s["allocated_bytes.all.current"] == 0 and s["num_alloc"] == s["num_free"]
+
+
 def test_module_warmup_keeps_the_peak(cf):
     def step(n):
         a = cf.empty((n, 256), dtype=cf.float32)
