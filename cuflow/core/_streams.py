@@ -12,12 +12,13 @@ resolve it with :func:`as_cupy_stream`.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from typing import Any
 
 import numpy
 
-from ._runtime import get_backend
+from ._runtime import Device, get_backend
 from .._errors import ArgumentError, ArgumentTypeError, CuflowError, DeviceError
 
 __all__ = ["Stream", "Event", "current_stream", "synchronize", "streams", "as_cupy_stream",
@@ -53,16 +54,11 @@ class Stream:
         b = get_backend()
         if _wrap is None:
             non_blocking = _flag("Stream", "non_blocking", non_blocking)
-            if priority is not None and (isinstance(priority, bool | numpy.bool_) or
-                                         not isinstance(priority, int | numpy.integer)):
-                raise ArgumentTypeError(f"cuflow.Stream: priority must be an int (lower is "
-                                        f"higher priority) or None, got {priority!r}")
-            if priority is not None and not -2**31 <= int(priority) < 2**31:
-                # CUDA clamps a priority to the device's range, but it must be a C int
-                raise ArgumentError(f"cuflow.Stream: priority must be in [-2**31, 2**31) "
-                                    f"(CUDA clamps it to the device's range), got {priority!r}")
+            _check_priority("Stream", priority)
         self._dev: int | None = b.current_device()
-        if _wrap is not None:
+        if _wrap is _NULL:
+            self._cp, self._dev = None, None
+        elif _wrap is not None:
             self._cp = _wrap
             dev = getattr(_wrap, "device_id", -1)
             # CuPy's null stream and external streams say -1: the current device's, any device
@@ -109,11 +105,15 @@ class Stream:
         _check_device("Stream", self._dev)
         if self._cp is not None:
             self._cp.__enter__()
+        else:
+            _host_streams().append(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._cp is not None:
             self._cp.__exit__(*exc)
+        else:
+            _host_streams().pop()
 
     # -- operations ---------------------------------------------------------
     def synchronize(self) -> None:
@@ -126,8 +126,18 @@ class Stream:
         return True if self._cp is None else bool(self._cp.done)
 
     def record(self, event: Event | None = None) -> Event:
-        """Record ``event`` (a new one if None) on this stream and return it."""
-        event = Event() if event is None else event
+        """Record ``event`` (a new one of this stream's device if None) on this stream and
+        return it."""
+        if event is None:
+            b = get_backend()
+            if b.multi and self._dev is not None and self._dev != b.current_device():
+                with Device(self._dev):
+                    event = Event()
+            else:
+                event = Event()
+        elif not isinstance(event, Event):
+            raise ArgumentTypeError(f"cuflow.Stream.record: event must be a cuflow.Event or "
+                                    f"None, got {type(event).__name__}")
         event.record(self)
         return event
 
@@ -186,9 +196,10 @@ class Event:
                 raise DeviceError(f"cuflow.Event.record: the event belongs to device "
                                   f"{self._dev} but the stream to device {sdev}; make the "
                                   f"event under `with cuflow.Device({sdev}):`")
+        s = as_cupy_stream(stream)  # (checks stream on every backend)
         self._t = time.perf_counter()
         if self._cp is not None:
-            self._cp.record(as_cupy_stream(stream))
+            self._cp.record(s)
         return self
 
     def synchronize(self) -> None:
@@ -244,6 +255,17 @@ def as_cupy_stream(stream: Any):
     _bad_stream(stream)
 
 
+def _check_priority(owner: str, priority: Any) -> None:
+    """A stream priority is None or a C int (CUDA clamps it to the device's range)."""
+    if priority is not None and (isinstance(priority, bool | numpy.bool_) or
+                                 not isinstance(priority, int | numpy.integer)):
+        raise ArgumentTypeError(f"cuflow.{owner}: priority must be an int (lower is higher "
+                                f"priority) or None, got {priority!r}")
+    if priority is not None and not -2**31 <= int(priority) < 2**31:
+        raise ArgumentError(f"cuflow.{owner}: priority must be in [-2**31, 2**31) (CUDA clamps "
+                            f"it to the device's range), got {priority!r}")
+
+
 def _flag(owner: str, name: str, value: Any) -> bool:
     """``value`` as a bool: True, False (or NumPy's), 0 or 1; anything else is refused."""
     if isinstance(value, bool | numpy.bool_) or (isinstance(value, int | numpy.integer)
@@ -262,7 +284,32 @@ def as_stream(stream: Any) -> Stream:
     """Resolve anything :func:`as_cupy_stream` takes to a cuflow ``Stream``."""
     if isinstance(stream, Stream):
         return stream
-    return Stream(_wrap=as_cupy_stream(stream))
+    s = as_cupy_stream(stream)
+    if s is None and stream is None:  # the NumPy backend's current stream
+        if _host.held:
+            return _host.held[-1]
+        if _host.null is None:
+            _host.null = Stream(_wrap=_NULL)
+        return _host.null
+    return Stream(_wrap=s)
+
+
+class _HostStreams(threading.local):
+    """The NumPy backend's ``with stream:`` blocks, per thread, as CuPy keeps the GPU's, so
+    that ``current_stream()`` is the block's stream there too; outside any block, one null
+    stream per thread (of the current device)."""
+
+    def __init__(self) -> None:
+        self.held: list[Stream] = []
+        self.null: Stream | None = None
+
+
+_NULL = object()  # Stream(_wrap=_NULL): the NumPy backend's null stream
+_host = _HostStreams()
+
+
+def _host_streams() -> list[Stream]:
+    return _host.held
 
 
 def current_stream() -> Stream:
@@ -289,6 +336,8 @@ def streams(n: int, non_blocking: bool = True, priority: int | None = None) -> l
     if not 0 <= n <= MAX_STREAMS:
         raise ArgumentError(f"cuflow.streams: n must be in [0, {MAX_STREAMS}], got {n} (a GPU "
                             "runs at most 128 kernels at once: more streams add no concurrency)")
+    non_blocking = _flag("streams", "non_blocking", non_blocking)
+    _check_priority("streams", priority)
     return [Stream(non_blocking=non_blocking, priority=priority) for _ in range(n)]
 
 

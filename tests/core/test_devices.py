@@ -259,6 +259,25 @@ def test_a_stream_of_another_device_is_refused(dcf):
         np.testing.assert_array_equal(dcf.asnumpy(dcf.add(x, 1, stream=s)), 2)
 
 
+def test_a_stream_of_another_device_records_and_is_waited_for(dcf):
+    """A stream's own event is made on the stream's device, whichever device is current,
+    so another device's stream can wait for its work."""
+    i, j = two(dcf)
+    with dcf.Device(j):
+        s = dcf.Stream()
+        x = dcf.ones(1 << 16) * 3  # queued on device j's current stream
+        s.wait_stream(dcf.current_stream())
+    with dcf.Device(i):
+        e = s.record()
+        assert e.device == j and dcf.Device().id == i
+        t = dcf.Stream()
+        t.wait_stream(s)
+        t.wait(e)
+        y = dcf.add(x.to_device(i, stream=t), 1, stream=t)
+        t.synchronize()
+        np.testing.assert_array_equal(dcf.asnumpy(y), 4)
+
+
 # --------------------------------------------------------------- kernels on each device
 def test_fused_kernels_run_on_every_device(dcf, rng):
     f = frame(rng, 40, 56)

@@ -25,6 +25,27 @@ def test_stream_api_on_every_backend(cf):
     cf.synchronize()
 
 
+def test_with_stream_makes_it_current_on_every_backend(cf):
+    base = cf.current_stream()
+    assert cf.current_stream() == base
+    s, t = cf.streams(2)
+    with s:
+        assert cf.current_stream() == s
+        with t:
+            assert cf.current_stream() == t
+        assert cf.current_stream() == s
+    assert cf.current_stream() == base
+
+
+def test_stream_and_event_arguments_are_checked_on_every_backend(cf):
+    with pytest.raises(cuflow.ArgumentTypeError, match="stream="):
+        cf.Event().record("not a stream")
+    with pytest.raises(cuflow.ArgumentTypeError, match="event must be a cuflow.Event"):
+        cf.Stream().record("not an event")
+    with pytest.raises(cuflow.ArgumentTypeError, match="priority"):
+        cf.streams(0, priority="high")
+
+
 def test_streams_are_distinct(cf):
     ss = cf.streams(4)
     assert len(ss) == 4 and len({id(s) for s in ss}) == 4
