@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import warnings
 
@@ -50,7 +51,16 @@ def main(argv: list[str] | None = None) -> int:
         for k, v in info.items():
             print(f"{k:20s} {v}")
         return 0
+    for path in (args.json, args.plot):  # before minutes of benchmarks, not after
+        folder = os.path.dirname(os.path.abspath(path)) if path else None
+        if folder and not os.path.isdir(folder):
+            p.error(f"cannot write {path}: no folder {folder}")
     if args.section == "traces":
+        if cuflow.get_backend().name != "cupy":
+            print("python -m cuflow bench traces replays the traces through the GPU's memory "
+                  "pools (cuflow's, CuPy's, PyTorch's); this machine runs the NumPy backend: "
+                  f"{cuflow.backend_info()['reason']}", file=sys.stderr)
+            return 1
         return bench_traces(record=args.record, quick=args.quick, json_path=args.json,
                             variants=args.variants)
     if args.from_json:

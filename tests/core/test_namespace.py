@@ -21,6 +21,23 @@ def test_python_m_cuflow_info():
     assert r.returncode == 0 and "backend" in r.stdout and "numpy" in r.stdout
 
 
+def test_python_m_cuflow_bench_refuses_early(capsys):
+    """An output path of a missing folder is refused before the benchmarks run, and the
+    pool traces, which need a GPU, say so on the NumPy backend."""
+    from cuflow.__main__ import main  # noqa: PLC0415
+
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--quick", "--json", "/no/such/folder/x.json"])
+    assert e.value.code == 2 and "no folder /no/such/folder" in capsys.readouterr().err
+    before = cuflow.get_backend().name
+    cuflow.set_backend("numpy")
+    try:
+        assert main(["bench", "traces", "--quick"]) == 1
+    finally:
+        cuflow.set_backend(before)
+    assert "GPU" in capsys.readouterr().err
+
+
 def test_dtypes_are_numpy_objects():
     assert cuflow.float32 is np.float32 and cuflow.uint8 is np.uint8 and cuflow.dtype is np.dtype
 
