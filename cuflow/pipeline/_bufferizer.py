@@ -17,7 +17,9 @@ works.  Compared with Dolphin's class:
 * a buffer that was handed out is not written again before its consumer's
   work is done (``release(stream=)`` records that point on the consumer's stream);
 * every call is all-or-nothing: when a hook, a copy or an allocation raises,
-  the Bufferizer is as it was before the call (see :class:`Bufferizer`, "Errors").
+  the Bufferizer is as it was before the call, or, when the hook had changed it
+  itself (flushed or took the batch, say), as the hook left it (see
+  :class:`Bufferizer`, "Warnings").
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import numpy
 from .._errors import ArgumentError, ArgumentTypeError, CuflowError
 from ..core import (Device, Event, Stream, as_cupy_stream, as_darray, as_stream, copy, empty,
                     get_backend)
+from ..core._creation import _fill_value
 
 __all__ = ["Bufferizer", "BufferizerError", "BufferizerHookError", "BufferizerStateError"]
 
@@ -69,15 +72,29 @@ def _check_hook(name: str, hook: Any) -> Hook | None:
     return hook
 
 
-def _run_hook(name: str, hook: Hook, buf: Bufferizer, call: str, undone: str) -> None:
-    """``hook(buf)``; an exception becomes a :class:`BufferizerHookError` saying what was undone.
+def _run_hook(name: str, hook: Hook, buf: Bufferizer, call: str, mark: int,
+              undo: Callable[[], None], undone: str) -> None:
+    """``hook(buf)``; if it raises, ``undo()`` the call, and an exception becomes a
+    :class:`BufferizerHookError` saying what was undone.
 
-    ``KeyboardInterrupt`` and the other ``BaseException`` are re-raised as they are (the
-    caller undoes the call all the same).
+    ``mark`` is the Bufferizer's change count once the call made its change.  A hook that
+    changed the Bufferizer itself before raising (an append, ``flush``, ``take``, ``reset``
+    or ``allocate``) moved it on: undoing the call on top of that would un-count elements
+    the hook already flushed or took (a negative length) or drop the hook's own, so the
+    Bufferizer is left as the hook left it.  ``KeyboardInterrupt`` and the other
+    ``BaseException`` are undone the same way and re-raised as they are.
     """
     try:
         hook(buf)
-    except Exception as e:
+    except BaseException as e:
+        if buf._changes == mark:
+            undo()
+        else:
+            undone = (f"a hook changed the Bufferizer itself (an append, flush, take, reset or "
+                      f"allocate of its own), so the call was not undone: it is as the hook "
+                      f"left it ({len(buf)} element(s))")
+        if not isinstance(e, Exception):
+            raise
         raise BufferizerHookError(f"Bufferizer.{call}: {name} raised {type(e).__name__}: {e}; "
                                   f"{undone}") from e
 
@@ -133,6 +150,13 @@ class Bufferizer:
       - ``allocate_hook``: it runs with the new buffers in place; if it raises,
         the old buffers, length and taken buffers come back and the new
         buffers are freed.
+      - any hook that changed the Bufferizer itself before raising (an append,
+        ``flush``, ``take``, ``reset`` or ``allocate`` of its own, such as a
+        ``buffer_full_hook`` that runs the model and flushes): the call is not
+        undone on top of that, and the Bufferizer is left as the hook left
+        it, never with a negative length.  What the hook flushed or took, the
+        call's own elements included, is not put back (a retry appends them
+        again); the message says so.
 
     * A failing copy or allocation (:class:`cuflow.OutOfMemoryError`,
       :class:`cuflow.CudaError`) raises before the element is counted, or
@@ -185,6 +209,9 @@ class Bufferizer:
         self._buffer_full_hook = _check_hook("buffer_full_hook", buffer_full_hook)
         self._buffers: list[Any] = []
         self._active = self._n = 0
+        # Counts the changes of the active buffer's contents (appends, flush, take, reset,
+        # allocate): a hook that raises is undone only if it did not change them itself.
+        self._changes = 0
         self._freed: list[Event | None] = []
         self._taken: list[bool] = []
         self._producer_done = Event(timing=False)
@@ -218,19 +245,20 @@ class Bufferizer:
         for ev in self._freed:
             if ev is not None:
                 self._stream.wait(ev)
-        old = (self._buffers, self._active, self._n, self._freed, self._taken)
+        old = (self._buffers, self._active, self._n, self._freed, self._taken, self._changes)
         self._buffers = bufs
         self._active = 0
         self._n = 0
         self._freed = [None] * self._n_buffers  # consumer done
         self._taken = [False] * self._n_buffers
+        self._changes += 1
         if self._allocate_hook is not None:
-            try:
-                _run_hook("allocate_hook", self._allocate_hook, self, "allocate",
-                          "the old buffers are back in place")
-            except BaseException:
-                self._buffers, self._active, self._n, self._freed, self._taken = old
-                raise
+            def undo() -> None:
+                (self._buffers, self._active, self._n, self._freed, self._taken,
+                 self._changes) = old
+
+            _run_hook("allocate_hook", self._allocate_hook, self, "allocate", self._changes,
+                      undo, "the old buffers are back in place")
 
     def _fill(self, a: Any, value: Any) -> None:
         if self._stream.cupy is None:
@@ -359,6 +387,7 @@ class Bufferizer:
         view = as_darray(self._buffers[i][:n])
         self._active = (i + 1) % self._n_buffers
         self._n = 0
+        self._changes += 1
         return view
 
     @_on_own_device
@@ -390,30 +419,46 @@ class Bufferizer:
         The hook sees the Bufferizer empty; if it raises, nothing is filled and
         the elements are kept (see "Warnings" in the class docstring).
 
+        Parameters
+        ----------
+        value : number, default 0
+            The fill value: one number the dtype holds (``300`` or ``1.5`` for
+            uint8, ``1e300`` for float32 or ``None`` raise
+            :class:`cuflow.ArgumentError` / :class:`cuflow.ArgumentTypeError`
+            before anything changes), as for :func:`cuflow.full`.
+
         Notes
         -----
         Stream semantics: the fill is queued on the buffer's stream.
         """
+        value = _fill_value("Bufferizer.flush", value, self._dtype)
+        if numpy.ndim(value) != 0:  # _fill_value passes arrays on, and fill() takes none
+            raise ArgumentTypeError(f"cuflow.Bufferizer.flush: fill_value must be one number, "
+                                    f"got an array of shape {numpy.shape(value)}")
         self._writable("flush")
-        n = self._n
+        n, before = self._n, self._changes
         self._n = 0
+        self._changes += 1
+        mark = self._changes
+
+        def undo() -> None:
+            self._n, self._changes = n, before
+
         if self._flush_hook is not None:
-            try:
-                _run_hook("flush_hook", self._flush_hook, self, "flush",
-                          f"nothing was filled and the {n} element(s) are kept")
-            except BaseException:
-                self._n = n
-                raise
+            _run_hook("flush_hook", self._flush_hook, self, "flush", mark, undo,
+                      f"nothing was filled and the {n} element(s) are kept")
         try:
             self._prepare_write(None)
             self._fill(self._buffers[self._active], value)
         except BaseException:
-            self._n = n
+            if self._changes == mark:  # a hook that changed it is not undone (see _run_hook)
+                undo()
             raise
 
     def reset(self) -> None:
         """Empty the active buffer without writing memory (no hook)."""
         self._n = 0
+        self._changes += 1
 
     # ------------------------------------------------------------------ hooks
     def flush_hook(self, hook: Hook | None) -> None:
@@ -553,16 +598,23 @@ class Bufferizer:
             self._stream.wait(self._producer_done)
 
     def _appended(self, k: int, hook: Hook | None) -> None:
-        """Count ``k`` elements and fire the hooks; a hook that raises un-counts them."""
+        """Count ``k`` elements and fire the hooks; a hook that raises un-counts them, unless
+        it changed the Bufferizer itself first (see :func:`_run_hook`)."""
+        before = self._changes
         self._n += k
+        self._changes += 1
+        # one mark for both hooks: once an append hook has changed the Bufferizer (and
+        # returned), a raising buffer_full_hook finds nothing of this call's left to undo
+        mark = self._changes
+
+        def undo() -> None:
+            self._n -= k
+            self._changes = before
+
         call = "append" if hook is None else (
             "append_one" if hook is self._append_one_hook else "append_multiple")
         undone = f"the {k} element(s) were not appended"
-        try:
-            if hook is not None:
-                _run_hook(f"{call}_hook", hook, self, call, undone)
-            if self._n == self._len and self._buffer_full_hook is not None:
-                _run_hook("buffer_full_hook", self._buffer_full_hook, self, call, undone)
-        except BaseException:
-            self._n -= k
-            raise
+        if hook is not None:
+            _run_hook(f"{call}_hook", hook, self, call, mark, undo, undone)
+        if self._n == self._len and self._buffer_full_hook is not None:
+            _run_hook("buffer_full_hook", self._buffer_full_hook, self, call, mark, undo, undone)

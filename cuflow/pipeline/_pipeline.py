@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import types
 from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -31,6 +32,8 @@ import numpy
 from .. import image, memory
 from .._errors import ArgumentError, ArgumentTypeError, CuflowError
 from ..core import Device, Event, Stream, as_stream, copy, empty, get_backend, zeros
+from ..image._parse import (CHANNELS, OUT_DTYPES, YUV, ImageTypeError, choice, out_dtype, out_map,
+                            per_channel)
 from ._bufferizer import Bufferizer
 
 __all__ = ["Pipeline", "PipelineError", "PipelineOptions"]
@@ -119,6 +122,31 @@ class PipelineOptions:
             if getattr(self, name) not in allowed:
                 raise ArgumentError(f"Pipeline: {name} must be one of {list(allowed)}, got "
                                     f"{getattr(self, name)!r}")
+        self._check_image_options()
+
+    def _check_image_options(self) -> None:
+        """The options passed on to :mod:`cuflow.image`, checked by its own parsers, here
+        rather than at the first frame (after it was taken from the source); they raise
+        the errors the kernel would, naming it."""
+        name = "letterbox" if self.letterbox else "resize_normalize"
+        try:
+            dtype = numpy.dtype(out_dtype(self.dtype, None))
+        except TypeError:
+            raise ImageTypeError(f"cuflow.image.{name}: dtype must be one of "
+                                 f"{list(OUT_DTYPES)}, got {self.dtype!r}") from None
+        choice(name, "dtype", dtype.name, OUT_DTYPES)
+        if self.src_format is not None:
+            choice(name, "src_format", self.src_format, set(CHANNELS) | set(YUV))
+            # out_map reads only the colours of the source, which src_format fixes (YUV
+            # frames are sampled as RGB)
+            colors = "RGB" if self.src_format in YUV else CHANNELS[self.src_format]
+            n = len(out_map(name, types.SimpleNamespace(colors=colors), self.out_format)[0])
+        elif self.out_format is not None:
+            n = len(CHANNELS[choice(name, "out_format", self.out_format, set(CHANNELS))])
+        else:
+            n = 3  # a GRAY frame gives 1 channel, a colour frame 3: 1 or 3 values may fit
+        for what in ("mean", "std"):
+            per_channel(name, what, getattr(self, what), n)
 
     def kernel_kwargs(self) -> dict[str, Any]:
         kw = dict(interpolation=self.interpolation, mean=self.mean, std=self.std,
@@ -190,7 +218,11 @@ class Pipeline:
     Warnings
     --------
     Bad options raise :class:`cuflow.ArgumentError` / :class:`cuflow.ArgumentTypeError`
-    when the Pipeline is made.  An error during :meth:`batches` (a bad frame,
+    when the Pipeline is made; those passed on to :mod:`cuflow.image` (``mean``,
+    ``std``, ``scale``, ``src_format``, ``out_format``, ``dtype``) raise its
+    :class:`~cuflow.image.ImageFormatError` / :class:`~cuflow.image.ImageTypeError`
+    then too.  A bad frame raises the same errors, naming its shape, whatever
+    ``copy_threads`` is.  An error during :meth:`batches` (a bad frame,
     :class:`cuflow.OutOfMemoryError`, a failing kernel, an exception or
     ``KeyboardInterrupt`` thrown in by the consumer, the source raising)
     propagates as it is, with a note counting the frames delivered and not
@@ -283,7 +315,9 @@ class Pipeline:
             self._pool = ThreadPoolExecutor(n, thread_name_prefix="cuflow-staging")
         if not self.options.frames_reused:
             return [self._pool.submit(numpy.copyto, dst, src)]
-        step = -(-src.shape[0] // n)
+        # at least a row per chunk: a frame of no rows copies nothing, and the kernel then
+        # refuses it as it does when the driver stages the frame (copy_threads=0)
+        step = max(1, -(-src.shape[0] // n))
         return [self._pool.submit(numpy.copyto, dst[i:i + step], src[i:i + step])
                 for i in range(0, src.shape[0], step)]
 
@@ -297,12 +331,13 @@ class Pipeline:
 
     def _bufferizer(self, frame_shape: tuple[int, ...]) -> Bufferizer:
         if self._buffer is None:
-            # The element shape and dtype are the kernel's: ask it, on a tiny frame (on the
-            # compute stream, where the probe's memory goes back to the pool).
+            # The element shape and dtype are the kernel's: ask it, on a frame of the first
+            # frame's shape, so that the kernel refuses a bad frame before its upload, naming
+            # its shape (on the compute stream, where the probe's memory goes back to the
+            # pool; the probe builds the plan the frames reuse).
             o = self.options
-            tiny = (8, 8, frame_shape[-1]) if len(frame_shape) == 3 else (12, 8)
-            probe = self._preprocess(zeros(tiny, dtype=numpy.uint8, stream=self.compute_stream),
-                                     None)
+            probe = self._preprocess(zeros(frame_shape, dtype=numpy.uint8,
+                                           stream=self.compute_stream), None)
             self._buffer = Bufferizer(probe.shape, o.batch_size, probe.dtype,
                                       stream=self.compute_stream, n_buffers=2)
         return self._buffer
@@ -324,7 +359,8 @@ class Pipeline:
         not deliver (empty after a complete run)."""
         return range(self.frames_out, self.frames_in)
 
-    def batches(self, frames: Iterable[numpy.ndarray], *, stream: Any = None) -> Iterator[Any]:
+    def batches(self, frames: Iterable[numpy.ndarray], *,
+                stream: Any = None) -> Generator[Any, None, None]:
         """Yield batches ``(n, C, H, W)`` (``n == batch_size`` except maybe the last).
 
         ``frames`` are ``(H, W, C)`` uint8 NumPy arrays (or ``(H*3//2, W)`` NV12
@@ -338,7 +374,8 @@ class Pipeline:
         gen = self._iterate(frames, stream)
         return _on_device(self.device, gen) if get_backend().multi else gen
 
-    def _iterate(self, frames: Iterable[numpy.ndarray], stream: Any) -> Iterator[Any]:
+    def _iterate(self, frames: Iterable[numpy.ndarray],
+                 stream: Any) -> Generator[Any, None, None]:
         if self._open:
             raise PipelineError("Pipeline.batches: another iteration of this Pipeline is "
                                 "still open; finish or close() that generator first")
@@ -431,8 +468,27 @@ class Pipeline:
 
     def run(self, frames: Iterable[numpy.ndarray], consumer: Callable[[Any], Any], *,
             stream: Any = None) -> list[Any]:
-        """Call ``consumer(batch)`` for every batch; returns the consumer's results."""
-        return [consumer(b) for b in self.batches(frames, stream=stream)]
+        """Call ``consumer(batch)`` for every batch; returns the consumer's results.
+
+        An exception raised by ``consumer`` ends the iteration as one thrown into
+        :meth:`batches` does: the iteration is closed, the exception gets the note counting
+        the frames delivered and not delivered (:attr:`undelivered`), and is re-raised; the
+        next call starts clean.
+        """
+        gen = self.batches(frames, stream=stream)
+        results = []
+        try:
+            for batch in gen:
+                try:
+                    results.append(consumer(batch))
+                except BaseException as e:
+                    # at the batch's yield, where batches() counts the frames, adds its note
+                    # and closes; it raises e again
+                    gen.throw(e)
+                    raise
+        finally:
+            gen.close()  # also if the exception escapes throw() another way
+        return results
 
     def _check_frame(self, frame: Any) -> numpy.ndarray:
         if not isinstance(frame, numpy.ndarray) or frame.dtype != numpy.uint8:
@@ -457,7 +513,7 @@ class Pipeline:
         self.compute_stream.synchronize()
 
 
-def _on_device(device: int, gen: Generator[Any, None, None]) -> Iterator[Any]:
+def _on_device(device: int, gen: Generator[Any, None, None]) -> Generator[Any, None, None]:
     """``gen``'s items, each step run with ``device`` current (the caller's device between
     steps); an exception thrown in is passed on to ``gen``, as if it were iterated directly."""
     thrown: BaseException | None = None

@@ -172,6 +172,33 @@ def test_hook_setters(cf, rng, setter):
         getattr(b, setter)(42)
 
 
+@pytest.mark.parametrize("value, dtype, err", [
+    (300, np.uint8, ValueError), (-1, np.uint8, ValueError), (1.5, np.uint8, ValueError),
+    (float("nan"), np.int32, ValueError), (1e300, np.float32, ValueError),
+    (None, np.float32, TypeError), ("abc", np.uint8, TypeError), ([1, 2], np.float32, TypeError),
+    (np.ones(2), np.float32, TypeError), (1j, np.float32, TypeError)])
+def test_flush_refuses_a_fill_value_the_dtype_cannot_hold(cf, rng, value, dtype, err):
+    b = cf.Bufferizer(SHAPE, 2, dtype)
+    x = cf.asarray(rng.integers(0, 100, size=SHAPE).astype(dtype))
+    b.append(x)
+    with pytest.raises(err, match="fill_value") as e:
+        b.flush(value)
+    assert isinstance(e.value, cf.CuflowError)
+    assert len(b) == 1  # refused before anything changed
+    b.stream.synchronize()
+    assert_equal_host(b.darray[0], x)
+
+
+@pytest.mark.parametrize("value, dtype", [(255, np.uint8), (2.0, np.uint8), (np.int64(7), np.uint8),
+                                          (float("inf"), np.float32), (True, np.float32),
+                                          (3 + 0j, np.float16)])
+def test_flush_fills_with_a_value_the_dtype_holds(cf, value, dtype):
+    b = cf.Bufferizer(SHAPE, 2, dtype)
+    b.flush(value)
+    b.stream.synchronize()
+    assert_equal_host(b.darray, np.full(b.shape, np.real(value), dtype))
+
+
 def test_reset_does_not_write(cf, rng):
     b = cf.Bufferizer(SHAPE, 2, cf.float32)
     x = frames(cf, rng, 2)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -82,6 +84,67 @@ def test_options_are_validated(cf, kw):
     with pytest.raises((ValueError, TypeError), match="Pipeline") as e:
         cf.Pipeline(**kw)
     assert isinstance(e.value, cf.CuflowError)
+
+
+@pytest.mark.parametrize("kw, words", [
+    (dict(src_format="bogus"), "src_format"), (dict(out_format="XYZ"), "out_format"),
+    (dict(dtype="foo"), "dtype"), (dict(dtype=np.int32), "dtype"),
+    (dict(mean=(1, 2)), "mean needs 1 or 3"), (dict(src_format="GRAY", std=(1, 2, 3)), "std"),
+    (dict(out_format="RGBA", mean=MEAN), "mean needs 1 or 4"),
+    (dict(src_format="RGB", out_format="RGBA"), "out_format"),
+    (dict(letterbox=True, src_format="NV12", out_format="BGRA"), "letterbox: out_format"),
+])
+def test_image_options_are_validated_when_the_pipeline_is_made(cf, kw, words):
+    # refused before a frame is taken from the source, with cuflow.image's own errors
+    with pytest.raises((cf.image.ImageFormatError, cf.image.ImageTypeError), match=words) as e:
+        cf.Pipeline(8, 2, **kw)
+    assert isinstance(e.value, cf.CuflowError)
+
+
+@pytest.mark.parametrize("kw", [dict(dtype=None), dict(dtype="float16"),
+                                dict(src_format="NV12", out_format="BGR", mean=MEAN),
+                                dict(src_format="GRAY", out_format="RGB", mean=0.5),
+                                dict(out_format="RGBA", mean=(1, 2, 3, 4))])
+def test_image_options_that_fit_are_taken(cf, kw):
+    assert cf.Pipeline(8, 2, **kw).options.src_format == kw.get("src_format")
+
+
+@pytest.mark.parametrize("reused, threads", [(True, 3), (False, 3), (True, 0)])
+@pytest.mark.parametrize("first", [True, False])
+@pytest.mark.parametrize("shape", [(0, 64, 3), (48, 64, 2), (3, 2), (3, 16, 4)])
+def test_a_bad_frame_is_an_image_error_naming_its_shape(cf, rng, shape, first, reused,
+                                                         threads):
+    frames = ([] if first else host_frames(rng, 1)) + [np.zeros(shape, np.uint8)]
+    pipe = cf.Pipeline(8, 2, frames_reused=reused, copy_threads=threads)
+    with pytest.raises(cf.image.ImageFormatError, match=re.escape(str(shape))):
+        list(pipe.batches(frames))
+    assert list(pipe.undelivered) == list(range(len(frames)))
+    assert len(list(pipe.batches(host_frames(rng, 2)))) == 1  # the next call starts clean
+
+
+@pytest.mark.parametrize("exc", [ZeroDivisionError, KeyboardInterrupt])
+def test_a_consumer_that_raises_in_run(cf, rng, exc):
+    """run() ends the iteration as batches() does when an exception is thrown in: the note
+    counts the frames and the next call starts clean (while the first exception, and the
+    frames its traceback holds, are still alive)."""
+    frames = host_frames(rng, 6)
+    pipe = cf.Pipeline(16, 2)
+    seen = []
+
+    def consumer(batch):
+        seen.append(len(batch))
+        if len(seen) == 2:
+            raise exc
+        return len(batch)
+
+    with pytest.raises(exc) as e:
+        pipe.run(frames, consumer)
+    n_out, n_in = pipe.frames_out, pipe.frames_in
+    assert n_out == 4 and n_in > n_out  # the second batch was handed over
+    assert e.value.__notes__ == [
+        f"cuflow.Pipeline: {n_out} frame(s) delivered, {n_in - n_out} taken from the source "
+        f"and not delivered (Pipeline.undelivered: source positions {n_out}..{n_in - 1})"]
+    assert pipe.run(frames, len) == [2, 2, 2]
 
 
 @pytest.mark.gpu

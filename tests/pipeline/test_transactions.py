@@ -123,6 +123,86 @@ def test_a_raising_allocate_hook_puts_the_old_buffers_back(cf, rng, exc):
         b.release()  # the new buffers have none taken
 
 
+@pytest.mark.parametrize("exc", [RuntimeError("model failed"), KeyboardInterrupt()])
+@pytest.mark.parametrize("empties", ["flush", "take", "reset"])
+@pytest.mark.parametrize("hook, path", [("buffer_full_hook", "one"),
+                                        ("buffer_full_hook", "multiple"),
+                                        ("append_one_hook", "one"),
+                                        ("append_multiple_hook", "multiple")])
+def test_a_hook_that_empties_the_buffer_and_raises_is_not_undone(cf, rng, hook, path,
+                                                                 empties, exc):
+    """Undoing the append on top of the hook's flush or take would count -k elements: the
+    Bufferizer is left as the hook left it, and appends go on from the first slot."""
+    taken = []
+
+    def consume(buf):
+        if empties == "take":
+            taken.append(buf.take())
+        else:
+            getattr(buf, empties)()
+        raise exc
+
+    b = cf.Bufferizer(SHAPE, 3, cf.float32, n_buffers=2, **{hook: consume})
+    if path == "one":
+        first, x = elements(cf, rng, 2), elements(cf, rng)
+        b.append_multiple(first)
+        call = b.append_one
+    else:
+        first, x = elements(cf, rng, 1), elements(cf, rng, 2)
+        b.append_one(first[0])
+        call = b.append_multiple
+    expected = BufferizerHookError if isinstance(exc, Exception) else KeyboardInterrupt
+    with pytest.raises(expected) as e:
+        call(x)
+    if isinstance(exc, Exception):
+        assert "as the hook left it" in str(e.value) and e.value.__cause__ is exc
+    assert len(b) == 0 and not b.full
+    if taken:  # the hook's batch holds the call's elements too
+        b.stream.synchronize()
+        want = np.concatenate([cf.asnumpy(first), cf.asnumpy(x).reshape(-1, *SHAPE)])
+        np.testing.assert_array_equal(cf.asnumpy(taken[0]), want)
+        b.release()
+    getattr(b, hook)(None)
+    y = elements(cf, rng)
+    b.append_one(y)
+    assert len(b) == 1
+    np.testing.assert_array_equal(host(cf, b), cf.asnumpy(y)[None])
+
+
+@pytest.mark.parametrize("hook", ["flush_hook", "allocate_hook"])
+def test_a_flush_or_allocate_hook_that_appends_and_raises_is_not_undone(cf, rng, hook):
+    """Putting the old length back would count, over the hook's element, ones that were
+    emptied (flush) or are in other buffers (allocate)."""
+    y = elements(cf, rng)
+
+    def refill(buf):
+        buf.append_one(y)
+        raise RuntimeError("hook failed")
+
+    b = cf.Bufferizer(SHAPE, 3, cf.float32, **{hook: refill})
+    b.append(elements(cf, rng, 2))
+    with pytest.raises(BufferizerHookError, match="as the hook left it"):
+        b.flush() if hook == "flush_hook" else b.allocate()
+    assert len(b) == 1
+    np.testing.assert_array_equal(host(cf, b), cf.asnumpy(y)[None])
+
+
+def test_a_hook_whose_own_call_was_undone_is_undone_too(cf, rng):
+    """A buffer_full_hook whose flush failed (and was undone) changed nothing: its append is
+    undone as for any raising hook."""
+    def refuse(buf):
+        raise ValueError("flush refused")
+
+    b = cf.Bufferizer(SHAPE, 2, cf.float32, flush_hook=refuse,
+                      buffer_full_hook=lambda buf: buf.flush())
+    x = elements(cf, rng, 2)
+    b.append_one(x[0])
+    with pytest.raises(BufferizerHookError, match="not appended"):
+        b.append_one(x[1])
+    assert len(b) == 1
+    np.testing.assert_array_equal(host(cf, b), cf.asnumpy(x[:1]))
+
+
 def test_a_failed_kernel_between_next_slot_and_commit_counts_nothing(cf, rng):
     b = cf.Bufferizer((3, 8, 8), 2, cf.float32)
     frame = cf.asarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8))
