@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy
 from distributed import Client
 
-from .._errors import ArgumentError
+from .._errors import ArgumentError, ArgumentTypeError
 from ..core import asnumpy
 from ..pipeline import Pipeline, PipelineOptions
 
@@ -96,6 +98,13 @@ def map_frames(client: Client, items: Sequence[Any], options: PipelineOptions, *
     if not isinstance(options, PipelineOptions):
         raise ArgumentError(f"map_frames: options must be a cuflow.PipelineOptions, got "
                             f"{type(options).__name__}")
+    if frames_per_task is not None and (isinstance(frames_per_task, bool | numpy.bool_) or
+                                        not isinstance(frames_per_task, numbers.Integral)):
+        raise ArgumentTypeError(f"map_frames: frames_per_task must be an int >= 1 or None, "
+                                f"got {frames_per_task!r}")
+    if frames_per_task is not None and frames_per_task < 1:
+        raise ArgumentError(f"map_frames: frames_per_task must be an int >= 1 or None, got "
+                            f"{frames_per_task!r}")
     items = list(items)
     workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
     if not workers:
@@ -103,9 +112,7 @@ def map_frames(client: Client, items: Sequence[Any], options: PipelineOptions, *
     if not items:
         return []
     b = options.batch_size
-    per = frames_per_task or math.ceil(len(items) / len(workers))
-    if not isinstance(per, int) or per < 1:
-        raise ArgumentError(f"map_frames: frames_per_task must be an int >= 1, got {per!r}")
+    per = int(frames_per_task or math.ceil(len(items) / len(workers)))
     per = math.ceil(per / b) * b
     futures = []
     for k, start in enumerate(range(0, len(items), per)):

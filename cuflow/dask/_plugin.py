@@ -2,34 +2,50 @@
 
 from __future__ import annotations
 
+import numbers
 import os
 from collections.abc import Callable
 from typing import Any
 
+import numpy
 from dask.utils import parse_bytes
 from distributed import Client, WorkerPlugin
 
 from .. import memory
-from .._errors import ArgumentError
+from .._errors import ArgumentError, ArgumentTypeError
+from ..memory._limit import check_limit_text
 from ..core import runtime
 from ._chunks import register
 
 __all__ = ["CuflowPool", "pool_stats"]
 
 
-def _bytes(name: str, v: Any) -> int | float | None:
+def _bytes(name: str, v: Any) -> int | float | str | None:
+    """``size`` (bytes: an int or a string such as ``'8GiB'``) or ``limit`` (also a fraction
+    of the device's memory in (0, 1], or a string as ``set_limit`` takes), checked here, on
+    the client, by ``set_limit``'s rules: sizes are whole numbers, never bools."""
     if v is None:
         return None
-    if isinstance(v, float) and 0 < v <= 1 and name == "limit":
-        return v  # a fraction of the device's memory
-    try:
-        n = parse_bytes(v) if isinstance(v, str) else int(v)
-    except (TypeError, ValueError):
-        n = -1
-    if n < 0 or isinstance(v, bool):
-        raise ArgumentError(f"CuflowPool: {name} must be bytes (an int, or a string such as "
-                            f"'8GiB'){' or a fraction in (0, 1]' if name == 'limit' else ''}, "
-                            f"got {v!r}")
+    forms = ("bytes (an int, or a string such as '8GiB')"
+             + (" or a fraction of the device's memory in (0, 1]" if name == "limit" else ""))
+    if isinstance(v, bool | numpy.bool_) or not isinstance(v, numbers.Real | str):
+        raise ArgumentTypeError(f"CuflowPool: {name} must be {forms}, got {v!r}")
+    if isinstance(v, str):
+        if name == "limit":
+            check_limit_text(v, "CuflowPool: limit")
+            return v  # set_limit reads it on the worker (a fraction needs the device)
+        try:
+            n = parse_bytes(v)
+        except ValueError:
+            n = -1
+    elif isinstance(v, numbers.Integral):
+        n = int(v)
+    elif name == "limit" and 0 < float(v) <= 1:
+        return float(v)  # a fraction of the device's memory
+    else:
+        raise ArgumentError(f"CuflowPool: {name} must be {forms}, got {v!r}")
+    if n < 0:
+        raise ArgumentError(f"CuflowPool: {name} must be {forms}, got {v!r}")
     return n
 
 

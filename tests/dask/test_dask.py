@@ -151,6 +151,13 @@ def test_pool_plugin_refuses_bad_sizes():
         cfd.CuflowPool(limit=-5)
     with pytest.raises(cuflow.ArgumentError, match="warmup must be callable"):
         cfd.CuflowPool(warmup=3)
+    # set_limit's rules: sizes are whole numbers, a fraction is in (0, 1], bools are no sizes
+    for bad in (dict(size=0.5), dict(size=float("inf")), dict(limit=1.5), dict(limit=0.0),
+                dict(limit=True), dict(limit="1.5"), dict(size=[1])):
+        with pytest.raises(cuflow.CuflowError, match="size|limit"):
+            cfd.CuflowPool(**bad)
+    assert cfd.CuflowPool(limit=np.float32(0.5)).limit == 0.5
+    assert cfd.CuflowPool(np.int64(1 << 30), limit="80%").size == 1 << 30
 
 
 def _frame(i):
@@ -182,5 +189,8 @@ def test_map_frames_validates(ccf, client):
         cfd.map_frames(client, [1], {"size": 8})
     options = ccf.PipelineOptions(size=8, batch_size=2)
     assert cfd.map_frames(client, [], options) == []
-    with pytest.raises(cuflow.ArgumentError, match="frames_per_task"):
-        cfd.map_frames(client, [1], options, frames_per_task=0.5)
+    for bad in (0.5, True, 0, -2):
+        with pytest.raises(cuflow.CuflowError, match="frames_per_task"):
+            cfd.map_frames(client, [1], options, frames_per_task=bad)
+    frames = [_frame(i) for i in range(3)]
+    assert len(cfd.map_frames(client, frames, options, frames_per_task=np.int64(2))) == 2
