@@ -21,7 +21,8 @@ Work a graph cannot record is refused with :class:`GraphCaptureError` naming
 the operation and where it was called: host synchronization (``.item()``,
 ``float(x)``, ``asnumpy``), data-dependent shapes (boolean masks,
 ``nonzero``), and library calls CuPy cannot capture.  On the NumPy backend
-there are no graphs: a captured function simply calls ``fn``.
+there are no graphs: a captured function checks its calls' arguments and
+results as on the GPU, then calls ``fn``.
 
 Example
 -------
@@ -241,7 +242,8 @@ class CapturedFunction:
     def _capture(self, examples: tuple[Any, ...]) -> None:
         b = get_backend()
         self._captured = True
-        if not b.is_gpu:
+        if not b.is_gpu:  # no graph: the calls are checked as on the GPU, then run fn
+            self.inputs = examples
             return
         s = b.xp.cuda.Stream(non_blocking=True)
         s.wait_event(b.xp.cuda.get_current_stream().record())  # the examples are ready
@@ -261,35 +263,48 @@ class CapturedFunction:
         if not self._captured:
             self._capture(inputs)
         b = get_backend()
-        if not b.is_gpu:
-            return self.fn(*inputs)
-        if len(inputs) != len(self.inputs):
-            raise ArgumentTypeError(f"cuflow.graph: {self._name} was captured with {len(self.inputs)} "
-                            f"argument(s), called with {len(inputs)}")
         s = as_cupy_stream(stream)
+        self._check(inputs, b.ndarray)
+        if not b.is_gpu:
+            self.inputs = inputs
+            out = self.fn(*inputs)
+            _check_outputs(out, b.ndarray, self._name)
+            return out
+        for x, static in zip(inputs, self.inputs, strict=True):
+            if isinstance(static, b.ndarray) and x is not static:
+                with s:
+                    b.xp.copyto(static, x)
+        self.graph.replay(stream=s)
+        return self.outputs
+
+    def _check(self, inputs: tuple[Any, ...], nd: type) -> None:
+        """``inputs`` are what the graph was captured for (on every backend, so code that
+        runs on the NumPy backend runs on the GPU)."""
+        if len(inputs) != len(self.inputs):
+            raise ArgumentTypeError(f"cuflow.graph: {self._name} was captured with "
+                                    f"{len(self.inputs)} argument(s), called with {len(inputs)}")
         for i, (x, static) in enumerate(zip(inputs, self.inputs, strict=True)):
-            if not isinstance(static, b.ndarray):
+            if not isinstance(static, nd):
                 if not (x is static or x == static):
                     raise ArgumentError(
                         f"cuflow.graph: argument {i} of {self._name} is not an array, so its "
                         f"value was recorded into the graph ({static!r}); got {x!r}. Capture "
                         "again for another value")
                 continue
-            if not isinstance(x, b.ndarray) or x.shape != static.shape or \
-                    x.dtype != static.dtype:
+            if not isinstance(x, nd) or x.shape != static.shape or x.dtype != static.dtype:
                 got = (f"{type(x).__name__} {getattr(x, 'shape', '')} "
                        f"{getattr(x, 'dtype', '')}").strip()
                 raise ArgumentError(
                     f"cuflow.graph: argument {i} of {self._name} must be an array of shape "
                     f"{static.shape} and dtype {static.dtype} (the captured example); got {got}")
-            if x is not static:
-                with s:
-                    b.xp.copyto(static, x)
-        self.graph.replay(stream=s)
-        return self.outputs
 
     def replay(self, *, stream: Any = None) -> Any:
-        """Replay on the current static inputs (no copies) and return the static outputs."""
+        """Replay on the current static inputs (no copies) and return the static outputs
+        (on the NumPy backend: ``fn`` of the last inputs)."""
+        b = get_backend()
+        if not b.is_gpu and self._captured:
+            as_cupy_stream(stream)  # (checked as on the GPU)
+            return self.fn(*self.inputs)
         if self.graph is None:
             raise BackendError(f"cuflow.graph: {self._name} has not been captured yet (call it "
                                "once, or pass example inputs to capture)")
@@ -333,6 +348,9 @@ def capture(fn: Callable[..., Any] | None = None, *example_inputs: Any, stream: 
     """
     if fn is None:
         return _capture_block(stream=stream)
+    if stream is not None:
+        raise ArgumentError("cuflow.graph.capture: stream= is for the block form (with "
+                            "capture(stream=s)); a captured function's calls take stream=")
     return CapturedFunction(fn, example_inputs if example_inputs else None, warmup=warmup)
 
 

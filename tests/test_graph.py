@@ -70,6 +70,25 @@ def test_capture_validates_arguments(cf):
         cf.graph.capture(lambda: None, warmup=-1)
 
 
+def test_calls_are_checked_on_every_backend(cf, rng):
+    """Code that runs on the NumPy backend, where there is no graph, runs on the GPU: the
+    arguments and results are checked the same way."""
+    a = cf.asarray(rng.uniform(-9, 9, size=(4, 8)).astype(np.float32))
+    f = cf.graph.capture(lambda x, k: x * k, a, 2.0)
+    np.testing.assert_array_equal(cf.asnumpy(f(a, 2.0)), cf.asnumpy(a) * 2)
+    np.testing.assert_array_equal(cf.asnumpy(f.replay()), cf.asnumpy(a) * 2)
+    with pytest.raises(cf.ArgumentTypeError, match="captured with 2"):
+        f(a)
+    with pytest.raises(cf.ArgumentError, match=r"shape \(4, 8\)"):
+        f(a[:2], 2.0)
+    with pytest.raises(cf.ArgumentError, match="recorded into the graph"):
+        f(a, 3.0)
+    with pytest.raises(cf.graph.GraphCaptureError, match="must return arrays"):
+        cf.graph.capture(lambda x: "text", a)(a)  # (on the GPU: at the capture)
+    with pytest.raises(cf.ArgumentError, match="block form"):
+        cf.graph.capture(lambda x: x, a, stream=cf.Stream())
+
+
 def test_numpy_backend_just_calls_fn():
     cuflow.set_backend("numpy")
     seen = []
