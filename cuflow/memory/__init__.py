@@ -228,8 +228,9 @@ def set_limit(limit: int | float | str | None, device: int | None = None) -> Non
     if pool.limit is not None and pool.reserved > pool.limit:
         pool.empty_cache()
         if pool.reserved > pool.limit:
+            dev = runtime().current_device() if device is None else device
             warnings.warn(
-                f"cuflow.memory.set_limit: the pool of device {pool.backend.device_id} reserves "
+                f"cuflow.memory.set_limit: the pool of device {dev} reserves "
                 f"{pool.reserved} bytes ({pool.allocated} in use), more than the new limit of "
                 f"{pool.limit}; allocations that need a new segment raise OutOfMemoryError "
                 f"until enough is freed", MemoryLimitWarning, stacklevel=2)

@@ -152,8 +152,10 @@ class StatsMixin:
         s, f = self.stats(), fmt_bytes
         rows = [("allocated (in use)", "allocated_bytes.all"), ("requested", "requested_bytes.all"),
                 ("active", "active_bytes.all"), ("reserved (segments)", "reserved_bytes.all")]
-        lines = [f"cuflow memory pool [{s['backend']} backend, device {self.backend.device_id}, "
-                 f"limit {f(s['limit_bytes'])}]",
+        dev = self.backend.device_id  # (-1: host memory, of no device)
+        limit = "no limit" if s["limit_bytes"] is None else f"limit {f(s['limit_bytes'])}"
+        lines = [f"cuflow memory pool [{s['backend']} backend, "
+                 f"{'' if dev < 0 else f'device {dev}, '}{limit}]",
                  f"{'':24s}{'current':>14s}{'peak':>14s}"]
         for label, key in rows:
             lines.append(f"{label:24s}{f(s[key + '.current']):>14s}"
