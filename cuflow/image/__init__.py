@@ -17,7 +17,9 @@ frames are ``(H * 3 // 2, W)`` or ``(N, H * 3 // 2, W)`` uint8 as video
 decoders produce them (luma rows, then the chroma rows), H and W even.
 ``src_format`` names the channel order (default: ``GRAY``, ``RGB`` or ``RGBA``
 by channel count); ``out_format`` the order of the output channels (default:
-the source's colours without alpha; ``RGB`` for YUV sources).  A packed frame
+the source's colours without alpha; ``RGB`` for YUV sources).  An ``RGBA`` or
+``BGRA`` output needs a source with alpha (``RGBA`` or ``BGRA``): alpha is
+carried, never added.  A packed frame
 whose height is 1, 3 or 4, such as ``(3, 16, 4)``, may be a CHW frame: it is
 refused unless ``src_format`` is given, which states the HWC reading.
 

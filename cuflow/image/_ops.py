@@ -12,6 +12,10 @@ from ._parse import ImageFormatError, device_vector, out_dtype, size as _size
 __all__ = ["crop_resize", "cvt_color", "denormalize", "letterbox", "normalize", "resize",
            "resize_normalize"]
 
+#: The largest box coordinate crop_resize takes (float32 holds every whole pixel position
+#: up to it).
+_BOX_MAX = 2**24
+
 
 def normalize(src, *, mean=None, std=None, scale=None, norm: Norm | None = None,
               src_format=None, out_format=None, layout="NCHW", dtype=None, flip=False,
@@ -36,8 +40,10 @@ def normalize(src, *, mean=None, std=None, scale=None, norm: Norm | None = None,
     src_format : str, optional
         ``GRAY``, ``RGB``, ``BGR``, ``RGBA``, ``BGRA``, ``NV12`` or ``I420``.
     out_format : str, optional
-        ``GRAY``, ``RGB``, ``BGR``, ``RGBA`` or ``BGRA`` (swap R and B by
-        naming the other order).
+        ``GRAY``, ``RGB`` or ``BGR`` (swap R and B by naming the other order);
+        ``RGBA`` or ``BGRA`` only from an ``RGBA`` or ``BGRA`` source, whose
+        alpha they carry: no alpha is added (GRAY, RGB, BGR, NV12 or I420 to
+        RGBA raises :class:`ImageFormatError`).
     layout : {"NCHW", "NHWC"}
     dtype : {float32, float16, uint8}, optional
         Default: ``dst``'s dtype when ``dst`` is given, else float32.
@@ -140,8 +146,11 @@ def cvt_color(src, src_format, out_format, *, matrix="bt601", full_range=False, 
     src_format : str
         ``GRAY``, ``RGB``, ``BGR``, ``RGBA``, ``BGRA``, ``NV12`` or ``I420``.
     out_format : str
-        ``GRAY``, ``RGB``, ``BGR``, ``RGBA`` or ``BGRA``.  GRAY uses BT.601
-        luma weights.
+        ``GRAY``, ``RGB`` or ``BGR`` from any source; ``RGBA`` or ``BGRA`` only
+        from an ``RGBA`` or ``BGRA`` source, whose alpha they carry: no alpha
+        is added (GRAY, RGB, BGR, NV12 or I420 to RGBA raises
+        :class:`ImageFormatError`).  GRAY uses BT.601 luma weights; GRAY to
+        RGB repeats the gray value.
     matrix, full_range :
         YUV sources only: ``"bt601"`` or ``"bt709"``, limited (16-235,
         the default) or full (0-255) range.
@@ -224,12 +233,15 @@ def crop_resize(src, boxes, size, *, frame_index=None, interpolation="bilinear",
     crop horizontally and ``y2 < y1`` vertically (with bilinear sampling,
     ``[6, 6, 2, 2]`` gives ``[2, 2, 6, 6]`` turned by 180 degrees; nearest
     takes the pixel below each mirrored position, one further along); an
-    empty box (``x1 == x2``) repeats one column.  A box with
-    a NaN or infinite coordinate raises :class:`ImageFormatError` on the NumPy
-    backend; on the GPU the boxes stay on the device (checking them would
-    synchronize the host), and such a crop holds pixels of the frame, never
-    memory outside it: check a detector's output with
-    ``cuflow.isfinite(boxes).all()`` where it may hold them.
+    empty box (``x1 == x2``) repeats one column.  Coordinates must be finite
+    and within ``+-2**24`` (16777216: float32 holds every whole pixel position
+    up to there, and the box's size and sampling positions, computed in
+    float32, stay finite).  A box past that raises :class:`ImageFormatError`
+    on the NumPy backend and when the boxes come from the host; device boxes on
+    the GPU are not read back (checking them would synchronize the host), and
+    such a crop's values are unspecified (NaN among them), but the kernel
+    never reads memory outside the frame: check a detector's output with
+    ``(cuflow.abs(boxes) <= 2**24).all()`` where it may hold such values.
 
     Parameters
     ----------
@@ -238,7 +250,8 @@ def crop_resize(src, boxes, size, *, frame_index=None, interpolation="bilinear",
     boxes : darray, numpy.ndarray or sequence
         ``(K, 4)`` real numbers (converted to float32), e.g. a detector's output on
         the device.  Boxes given on the host are copied to the device, and checked
-        there for non-finite coordinates (device boxes are not read back).
+        there for coordinates that are not finite or not within ``+-2**24``
+        (device boxes are not read back).
     size : int or (int, int)
         Output ``(height, width)`` of every crop.
     frame_index : darray, numpy.ndarray or sequence, optional
@@ -272,12 +285,17 @@ def crop_resize(src, boxes, size, *, frame_index=None, interpolation="bilinear",
                                f"got shape {boxes.shape}")
     if on_host:
         hb = numpy.asarray(given if rt.is_gpu else boxes, dtype=numpy.float64)
-        with numpy.errstate(over="ignore"):  # the kernel reads float32 coordinates
-            fin = numpy.isfinite(hb.astype(numpy.float32)).all(axis=1)
-        if not fin.all():
-            bad = int(numpy.argwhere(~fin)[0, 0])
+        # The kernel reads float32 coordinates and computes the box's size and sampling
+        # positions in float32.  Within +-2**24 they stay finite, and an area cell's end
+        # lies past its start (its weight is positive); past it a finite box's width may
+        # overflow to inf, and its positions become NaN.  NaN fails the comparison too.
+        with numpy.errstate(over="ignore", invalid="ignore"):
+            ok = (numpy.abs(hb.astype(numpy.float32)) <= _BOX_MAX).all(axis=1)
+        if not ok.all():
+            bad = int(numpy.argwhere(~ok)[0, 0])
             raise ImageFormatError(f"cuflow.image.crop_resize: box coordinates must be finite "
-                                   f"float32 values, box {bad} is {hb[bad].tolist()}")
+                                   f"float32 values within +-2**24 ({_BOX_MAX}), box {bad} "
+                                   f"is {hb[bad].tolist()}")
     if frame_index is not None:
         with use_stream(stream):
             frame_index = device_vector("crop_resize", "frame_index", frame_index, numpy.int32)

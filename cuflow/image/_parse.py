@@ -140,6 +140,8 @@ def parse_src(name: str, src, src_format: str | None) -> Src:
             f"{type(src).__module__}.{type(src).__name__} (convert with cuflow.asarray)")
     if src.dtype != numpy.uint8:
         raise ImageFormatError(f"cuflow.image.{name}: frames must be uint8, got {src.dtype}")
+    if src_format is not None:  # checked first: a list is unhashable to the lookups below
+        choice(name, "src_format", src_format, set(CHANNELS) | set(YUV))
     if src_format in YUV:
         if src.ndim not in (2, 3):
             raise ImageFormatError(
@@ -147,7 +149,10 @@ def parse_src(name: str, src, src_format: str | None) -> Src:
                 f"shape {src.shape}")
         rows, W = src.shape[-2:]
         H = rows * 2 // 3
-        if rows % 3 or H % 2 or W % 2 or H == 0:
+        if rows == 0 or W == 0:
+            raise ImageFormatError(f"cuflow.image.{name}: frames need H, W > 0, got shape "
+                                   f"{src.shape} ({src_format}: H={H}, W={W})")
+        if rows % 3 or H % 2 or W % 2:
             raise ImageFormatError(
                 f"cuflow.image.{name}: {src_format} frames need an even height and width, so "
                 f"(H*3/2, W) with H*3/2 divisible by 3; got shape {src.shape}")
@@ -175,7 +180,6 @@ def parse_src(name: str, src, src_format: str | None) -> Src:
                 f"(C={H}); cuflow.image takes HWC: pass src_format= to say so, or move the "
                 "channels last first (cuflow.moveaxis(x, -3, -1))")
         src_format = {1: "GRAY", 3: "RGB", 4: "RGBA"}[C]
-    choice(name, "src_format", src_format, set(CHANNELS) | set(YUV))
     colors = CHANNELS[src_format]
     if len(colors) != C:
         raise ImageFormatError(f"cuflow.image.{name}: src_format={src_format!r} has "

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy
 
+from .._errors import ArgumentError
 from ..core import as_cupy_stream, prepare_out, runtime, use_stream
 from ..raw_kernels import _launch  # its launch is looked up per call (cuflow.debug wraps it)
 from ..raw_kernels._registry import LIN_SOURCES, VEC_CHANNELS, vec_run
@@ -94,6 +95,12 @@ def _prepare_dst(name: str, dst, shape, dtype, src_arrays, stream):
             return rt.as_darray(rt.xp.empty(shape, dtype))
     prepare_out(f"image.{name}", dst, shape, dtype, inputs=src_arrays, casting="no",
                 overlap="refuse", contiguous=True)
+    # The output contract has no writability rule (the Dst* errors are its own), so this is
+    # the ArgumentError the other ops give a read-only output; checked before the reference
+    # writes, which would fail part way.  NumPy's flag: CuPy arrays have none.
+    if not getattr(dst.flags, "writeable", True):
+        raise ArgumentError(f"cuflow.image.{name}: dst must be writable, got a read-only "
+                            "array (flags.writeable is False); pass a writable output or none")
     return dst
 
 
@@ -317,9 +324,12 @@ def warp(name: str, src, *, size=None, letterbox_pad=False, rois=None, roi_frame
     b = runtime()
     if not isinstance(src, b.ndarray):
         parse_src(name, src, src_format)  # raises the type error
+    # flip, full_range and pad with their types: 1 == 1.0 == True would otherwise find the
+    # plan of a valid call for an invalid one (flip=1.0, pad=True) and skip its checks
     key = (b, name, src.shape, src.strides, src.dtype, None if rois is None else rois.shape,
            size, letterbox_pad, interpolation, norm, mean, std, scale, src_format, out_format,
-           layout, dtype, flip, pad, matrix, full_range, identity_affine)
+           layout, dtype, flip, type(flip), pad, type(pad), matrix, full_range,
+           type(full_range), identity_affine)
     plan = _cached_plan(key, lambda: _make_plan(
         name, src, rois=rois, size=size, letterbox_pad=letterbox_pad,
         interpolation=interpolation,

@@ -73,8 +73,12 @@ def taps(n_out: int, n_in: int, scale: float, origin: float, interp: int):
     i1 = numpy.maximum(i0, numpy.clip(numpy.ceil(hi) - 1, 0, n_in - 1).astype(numpy.int64))
     k = int((i1 - i0).max()) + 1
     idx = i0[:, None] + numpy.arange(k)
-    w = numpy.minimum((idx + 1).astype(_F), hi[:, None]) - numpy.maximum(idx.astype(_F), lo[:, None])
-    w = numpy.where((idx <= i1[:, None]) & (w > 0), w, _F(0)).astype(_F)
+    # The box's first cell starts at lo and its last ends at hi, even where they lie outside
+    # the frame: the border cells stand for everything beyond them (clamped coordinates),
+    # so a box that leaves the frame weights the border pixels by the part outside.
+    left = numpy.where(idx == i0[:, None], lo[:, None], idx.astype(_F))
+    right = numpy.where(idx == i1[:, None], hi[:, None], (idx + 1).astype(_F))
+    w = numpy.where(idx <= i1[:, None], right - left, _F(0)).astype(_F)
     return numpy.minimum(idx, n_in - 1), w
 
 

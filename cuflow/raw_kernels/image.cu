@@ -353,10 +353,12 @@ __device__ __forceinline__ void area_axis(float lo, float hi, int n, int& i0, in
     i0 = max(0, min(n - 1, (int)floorf(lo)));
     i1 = max(i0, min(n - 1, (int)ceilf(hi) - 1));
 }
-// Coverage of cell i by [lo, hi); 0 when the box misses it (a box that leaves
-// the frame must not get weight from two negative coverages).
-__device__ __forceinline__ float area_w(int i, float lo, float hi) {
-    return fmaxf(fminf((float)(i + 1), hi) - fmaxf((float)i, lo), 0.0f);
+// Coverage of cell i of [i0, i1] (area_axis) by the box [lo, hi), coordinates clamped to
+// the frame: the first cell starts at lo and the last ends at hi even where they lie
+// outside it, so a box that leaves the frame repeats the border pixels, weighted by the
+// part of the box beyond them (inside the frame this is min(i + 1, hi) - max(i, lo)).
+__device__ __forceinline__ float area_w(int i, int i0, int i1, float lo, float hi) {
+    return (i == i1 ? hi : (float)(i + 1)) - (i == i0 ? lo : (float)i);
 }
 
 // The source cells [i0, i1] that output coordinate d reads along one axis,
@@ -386,7 +388,7 @@ __device__ __forceinline__ Taps axis_taps(int interp, int d, float scale, float 
     return t;
 }
 __device__ __forceinline__ float tap_w(const Taps& t, int i) {
-    return t.area ? area_w(i, t.lo, t.hi) : (i == t.i0 ? 1.0f - t.w1 : t.w1);
+    return t.area ? area_w(i, t.i0, t.i1, t.lo, t.hi) : (i == t.i0 ? 1.0f - t.w1 : t.w1);
 }
 
 // Where output image b samples from: its frame, the source box origin and scale.

@@ -64,3 +64,20 @@ def test_yuv_round_trip(cf, rng, fmt, matrix, full):
         assert (to_host(image.cvt_color(cf.asarray(flat), fmt, "RGB")) == 0).all()
         flat[0, :H] = 235
         assert (to_host(image.cvt_color(cf.asarray(flat), fmt, "RGB")) == 255).all()
+
+
+@pytest.mark.parametrize("src_format, shape", [("RGB", (4, 6, 3)), ("BGR", (4, 6, 3)),
+                                               ("GRAY", (4, 6, 1)), ("NV12", (6, 6)),
+                                               ("I420", (6, 6))])
+@pytest.mark.parametrize("out_format", ["RGBA", "BGRA"])
+def test_alpha_is_carried_never_added(cf, rng, src_format, shape, out_format):
+    # as documented: RGBA and BGRA outputs need a source with alpha
+    x = cf.asarray(u8_frames(rng, shape))
+    with pytest.raises(image.ImageFormatError) as e:
+        image.cvt_color(x, src_format, out_format)
+    assert out_format in str(e.value)
+    with pytest.raises(image.ImageFormatError):
+        image.normalize(x, src_format=src_format, out_format=out_format)
+    rgba = u8_frames(rng, (4, 6, 4))
+    got = to_host(image.cvt_color(cf.asarray(rgba), "RGBA", out_format))
+    np.testing.assert_array_equal(got, rgba if out_format == "RGBA" else rgba[..., [2, 1, 0, 3]])

@@ -50,3 +50,27 @@ def test_a_dst_dtype_the_kernels_cannot_write_is_refused_by_the_contract(cf, rng
     x = cf.asarray(u8_frames(rng, (2, 5, 6, 3)))
     with pytest.raises(cuflow.DstDtypeError, match="float32"):
         image.normalize(x, dst=cf.empty((2, 3, 5, 6), dtype="float64"))
+
+
+def test_a_read_only_dst_is_refused(cf, rng):
+    # an ArgumentError, as the other ops give (the output contract has no writability rule)
+    if cf.get_backend().is_gpu:
+        pytest.skip("CuPy arrays cannot be made read-only")
+    x = cf.asarray(u8_frames(rng, (2, 5, 6, 3)))
+    boxes = np.array([[0, 0, 6, 5]], np.float32)
+    calls = {
+        "normalize": (lambda d: image.normalize(x, dst=d), (2, 3, 5, 6), "float32"),
+        "resize": (lambda d: image.resize(x, (4, 4), dst=d), (2, 4, 4, 3), "uint8"),
+        "cvt_color": (lambda d: image.cvt_color(x, "RGB", "BGR", dst=d), (2, 5, 6, 3), "uint8"),
+        "letterbox": (lambda d: image.letterbox(x, 4, dst=d), (2, 3, 4, 4), "float32"),
+        "crop_resize": (lambda d: image.crop_resize(x, boxes, 4, dst=d), (1, 3, 4, 4),
+                        "float32"),
+        "denormalize": (lambda d: image.denormalize(image.normalize(x), dst=d), (2, 5, 6, 3),
+                        "uint8"),
+    }
+    for name, (call, shape, dtype) in calls.items():
+        d = cf.zeros(shape, dtype=dtype)
+        d.flags.writeable = False
+        with pytest.raises(cuflow.ArgumentError, match="writable") as e:
+            call(d)
+        assert f"image.{name}" in str(e.value)

@@ -62,3 +62,32 @@ def test_crop_resize_nv12_matches_reference(gpu_cf, rng):
                             dst=poisoned(gpu_cf, (k, 3, 13, 12), "float32"), **kw)
     want = on_numpy(image.crop_resize, x, boxes, (13, 12), frame_index=fidx, **kw)
     close(got, want, "float32", kw)
+
+
+@pytest.mark.parametrize("box", [[-20, 0, 20, 40], [-5, -5, 35, 35], [30, 12, 70, 52],
+                                 [-50, -50, -10, -10], [70, 50, 110, 90]])
+def test_area_boxes_that_leave_the_frame_repeat_the_border(cf, rng, box):
+    # area averages the box over the frame with its border pixels repeated outside, as
+    # nearest and bilinear sample it: the mean of 10 x 10 blocks of the edge-padded frame
+    x = u8_frames(rng, (40, 60, 3))
+    padded = np.pad(x, ((60, 60), (60, 60), (0, 0)), mode="edge").astype(np.float64)
+    x1, y1, x2, y2 = (v + 60 for v in box)
+    want = padded[y1:y2, x1:x2].reshape(4, 10, 4, 10, 3).mean(axis=(1, 3))
+    got = image.crop_resize(cf.asarray(x), [box], 4, interpolation="area", scale=1.0,
+                            layout="NHWC", dst=poisoned(cf, (1, 4, 4, 3), "float32"))
+    close(to_host(got)[0], want, "float32", dict(scale=1.0))
+
+
+@pytest.mark.parametrize("interpolation", ["bilinear", "nearest", "area"])
+def test_boxes_past_float32_pixel_positions_are_refused(cf, rng, interpolation):
+    # a finite box whose width overflows float32 (or that lies past 2**24, where float32
+    # stops holding whole pixel positions) has no sampling positions: refused, naming it
+    x = cf.asarray(u8_frames(rng, (2, 12, 16, 3)))
+    for bad in ([-3e38, 0, 3e38, 10], [0, 0, 2**24 + 2, 8], [-2.0**25, 0, 4, 4]):
+        with pytest.raises(image.ImageFormatError) as e:
+            image.crop_resize(x, [[0, 0, 8, 8], bad], 4, interpolation=interpolation)
+        assert "2**24" in str(e.value) and "box 1" in str(e.value)
+    # the limit itself is a box (that repeats the frame's border)
+    out = image.crop_resize(x, [[-2**24, 0, 2**24, 8]], 4, interpolation=interpolation,
+                            scale=1.0, layout="NHWC")
+    assert np.isfinite(to_host(out)).all()

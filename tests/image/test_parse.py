@@ -37,3 +37,29 @@ def test_errors_state_the_rule(cf, rng):
         image.crop_resize(x, cf.zeros((3, 5), dtype="float32"), 4)
     with pytest.raises(image.ImageFormatError, match=r"fewer than 2\*\*31 elements"):
         image.resize(x, (46341, 46341))  # planned (and refused) before anything is allocated
+
+
+@pytest.mark.parametrize("fmt", ["NV12", "I420"])
+@pytest.mark.parametrize("shape", [(6, 0), (2, 6, 0), (0, 4)])
+def test_yuv_frames_of_no_pixels_are_refused(cf, fmt, shape):
+    # as packed frames are: the kernels would divide by the width and index the chroma
+    z = cf.asarray(np.zeros(shape, np.uint8))
+    boxes = [[0, 0, 2, 2]]
+    for call in (lambda: image.cvt_color(z, fmt, "RGB"),
+                 lambda: image.resize(z, (4, 4), src_format=fmt),
+                 lambda: image.normalize(z, src_format=fmt),
+                 lambda: image.letterbox(z, 4, src_format=fmt),
+                 lambda: image.crop_resize(z, boxes, 4, src_format=fmt)):
+        with pytest.raises(image.ImageFormatError, match=r"H, W > 0"):
+            call()
+
+
+def test_src_format_must_be_a_name(cf, rng):
+    # a list is refused as out_format, layout or matrix are, not by the lookups it breaks
+    x = cf.asarray(u8_frames(rng, (2, 5, 6, 3)))
+    for call in (lambda: image.normalize(x, src_format=["RGB"]),
+                 lambda: image.cvt_color(x, ["RGB"], "BGR"),
+                 lambda: image.resize(x, 4, src_format={"NV12"}),
+                 lambda: image.denormalize(image.normalize(x), src_format=["RGB"])):
+        with pytest.raises(image.ImageFormatError, match="src_format must be one of"):
+            call()

@@ -210,3 +210,24 @@ def test_host_boxes_and_frame_indices_past_the_kernels_types_are_refused(cf, rng
 def test_pipeline_options_are_checked_when_it_is_made(cf, kw):
     with pytest.raises(cuflow.CuflowError):
         cf.Pipeline(16, 2, **kw)
+
+
+def test_a_cached_plan_does_not_let_an_invalid_flag_or_pad_through(cf, rng):
+    # 1 == 1.0 == True: a valid call's plan must not answer an invalid call that equals it
+    x = cf.asarray(u8_frames(rng, (10, 20, 3)))
+    for valid, invalid in [(lambda: image.normalize(x, flip=True),
+                            lambda: image.normalize(x, flip=1.0)),
+                           (lambda: image.normalize(x, flip=False),
+                            lambda: image.normalize(x, flip=0)),
+                           (lambda: image.letterbox(x, 20, pad=1),
+                            lambda: image.letterbox(x, 20, pad=True)),
+                           (lambda: image.resize(x, 8, full_range=True),
+                            lambda: image.resize(x, 8, full_range=1))]:
+        valid()
+        with pytest.raises(image.ImageTypeError):
+            invalid()
+    # equal valid values of other types still run, with the same result
+    a = to_host(image.normalize(x, flip=True))
+    np.testing.assert_array_equal(to_host(image.normalize(x, flip=np.True_)), a)
+    b = to_host(image.letterbox(x, 20, pad=1)[0])
+    np.testing.assert_array_equal(to_host(image.letterbox(x, 20, pad=np.float32(1))[0]), b)
