@@ -54,7 +54,7 @@ import numpy
 
 from ._errors import ArgumentError, ArgumentTypeError
 from .core import _engine, _runtime
-from .core._contract import prepare_out
+from .core._contract import may_share, prepare_out
 from .core._fastpath import FastCall
 from .core._ewgen import topo
 from .core._expr import EXTRA_UNARY, Expr, TraceError, apply
@@ -441,6 +441,11 @@ class Fused(object if FastCall is None else FastCall):
         single = not isinstance(res, tuple)
         outs = (res,) if single else res
         outs = tuple(rt.wrap(rt.xp.asarray(o)) for o in outs)
+        # An output that is an argument (or a view of one) is a copy, as the kernel's are: it
+        # must not change with the argument, nor with an earlier output written into a dst
+        # that is that argument (step(state, x) -> (state + x, state) into (state, prev))
+        inputs = [a for a in (*args, *kwargs.values()) if isinstance(a, rt.ndarray)]
+        outs = tuple(o.copy() if any(may_share(o, a, rt) for a in inputs) else o for o in outs)
         if dst is None:
             return outs[0] if single else outs
         dsts = (dst,) if not isinstance(dst, (tuple, list)) else tuple(dst)

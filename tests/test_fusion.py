@@ -405,6 +405,42 @@ def test_reduction_keepdims_nan_and_dst(cf, rng):
                                float((np.nan_to_num(xa) ** 2).sum()), rtol=1e-5)
 
 
+def test_numpy_reductions_keep_dtype_and_positional_keepdims(cf, rng):
+    xa = rng.integers(100, 256, (4, 5)).astype(np.uint8)
+    x = cf.asarray(xa)
+    for fn in (lambda a: np.sum(a + 1, dtype=np.uint8), lambda a: np.mean(a * 1, dtype=np.float32),
+               lambda a: np.max(a * 1, 0, None, True), lambda a: np.prod(a > 9, 1, np.int16)):
+        check(host(cf.fuse(fn)(x)), fn(xa))
+    with pytest.raises(cuflow.TraceError, match="numpy.sum's initial"):
+        cf.fuse(lambda a: np.sum(a * 1, initial=3))(x)
+
+
+@pytest.mark.parametrize("name", ["var", "std", "any", "all"])
+def test_reductions_that_do_not_fuse_are_named(cf, rng, name):
+    x = cf.asarray(rand(rng, (8, 8), np.float32))
+    with pytest.raises(cuflow.TraceError, match=f"cannot fuse {name} at .*test_fusion.py"):
+        cf.fuse(lambda a: getattr(cuflow, name)(a + 1))(x)
+
+
+def test_an_output_that_is_an_argument_is_a_copy(cf, rng):
+    """As a kernel's outputs are: the old state survives being written into its own dst,
+    and a returned argument does not change with it."""
+    h = rand(rng, (16,), np.float32)
+    state, prev, one = cf.asarray(h.copy()), cf.empty(16, cf.float32), cf.ones(16, cf.float32)
+    step = cf.fuse(lambda s, x: (s + x, s))
+    assert step(state, one, dst=(state, prev)) == (state, prev)
+    check(host(state), h + 1)
+    check(host(prev), h)
+    swap = cf.fuse(lambda a, b: (b, a))
+    a, b = cf.asarray(h.copy()), cf.asarray(h * 2)
+    swap(a, b, dst=(a, b))
+    check(host(a), h * 2)
+    check(host(b), h)
+    y, same = cf.fuse(lambda u, k: (u * k, u))(a, 2.0)
+    same[0] = 7.0
+    assert host(a)[0] == h[0] * 2
+
+
 # ------------------------------------------------------------ what fails
 def test_data_dependent_branch_names_the_line(cf):
     def f(x):

@@ -15,6 +15,7 @@ cuflow's elementwise functions all build nodes; nothing here runs on a device.
 from __future__ import annotations
 
 import functools
+import inspect
 import linecache
 import sys
 from typing import Any
@@ -64,15 +65,21 @@ _ALIASES = {"abs": "absolute", "true_divide": "divide", "pow": "power", "mod": "
             "bitwise_left_shift": "left_shift", "bitwise_right_shift": "right_shift"}
 
 
+#: the libraries between a traced function and the tracer (array-api-compat's wrappers
+#: call the backend's functions on the traced arrays)
+_LIBRARIES = ("cuflow", "numpy", "cupy", "array_api_compat")
+
+
 def caller_line() -> str:
-    """``file:line: source`` of the first frame outside cuflow (where the user's code is)."""
+    """``file:line: source`` of the first frame outside cuflow and the array libraries it
+    calls (where the user's code is)."""
     f = sys._getframe(1)
-    while f is not None and f.f_globals.get("__name__", "").startswith("cuflow"):
+    while f is not None and f.f_globals.get("__name__", "").partition(".")[0] in _LIBRARIES:
         f = f.f_back
     if f is None:
         return "<unknown>"
     src = linecache.getline(f.f_code.co_filename, f.f_lineno).strip()
-    return f"{f.f_code.co_filename}:{f.f_lineno}: {src}"
+    return f"{f.f_code.co_filename}:{f.f_lineno}" + (f": {src}" if src else "")
 
 
 def is_expr(x: Any) -> bool:
@@ -247,10 +254,21 @@ class Expr:
         if name == "clip":
             return clip(*args, **kwargs)
         if name in REDUCTIONS or name in ("amax", "amin"):
-            red = {"amax": "max", "amin": "min"}.get(name, name)
-            a, *rest = args
-            axis = rest[0] if rest else kwargs.get("axis")
-            return reduce(red, a, axis, kwargs.get("keepdims", False))
+            sig = inspect.signature(func)
+            try:  # NumPy's own signature: axis, dtype and keepdims by position or keyword
+                given = sig.bind(*args, **kwargs).arguments
+            except TypeError as e:
+                raise TraceError(f"cuflow.fuse: numpy.{name} at {caller_line()}: {e}") from None
+            other = sorted(k for k, v in given.items()  # out=None, where=True: the defaults'
+                           if k not in ("a", "axis", "dtype", "keepdims") and v is not None
+                           and v is not sig.parameters[k].default
+                           and not (k == "where" and v is True))
+            if other:
+                raise TraceError(f"cuflow.fuse cannot fuse numpy.{name}'s {', '.join(other)} "
+                                 f"at {caller_line()}: a fused reduction takes axis, dtype and "
+                                 "keepdims")
+            return reduce({"amax": "max", "amin": "min"}.get(name, name), given["a"],
+                          given.get("axis"), given.get("keepdims", False), given.get("dtype"))
         raise TraceError(f"cuflow.fuse cannot trace numpy.{name} at {caller_line()}: only "
                          "elementwise functions, where, clip and trailing reductions fuse")
 
@@ -450,6 +468,10 @@ def _reduce_dtype(name: str, dt: numpy.dtype, kw: Any) -> numpy.dtype:
 def reduce(name: str, x: Any, axis: Any = None, keepdims: bool = False,
            dtype: Any = None) -> Expr:
     """A trailing reduction ``name`` of ``x`` over ``axis`` (None: everything)."""
+    if name not in REDUCTIONS:  # (var, std, any, all reach here through the namespace)
+        raise TraceError(f"cuflow.fuse cannot fuse {name} at {caller_line()}: the trailing "
+                         f"reductions that fuse are {', '.join(REDUCTIONS)}; compute {name} "
+                         "on the fused function's result")
     x = const(x)
     if x.op.startswith("reduce:"):
         raise TraceError(f"cuflow.fuse: a reduction of a reduction at {caller_line()}; "

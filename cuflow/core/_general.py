@@ -43,7 +43,8 @@ def _shape_oracle(name, fn, *arrays, **kw):
         return _contract_shape(name, arrays[0], arrays[1]), dt
     if name in ("cumsum", "cumprod"):
         a = arrays[0]
-        return (a.size,) if kw.get("axis") is None else a.shape, dt
+        # (a 0-d array accumulates as one element along any axis it is given: NumPy's (1,))
+        return (a.size,) if kw.get("axis") is None or a.ndim == 0 else a.shape, dt
     return numpy.broadcast_shapes(*shapes), dt  # elementwise (clip, around)
 
 

@@ -40,6 +40,17 @@ def test_transforms_with_dst(cf, rng):
         np.testing.assert_allclose(to_host(d), exp, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("name", ["cumsum", "cumprod"])
+def test_accumulating_a_zero_dimensional_array_along_an_axis(cf, name):
+    a = cf.asarray(np.array(5.0))
+    want = getattr(np, name)(np.array(5.0), axis=0)
+    d = cf.full((1,), np.nan)
+    assert getattr(cf, name)(a, axis=0, dst=d) is d
+    np.testing.assert_array_equal(to_host(d), want)
+    with pytest.raises(cuflow.DstShapeError, match=r"\(1,\)"):
+        getattr(cf, name)(a, axis=0, dst=cf.empty(()))
+
+
 def test_take_along_axis_on_a_stream(cf, rng):
     h = random_array((3, 4), "float32", rng, host=True)
     a, s = cf.asarray(h), cf.Stream()
