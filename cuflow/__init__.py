@@ -22,7 +22,7 @@ import numpy as _np
 
 from . import debug, fusion, graph, image, kernels, memory, testing
 from ._errors import (
-    ArgumentError, ArgumentIndexError, ArgumentTypeError, BackendError, CudaError, CuflowError, DeviceError, DstDtypeError, DstError, DstShapeError, DstTypeError,
+    ArgumentError, ArgumentIndexError, ArgumentOverflowError, ArgumentTypeError, AxisError, BackendError, CudaError, CuflowError, DeviceError, DstDtypeError, DstError, DstShapeError, DstTypeError, LinAlgError,
     DLPackCopyError, KernelCompileError, OutOfMemoryError,
 )
 from ._forward import forward as _forward
@@ -122,7 +122,8 @@ __all__ = [
     "Device", "Stream", "Event", "current_stream", "synchronize", "streams",
     # errors
     "CuflowError", "ArgumentError", "ArgumentIndexError", "ArgumentTypeError", "BackendError", "DeviceError", "DstError", "DstShapeError", "DstDtypeError", "DstTypeError",
-    "CudaError", "OutOfMemoryError", "KernelCompileError", "DLPackCopyError",
+    "CudaError", "OutOfMemoryError", "KernelCompileError", "DLPackCopyError", "AxisError",
+    "ArgumentOverflowError", "LinAlgError",
     # submodules
     "linalg", "fft", "random", "testing", "kernels", "memory", "graph", "image", "debug",
     # array operations, with dst= and stream=

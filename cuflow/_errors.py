@@ -10,10 +10,16 @@ The rules every message follows are on ``docs/errors.md``.
 
 from __future__ import annotations
 
+import numpy
+
 __all__ = [
     "CuflowError",
     "ArgumentError",
     "ArgumentTypeError",
+    "ArgumentIndexError",
+    "ArgumentOverflowError",
+    "AxisError",
+    "LinAlgError",
     "DLPackCopyError",
     "BackendError",
     "DstError",
@@ -46,6 +52,25 @@ class ArgumentTypeError(CuflowError, TypeError):
 
 class ArgumentIndexError(CuflowError, IndexError):
     """An index or axis argument is out of range (the message names it and the range)."""
+
+
+class AxisError(ArgumentIndexError, numpy.exceptions.AxisError):
+    """An axis is out of range for the array's dimensions: NumPy's ``AxisError``, so also a
+    ``ValueError`` and an ``IndexError``."""
+
+    def __init__(self, message: str) -> None:
+        numpy.exceptions.AxisError.__init__(self, message)
+        Exception.__init__(self, message)  # (args, for pickling: NumPy's sets none)
+
+
+class ArgumentOverflowError(ArgumentError, OverflowError):
+    """A number is out of the range of the dtype that must hold it: NumPy's
+    ``OverflowError``, and a ``ValueError``."""
+
+
+class LinAlgError(CuflowError, numpy.linalg.LinAlgError):
+    """A linear-algebra operation failed on its input (a singular or non-square matrix):
+    NumPy's and CuPy's ``LinAlgError``, a ``ValueError``."""
 
 
 class DLPackCopyError(CuflowError, BufferError):

@@ -140,7 +140,9 @@ def forward(name: str, sub: str | None = None, owner: str = "cuflow") -> Any:
             f"module {owner!r} has no attribute {name!r} (not in cuflow nor in "
             f"{mod.__name__})") from None
     own = getattr(b.xp if sub is None else getattr(b.xp, sub, None), name, None)
-    if mod is compat and callable(own) and callable(obj):
+    # (array-api-compat's random is NumPy's own module: its classes are no wrappers)
+    if (mod is compat and own is not obj and callable(own) and callable(obj)
+            and not isinstance(obj, type)):
         obj = _by_form(obj, own, _BACKEND_FORM.get((sub or "", name)))
     if mod is compat and b.name == "cupy" and (sub or "", name) in _EMPTY_BY_NUMPY:
         obj = _empty_by_numpy(obj, sub, name)

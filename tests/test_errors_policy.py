@@ -278,7 +278,10 @@ def test_debug_switches_take_bools(cf):
 @pytest.mark.parametrize("name, builtin", [
     ("ArgumentError", ValueError), ("ArgumentTypeError", TypeError),
     ("OutOfMemoryError", MemoryError), ("CudaError", RuntimeError),
-    ("DstTypeError", TypeError), ("DstShapeError", ValueError)])
+    ("DstTypeError", TypeError), ("DstShapeError", ValueError),
+    ("AxisError", ValueError), ("AxisError", IndexError), ("AxisError", np.exceptions.AxisError),
+    ("ArgumentOverflowError", OverflowError), ("ArgumentOverflowError", ValueError),
+    ("LinAlgError", np.linalg.LinAlgError), ("LinAlgError", ValueError)])
 def test_each_error_is_also_the_builtin_a_user_catches(name, builtin):
     cls = getattr(cuflow, name)
     assert issubclass(cls, cuflow.CuflowError) and issubclass(cls, builtin)
@@ -338,3 +341,26 @@ def test_namespace_functions_state_their_rule(cf, call, builtin, words):
 
 def test_descending_argsort_of_a_zero_dimensional_array_is_numpys_argsort(cf):
     assert to_host(cf.argsort(cf.asarray(3.0), descending=True)).tolist() == [0]
+
+
+def test_numpys_exception_classes_still_catch(cf):
+    """Code written against NumPy catches cuflow's errors with NumPy's classes: an axis out
+    of range is NumPy's AxisError, a Python int past a dtype an OverflowError, a failed
+    linear-algebra precondition a LinAlgError."""
+    x = cf.ones((2, 3))
+    for call in (lambda: cf.sum(x, axis=2), lambda: cf.squeeze(x, axis=3),
+                 lambda: cf.concatenate([x, x], axis=5), lambda: x.max(axis=-3),
+                 lambda: cf.argsort(x, axis=4, descending=True)):
+        with pytest.raises(np.exceptions.AxisError) as e:
+            call()
+        _is_clear(e.value, "axis")
+    u8 = cf.asarray(np.arange(3, dtype=np.uint8))
+    for call in (lambda: cf.add(u8, 300), lambda: cf.full(2, 300, dtype=cf.uint8),
+                 lambda: cf.asarray([300], dtype=cf.uint8)):
+        with pytest.raises(OverflowError) as e:
+            call()
+        _is_clear(e.value, "300")
+    with pytest.raises(np.linalg.LinAlgError) as e:
+        cf.linalg.eigvals(x)
+    _is_clear(e.value, "cuflow.linalg.eigvals")
+    assert float(to_host(cf.full(2, 2**70, dtype=cf.float64))[0]) == 2.0**70

@@ -30,7 +30,8 @@ from typing import Any, Literal
 
 import numpy
 
-from .._errors import ArgumentTypeError, DstDtypeError, DstError, DstShapeError, DstTypeError
+from .._errors import (ArgumentTypeError, AxisError, DstDtypeError, DstError, DstShapeError,
+                       DstTypeError)
 from ._runtime import runtime
 
 __all__ = ["prepare_out", "resolve_out", "check_casting", "check_cast", "check_out_pair",
@@ -192,7 +193,7 @@ def reduced_shape(name: str, shape: Sequence[int], axis: Any, keepdims: bool) ->
         for a in axis if isinstance(axis, tuple) else (axis,):
             a = int(a)
             if not -nd <= a < nd:
-                raise numpy.exceptions.AxisError(
+                raise AxisError(
                     f"cuflow.{name}: axis {a} is out of bounds for an array of dimension {nd}")
             axes.add(a % nd)
     if keepdims:

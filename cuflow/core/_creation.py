@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy
 
-from .._errors import ArgumentError, ArgumentTypeError, CuflowError, OutOfMemoryError
+from .._errors import (ArgumentError, ArgumentOverflowError, ArgumentTypeError, CuflowError,
+                       OutOfMemoryError)
 from ._dispatch import call, reraise, run_on
 from ._fastpath import EMPTY, ZEROS, FastCall
 from ._info import check_device
@@ -87,9 +88,11 @@ def _fill_value(name: str, value: Any, dtype: Any = None) -> Any:
     backend's cast would warn that it discards one)."""
     try:
         # (result_type(None) is float64, and of a tuple the dtype it spells: neither is a
-        # number)
+        # number; a Python int past int64 is one, where result_type says object)
         kind = ("O" if value is None or isinstance(value, list | tuple) else
-                "U" if isinstance(value, str | bytes) else numpy.result_type(value).kind)
+                "U" if isinstance(value, str | bytes) else
+                "i" if isinstance(value, int) and not isinstance(value, bool) else
+                numpy.result_type(value).kind)
     except TypeError:
         kind = "O"
     if kind not in "biufc":
@@ -114,11 +117,11 @@ def _fill_value(name: str, value: Any, dtype: Any = None) -> Any:
             raise ArgumentError(f"cuflow.{name}: fill_value must be a whole number for {dt}, "
                                 f"got {value!r}")
         if not info.min <= int(v) <= info.max:
-            raise ArgumentError(f"cuflow.{name}: fill_value {value!r} is out of the range of "
-                                f"{dt}, [{info.min}, {info.max}]")
+            raise ArgumentOverflowError(f"cuflow.{name}: fill_value {value!r} is out of the "
+                                        f"range of {dt}, [{info.min}, {info.max}]")
     elif dt.kind == "f" and math.isfinite(v) and abs(v) > float(numpy.finfo(dt).max):
-        raise ArgumentError(f"cuflow.{name}: fill_value {value!r} is out of the range of {dt} "
-                            f"(its largest value is {numpy.finfo(dt).max})")
+        raise ArgumentOverflowError(f"cuflow.{name}: fill_value {value!r} is out of the range "
+                                    f"of {dt} (its largest value is {numpy.finfo(dt).max})")
     return v if kind == "c" else value
 
 

@@ -32,8 +32,8 @@ from typing import Any
 import numpy
 
 from .._errors import (
-    ArgumentError, ArgumentIndexError, ArgumentTypeError, BackendError, CudaError, CuflowError,
-    OutOfMemoryError,
+    ArgumentError, ArgumentIndexError, ArgumentOverflowError, ArgumentTypeError, AxisError,
+    BackendError, CudaError, CuflowError, LinAlgError, OutOfMemoryError,
 )
 from ._contract import (
     broadcast_shape, check_out_pair, prepare_out, resolve_out, translate_type_error,
@@ -72,15 +72,19 @@ def reraise(name: str, e: BaseException, dst: Any = None):
     if isinstance(e, TypeError):
         translate_type_error(name, e, dst)
         raise ArgumentTypeError(what) from e
-    if isinstance(e, IndexError):  # NumPy's AxisError too (an IndexError and a ValueError)
+    if isinstance(e, numpy.exceptions.AxisError):  # (an IndexError and a ValueError)
+        raise AxisError(what) from e
+    if isinstance(e, IndexError):
         raise ArgumentIndexError(what) from e
+    if isinstance(e, numpy.linalg.LinAlgError):
+        raise LinAlgError(what) from e
     if isinstance(e, ValueError):
         if "too big" in str(e):  # NumPy's words for a size past the address space
             raise OutOfMemoryError(f"cuflow.{name}: out of memory: the result would be larger "
                                    f"than the address space ({e})") from e
         raise ArgumentError(what) from e
-    if isinstance(e, OverflowError):  # an argument past C's integers (an index of 1e300)
-        raise ArgumentError(what) from e
+    if isinstance(e, OverflowError):  # a Python int past the dtype's range, or C's integers
+        raise ArgumentOverflowError(what) from e
     raise e
 
 

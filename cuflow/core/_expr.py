@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy
 
-from .._errors import ArgumentTypeError, CuflowError
+from .._errors import ArgumentTypeError, AxisError, CuflowError
 
 __all__ = ["Expr", "TraceError", "UNARY", "BINARY", "REDUCTIONS", "EXTRA_UNARY", "apply",
            "is_expr", "where", "clip", "astype", "reduce", "const", "caller_line", "SHAPE_READS"]
@@ -485,7 +485,7 @@ def reduce(name: str, x: Any, axis: Any = None, keepdims: bool = False,
             axis = axis[0]
         axis = int(axis)
         if not -nd <= axis < nd:
-            raise numpy.exceptions.AxisError(
+            raise AxisError(
                 f"cuflow.fuse: axis {axis} is out of bounds for a traced array of dimension {nd}")
         axis %= nd
     if axis is None:

@@ -13,7 +13,7 @@ import functools
 
 import numpy
 
-from .._errors import ArgumentError, ArgumentTypeError, CuflowError
+from .._errors import ArgumentError, ArgumentOverflowError, ArgumentTypeError, CuflowError
 from ._contract import bad_input, check_cast, may_share, prepare_out, resolve_out
 from ._dispatch import reraise, run_on
 from ._expr import Expr
@@ -182,10 +182,10 @@ def asarray(obj, dtype=None, order=None, *, device=None, copy=None, stream=None)
         return rt.as_darray(r) if r is obj else rt.wrap(r)
     except CuflowError:
         raise
-    except FloatingPointError as e:  # a Python float past the dtype's range
-        raise ArgumentError(f"cuflow.asarray: obj holds a value out of the range of {dtype}: "
-                            f"{e}") from e
-    except (ValueError, OverflowError) as e:  # ragged sequences, values that do not fit dtype
+    except (FloatingPointError, OverflowError) as e:  # a Python number past the dtype's range
+        raise ArgumentOverflowError(f"cuflow.asarray: obj holds a value out of the range of "
+                                    f"{dtype}: {e}") from e
+    except ValueError as e:  # ragged sequences
         raise ArgumentError(f"cuflow.asarray: obj cannot be converted to an array: {e}") from e
     except TypeError as e:  # an unknown dtype, a value the dtype does not take
         raise ArgumentTypeError(f"cuflow.asarray: obj of type {type(obj).__name__} cannot be "

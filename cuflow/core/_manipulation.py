@@ -9,7 +9,7 @@ import numpy
 
 from ._contract import bad_input, check_ints, may_share, prepare_out, resolve_out
 from ._dispatch import call, reraise, run_on, wrap_view
-from .._errors import ArgumentError, ArgumentIndexError, ArgumentTypeError
+from .._errors import ArgumentError, ArgumentIndexError, ArgumentTypeError, AxisError
 from ._interop import astype, copy_into
 from ._interop import copy as copy_fn
 from ._runtime import runtime
@@ -200,8 +200,8 @@ def take(a, indices, axis=None, dst=None, *, out=None, stream=None):
         if isinstance(axis, bool | numpy.bool_) or not isinstance(axis, int | numpy.integer):
             raise ArgumentTypeError(f"cuflow.take: axis must be an integer, got {axis!r}")
         if not -nd <= axis < nd:
-            raise ArgumentIndexError(f"cuflow.take: axis must be in [{-nd}, {nd}) for an array "
-                                     f"of {a.ndim} dimensions, got {axis}")
+            raise AxisError(f"cuflow.take: axis must be in [{-nd}, {nd}) for an array of "
+                            f"{a.ndim} dimensions, got {axis}")
     flat = axis is None or a.ndim == 0
     n = a.size if flat else a.shape[axis]
     on_device = isinstance(indices, rt.ndarray) and rt.is_gpu

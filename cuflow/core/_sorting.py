@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._errors import ArgumentIndexError
+from .._errors import AxisError
 from ._contract import check_ints
 from ._dispatch import call, run_on
 from ._runtime import runtime
@@ -49,8 +49,8 @@ def _argsort_descending(xp, a, axis, kw):
     # the stable ascending sort of the reversed array, read backwards, is the stable
     # descending order; the indices are then mapped back to the unreversed array
     if not -a.ndim <= axis < a.ndim:
-        raise ArgumentIndexError(f"cuflow.argsort: axis must be in [{-a.ndim}, {a.ndim}) for "
-                                 f"an array of {a.ndim} dimensions, got {axis}")
+        raise AxisError(f"cuflow.argsort: axis must be in [{-a.ndim}, {a.ndim}) for an array "
+                        f"of {a.ndim} dimensions, got {axis}")
     ax = axis % a.ndim
     r = xp.flip(xp.argsort(xp.flip(a, axis=ax), axis=ax, **kw), axis=ax)
     return xp.subtract(a.shape[ax] - 1, r)

@@ -297,6 +297,15 @@ def test_numpy_positional_arguments_of_standard_functions(cf, rng):
         np.testing.assert_allclose(cf.asnumpy(got), want, rtol=1e-10, atol=1e-12)
 
 
+def test_forwarded_classes_stay_the_backends_classes(cf):
+    xp = cf.get_backend().xp
+    for name in ("Generator", "RandomState"):
+        assert getattr(cf.random, name) is getattr(xp.random, name)
+    g = cf.random.default_rng(0)
+    assert isinstance(g, cf.random.Generator)
+    assert isinstance(cf.as_darray(g.random(3)), cf.darray)
+
+
 @pytest.mark.parametrize("call", ["unique_counts", "unique_all", "unique_inverse", "eigh", "svd",
                                   "qr", "slogdet"])
 def test_named_tuple_results_hold_darrays(cf, rng, call):
