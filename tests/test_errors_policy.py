@@ -364,3 +364,18 @@ def test_numpys_exception_classes_still_catch(cf):
         cf.linalg.eigvals(x)
     _is_clear(e.value, "cuflow.linalg.eigvals")
     assert float(to_host(cf.full(2, 2**70, dtype=cf.float64))[0]) == 2.0**70
+
+
+@pytest.mark.parametrize(("call", "builtin", "words"), [
+    (lambda cf: cf.arange(0, 5, np.int64(0)), ValueError, ("cuflow.arange", "non-zero")),
+    (lambda cf: cf.can_cast(1, cf.int8), TypeError, ("cuflow.can_cast", "int 1")),
+    (lambda cf: cf.can_cast(cf.int8, cf.int16, casting="bogus"), ValueError, ("'bogus'",)),
+    (lambda cf: cf.result_type(), ValueError, ("cuflow.result_type",)),
+    (lambda cf: cf.isdtype("float32", "real floating"), TypeError, ("cuflow.isdtype",)),
+    (lambda cf: cf.isdtype(cf.float32, 5), TypeError, ("cuflow.isdtype", "5")),
+    (lambda cf: cf.isdtype(np.dtype(bool), ("bool", "bogus")), ValueError, ("'bogus'",)),
+])
+def test_inspection_functions_state_their_rule(cf, call, builtin, words):
+    with pytest.raises(builtin) as e:
+        call(cf)
+    _is_clear(e.value, *words)

@@ -277,7 +277,7 @@ def arange(start=None, stop=None, step=1, dtype=None, *, device=None, stream=Non
         start, stop = 0, start
     elif start is None:
         start = 0
-    if isinstance(step, int | float) and step == 0:
+    if isinstance(step, int | float | numpy.number) and step == 0:
         raise ArgumentError(f"cuflow.arange: step must be non-zero, got {step!r}")
     _dtype("arange", dtype)
     real = (int, float, numpy.integer, numpy.floating)

@@ -254,7 +254,19 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
             return base_dlpack(self, **_given(stream=stream, max_version=max_version,
                                               dl_device=dl_device, copy=copy))
 
-        ns.update(__getitem__=__getitem__, get=get, __dlpack__=__dlpack__)
+        # NumPy prints an array of a subclass through its __getitem__, whose 0-d arrays it
+        # formats as Python floats (float16 0.1 as 0.09997559): print the base class's view
+        def __repr__(self):
+            name = type(self).__name__  # (in place of NumPy's "array", lines re-indented)
+            first, *rest = numpy.array_repr(self.view(numpy.ndarray)).split("\n")
+            pad = " " * (len(name) - len("array"))
+            return "\n".join([name + first[5:], *(pad + line if line else line for line in rest)])
+
+        def __str__(self):
+            return numpy.array_str(self.view(numpy.ndarray))
+
+        ns.update(__getitem__=__getitem__, get=get, __dlpack__=__dlpack__, __repr__=__repr__,
+                  __str__=__str__)
 
     for mname in _RECLASS_METHODS:
         if hasattr(base, mname) and mname not in ns:

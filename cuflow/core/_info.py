@@ -82,15 +82,25 @@ def __array_namespace_info__() -> Info:  # noqa: N807
 
 def isdtype(dtype: Any, kind: Any) -> bool:
     """True when ``dtype`` is of ``kind``: a dtype, a kind name, or a tuple of them (array API)."""
-    if isinstance(kind, tuple):
-        return any(isdtype(dtype, k) for k in kind)
-    dtype = numpy.dtype(dtype)
-    if isinstance(kind, str):
-        if kind not in _KIND_CHARS:
-            raise ArgumentError(f"isdtype: kind must be a dtype or one of {sorted(_KINDS)}, "
-                                f"got {kind!r}")
-        return dtype.kind in _KIND_CHARS[kind]  # float16 is real floating too
-    return dtype == numpy.dtype(kind)
+    if not isinstance(dtype, numpy.dtype | type):  # (the array API: a dtype, not its name)
+        raise ArgumentTypeError(f"cuflow.isdtype: dtype must be a dtype, got {dtype!r}")
+    dtype = _numpy_dtype("isdtype", dtype)
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    for k in kinds:  # every kind checked, not only those before a match
+        if isinstance(k, str) and k not in _KIND_CHARS:
+            raise ArgumentError(f"cuflow.isdtype: kind must be a dtype, one of "
+                                f"{sorted(_KINDS)}, or a tuple of them, got {kind!r}")
+        if not isinstance(k, str):
+            _numpy_dtype("isdtype", k)
+    return any(dtype.kind in _KIND_CHARS[k] if isinstance(k, str)  # float16 is real floating
+               else dtype == numpy.dtype(k) for k in kinds)
+
+
+def _numpy_dtype(name: str, x: Any) -> numpy.dtype:
+    try:
+        return numpy.dtype(x)
+    except TypeError as e:
+        raise ArgumentTypeError(f"cuflow.{name}: {x!r} names no dtype") from e
 
 
 def _dt(x: Any) -> Any:
@@ -143,12 +153,25 @@ def _limits_dtype(name: str, x: Any, kinds: str, what: str) -> numpy.dtype:
 
 def result_type(*arrays_and_dtypes: Any) -> numpy.dtype:
     """NumPy's type promotion of arrays (of any backend), dtypes and scalars."""
-    return numpy.result_type(*(_dt(x) for x in arrays_and_dtypes))
+    if not arrays_and_dtypes:
+        raise ArgumentError("cuflow.result_type needs at least one array or dtype")
+    try:
+        return numpy.result_type(*(_dt(x) for x in arrays_and_dtypes))
+    except TypeError as e:
+        raise ArgumentTypeError(f"cuflow.result_type: {e}") from e
 
 
 def can_cast(from_: Any, to: Any, /, casting: str = "safe") -> bool:
     """Whether ``from_`` (a dtype or array) casts to ``to`` under ``casting``."""
-    return bool(numpy.can_cast(_dt(from_), to, casting))
+    if casting not in ("no", "equiv", "safe", "same_kind", "unsafe"):
+        raise ArgumentError(f"cuflow.can_cast: casting must be 'no', 'equiv', 'safe', "
+                            f"'same_kind' or 'unsafe', got {casting!r}")
+    src = _dt(from_)
+    if not isinstance(src, numpy.dtype | type | str):  # (NumPy 2 refuses Python scalars)
+        raise ArgumentTypeError(f"cuflow.can_cast: from_ must be a dtype or an array, got "
+                                f"{type(from_).__name__} {from_!r}")
+    return bool(numpy.can_cast(_numpy_dtype("can_cast", src), _numpy_dtype("can_cast", to),
+                               casting))
 
 
 def check_device(name: str, device: Any) -> None:

@@ -245,3 +245,12 @@ def test_methods_give_the_backends_results(cf, rng):
             elif repr(got) != repr(want):
                 bad.append(f"x.{name}{args}: {got!r} against {want!r}")
     assert called >= 100 and not bad, (called, bad)
+
+
+def test_arrays_print_numpys_digits(cf):
+    """An array prints as NumPy prints its values (the shortest digits of its dtype)."""
+    for h in (np.array([0.1, 0.2, 1 / 3], np.float16), np.arange(4, dtype=np.float32) / 3,
+              np.arange(24, dtype=np.float64).reshape(2, 3, 4) / 7, np.arange(5, dtype=np.int8)):
+        x = cf.asarray(h)
+        assert str(x) == str(h)
+        assert repr(x).split("(", 1)[1].split("\n")[0] == repr(h).split("(", 1)[1].split("\n")[0]
