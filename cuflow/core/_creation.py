@@ -122,6 +122,8 @@ def _fill_value(name: str, value: Any, dtype: Any = None) -> Any:
     elif dt.kind == "f" and math.isfinite(v) and abs(v) > float(numpy.finfo(dt).max):
         raise ArgumentOverflowError(f"cuflow.{name}: fill_value {value!r} is out of the range "
                                     f"of {dt} (its largest value is {numpy.finfo(dt).max})")
+    elif dt.kind == "f" and kind == "i":  # (CuPy's scalar of a Python int is a C long)
+        return float(v)
     return v if kind == "c" else value
 
 

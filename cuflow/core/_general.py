@@ -13,7 +13,7 @@ import functools
 
 import numpy
 
-from .._errors import ArgumentError, ArgumentTypeError
+from .._errors import ArgumentError, ArgumentTypeError, AxisError
 from ._contract import bad_input, check_ints, prepare_out, resolve_out
 from ._dispatch import reraise, run_on
 from . import _runtime
@@ -43,8 +43,7 @@ def _shape_oracle(name, fn, *arrays, **kw):
         return _contract_shape(name, arrays[0], arrays[1]), dt
     if name in ("cumsum", "cumprod"):
         a = arrays[0]
-        # (a 0-d array accumulates as one element along any axis it is given: NumPy's (1,))
-        return (a.size,) if kw.get("axis") is None or a.ndim == 0 else a.shape, dt
+        return (a.size,) if kw.get("axis") is None else a.shape, dt
     return numpy.broadcast_shapes(*shapes), dt  # elementwise (clip, around)
 
 
@@ -214,6 +213,7 @@ def cumsum(a, axis=None, dtype=None, dst=None, *, out=None, stream=None):
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
+    a, axis = _one_element_axis("cumsum", a, axis)
     return _general("cumsum", numpy.cumsum, "cumsum", (a,), resolve_out(dst, out, "cumsum"),
                     stream, axis=axis, dtype=dtype)
 
@@ -225,8 +225,21 @@ def cumprod(a, axis=None, dtype=None, dst=None, *, out=None, stream=None):
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
+    a, axis = _one_element_axis("cumprod", a, axis)
     return _general("cumprod", numpy.cumprod, "cumprod", (a,), resolve_out(dst, out, "cumprod"),
                     stream, axis=axis, dtype=dtype)
+
+
+def _one_element_axis(name, a, axis):
+    """NumPy accumulates a 0-d array along axis 0 (or -1) as one of one element; CuPy refuses
+    the axis."""
+    if isinstance(a, Expr) or getattr(a, "ndim", None) != 0 or axis is None:
+        return a, axis
+    axis = check_ints(name, axis)
+    if axis not in (0, -1):
+        raise AxisError(f"cuflow.{name}: axis {axis} is out of bounds for a 0-d array, "
+                        "accumulated as one of one element (axis 0 or -1)")
+    return a.reshape(1), 0
 
 
 def around(a, decimals=0, dst=None, *, out=None, stream=None):
