@@ -44,7 +44,7 @@ def _prepare_old(checkout: Path) -> Path:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("old", type=Path, help="a checkout of the old tree")
     ap.add_argument("--rounds", type=int, default=21)
     ap.add_argument("--json", type=Path, default=None)

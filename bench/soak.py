@@ -27,7 +27,7 @@ import cuflow
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--seconds", type=float, default=None, help="overrides --minutes")
     ap.add_argument("--height", type=int, default=1080)

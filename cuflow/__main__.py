@@ -7,6 +7,7 @@ comparisons against plain CuPy and PyTorch (``--json PATH``, ``--quick``, ``--pl
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -51,10 +52,20 @@ def main(argv: list[str] | None = None) -> int:
         for k, v in info.items():
             print(f"{k:20s} {v}")
         return 0
-    for path in (args.json, args.plot):  # before minutes of benchmarks, not after
+    # every argument checked before minutes of benchmarks, not after them
+    for path in (args.json, args.plot):
         folder = os.path.dirname(os.path.abspath(path)) if path else None
         if folder and not os.path.isdir(folder):
             p.error(f"cannot write {path}: no folder {folder}")
+        if path and os.path.isdir(path):
+            p.error(f"cannot write {path}: it is a folder; name a file in it")
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        p.error("--plot needs matplotlib: python3 -m pip install matplotlib")
+    if args.from_json and not os.path.isfile(args.from_json):
+        p.error(f"--from-json: no file {args.from_json}")
+    if args.section != "traces" and (args.record or args.variants):
+        p.error("--record and --variants go with the traces section: "
+                "python -m cuflow bench traces --record")
     if args.section == "traces":
         if cuflow.get_backend().name != "cupy":
             print("python -m cuflow bench traces replays the traces through the GPU's memory "

@@ -77,11 +77,11 @@ def backend_info() -> dict[str, Any]:
 
 def _kernel_compiler(gpu: bool) -> str:
     """What compiles the engine's generated kernels: NVRTC through cuda-bindings."""
+    if not gpu:
+        return "none (the NumPy backend runs fused functions unfused)"
     try:
         version = importlib.metadata.version("cuda-bindings")
     except importlib.metadata.PackageNotFoundError:
-        if not gpu:
-            return "none (the NumPy backend runs fused functions unfused)"
         return ("missing: cuflow.fuse and the engine's single ops need cuda-bindings "
                 "(pip install \"cuflow[cuda13]\" or \"cuflow[cuda12]\")")
     return f"NVRTC through cuda-bindings {version}"

@@ -233,8 +233,8 @@ def _refresh() -> None:
 def _switch(name: str, enabled: Any) -> bool:
     if isinstance(enabled, bool) or (isinstance(enabled, int) and enabled in (0, 1)):
         return bool(enabled)
-    if type(enabled).__name__ == "bool_":  # numpy.bool_
-        return bool(enabled)
+    if type(enabled).__module__ == "numpy" and type(enabled).__name__ in ("bool", "bool_"):
+        return bool(enabled)  # NumPy's bool (named bool_ before NumPy 2)
     raise ArgumentTypeError(f"cuflow.debug.{name}: enabled must be True or False, got "
                             f"{enabled!r}")
 

@@ -161,6 +161,11 @@ def main(argv=None):
                    help="also one cuflow Pipeline in this process on the same frames")
     p.add_argument("--json", type=pathlib.Path, help="write the figures there")
     a = p.parse_args(argv)
+    for name in ("frames", "height", "width", "size", "batch", "repeat"):
+        if getattr(a, name) < 1:
+            p.error(f"--{name} must be at least 1, got {getattr(a, name)}")
+    if min(a.workers) < 1:
+        p.error(f"--workers must be at least 1, got {a.workers}")
     if a.cpu:
         os.environ["CUFLOW_BACKEND"] = "numpy"  # before cuflow chooses, and for the workers
     with warnings.catch_warnings():

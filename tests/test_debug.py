@@ -140,3 +140,11 @@ def test_sync_debug_attributes_asynchronous_errors(gpu_cf, switch, want):
     if not switch:
         # without the switch the fault surfaces at the next launch and is blamed on it
         assert "pending before" not in out
+
+
+def test_switches_take_numpys_bools(cf):
+    cf.debug.sync(np.True_)
+    cf.debug.sync(np.False_)
+    cf.debug.nvtx(np.False_)
+    with pytest.raises(cf.ArgumentTypeError, match="True or False"):
+        cf.debug.sync("yes")

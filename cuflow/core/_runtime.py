@@ -504,6 +504,9 @@ def _activate(rt: Runtime) -> Runtime:
 
 def set_backend(name: str) -> Runtime:
     """Switch backend (tests and notebooks only; arrays of the old backend stay as they are)."""
+    if not isinstance(name, str):
+        raise BackendError(f"backend must be one of {_VALID}, got {type(name).__name__} "
+                           f"{name!r}")
     name = name.strip().lower()
     if name not in _VALID:
         raise BackendError(f"backend must be one of {_VALID}, got {name!r}")

@@ -323,8 +323,8 @@ def tanh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
         limit.real = xp.sign(re)  # set apart: 1j * -0.0 would lose the zero's sign
         limit.imag = xp.copysign(xp.zeros_like(im), im)
     r = ufunc1("tanh", src, dst, out, stream, casting, dtype)
-    with use_stream(stream):
-        xp.copyto(r, limit, where=at_inf)
+    with use_stream(stream):  # (cast as the call's result was: into a real dst, the real part)
+        xp.copyto(r, limit, where=at_inf, casting="unsafe")
     return r
 
 

@@ -7,12 +7,15 @@ module (``cupy.testing`` or ``numpy.testing``), so drop-in code that uses
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any
 
 import numpy
 
-from .._errors import ArgumentTypeError
+from .._errors import ArgumentError, ArgumentTypeError
 from ..core import asarray, get_backend
+from ..core._creation import _shape as check_shape
 from ._timer import Timing, copy_bandwidth_tbps, device_time_us, host_time_us
 
 __all__ = ["random_array", "poisoned", "to_host", "assert_equal_host", "Timing", "host_time_us",
@@ -25,28 +28,54 @@ DTYPES = (numpy.bool_, numpy.int8, numpy.int32, numpy.int64, numpy.uint8, numpy.
 
 def random_array(shape, dtype, rng: numpy.random.Generator | None = None, *, host: bool = False,
                  low=None, high=None):
-    """Random values over the dtype's full range (never all zeros).
+    """Random values over the dtype's full range, never all zeros (a nonempty array holds a
+    nonzero element wherever its range has one).
 
-    Integers cover ``[min, max]`` (or ``[low, high)``), floats are normal with a wide
-    spread and mixed signs, complex has random real and imaginary parts, bools are
-    random.  Returns a darray of the active backend unless ``host``.
+    Integers cover ``[min, max]``, or ``[low, high)``; floats are normal with a wide spread
+    and mixed signs, or uniform in ``[low, high)`` when both are given; complex has random
+    real and imaginary parts (each uniform in ``[low, high)`` when both are given); bools are
+    random and take no bounds.  Returns a darray of the active backend unless ``host``.
     """
-    rng = numpy.random.default_rng() if rng is None else rng
-    dt = numpy.dtype(dtype)
-    shape = tuple(shape) if not isinstance(shape, int) else (shape,)
+    if rng is None:
+        rng = numpy.random.default_rng()
+    elif not isinstance(rng, numpy.random.Generator):
+        raise ArgumentTypeError(f"cuflow.testing.random_array: rng must be a "
+                                f"numpy.random.Generator or None, got {type(rng).__name__}")
+    dt = _dtype("random_array", dtype)
+    shape = check_shape("testing.random_array", shape, dt)
+    bounds = low is not None or high is not None
+    if bounds and dt.kind == "b":
+        raise ArgumentError("cuflow.testing.random_array: bools take no low and high")
+    if bounds and dt.kind in "fc":
+        for what, v in (("low", low), ("high", high)):
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
+                raise ArgumentError(f"cuflow.testing.random_array: {dt} takes a finite low and "
+                                    f"high together, got {what}={v!r}")
+        if not low < high:
+            raise ArgumentError(f"cuflow.testing.random_array: [low, high) must be a nonempty "
+                                f"range, got [{low}, {high})")
     if dt.kind == "b":
         a = rng.integers(0, 2, size=shape).astype(dt)
     elif dt.kind in "iu":
         info = numpy.iinfo(dt)
         lo = info.min if low is None else low
-        hi = info.max if high is None else high - 1
-        a = rng.integers(lo, hi, size=shape, dtype=dt, endpoint=True)
-    elif dt.kind == "f":
-        a = (rng.standard_normal(shape) * 100).astype(dt)
-    elif dt.kind == "c":
-        a = (rng.standard_normal(shape) * 100 + 1j * rng.standard_normal(shape) * 100).astype(dt)
+        hi = info.max + 1 if high is None else high
+        for what, v in (("low", lo), ("high", hi)):
+            if isinstance(v, bool) or not isinstance(v, int | numpy.integer):
+                raise ArgumentTypeError(f"cuflow.testing.random_array: {what} must be an int, "
+                                        f"got {v!r}")
+        if not info.min <= lo < hi <= info.max + 1:
+            raise ArgumentError(f"cuflow.testing.random_array: [low, high) must be a nonempty "
+                                f"range within {dt}'s [{info.min}, {info.max}], got [{lo}, {hi})")
+        a = rng.integers(lo, hi, size=shape, dtype=dt)
     else:
-        raise ArgumentTypeError(f"random_array: unsupported dtype {dt}")
+        def part():
+            return (rng.uniform(low, high, shape) if bounds
+                    else rng.standard_normal(shape) * 100)
+
+        a = (part() if dt.kind == "f" else part() + 1j * part()).astype(dt)
+    if a.size and not a.any():  # (a small bool or integer draw can be all zeros)
+        a.flat[rng.integers(a.size)] = True if dt.kind == "b" else (hi - 1 or lo)
     if host:
         return a
     return asarray(a)  # ``a`` is new: the NumPy backend may use it without a copy
@@ -54,7 +83,7 @@ def random_array(shape, dtype, rng: numpy.random.Generator | None = None, *, hos
 
 def poisoned(shape, dtype):
     """An output array filled with a value no correct kernel writes (NaN, or the dtype's max)."""
-    dt = numpy.dtype(dtype)
+    dt = _dtype("poisoned", dtype)
     if dt.kind in "fc":
         fill = numpy.nan
     elif dt.kind == "b":
@@ -74,9 +103,23 @@ def to_host(x) -> numpy.ndarray:
 def assert_equal_host(actual, expected, **kw):
     """``numpy.testing.assert_array_equal`` on host copies, dtype and shape checked too."""
     a, e = to_host(actual), to_host(expected)
-    assert a.dtype == e.dtype, f"dtype {a.dtype} != expected {e.dtype}"
-    assert a.shape == e.shape, f"shape {a.shape} != expected {e.shape}"
+    if a.dtype != e.dtype:  # (raised, not asserted: python -O keeps the check)
+        raise AssertionError(f"dtype {a.dtype} != expected {e.dtype}")
+    if a.shape != e.shape:
+        raise AssertionError(f"shape {a.shape} != expected {e.shape}")
     numpy.testing.assert_array_equal(a, e, **kw)
+
+
+def _dtype(name: str, dtype: Any) -> numpy.dtype:
+    """A dtype of numbers (bool, integers, reals, complex)."""
+    try:
+        dt = numpy.dtype(dtype)
+    except TypeError as e:
+        raise ArgumentTypeError(f"cuflow.testing.{name}: {dtype!r} names no dtype") from e
+    if dt.kind not in "biufc":
+        raise ArgumentTypeError(f"cuflow.testing.{name}: dtype must be bool, an integer, real "
+                                f"or complex dtype, got {dt}")
+    return dt
 
 
 def __getattr__(name: str) -> Any:

@@ -17,12 +17,14 @@ On the NumPy backend the same functions time the CPU (events record host time).
 from __future__ import annotations
 
 import gc
+import numbers
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..core import Event, copy, empty, runtime, zeros
+from .._errors import ArgumentError
+from ..core import Event, copy, empty, ones, runtime
 
 __all__ = ["Timing", "host_time_us", "device_time_us", "copy_bandwidth_tbps"]
 
@@ -41,6 +43,16 @@ class Timing:
         return cls(statistics.median(samples), min(samples), max(samples), tuple(samples))
 
 
+def _counts(name: str, **counts: int) -> None:
+    """Loop counts are ints (not bools), ``number`` and ``repeat`` at least 1, ``warmup``
+    at least 0."""
+    for what, n in counts.items():
+        least = 0 if what == "warmup" else 1
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < least:
+            raise ArgumentError(f"cuflow.testing.{name}: {what} must be an int >= {least}, got "
+                                f"{n!r}")
+
+
 def _sync():
     """Wait for all work on the current device (nothing to wait for on the NumPy backend)."""
     rt = runtime()
@@ -51,6 +63,7 @@ def _sync():
 def host_time_us(fn: Callable[[], object], *, number: int = 2000, repeat: int = 7,
                  warmup: int = 200) -> Timing:
     """Host microseconds per call of ``fn`` (synchronizes before and after each loop)."""
+    _counts("host_time_us", number=number, repeat=repeat, warmup=warmup)
     for _ in range(warmup):
         fn()
     _sync()
@@ -80,6 +93,7 @@ def device_time_us(fn: Callable[[], object], *, number: int = 10, repeat: int = 
     back unless the host launches them slower than the GPU runs them (then
     the figure is the host's rate, as a pipeline of such calls would see).
     """
+    _counts("device_time_us", number=number, repeat=repeat, warmup=warmup)
     for _ in range(warmup):
         fn()
     _sync()
@@ -97,8 +111,15 @@ def device_time_us(fn: Callable[[], object], *, number: int = 10, repeat: int = 
 
 
 def copy_bandwidth_tbps(nbytes: int = 1 << 30) -> float:
-    """Device-to-device copy bandwidth in TB/s (bytes read + bytes written)."""
-    src = zeros(nbytes // 4, dtype="float32")  # the values do not change the copy's time
+    """Device-to-device copy bandwidth in TB/s (bytes read + bytes written) of ``nbytes``
+    (an int, a multiple of 4 of at least 4 MiB, so the copy is not a cache's)."""
+    if (isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral)
+            or nbytes < 1 << 22 or nbytes % 4):
+        raise ArgumentError(f"cuflow.testing.copy_bandwidth_tbps: nbytes must be an int "
+                            f"multiple of 4 of at least 4 MiB, got {nbytes!r}")
+    # ones, not zeros: a large host zeros() reads the zero page, not memory (a CPU copy
+    # 2.7x too fast); on the GPU the values do not change the copy's time
+    src = ones(int(nbytes) // 4, dtype="float32")
     dst = empty(src.shape, dtype=src.dtype)
     t = device_time_us(lambda: copy(src, dst), number=5, repeat=9)
     return 2 * nbytes / (t.median_us * 1e-6) / 1e12

@@ -29,6 +29,11 @@ def test_python_m_cuflow_bench_refuses_early(capsys):
     with pytest.raises(SystemExit) as e:
         main(["bench", "--quick", "--json", "/no/such/folder/x.json"])
     assert e.value.code == 2 and "no folder /no/such/folder" in capsys.readouterr().err
+    for argv, words in ((["bench", "--json", "/"], "it is a folder"),
+                        (["bench", "--record"], "go with the traces section")):
+        with pytest.raises(SystemExit):
+            main(argv)
+        assert words in capsys.readouterr().err
     before = cuflow.get_backend().name
     cuflow.set_backend("numpy")
     try:
@@ -36,6 +41,11 @@ def test_python_m_cuflow_bench_refuses_early(capsys):
     finally:
         cuflow.set_backend(before)
     assert "GPU" in capsys.readouterr().err
+
+
+def test_set_backend_names_what_it_takes():
+    with pytest.raises(cuflow.BackendError, match="NoneType None"):
+        cuflow.set_backend(None)
 
 
 def test_dtypes_are_numpy_objects():
