@@ -161,7 +161,17 @@ def _refuse(name: str):
 def check_casting(name: str, inputs: Sequence[Any], dst: Any, casting: str, dtype: Any) -> None:
     """NumPy's casting rules for a ufunc ``name`` writing into ``dst``, on host stand-ins."""
     nd = runtime().ndarray
-    probe = [numpy.ones((), x.dtype) if isinstance(x, nd) else x for x in inputs]
+    # arrays (and sequences, which NumPy reads as arrays) by 0-d stand-ins of their dtype;
+    # Python scalars as they are (NEP 50: weak)
+    probe = [x if isinstance(x, bool | int | float | complex | numpy.generic) else
+             numpy.ones((), x.dtype if isinstance(x, nd) else numpy.asarray(x).dtype)
+             for x in inputs]
+    if dtype is not None:
+        try:
+            numpy.dtype(dtype)
+        except TypeError as e:
+            raise ArgumentTypeError(f"cuflow.{name}: dtype must name a dtype, got "
+                                    f"{dtype!r}") from e
     try:
         with numpy.errstate(all="ignore"):
             getattr(numpy, name)(*probe, out=numpy.empty((), dst.dtype), casting=casting,

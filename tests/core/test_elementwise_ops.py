@@ -255,3 +255,12 @@ def test_clip_follows_numpy_where_bounds_cross_or_mix_dtypes(cf, rng):
                       (cf.clip(i8, -1000, 5), np.clip(hi8, -1000, 5)),
                       (cf.clip(i8[:, ::2], 3, 1000), np.clip(hi8[:, ::2], 3, 1000))):
         assert_equal_host(got, want)
+
+
+def test_a_sequence_operand_into_a_dst_of_another_dtype(cf):
+    x = cf.arange(4, dtype=cf.int32)
+    d = cf.empty(4, dtype=cf.int64)
+    assert cf.add(x, [1, 2, 3, 4], dst=d) is d
+    np.testing.assert_array_equal(to_host(d), np.add(np.arange(4, dtype=np.int32), [1, 2, 3, 4]))
+    with pytest.raises(cuflow.ArgumentTypeError, match="dtype must name a dtype"):
+        cf.sin(cf.ones(4), dst=cf.empty(4), dtype="no such dtype")
