@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -207,8 +208,18 @@ def _targets() -> list[tuple[Any, str, str, int, Callable[..., Any]]]:
     return out
 
 
+#: One switch at a time: two threads installing and removing wrappers at once would remove
+#: each other's originals (and leave names deleted from darray).
+_SWITCH_LOCK = threading.RLock()
+
+
 def _refresh() -> None:
     """Install the wrappers when a switch is on, restore the originals when both are off."""
+    with _SWITCH_LOCK:
+        _refresh_locked()
+
+
+def _refresh_locked() -> None:
     want = _NVTX or _SYNC
     if not want:
         for (_, name), (owner, _, orig) in list(_ORIGINALS.items()):
@@ -242,15 +253,19 @@ def _switch(name: str, enabled: Any) -> bool:
 def set_nvtx(enabled: bool) -> None:
     """Switch the per-op NVTX ranges on or off."""
     global _NVTX
-    _NVTX = _switch("nvtx", enabled)
-    _refresh()
+    on = _switch("nvtx", enabled)
+    with _SWITCH_LOCK:
+        _NVTX = on
+        _refresh_locked()
 
 
 def set_sync(enabled: bool) -> None:
     """Switch synchronous debugging on or off."""
     global _SYNC
-    _SYNC = _switch("sync", enabled)
-    _refresh()
+    on = _switch("sync", enabled)
+    with _SWITCH_LOCK:
+        _SYNC = on
+        _refresh_locked()
 
 
 def _on_select(rt: Any) -> None:

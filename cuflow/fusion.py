@@ -226,6 +226,9 @@ class Fused(object if FastCall is None else FastCall):
 
     def _call(self, *args: Any, dst: Any = None, stream: Any = None, **kwargs: Any) -> Any:
         """Run the fused function (``__call__``)."""
+        if any(isinstance(a, Expr) for a in (*args, *kwargs.values())):
+            # called by another fused function while it is traced: part of its kernel
+            return self.fn(*args, **kwargs)
         rt = _runtime._current
         if rt is not None and stream is None and not kwargs:
             fast = rt.fast

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
 import types
 
 import numpy as np
@@ -148,3 +149,18 @@ def test_switches_take_numpys_bools(cf):
     cf.debug.nvtx(np.False_)
     with pytest.raises(cf.ArgumentTypeError, match="True or False"):
         cf.debug.sync("yes")
+
+
+def test_switches_toggled_from_two_threads_end_consistent(cf):
+    def toggle():
+        for k in range(200):
+            cf.debug.sync(k % 2 == 0)
+
+    ts = [threading.Thread(target=toggle) for _ in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    cf.debug.sync(False)
+    assert not cf.debug.is_sync()
+    assert float(cf.asnumpy(cf.ones(2) + 1).sum()) == 4  # the operators are the originals again

@@ -441,6 +441,16 @@ def test_an_output_that_is_an_argument_is_a_copy(cf, rng):
     assert host(a)[0] == h[0] * 2
 
 
+def test_a_fused_function_calls_another(cf, rng):
+    """Called while another fused function is traced, a fused function is part of its
+    kernel, as a plain helper would be."""
+    inner = cf.fuse(lambda a, b: a * b + 1)
+    outer = cf.fuse(lambda a, b: inner(a, b) * 2)
+    xa, ya = rand(rng, (64,), np.float32), rand(rng, (64,), np.float32)
+    check(host(outer(cf.asarray(xa), cf.asarray(ya))), (xa * ya + 1) * 2)
+    check(host(inner(cf.asarray(xa), cf.asarray(ya))), xa * ya + 1)  # and still on its own
+
+
 # ------------------------------------------------------------ what fails
 def test_data_dependent_branch_names_the_line(cf):
     def f(x):

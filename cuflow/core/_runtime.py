@@ -202,18 +202,23 @@ class Device:
             raise ArgumentError(f"cuflow.Device: device must be in [0, {n}) on the {rt.name} "
                                 f"backend ({n} device(s)), got {i}{hint}")
         self.id = int(i)
-        self._prev: list[int] = []
+        self._prev: dict[int, list[int]] = {}  # thread -> devices to restore (a shared
+        # Device object may be entered by several threads at once)
 
     def __enter__(self) -> Device:
         rt = runtime()
         prev = rt.current_device()
-        self._prev.append(prev)
+        self._prev.setdefault(threading.get_ident(), []).append(prev)
         if prev != self.id:
             rt.set_device(self.id)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        prev = self._prev.pop()
+        me = threading.get_ident()
+        held = self._prev[me]
+        prev = held.pop()
+        if not held:
+            del self._prev[me]
         if prev != self.id:
             runtime().set_device(prev)
 

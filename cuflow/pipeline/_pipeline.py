@@ -276,11 +276,16 @@ class Pipeline:
             s.dev = empty(frame.shape, dtype=frame.dtype, stream=self.copy_stream)
         pinned = _is_pinned(frame)
         if pinned or self.options.copy_threads == 0:  # 0: the driver stages pageable frames
-            self._send(s, frame)
-            # A pinned frame is read in place until its upload is done: held until then,
-            # and with frames_reused, waited for before the next frame is asked for.
-            s.borrowed = frame if pinned else None
-            return lambda: s.dev
+            def send() -> Any:
+                # Queued by finish, as a staged copy's upload is: device frame k may still
+                # hold the frame taken n_staging frames earlier, not yet processed.  A pinned
+                # frame is read in place until its upload is done: held until then, and
+                # with frames_reused, waited for before the next frame is asked for.
+                self._send(s, frame)
+                s.borrowed = frame if pinned else None
+                return s.dev
+
+            return send
         if s.host is None:
             s.host = memory.empty_pinned(frame.shape, frame.dtype)
         copying = self._host_copy(s.host, frame)

@@ -8,6 +8,7 @@ machine with one GPU, and every check runs over all devices there are.
 
 from __future__ import annotations
 
+import threading
 import warnings
 
 import numpy as np
@@ -257,6 +258,36 @@ def test_a_stream_of_another_device_is_refused(dcf):
             e.record(s)
     with dcf.Device(j):
         np.testing.assert_array_equal(dcf.asnumpy(dcf.add(x, 1, stream=s)), 2)
+
+
+def test_one_device_object_entered_by_two_threads(dcf):
+    """Each thread's block restores that thread's previous device."""
+    i, j = two(dcf)
+    shared, res = dcf.Device(j), {}
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+
+    def first():
+        with shared:
+            a_in.set()
+            b_in.wait(10)
+        res["first"] = dcf.Device().id
+        a_out.set()
+
+    def second():
+        with dcf.Device(i):
+            a_in.wait(10)
+            with shared:
+                b_in.set()
+                a_out.wait(10)
+            res["second"] = dcf.Device().id
+
+    before = dcf.Device().id
+    ts = [threading.Thread(target=f) for f in (first, second)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(30)
+    assert res == {"first": before, "second": i}
 
 
 def test_a_stream_of_another_device_records_and_is_waited_for(dcf):

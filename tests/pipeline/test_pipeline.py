@@ -22,10 +22,18 @@ def expected(cf, frames, size, **kw):
                      for f in frames])
 
 
-@pytest.mark.parametrize("reused, threads", [(True, 3), (False, 3), (False, 1), (True, 0)])
+@pytest.mark.parametrize("reused, threads, pinned", [
+    (True, 3, False), (False, 3, False), (False, 1, False), (True, 0, False), (False, 0, False),
+    (False, 3, True), (True, 3, True)])
 @pytest.mark.parametrize("n, batch", [(8, 4), (7, 3), (2, 5)])
-def test_batches_match_the_fused_op(cf, rng, n, batch, reused, threads):
+def test_batches_match_the_fused_op(cf, rng, n, batch, reused, threads, pinned):
+    """Every way a frame reaches the device (pinned staging by copy threads, the driver's
+    staging, a pinned frame in place), with n_staging frames ahead or one."""
     frames = host_frames(rng, n)
+    if pinned:  # (page-locked on the GPU: uploaded in place)
+        frames = [cf.memory.empty_pinned(f.shape, f.dtype) for f in frames]
+        for f, h in zip(frames, host_frames(rng, n), strict=True):
+            f[...] = h
     pipe = cf.Pipeline((32, 40), batch, mean=MEAN, std=STD, frames_reused=reused,
                        copy_threads=threads)
     got = [cf.asnumpy(b) for b in pipe.batches(frames)]
