@@ -54,13 +54,13 @@ class PipelineOptions:
     ``size`` is ``(height, width)``; ``letterbox=True`` keeps the aspect ratio
     and pads with ``pad`` (YOLO-style), else the frame is stretched.  The rest
     is passed to :func:`cuflow.image.resize_normalize` / :func:`~cuflow.image.letterbox`.
-    ``n_staging`` frames are in flight at once; ``copy_threads`` host threads
-    copy pageable frames into pinned memory (``0``: upload pageable frames
-    directly, the CUDA driver staging them itself).  The defaults were chosen
-    on 1080p frames with ``bench/test_bench_pipeline.py::test_pipeline_fps``
-    (rerun it with other values to compare): fewer threads or slots leave the
-    uploads waiting for host copies, and more threads compete with the uploads
-    for host memory bandwidth.
+    ``n_staging`` frames are in flight ahead of the one being processed;
+    ``copy_threads`` host threads copy pageable frames into pinned memory (``0``:
+    upload pageable frames directly, the CUDA driver staging them itself).  The
+    defaults were chosen on 1080p frames with
+    ``bench/test_bench_pipeline.py::test_pipeline_fps`` (rerun it with other values
+    to compare): fewer threads or slots leave the uploads waiting for host copies,
+    and more threads compete with the uploads for host memory bandwidth.
 
     A pinned frame is uploaded in place.  ``frames_reused=True`` (the safe
     default) is for producers that may write into a frame's memory once the
@@ -238,7 +238,10 @@ class Pipeline:
         self.device = get_backend().current_device()  #: where its streams and buffers live
         self.copy_stream = Stream(non_blocking=True)
         self.compute_stream = Stream(non_blocking=True)
-        self._slots = [_Slot() for _ in range(self.options.n_staging)]
+        # with frames not reused, n_staging frames are taken ahead of the one being processed,
+        # each uploading (or being copied into staging) into a device frame of its own
+        extra = 0 if self.options.frames_reused else 1
+        self._slots = [_Slot() for _ in range(self.options.n_staging + extra)]
         self._buffer: Bufferizer | None = None
         #: With ``letterbox=True``: the :class:`cuflow.image.Letterbox` of the last frame
         #: (``unmap_boxes`` maps detections back to frame pixels).
@@ -276,16 +279,11 @@ class Pipeline:
             s.dev = empty(frame.shape, dtype=frame.dtype, stream=self.copy_stream)
         pinned = _is_pinned(frame)
         if pinned or self.options.copy_threads == 0:  # 0: the driver stages pageable frames
-            def send() -> Any:
-                # Queued by finish, as a staged copy's upload is: device frame k may still
-                # hold the frame taken n_staging frames earlier, not yet processed.  A pinned
-                # frame is read in place until its upload is done: held until then, and
-                # with frames_reused, waited for before the next frame is asked for.
-                self._send(s, frame)
-                s.borrowed = frame if pinned else None
-                return s.dev
-
-            return send
+            self._send(s, frame)
+            # A pinned frame is read in place until its upload is done: held until then,
+            # and with frames_reused, waited for before the next frame is asked for.
+            s.borrowed = frame if pinned else None
+            return lambda: s.dev
         if s.host is None:
             s.host = memory.empty_pinned(frame.shape, frame.dtype)
         copying = self._host_copy(s.host, frame)
@@ -416,10 +414,12 @@ class Pipeline:
 
     def _batches(self, frames: Iterable[numpy.ndarray], consumer: Any) -> Iterator[Any]:
         reused = self.options.frames_reused
-        # frames taken but not uploaded yet: one (its host copy overlapping the previous
-        # frame's kernel), or with frames that are not reused, up to one per staging slot
-        # (their host copies running at once)
-        ahead = 1 if reused else len(self._slots)
+        # frames taken but not processed yet: one (its host copy overlapping the previous
+        # frame's kernel), or with frames that are not reused, n_staging (their host copies
+        # running at once, or their uploads queued back to back); with the frame being
+        # processed, no more than the device frames (bench pipeline, pinned frames: queued
+        # ahead, 1.5x the frames/s of uploads queued in turn)
+        ahead = 1 if reused else len(self._slots) - 1
         staged: collections.deque[tuple[int, Callable[[], Any]]] = collections.deque()
         buf: Bufferizer | None = None
         pending: tuple[int, Any] | None = None  # uploaded (or uploading), not yet processed
