@@ -22,8 +22,9 @@ import numpy as _np
 
 from . import debug, fusion, graph, image, kernels, memory, testing
 from ._errors import (
-    ArgumentError, ArgumentIndexError, ArgumentOverflowError, ArgumentTypeError, AxisError, BackendError, CudaError, CuflowError, DeviceError, DstDtypeError, DstError, DstShapeError, DstTypeError, LinAlgError,
-    DLPackCopyError, KernelCompileError, OutOfMemoryError,
+    ArgumentError, ArgumentIndexError, ArgumentOverflowError, ArgumentTypeError, AxisError,
+    BackendError, CudaError, CuflowError, DeviceError, DLPackCopyError, DstDtypeError, DstError,
+    DstShapeError, DstTypeError, KernelCompileError, LinAlgError, OutOfMemoryError,
 )
 from ._forward import forward as _forward
 from ._forward import install_submodules as _install_submodules

@@ -56,15 +56,15 @@ def main(argv: list[str] | None = None) -> int:
     for path in (args.json, args.plot):
         folder = os.path.dirname(os.path.abspath(path)) if path else None
         if folder and not os.path.isdir(folder):
-            p.error(f"cannot write {path}: no folder {folder}")
+            pb.error(f"cannot write {path}: no folder {folder}")
         if path and os.path.isdir(path):
-            p.error(f"cannot write {path}: it is a folder; name a file in it")
+            pb.error(f"cannot write {path}: it is a folder; name a file in it")
     if args.plot and importlib.util.find_spec("matplotlib") is None:
-        p.error("--plot needs matplotlib: python3 -m pip install matplotlib")
+        pb.error("--plot needs matplotlib: python3 -m pip install matplotlib")
     if args.from_json and not os.path.isfile(args.from_json):
-        p.error(f"--from-json: no file {args.from_json}")
+        pb.error(f"--from-json: no file {args.from_json}")
     if args.section != "traces" and (args.record or args.variants):
-        p.error("--record and --variants go with the traces section: "
+        pb.error("--record and --variants go with the traces section: "
                 "python -m cuflow bench traces --record")
     if args.section == "traces":
         if cuflow.get_backend().name != "cupy":
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                             variants=args.variants)
     if args.from_json:
         if not args.plot:
-            p.error("--from-json only makes sense with --plot")
+            pb.error("--from-json only makes sense with --plot")
         with open(args.from_json) as f:
             result = json.load(f)
     else:

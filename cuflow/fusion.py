@@ -57,7 +57,7 @@ from .core import _engine, _runtime
 from .core._contract import may_share, prepare_out
 from .core._fastpath import FastCall
 from .core._ewgen import topo
-from .core._expr import EXTRA_UNARY, Expr, TraceError, apply
+from .core._expr import EXTRA_UNARY, Expr, TraceError, apply, caller_line
 from .core._streams import use_stream
 
 __all__ = ["fuse", "Fused", "FuseOptions", "TraceError", "erf", "erfc", "sigmoid", "rsqrt",
@@ -228,6 +228,10 @@ class Fused(object if FastCall is None else FastCall):
         """Run the fused function (``__call__``)."""
         if any(isinstance(a, Expr) for a in (*args, *kwargs.values())):
             # called by another fused function while it is traced: part of its kernel
+            if dst is not None or stream is not None:
+                raise TraceError(f"cuflow.fuse: {self.name} called inside a fused function "
+                                 f"takes no dst= or stream= (at {caller_line()}): its result "
+                                 "is part of the outer kernel")
             return self.fn(*args, **kwargs)
         rt = _runtime._current
         if rt is not None and stream is None and not kwargs:

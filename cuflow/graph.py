@@ -242,8 +242,9 @@ class CapturedFunction:
     def _capture(self, examples: tuple[Any, ...]) -> None:
         b = get_backend()
         self._captured = True
-        if not b.is_gpu:  # no graph: the calls are checked as on the GPU, then run fn
-            self.inputs = examples
+        if not b.is_gpu:  # no graph: static inputs as on the GPU, checked, then fn runs
+            self.inputs = tuple(runtime().wrap(x.copy()) if isinstance(x, b.ndarray) else x
+                                for x in examples)
             return
         s = b.xp.cuda.Stream(non_blocking=True)
         s.wait_event(b.xp.cuda.get_current_stream().record())  # the examples are ready
@@ -265,17 +266,21 @@ class CapturedFunction:
         b = get_backend()
         s = as_cupy_stream(stream)
         self._check(inputs, b.ndarray)
-        if not b.is_gpu:
-            self.inputs = inputs
-            out = self.fn(*inputs)
-            _check_outputs(out, b.ndarray, self._name)
-            return out
         for x, static in zip(inputs, self.inputs, strict=True):
             if isinstance(static, b.ndarray) and x is not static:
-                with s:
+                with contextlib.nullcontext() if s is None else s:  # (None: NumPy's)
                     b.xp.copyto(static, x)
+        if not b.is_gpu:
+            return self._run_eagerly()
         self.graph.replay(stream=s)
         return self.outputs
+
+    def _run_eagerly(self) -> Any:
+        """The NumPy backend's replay: ``fn`` on the static inputs, its results the outputs."""
+        out = self.fn(*self.inputs)
+        _check_outputs(out, get_backend().ndarray, self._name)
+        self.outputs = out
+        return out
 
     def _check(self, inputs: tuple[Any, ...], nd: type) -> None:
         """``inputs`` are what the graph was captured for (on every backend, so code that
@@ -304,7 +309,7 @@ class CapturedFunction:
         b = get_backend()
         if not b.is_gpu and self._captured:
             as_cupy_stream(stream)  # (checked as on the GPU)
-            return self.fn(*self.inputs)
+            return self._run_eagerly()
         if self.graph is None:
             raise BackendError(f"cuflow.graph: {self._name} has not been captured yet (call it "
                                "once, or pass example inputs to capture)")

@@ -328,6 +328,7 @@ def test_views_with_bad_axes_or_orders_are_argument_errors(cf):
     (lambda cf: cf.fft.fftfreq(-1), ValueError, ("cuflow.fft.fftfreq", "positive", "-1")),
     (lambda cf: cf.fft.fftfreq(0), ValueError, ("cuflow.fft.fftfreq", "positive", "0")),
     (lambda cf: cf.fft.rfftfreq(2.5), TypeError, ("cuflow.fft.rfftfreq", "integer", "2.5")),
+    (lambda cf: cf.fft.fftfreq(None), TypeError, ("cuflow.fft.fftfreq", "None")),
     (lambda cf: cf.finfo(cf.int32), ValueError, ("cuflow.finfo", "floating", "int32")),
     (lambda cf: cf.iinfo(cf.float32), ValueError, ("cuflow.iinfo", "integer", "float32")),
     (lambda cf: cf.finfo("no such dtype"), TypeError, ("cuflow.finfo", "no such dtype")),
@@ -341,8 +342,9 @@ def test_namespace_functions_state_their_rule(cf, call, builtin, words):
     _is_clear(e.value, *words)
 
 
-def test_descending_argsort_of_a_zero_dimensional_array_is_numpys_argsort(cf):
-    assert to_host(cf.argsort(cf.asarray(3.0), descending=True)).tolist() == [0]
+def test_argsort_of_a_zero_dimensional_array_is_numpys_argsort(cf):
+    for descending in (False, True):  # (CuPy refuses rank 0)
+        assert to_host(cf.argsort(cf.asarray(3.0), descending=descending)).tolist() == [0]
 
 
 def test_numpys_exception_classes_still_catch(cf):
@@ -366,6 +368,10 @@ def test_numpys_exception_classes_still_catch(cf):
         cf.linalg.eigvals(x)
     _is_clear(e.value, "cuflow.linalg.eigvals")
     assert float(to_host(cf.full(2, 2**70, dtype=cf.float64))[0]) == 2.0**70
+    assert complex(to_host(cf.full(2, 2**70, dtype=cf.complex64))[0]) == 2.0**70
+    with pytest.raises(OverflowError) as e:
+        cf.full(2, 10**400, dtype=cf.float64)
+    _is_clear(e.value, "cuflow.full", "float64")
 
 
 @pytest.mark.parametrize(("call", "builtin", "words"), [

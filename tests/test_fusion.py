@@ -449,6 +449,8 @@ def test_a_fused_function_calls_another(cf, rng):
     xa, ya = rand(rng, (64,), np.float32), rand(rng, (64,), np.float32)
     check(host(outer(cf.asarray(xa), cf.asarray(ya))), (xa * ya + 1) * 2)
     check(host(inner(cf.asarray(xa), cf.asarray(ya))), xa * ya + 1)  # and still on its own
+    with pytest.raises(cuflow.TraceError, match="takes no dst= or stream="):
+        cf.fuse(lambda a: inner(a, a, dst=a) * 2)(cf.asarray(xa))
 
 
 # ------------------------------------------------------------ what fails

@@ -77,6 +77,7 @@ def test_calls_are_checked_on_every_backend(cf, rng):
     f = cf.graph.capture(lambda x, k: x * k, a, 2.0)
     np.testing.assert_array_equal(cf.asnumpy(f(a, 2.0)), cf.asnumpy(a) * 2)
     np.testing.assert_array_equal(cf.asnumpy(f.replay()), cf.asnumpy(a) * 2)
+    assert f.inputs[0] is not a and f.outputs is not None  # static inputs, as the graph's
     with pytest.raises(cf.ArgumentTypeError, match="captured with 2"):
         f(a)
     with pytest.raises(cf.ArgumentError, match=r"shape \(4, 8\)"):

@@ -102,6 +102,13 @@ def _fill_value(name: str, value: Any, dtype: Any = None) -> Any:
         return value
     _dtype(name, dtype)
     dt = numpy.dtype(dtype)
+    if dt.kind in "fc" and kind == "i":  # (CuPy's scalar of a Python int is a C long)
+        try:
+            value = float(value)
+        except OverflowError:
+            raise ArgumentOverflowError(f"cuflow.{name}: fill_value {value!r} is out of the "
+                                        f"range of {dt}") from None
+        kind = "f"
     if dt.kind in "bc" or kind == "b":
         return value
     v = complex(value) if kind == "c" else value
@@ -122,8 +129,6 @@ def _fill_value(name: str, value: Any, dtype: Any = None) -> Any:
     elif dt.kind == "f" and math.isfinite(v) and abs(v) > float(numpy.finfo(dt).max):
         raise ArgumentOverflowError(f"cuflow.{name}: fill_value {value!r} is out of the range "
                                     f"of {dt} (its largest value is {numpy.finfo(dt).max})")
-    elif dt.kind == "f" and kind == "i":  # (CuPy's scalar of a Python int is a C long)
-        return float(v)
     return v if kind == "c" else value
 
 

@@ -5,8 +5,9 @@ Stream semantics: asynchronous; queued on ``stream`` or the current stream.
 
 from __future__ import annotations
 
-from .._errors import ArgumentError
-from ._contract import check_ints
+import numbers
+
+from .._errors import ArgumentError, ArgumentTypeError
 from ._dispatch import call, run_on
 from ._info import check_device
 from ._runtime import runtime
@@ -26,9 +27,12 @@ def rfftfreq(n, /, d=1.0, *, dtype=None, device=None, stream=None):
 
 def _freq(name, n, d, dtype, device, stream):
     # (CuPy computes a grid for a float or negative length, where NumPy refuses both)
-    n = check_ints(f"fft.{name}", n, "n")
-    if isinstance(n, tuple) or n < 1:
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+        raise ArgumentTypeError(f"cuflow.fft.{name}: n must be a positive integer, got "
+                                f"{type(n).__name__} {n!r}")
+    if n < 1:
         raise ArgumentError(f"cuflow.fft.{name}: n must be a positive integer, got {n!r}")
+    n = int(n)
     if device is not None:
         check_device(f"fft.{name}", device)
     if stream is not None:

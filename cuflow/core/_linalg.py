@@ -22,6 +22,11 @@ class EigResult(NamedTuple):
     eigenvectors: Any
 
 
+def _dtype(a: Any) -> numpy.dtype:
+    """``a``'s dtype (host data, which NumPy takes and CuPy refuses: NumPy's reading)."""
+    return a.dtype if hasattr(a, "dtype") else numpy.asarray(a).dtype
+
+
 def _complex(dtype: numpy.dtype) -> numpy.dtype:
     return numpy.result_type(dtype, numpy.complex64)
 
@@ -34,20 +39,18 @@ def eig(x, /):
     """
     xp = runtime().xp
 
-    def run():
-        a = xp.asarray(x)
-        ct = _complex(a.dtype)
+    def run(a):
+        ct = _complex(_dtype(a))
         return tuple(r.astype(ct, copy=False) for r in xp.linalg.eig(a))
 
-    return EigResult(*call("linalg.eig", run))
+    return EigResult(*call("linalg.eig", run, x))
 
 
 def eigvals(x, /):
     """Eigenvalues of square matrices, always complex (array API)."""
     xp = runtime().xp
 
-    def run():
-        a = xp.asarray(x)
-        return xp.linalg.eigvals(a).astype(_complex(a.dtype), copy=False)
+    def run(a):
+        return xp.linalg.eigvals(a).astype(_complex(_dtype(a)), copy=False)
 
-    return call("linalg.eigvals", run)
+    return call("linalg.eigvals", run, x)

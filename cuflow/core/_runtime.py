@@ -36,7 +36,7 @@ from typing import Any
 import numpy
 
 from .._env import env_switch
-from .._errors import ArgumentError, BackendError, DeviceError
+from .._errors import ArgumentError, ArgumentTypeError, BackendError, DeviceError
 from ._cupy_ufuncs import make_complex_special, make_remainder
 from ._darray import make_darray_class
 from ._fastpath import FastPath, make_fast_path
@@ -510,8 +510,8 @@ def _activate(rt: Runtime) -> Runtime:
 def set_backend(name: str) -> Runtime:
     """Switch backend (tests and notebooks only; arrays of the old backend stay as they are)."""
     if not isinstance(name, str):
-        raise BackendError(f"backend must be one of {_VALID}, got {type(name).__name__} "
-                           f"{name!r}")
+        raise ArgumentTypeError(f"cuflow.set_backend: name must be one of {_VALID}, got "
+                                f"{type(name).__name__} {name!r}")
     name = name.strip().lower()
     if name not in _VALID:
         raise BackendError(f"backend must be one of {_VALID}, got {name!r}")

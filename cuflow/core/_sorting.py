@@ -38,7 +38,12 @@ def argsort(a, axis=-1, kind=None, order=None, *, descending=False, stable=True,
     axis = check_ints("argsort", axis)
     xp = runtime().xp
     kw = _options(kind, order, stable)
-    if not descending or getattr(a, "ndim", None) == 0:  # (one element: either order)
+    if getattr(a, "ndim", None) == 0:  # NumPy sorts it as one element; CuPy refuses rank 0
+        if axis not in (None, 0, -1):
+            raise AxisError(f"cuflow.argsort: axis {axis} is out of bounds for a 0-d array, "
+                            "sorted as one of one element (axis 0, -1 or None)")
+        a, axis = a.reshape(1), 0
+    if not descending:
         return call("argsort", xp.argsort, a, axis=axis, **kw)
     return call("argsort", _argsort_descending, xp, a, axis, kw)
 

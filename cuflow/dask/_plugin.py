@@ -8,11 +8,11 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy
-from dask.utils import parse_bytes
 from distributed import Client, WorkerPlugin
 
 from .. import memory
 from .._errors import ArgumentError, ArgumentTypeError
+from ..memory import MemoryValueError
 from ..memory._limit import check_limit_text
 from ..core import runtime
 from ._chunks import register
@@ -31,13 +31,13 @@ def _bytes(name: str, v: Any) -> int | float | str | None:
     if isinstance(v, bool | numpy.bool_) or not isinstance(v, numbers.Real | str):
         raise ArgumentTypeError(f"CuflowPool: {name} must be {forms}, got {v!r}")
     if isinstance(v, str):
-        if name == "limit":
-            check_limit_text(v, "CuflowPool: limit")
+        try:  # set_limit's string forms
+            kind, x = check_limit_text(v, f"CuflowPool: {name}")
+        except MemoryValueError:
+            kind, x = "none", 0.0
+        if name == "limit" and kind != "none":
             return v  # set_limit reads it on the worker (a fraction needs the device)
-        try:
-            n = parse_bytes(v)
-        except ValueError:
-            n = -1
+        n = int(x) if kind == "bytes" else -1
     elif isinstance(v, numbers.Integral):
         n = int(v)
     elif name == "limit" and 0 < float(v) <= 1:

@@ -59,7 +59,7 @@ from ._blocks import Block, round_size, size_class
 from ._cupy import Pool, device_malloc
 from ._env import MEMORY_LIMIT, POOL_BACKEND, POOL_ON
 from ._exceptions import DoubleFreeError, MemoryLimitWarning, MemoryTypeError, MemoryValueError
-from ._limit import LimitingAdaptor, limit_of, parse_limit_env
+from ._limit import LimitingAdaptor, parse_limit_env
 
 __all__ = [
     "Pool", "Backend", "DriverPoolBackend", "CudaMallocBackend", "HostBackend",
@@ -224,13 +224,12 @@ def set_limit(limit: int | float | str | None, device: int | None = None) -> Non
         one fail until enough memory is freed (nothing already allocated is lost).
     """
     pool = get_pool(device)
-    pool.limit = limit_of(limit, pool.backend)
+    pool.limit = limit  # (set_limit's forms: the pool's limit reads them)
     if pool.limit is not None and pool.reserved > pool.limit:
         pool.empty_cache()
         if pool.reserved > pool.limit:
-            dev = runtime().current_device() if device is None else device
             warnings.warn(
-                f"cuflow.memory.set_limit: the pool of device {dev} reserves "
+                f"cuflow.memory.set_limit: the pool of {pool.where} reserves "
                 f"{pool.reserved} bytes ({pool.allocated} in use), more than the new limit of "
                 f"{pool.limit}; allocations that need a new segment raise OutOfMemoryError "
                 f"until enough is freed", MemoryLimitWarning, stacklevel=2)

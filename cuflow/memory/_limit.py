@@ -172,9 +172,11 @@ def _parse(text: str, what: str, backend: Backend) -> int | None:
     return int(x)
 
 
-def check_limit_text(text: str, what: str = "CUFLOW_MEMORY_LIMIT") -> None:
-    """Raise :class:`MemoryValueError` if ``text`` is not a limit (checked without a device)."""
-    _split(text, what)
+def check_limit_text(text: str, what: str = "CUFLOW_MEMORY_LIMIT") -> tuple[str, float]:
+    """``text`` read as ``set_limit`` reads a string, checked without a device:
+    ``("bytes", n)``, ``("fraction", x)`` or ``("none", 0)``; :class:`MemoryValueError`
+    if it is no limit."""
+    return _split(text, what)
 
 
 def parse_limit_env(value: str, backend: Backend) -> int | None:

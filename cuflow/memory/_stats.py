@@ -28,11 +28,18 @@ class StatsMixin:
         """Cache hits by size class (:func:`~cuflow.memory.size_class`)."""
         return self._state.hit_counts()
 
+    @property
+    def where(self) -> str:
+        """``"device N"``, or ``"host memory"`` for a pool of host memory."""
+        dev = self.backend.device_id
+        return "host memory" if dev < 0 else f"device {dev}"
+
     def reset_stats(self) -> None:
         """Zero the accumulated counters (hits, misses, segment and device allocations,
         retries, out-of-memory errors, cross-stream reuses) and bring the peaks down to the
-        current values.  What is lent and reserved now stays counted: it is still held
-        (PyTorch's ``reset_accumulated_memory_stats`` and ``reset_peak_memory_stats``)."""
+        current values.  The bytes lent and reserved at the call are still held, so they
+        stay counted (PyTorch's ``reset_accumulated_memory_stats`` and
+        ``reset_peak_memory_stats``)."""
         with self._lock:
             if not self._busy:
                 self._drain()
@@ -152,10 +159,8 @@ class StatsMixin:
         s, f = self.stats(), fmt_bytes
         rows = [("allocated (in use)", "allocated_bytes.all"), ("requested", "requested_bytes.all"),
                 ("active", "active_bytes.all"), ("reserved (segments)", "reserved_bytes.all")]
-        dev = self.backend.device_id  # (-1: host memory, of no device)
         limit = "no limit" if s["limit_bytes"] is None else f"limit {f(s['limit_bytes'])}"
-        lines = [f"cuflow memory pool [{s['backend']} backend, "
-                 f"{'' if dev < 0 else f'device {dev}, '}{limit}]",
+        lines = [f"cuflow memory pool [{s['backend']} backend, {self.where}, {limit}]",
                  f"{'':24s}{'current':>14s}{'peak':>14s}"]
         for label, key in rows:
             lines.append(f"{label:24s}{f(s[key + '.current']):>14s}"

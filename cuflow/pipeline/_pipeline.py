@@ -54,8 +54,8 @@ class PipelineOptions:
     ``size`` is ``(height, width)``; ``letterbox=True`` keeps the aspect ratio
     and pads with ``pad`` (YOLO-style), else the frame is stretched.  The rest
     is passed to :func:`cuflow.image.resize_normalize` / :func:`~cuflow.image.letterbox`.
-    ``n_staging`` frames are in flight ahead of the one being processed;
-    ``copy_threads`` host threads copy pageable frames into pinned memory (``0``:
+    With ``frames_reused=False``, ``n_staging`` frames are in flight ahead of the
+    one being processed (one otherwise); ``copy_threads`` host threads copy pageable frames into pinned memory (``0``:
     upload pageable frames directly, the CUDA driver staging them itself).  The
     defaults were chosen on 1080p frames with
     ``bench/test_bench_pipeline.py::test_pipeline_fps`` (rerun it with other values
@@ -416,9 +416,9 @@ class Pipeline:
         reused = self.options.frames_reused
         # frames taken but not processed yet: one (its host copy overlapping the previous
         # frame's kernel), or with frames that are not reused, n_staging (their host copies
-        # running at once, or their uploads queued back to back); with the frame being
-        # processed, no more than the device frames (bench pipeline, pinned frames: queued
-        # ahead, 1.5x the frames/s of uploads queued in turn)
+        # running at once, or their uploads queued back to back: bench/test_bench_pipeline.py
+        # ::test_pipeline_fps, pinned frames); with the frame being processed, no more than
+        # the device frames
         ahead = 1 if reused else len(self._slots) - 1
         staged: collections.deque[tuple[int, Callable[[], Any]]] = collections.deque()
         buf: Bufferizer | None = None

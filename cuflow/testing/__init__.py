@@ -74,8 +74,10 @@ def random_array(shape, dtype, rng: numpy.random.Generator | None = None, *, hos
                     else rng.standard_normal(shape) * 100)
 
         a = (part() if dt.kind == "f" else part() + 1j * part()).astype(dt)
-    if a.size and not a.any():  # (a small bool or integer draw can be all zeros)
-        a.flat[rng.integers(a.size)] = True if dt.kind == "b" else (hi - 1 or lo)
+    if a.size and not a.any():  # (a small bool, integer or narrow float draw: all zeros)
+        a.flat[rng.integers(a.size)] = (True if dt.kind == "b" else (hi - 1 or lo)
+                                        if dt.kind in "iu" else (low + high) / 2 if bounds
+                                        else 1)
     if host:
         return a
     return asarray(a)  # ``a`` is new: the NumPy backend may use it without a copy

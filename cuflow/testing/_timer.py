@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .._errors import ArgumentError
+from .._errors import ArgumentError, ArgumentTypeError
 from ..core import Event, copy, empty, ones, runtime
 
 __all__ = ["Timing", "host_time_us", "device_time_us", "copy_bandwidth_tbps"]
@@ -48,7 +48,10 @@ def _counts(name: str, **counts: int) -> None:
     at least 0."""
     for what, n in counts.items():
         least = 0 if what == "warmup" else 1
-        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < least:
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+            raise ArgumentTypeError(f"cuflow.testing.{name}: {what} must be an int >= {least}, "
+                                    f"got {type(n).__name__} {n!r}")
+        if n < least:
             raise ArgumentError(f"cuflow.testing.{name}: {what} must be an int >= {least}, got "
                                 f"{n!r}")
 
@@ -113,12 +116,14 @@ def device_time_us(fn: Callable[[], object], *, number: int = 10, repeat: int = 
 def copy_bandwidth_tbps(nbytes: int = 1 << 30) -> float:
     """Device-to-device copy bandwidth in TB/s (bytes read + bytes written) of ``nbytes``
     (an int, a multiple of 4 of at least 4 MiB, so the copy is not a cache's)."""
-    if (isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral)
-            or nbytes < 1 << 22 or nbytes % 4):
-        raise ArgumentError(f"cuflow.testing.copy_bandwidth_tbps: nbytes must be an int "
-                            f"multiple of 4 of at least 4 MiB, got {nbytes!r}")
-    # ones, not zeros: a large host zeros() reads the zero page, not memory (a CPU copy
-    # 2.7x too fast); on the GPU the values do not change the copy's time
+    rule = "nbytes must be an int multiple of 4 of at least 4 MiB"
+    if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral):
+        raise ArgumentTypeError(f"cuflow.testing.copy_bandwidth_tbps: {rule}, got "
+                                f"{type(nbytes).__name__} {nbytes!r}")
+    if nbytes < 1 << 22 or nbytes % 4:
+        raise ArgumentError(f"cuflow.testing.copy_bandwidth_tbps: {rule}, got {nbytes!r}")
+    # ones, not zeros: a large host zeros() is the zero page, which a CPU copy reads faster
+    # than memory; on the GPU the values do not change the copy's time
     src = ones(int(nbytes) // 4, dtype="float32")
     dst = empty(src.shape, dtype=src.dtype)
     t = device_time_us(lambda: copy(src, dst), number=5, repeat=9)

@@ -153,7 +153,8 @@ def test_pool_plugin_refuses_bad_sizes():
         cfd.CuflowPool(warmup=3)
     # set_limit's rules: sizes are whole numbers, a fraction is in (0, 1], bools are no sizes
     for bad in (dict(size=0.5), dict(size=float("inf")), dict(limit=1.5), dict(limit=0.0),
-                dict(limit=True), dict(limit="1.5"), dict(size=[1])):
+                dict(limit=True), dict(limit="1.5"), dict(size=[1]), dict(size="1.5"),
+                dict(size="50%")):
         with pytest.raises(cuflow.CuflowError, match="size|limit"):
             cfd.CuflowPool(**bad)
     assert cfd.CuflowPool(limit=np.float32(0.5)).limit == 0.5
