@@ -106,14 +106,14 @@ class Stream:
         if self._cp is not None:
             self._cp.__enter__()
         else:
-            _host_streams().append(self)
+            _host.held.append(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._cp is not None:
             self._cp.__exit__(*exc)
         else:
-            _host_streams().pop()
+            _host.held.pop()
 
     # -- operations ---------------------------------------------------------
     def synchronize(self) -> None:
@@ -306,10 +306,6 @@ class _HostStreams(threading.local):
 
 _NULL = object()  # Stream(_wrap=_NULL): the NumPy backend's null stream
 _host = _HostStreams()
-
-
-def _host_streams() -> list[Stream]:
-    return _host.held
 
 
 def current_stream() -> Stream:
