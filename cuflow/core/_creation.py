@@ -65,7 +65,7 @@ def _fmt_bytes(n: int) -> str:
     return f"{n} B"  # pragma: no cover
 
 
-def _dtype(name: str, dtype: Any) -> None:
+def check_dtype(name: str, dtype: Any) -> None:
     """``dtype`` (None: the default) names a dtype of numbers: bool, integers, reals or
     complex, the array API's."""
     if dtype is None:
@@ -80,7 +80,7 @@ def _dtype(name: str, dtype: Any) -> None:
                                 f"complex dtype, got {numpy.dtype(dtype)}")
 
 
-def _fill_value(name: str, value: Any, dtype: Any = None) -> Any:
+def check_fill_value(name: str, value: Any, dtype: Any = None) -> Any:
     """A fill value is a number (or a 0-d array of one): text or objects make no array of
     numbers; with ``dtype``, one that it holds (integers: whole numbers in range; reals:
     finite values in range, or inf and nan as given).  Returns the value to fill with: a
@@ -100,7 +100,7 @@ def _fill_value(name: str, value: Any, dtype: Any = None) -> Any:
                                 f"{type(value).__name__} {value!r}")
     if dtype is None or numpy.ndim(value) != 0:
         return value
-    _dtype(name, dtype)
+    check_dtype(name, dtype)
     dt = numpy.dtype(dtype)
     if dt.kind in "fc" and kind == "i":  # (CuPy's scalar of a Python int is a C long)
         try:
@@ -132,13 +132,13 @@ def _fill_value(name: str, value: Any, dtype: Any = None) -> Any:
     return v if kind == "c" else value
 
 
-def _shape(name: str, shape: Any, dtype: Any) -> tuple[int, ...]:
+def check_shape(name: str, shape: Any, dtype: Any) -> tuple[int, ...]:
     """``shape`` checked: ints >= 0 whose product fits the address space.
 
     The bytes are checked before the backend sees the shape, so a request no memory can hold
     is an :class:`OutOfMemoryError` giving its size (NumPy would say "array is too big").
     """
-    _dtype(name, dtype)
+    check_dtype(name, dtype)
     dims = (shape,) if isinstance(shape, int | numpy.integer) else shape
     try:
         dims = tuple(dims)
@@ -166,9 +166,9 @@ def _shape(name: str, shape: Any, dtype: Any) -> tuple[int, ...]:
 
 
 def _like(name: str, a: Any, dtype: Any, order: str, subok: Any, shape: Any) -> dict[str, Any]:
-    _dtype(name, dtype)
+    check_dtype(name, dtype)
     if shape is not None:
-        shape = _shape(name, shape, dtype if dtype is not None else getattr(a, "dtype", None))
+        shape = check_shape(name, shape, dtype if dtype is not None else getattr(a, "dtype", None))
     kw = {"dtype": dtype, "order": order, "shape": shape}
     if subok is not None:
         kw["subok"] = subok
@@ -216,7 +216,7 @@ def empty(shape, dtype=float, order="C", *, device=None, stream=None):
     r = _fast_empty("empty", shape, dtype, order, device, stream)
     if r is not None:
         return r
-    return _make("empty", device, stream, _shape("empty", shape, dtype), dtype, order)
+    return _make("empty", device, stream, check_shape("empty", shape, dtype), dtype, order)
 
 
 @_entry(ZEROS)
@@ -226,18 +226,18 @@ def zeros(shape, dtype=float, order="C", *, device=None, stream=None):
     if r is not None:
         r.fill(0)  # one memset on the current stream, as CuPy's zeros
         return r
-    return _make("zeros", device, stream, _shape("zeros", shape, dtype), dtype, order)
+    return _make("zeros", device, stream, check_shape("zeros", shape, dtype), dtype, order)
 
 
 def ones(shape, dtype=float, order="C", *, device=None, stream=None):
     """New array of ``shape`` filled with 1 (array API ``ones``)."""
-    return _make("ones", device, stream, _shape("ones", shape, dtype), dtype, order)
+    return _make("ones", device, stream, check_shape("ones", shape, dtype), dtype, order)
 
 
 def full(shape, fill_value, dtype=None, order="C", *, device=None, stream=None):
     """New array of ``shape`` filled with ``fill_value`` (array API ``full``)."""
-    fill_value = _fill_value("full", fill_value, dtype)
-    dims = _shape("full", shape, dtype if dtype is not None else numpy.result_type(fill_value))
+    fill_value = check_fill_value("full", fill_value, dtype)
+    dims = check_shape("full", shape, dtype if dtype is not None else numpy.result_type(fill_value))
     return _make("full", device, stream, dims, fill_value, dtype, order)
 
 
@@ -269,7 +269,7 @@ def ones_like(a, dtype=None, order="K", subok=None, shape=None, *, device=None, 
 def full_like(a, fill_value, dtype=None, order="K", subok=None, shape=None, *, device=None,
               stream=None):
     """Array like ``a`` filled with ``fill_value`` (array API ``full_like``)."""
-    fill_value = _fill_value("full_like", fill_value,
+    fill_value = check_fill_value("full_like", fill_value,
                              dtype if dtype is not None else getattr(a, "dtype", None))
     return _make("full_like", device, stream, a, fill_value,
                  **_like("full_like", a, dtype, order, subok, shape))
@@ -286,7 +286,7 @@ def arange(start=None, stop=None, step=1, dtype=None, *, device=None, stream=Non
         start = 0
     if isinstance(step, int | float | numpy.number) and step == 0:
         raise ArgumentError(f"cuflow.arange: step must be non-zero, got {step!r}")
-    _dtype("arange", dtype)
+    check_dtype("arange", dtype)
     real = (int, float, numpy.integer, numpy.floating)
     if all(isinstance(v, real) and not isinstance(v, bool) for v in (start, stop, step)):
         # the length is checked here: CuPy computes a size past 2**63 bytes as a small one
@@ -300,7 +300,7 @@ def arange(start=None, stop=None, step=1, dtype=None, *, device=None, stream=Non
         else:
             n = -((int(start) - int(stop)) // int(step))
         if n > 0:
-            _shape("arange", (n,), dtype if dtype is not None else
+            check_shape("arange", (n,), dtype if dtype is not None else
                    (numpy.float64 if fl else numpy.int64))
     return _make("arange", device, stream, start, stop, step, dtype=dtype)
 
@@ -308,22 +308,22 @@ def arange(start=None, stop=None, step=1, dtype=None, *, device=None, stream=Non
 def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0, *,
              device=None, stream=None):
     """``num`` evenly spaced values from ``start`` to ``stop`` (array API ``linspace``)."""
-    _dtype("linspace", dtype)
+    check_dtype("linspace", dtype)
     if isinstance(num, int | numpy.integer) and num > 0:
-        _shape("linspace", (num,), dtype if dtype is not None else numpy.float64)
+        check_shape("linspace", (num,), dtype if dtype is not None else numpy.float64)
     return _make("linspace", device, stream, start, stop, num, endpoint, retstep, dtype, axis)
 
 
 def eye(N, M=None, k=0, dtype=float, order="C", *, device=None, stream=None):  # noqa: N803
     """2-D array with ones on diagonal ``k`` (array API ``eye``: ``n_rows, n_cols``)."""
-    _dtype("eye", dtype)
+    check_dtype("eye", dtype)
     if isinstance(N, int | numpy.integer) and isinstance(M, int | numpy.integer | None) and N > 0 \
             and (M is None or M > 0):
-        _shape("eye", (N, N if M is None else M), dtype)
+        check_shape("eye", (N, N if M is None else M), dtype)
     return _make("eye", device, stream, N, M, k, dtype, order)
 
 
 def identity(n, dtype=float, *, device=None, stream=None):
     """Square identity matrix."""
-    _dtype("identity", dtype)
+    check_dtype("identity", dtype)
     return _make("identity", device, stream, n, dtype)

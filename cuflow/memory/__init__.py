@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy
 
-from ..core._creation import _shape as check_shape
+from ..core._creation import check_shape
 from ..core._runtime import on_select, runtime
 from ..core._streams import as_cupy_stream
 from ._backends import Backend, CudaMallocBackend, DriverPoolBackend, HostBackend

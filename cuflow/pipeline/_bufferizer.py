@@ -34,7 +34,7 @@ import numpy
 from .._errors import ArgumentError, ArgumentTypeError, CuflowError
 from ..core import (Device, Event, Stream, as_cupy_stream, as_darray, as_stream, copy, empty,
                     get_backend)
-from ..core._creation import _fill_value
+from ..core._creation import check_fill_value
 
 __all__ = ["Bufferizer", "BufferizerError", "BufferizerHookError", "BufferizerStateError"]
 
@@ -431,7 +431,7 @@ class Bufferizer:
         -----
         Stream semantics: the fill is queued on the buffer's stream.
         """
-        value = _fill_value("Bufferizer.flush", value, self._dtype)
+        value = check_fill_value("Bufferizer.flush", value, self._dtype)
         if numpy.ndim(value) != 0:  # _fill_value passes arrays on, and fill() takes none
             raise ArgumentTypeError(f"cuflow.Bufferizer.flush: fill_value must be one number, "
                                     f"got an array of shape {numpy.shape(value)}")

@@ -15,7 +15,7 @@ import numpy
 
 from .._errors import ArgumentError, ArgumentTypeError
 from ..core import asarray, get_backend
-from ..core._creation import _shape as check_shape
+from ..core._creation import check_dtype, check_shape
 from ._timer import Timing, copy_bandwidth_tbps, device_time_us, host_time_us
 
 __all__ = ["random_array", "poisoned", "to_host", "assert_equal_host", "Timing", "host_time_us",
@@ -113,15 +113,9 @@ def assert_equal_host(actual, expected, **kw):
 
 
 def _dtype(name: str, dtype: Any) -> numpy.dtype:
-    """A dtype of numbers (bool, integers, reals, complex)."""
-    try:
-        dt = numpy.dtype(dtype)
-    except TypeError as e:
-        raise ArgumentTypeError(f"cuflow.testing.{name}: {dtype!r} names no dtype") from e
-    if dt.kind not in "biufc":
-        raise ArgumentTypeError(f"cuflow.testing.{name}: dtype must be bool, an integer, real "
-                                f"or complex dtype, got {dt}")
-    return dt
+    """A dtype of numbers (bool, integers, reals, complex): the creation functions' rule."""
+    check_dtype(f"testing.{name}", dtype)
+    return numpy.dtype(dtype)
 
 
 def __getattr__(name: str) -> Any:
