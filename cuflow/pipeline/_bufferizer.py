@@ -616,5 +616,7 @@ class Bufferizer:
         undone = f"the {k} element(s) were not appended"
         if hook is not None:
             _run_hook(f"{call}_hook", hook, self, call, mark, undo, undone)
-        if self._n == self._len and self._buffer_full_hook is not None:
+        # (an append hook that changed the Bufferizer itself, by an append of its own, say,
+        # made the call that filled it, which fired the full hook once already)
+        if self._n == self._len and self._changes == mark and self._buffer_full_hook is not None:
             _run_hook("buffer_full_hook", self._buffer_full_hook, self, call, mark, undo, undone)

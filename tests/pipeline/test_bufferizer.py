@@ -199,6 +199,17 @@ def test_flush_fills_with_a_value_the_dtype_holds(cf, value, dtype):
     assert_equal_host(b.darray, np.full(b.shape, np.real(value), dtype))
 
 
+def test_the_full_hook_fires_once_per_fill_with_reentrant_appends(cf, rng):
+    """An append hook that appends again: only the append that fills the buffer fires
+    buffer_full_hook, once."""
+    e = cf.asarray(rng.uniform(1, 2, 2).astype(np.float32))
+    buf, fired = cf.Bufferizer((2,), 3, np.float32), []
+    buf.append_one_hook(lambda b: b.append_one(e) if len(b) < 3 else None)
+    buf.buffer_full_hook(lambda b: fired.append(len(b)))
+    buf.append_one(e)
+    assert fired == [3]
+
+
 def test_reset_does_not_write(cf, rng):
     b = cf.Bufferizer(SHAPE, 2, cf.float32)
     x = frames(cf, rng, 2)
