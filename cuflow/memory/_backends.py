@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 import ctypes
+import mmap
 from typing import Any
 
 __all__ = ["Backend", "CudaMallocBackend", "DriverPoolBackend", "HostBackend"]
@@ -106,7 +107,7 @@ class _Counted(Backend):
 
 
 class HostBackend(_Counted):
-    """Host memory (ctypes buffers); streams are plain integers and always in order."""
+    """Host memory (anonymous mappings); streams are plain integers and always in order."""
 
     name = "host"
     cheap_release = True
@@ -119,14 +120,20 @@ class HostBackend(_Counted):
         if self.capacity is not None and self.in_use + nbytes > self.capacity:
             raise MemoryError(f"host backend: {nbytes} bytes requested, "
                               f"{self.capacity - self.in_use} of {self.capacity} left")
-        buf = ctypes.create_string_buffer(nbytes)
-        ptr = ctypes.addressof(buf)
-        self.buffers[ptr] = buf
+        # an anonymous mapping: the kernel commits its zeroed pages as they are first written,
+        # so a segment costs resident memory only for the blocks used (a ctypes buffer is
+        # zeroed whole: tests/memory/test_hotpath.py's replays held gigabytes resident)
+        buf = mmap.mmap(-1, max(nbytes, 1))
+        view = ctypes.c_char.from_buffer(buf)
+        ptr = ctypes.addressof(view)
+        self.buffers[ptr] = (view, buf)
         self._took(nbytes)
         return ptr
 
     def free(self, ptr: int, nbytes: int, stream: int) -> None:
-        del self.buffers[ptr]
+        view, buf = self.buffers.pop(ptr)
+        del view  # (the mapping cannot close while a ctypes view exports it)
+        buf.close()
         self._gave(nbytes)
 
 
