@@ -345,6 +345,11 @@ def test_namespace_functions_state_their_rule(cf, call, builtin, words):
 def test_argsort_of_a_zero_dimensional_array_is_numpys_argsort(cf):
     for descending in (False, True):  # (CuPy refuses rank 0)
         assert to_host(cf.argsort(cf.asarray(3.0), descending=descending)).tolist() == [0]
+        assert to_host(cf.argsort(cf.asarray(3.0), axis=None,
+                                  descending=descending)).tolist() == [0]
+    with pytest.raises(cuflow.AxisError) as e:
+        cf.argsort(cf.asarray(3.0), axis=2)
+    _is_clear(e.value, "cuflow.argsort", "axis 2", "0-d")
 
 
 def test_numpys_exception_classes_still_catch(cf):

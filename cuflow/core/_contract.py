@@ -280,6 +280,19 @@ def check_ints(name: str, value: Any, what: str = "axis", lists: bool = False) -
     return tuple(out) if seq else out[0]
 
 
+def one_element_axis(name: str, a: Any, axis: Any, done: str) -> tuple[Any, Any]:
+    """``a`` and ``axis`` as NumPy reads them for a 0-d array: one of one element along axis
+    0, -1 or None (CuPy refuses an axis of a 0-d array); other arrays pass unchanged.
+    ``done`` names what the operation does with the element ("sorted", "accumulated")."""
+    if getattr(a, "ndim", None) != 0:
+        return a, axis
+    axis = check_ints(name, axis)
+    if axis not in (None, 0, -1):
+        raise AxisError(f"cuflow.{name}: axis {axis} is out of bounds for a 0-d array, "
+                        f"{done} as one of one element (axis 0, -1 or None)")
+    return a.reshape(1), 0
+
+
 def bad_input(name: str, x: Any, why: str | None = None):
     """An input that is not an array of the active backend (nor a scalar)."""
     raise DstTypeError(

@@ -14,7 +14,7 @@ import functools
 import numpy
 
 from .._errors import ArgumentError, ArgumentTypeError, AxisError
-from ._contract import bad_input, check_ints, prepare_out, resolve_out
+from ._contract import bad_input, check_ints, one_element_axis, prepare_out, resolve_out
 from ._dispatch import reraise, run_on
 from . import _runtime
 from ._engine import ew_op
@@ -213,7 +213,8 @@ def cumsum(a, axis=None, dtype=None, dst=None, *, out=None, stream=None):
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
-    a, axis = _one_element_axis("cumsum", a, axis)
+    if not isinstance(a, Expr):
+        a, axis = one_element_axis("cumsum", a, axis, "accumulated")
     return _general("cumsum", numpy.cumsum, "cumsum", (a,), resolve_out(dst, out, "cumsum"),
                     stream, axis=axis, dtype=dtype)
 
@@ -225,21 +226,10 @@ def cumprod(a, axis=None, dtype=None, dst=None, *, out=None, stream=None):
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
-    a, axis = _one_element_axis("cumprod", a, axis)
+    if not isinstance(a, Expr):
+        a, axis = one_element_axis("cumprod", a, axis, "accumulated")
     return _general("cumprod", numpy.cumprod, "cumprod", (a,), resolve_out(dst, out, "cumprod"),
                     stream, axis=axis, dtype=dtype)
-
-
-def _one_element_axis(name, a, axis):
-    """NumPy accumulates a 0-d array along axis 0 (or -1) as one of one element; CuPy refuses
-    the axis."""
-    if isinstance(a, Expr) or getattr(a, "ndim", None) != 0 or axis is None:
-        return a, axis
-    axis = check_ints(name, axis)
-    if axis not in (0, -1):
-        raise AxisError(f"cuflow.{name}: axis {axis} is out of bounds for a 0-d array, "
-                        "accumulated as one of one element (axis 0 or -1)")
-    return a.reshape(1), 0
 
 
 def around(a, decimals=0, dst=None, *, out=None, stream=None):

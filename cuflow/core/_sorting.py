@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._errors import AxisError
-from ._contract import check_ints
+from ._contract import check_ints, one_element_axis
 from ._dispatch import call, run_on
 from ._runtime import runtime
 
@@ -38,11 +38,7 @@ def argsort(a, axis=-1, kind=None, order=None, *, descending=False, stable=True,
     axis = check_ints("argsort", axis)
     xp = runtime().xp
     kw = _options(kind, order, stable)
-    if getattr(a, "ndim", None) == 0:  # NumPy sorts it as one element; CuPy refuses rank 0
-        if axis not in (None, 0, -1):
-            raise AxisError(f"cuflow.argsort: axis {axis} is out of bounds for a 0-d array, "
-                            "sorted as one of one element (axis 0, -1 or None)")
-        a, axis = a.reshape(1), 0
+    a, axis = one_element_axis("argsort", a, axis, "sorted")
     if not descending:
         return call("argsort", xp.argsort, a, axis=axis, **kw)
     return call("argsort", _argsort_descending, xp, a, axis, kw)

@@ -49,6 +49,11 @@ def test_accumulating_a_zero_dimensional_array_along_an_axis(cf, name):
     np.testing.assert_array_equal(to_host(d), want)
     with pytest.raises(cuflow.DstShapeError, match=r"\(1,\)"):
         getattr(cf, name)(a, axis=0, dst=cf.empty(()))
+    for axis in (-1, None):
+        np.testing.assert_array_equal(to_host(getattr(cf, name)(a, axis=axis)),
+                                      getattr(np, name)(np.array(5.0), axis=axis))
+    with pytest.raises(cuflow.AxisError, match=f"cuflow.{name}: axis 1 .* 0-d"):
+        getattr(cf, name)(a, axis=1)
 
 
 def test_take_along_axis_on_a_stream(cf, rng):
