@@ -17,7 +17,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "cuflow"
 
 # lowest first; the first matching prefix gives a module's layer
 LAYERS = [
-    ("cuflow._errors", "cuflow._env"),
+    ("cuflow._errors", "cuflow._env", "cuflow._checks"),
     ("cuflow.raw_kernels",),
     ("cuflow.core._fastpath", "cuflow.core._darray", "cuflow.core._cupy_ufuncs",
      "cuflow.core._expr", "cuflow.core._ewgen", "cuflow.core._engine"),

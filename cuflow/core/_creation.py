@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy
 
+from .._checks import is_integer
 from .._errors import (ArgumentError, ArgumentOverflowError, ArgumentTypeError, CuflowError,
                        OutOfMemoryError)
 from ._dispatch import call, reraise, run_on
@@ -146,7 +147,7 @@ def check_shape(name: str, shape: Any, dtype: Any) -> tuple[int, ...]:
         raise ArgumentTypeError(f"cuflow.{name}: shape must be an int or a sequence of ints, "
                                 f"got {type(shape).__name__} {shape!r}") from None
     for d in dims:
-        if isinstance(d, bool | numpy.bool_) or not isinstance(d, int | numpy.integer):
+        if not is_integer(d):
             raise ArgumentTypeError(f"cuflow.{name}: shape must hold ints (sizes are whole "
                                     f"numbers), got {shape!r}")
         if d < 0:

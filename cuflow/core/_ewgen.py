@@ -29,7 +29,6 @@ from typing import Any
 
 import numpy
 
-from ._expr import Expr
 from .._errors import ArgumentTypeError
 
 __all__ = ["Layout", "Reduction", "generate", "carried", "memtype", "BLOCK", "ROW_BLOCK_VECTORS",

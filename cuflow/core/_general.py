@@ -13,7 +13,7 @@ import functools
 
 import numpy
 
-from .._errors import ArgumentError, ArgumentTypeError, AxisError
+from .._errors import ArgumentError, ArgumentTypeError
 from ._contract import bad_input, check_ints, one_element_axis, prepare_out, resolve_out
 from ._dispatch import reraise, run_on
 from . import _runtime

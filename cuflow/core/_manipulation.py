@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import numpy
 
+from .._checks import is_integer
+from .._errors import ArgumentError, ArgumentIndexError, ArgumentTypeError, AxisError
 from ._contract import bad_input, check_ints, may_share, prepare_out, resolve_out
 from ._dispatch import call, reraise, run_on, wrap_view
-from .._errors import ArgumentError, ArgumentIndexError, ArgumentTypeError, AxisError
 from ._interop import astype, copy_into
 from ._interop import copy as copy_fn
 from ._runtime import runtime
@@ -197,7 +198,7 @@ def take(a, indices, axis=None, dst=None, *, out=None, stream=None):
         bad_input("take", a)
     nd = max(a.ndim, 1)  # a 0-d array is taken from as a 1-d one (NumPy, CuPy)
     if axis is not None:
-        if isinstance(axis, bool | numpy.bool_) or not isinstance(axis, int | numpy.integer):
+        if not is_integer(axis):
             raise ArgumentTypeError(f"cuflow.take: axis must be an integer, got {axis!r}")
         if not -nd <= axis < nd:
             raise AxisError(f"cuflow.take: axis must be in [{-nd}, {nd}) for an array of "

@@ -19,7 +19,7 @@ from typing import Any
 import numpy
 
 from ._runtime import Device, get_backend
-from .._errors import ArgumentError, ArgumentTypeError, CuflowError, DeviceError
+from .._errors import ArgumentError, ArgumentTypeError, DeviceError
 
 __all__ = ["Stream", "Event", "current_stream", "synchronize", "streams", "as_cupy_stream",
            "as_stream", "use_stream"]

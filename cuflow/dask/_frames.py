@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy
 from distributed import Client
 
+from .._checks import is_integer
 from .._errors import ArgumentError, ArgumentTypeError
 from ..core import asnumpy
 from ..pipeline import Pipeline, PipelineOptions
@@ -98,8 +97,7 @@ def map_frames(client: Client, items: Sequence[Any], options: PipelineOptions, *
     if not isinstance(options, PipelineOptions):
         raise ArgumentError(f"map_frames: options must be a cuflow.PipelineOptions, got "
                             f"{type(options).__name__}")
-    if frames_per_task is not None and (isinstance(frames_per_task, bool | numpy.bool_) or
-                                        not isinstance(frames_per_task, numbers.Integral)):
+    if frames_per_task is not None and not is_integer(frames_per_task):
         raise ArgumentTypeError(f"map_frames: frames_per_task must be an int >= 1 or None, "
                                 f"got {frames_per_task!r}")
     if frames_per_task is not None and frames_per_task < 1:

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy
 
+from .._checks import is_integer
 from .._errors import CuflowError
 from ..core import runtime
 
@@ -84,17 +85,13 @@ def finite(name: str, what: str, value: Any) -> float:
     return v
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int | numpy.integer) and not isinstance(v, bool | numpy.bool_)
-
-
 def size(name: str, size) -> tuple[int, int]:
     if type(size) is tuple and len(size) == 2 and type(size[0]) is int \
             and type(size[1]) is int and 0 < size[0] <= 65535 and 0 < size[1]:
         return size  # the common case, checked without conversions
-    if _is_int(size):
+    if is_integer(size):
         size = (size, size)
-    if not (isinstance(size, tuple | list) and len(size) == 2 and all(map(_is_int, size))):
+    if not (isinstance(size, tuple | list) and len(size) == 2 and all(map(is_integer, size))):
         # sizes are whole pixels: (10.9, 12.7) is refused rather than truncated
         raise ImageFormatError(f"cuflow.image.{name}: size must be an int or (height, width) "
                                f"of ints, got {size!r}")

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy
 
+from .._checks import is_integer
 from .._errors import ArgumentError, ArgumentTypeError, CuflowError
 from ..core import (Device, Event, Stream, as_cupy_stream, as_darray, as_stream, copy, empty,
                     get_backend)
@@ -179,13 +180,13 @@ class Bufferizer:
                  buffer_full_hook: Hook | None = None, *, n_buffers: int = 1) -> None:
         dims = shape if isinstance(shape, Sequence) else (shape,)
         if isinstance(shape, str | bytes) or not all(
-                isinstance(d, int | numpy.integer) and not isinstance(d, bool) for d in dims):
+                is_integer(d) for d in dims):
             raise ArgumentTypeError(f"Bufferizer: shape must be a tuple of ints, got {shape!r}")
         shape = tuple(int(d) for d in dims)
         if any(d < 0 for d in shape):
             raise ArgumentError(f"Bufferizer: shape must be non-negative, got {shape}")
         for name, v, lo in (("buffer_size", buffer_size, 1), ("n_buffers", n_buffers, 1)):
-            if not isinstance(v, int | numpy.integer) or isinstance(v, bool):
+            if not is_integer(v):
                 raise ArgumentTypeError(f"Bufferizer: {name} must be an int >= {lo}, got {v!r}")
             if v < lo:
                 raise ArgumentError(f"Bufferizer: {name} must be an int >= {lo}, got {v!r}")
@@ -354,7 +355,7 @@ class Bufferizer:
 
     def commit(self, n: int = 1) -> None:
         """Count ``n`` elements written through :meth:`next_slot` (fires the append hooks)."""
-        if not isinstance(n, int | numpy.integer) or isinstance(n, bool):
+        if not is_integer(n):
             raise ArgumentTypeError(f"Bufferizer.commit: n must be an int >= 1, got {n!r}")
         if n < 1:
             raise ArgumentError(f"Bufferizer.commit: n must be an int >= 1, got {n!r}")

@@ -30,6 +30,7 @@ from typing import Any
 import numpy
 
 from .. import image, memory
+from .._checks import is_integer
 from .._errors import ArgumentError, ArgumentTypeError, CuflowError
 from ..core import Device, Event, Stream, as_stream, copy, empty, get_backend, zeros
 from ..image._parse import (CHANNELS, OUT_DTYPES, YUV, ImageTypeError, choice, out_dtype, out_map,
@@ -41,10 +42,6 @@ __all__ = ["Pipeline", "PipelineError", "PipelineOptions"]
 
 class PipelineError(CuflowError, RuntimeError):
     """A Pipeline cannot do what was asked in its state (an iteration already open)."""
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int | numpy.integer) and not isinstance(v, bool | numpy.bool_)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,7 +90,7 @@ class PipelineOptions:
 
     def __post_init__(self) -> None:
         size = self.size if isinstance(self.size, tuple | list) else (self.size, self.size)
-        if len(size) != 2 or not all(_is_int(v) for v in size):
+        if len(size) != 2 or not all(is_integer(v) for v in size):
             raise ArgumentTypeError(f"Pipeline: size must be a positive int or (height, width) "
                                     f"of ints, got {self.size!r}")
         if not all(v > 0 for v in size):
@@ -102,7 +99,7 @@ class PipelineOptions:
         object.__setattr__(self, "size", (int(size[0]), int(size[1])))
         for name, lo in (("batch_size", 1), ("n_staging", 2), ("copy_threads", 0)):
             v = getattr(self, name)
-            if not _is_int(v):
+            if not is_integer(v):
                 raise ArgumentTypeError(f"Pipeline: {name} must be an int >= {lo}, got {v!r}")
             if v < lo:
                 raise ArgumentError(f"Pipeline: {name} must be an int >= {lo}, got {v!r}")

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy
 
+from .._checks import is_integer
 from .._errors import ArgumentError, ArgumentTypeError
 from ..core import asarray, get_backend
 from ..core._creation import check_dtype, check_shape
@@ -61,7 +62,7 @@ def random_array(shape, dtype, rng: numpy.random.Generator | None = None, *, hos
         lo = info.min if low is None else low
         hi = info.max + 1 if high is None else high
         for what, v in (("low", lo), ("high", hi)):
-            if isinstance(v, bool) or not isinstance(v, int | numpy.integer):
+            if not is_integer(v):
                 raise ArgumentTypeError(f"cuflow.testing.random_array: {what} must be an int, "
                                         f"got {v!r}")
         if not info.min <= lo < hi <= info.max + 1:

@@ -17,12 +17,12 @@ On the NumPy backend the same functions time the CPU (events record host time).
 from __future__ import annotations
 
 import gc
-import numbers
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .._checks import is_integer
 from .._errors import ArgumentError, ArgumentTypeError
 from ..core import Event, copy, empty, ones, runtime
 
@@ -48,7 +48,7 @@ def _counts(name: str, **counts: int) -> None:
     at least 0."""
     for what, n in counts.items():
         least = 0 if what == "warmup" else 1
-        if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+        if not is_integer(n):
             raise ArgumentTypeError(f"cuflow.testing.{name}: {what} must be an int >= {least}, "
                                     f"got {type(n).__name__} {n!r}")
         if n < least:
@@ -117,7 +117,7 @@ def copy_bandwidth_tbps(nbytes: int = 1 << 30) -> float:
     """Device-to-device copy bandwidth in TB/s (bytes read + bytes written) of ``nbytes``
     (an int, a multiple of 4 of at least 4 MiB, so the copy is not a cache's)."""
     rule = "nbytes must be an int multiple of 4 of at least 4 MiB"
-    if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral):
+    if not is_integer(nbytes):
         raise ArgumentTypeError(f"cuflow.testing.copy_bandwidth_tbps: {rule}, got "
                                 f"{type(nbytes).__name__} {nbytes!r}")
     if nbytes < 1 << 22 or nbytes % 4:
