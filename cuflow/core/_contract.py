@@ -158,6 +158,21 @@ def _refuse(name: str):
                    "writing dst, so use a separate output array")
 
 
+def as_dtype(name: str, dtype: Any) -> numpy.dtype:
+    """``dtype`` as a NumPy dtype.  An array is refused, not read (``numpy.dtype`` would take
+    its ``.dtype``), and so is anything else that names no dtype."""
+    if isinstance(dtype, numpy.dtype):
+        return dtype
+    if isinstance(dtype, numpy.ndarray | runtime().ndarray):
+        got = f"an array of shape {dtype.shape}"
+    else:
+        try:
+            return numpy.dtype(dtype)
+        except TypeError:
+            got = repr(dtype)
+    raise ArgumentTypeError(f"cuflow.{name}: dtype must name a dtype, got {got}")
+
+
 def check_casting(name: str, inputs: Sequence[Any], dst: Any, casting: str, dtype: Any) -> None:
     """NumPy's casting rules for a ufunc ``name`` writing into ``dst``, on host stand-ins."""
     nd = runtime().ndarray
@@ -167,11 +182,7 @@ def check_casting(name: str, inputs: Sequence[Any], dst: Any, casting: str, dtyp
              numpy.ones((), x.dtype if isinstance(x, nd) else numpy.asarray(x).dtype)
              for x in inputs]
     if dtype is not None:
-        try:
-            numpy.dtype(dtype)
-        except TypeError as e:
-            raise ArgumentTypeError(f"cuflow.{name}: dtype must name a dtype, got "
-                                    f"{dtype!r}") from e
+        as_dtype(name, dtype)
     try:
         with numpy.errstate(all="ignore"):
             getattr(numpy, name)(*probe, out=numpy.empty((), dst.dtype), casting=casting,

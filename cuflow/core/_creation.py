@@ -28,6 +28,7 @@ import numpy
 from .._checks import is_integer
 from .._errors import (ArgumentError, ArgumentOverflowError, ArgumentTypeError, CuflowError,
                        OutOfMemoryError)
+from ._contract import as_dtype
 from ._dispatch import call, reraise, run_on
 from ._fastpath import EMPTY, ZEROS, FastCall
 from ._info import check_device
@@ -71,12 +72,7 @@ def check_dtype(name: str, dtype: Any) -> None:
     complex, the array API's."""
     if dtype is None:
         return
-    try:
-        kind = numpy.dtype(dtype).kind
-    except TypeError:
-        raise ArgumentTypeError(f"cuflow.{name}: dtype must name a dtype, got {dtype!r}") \
-            from None
-    if kind not in "biufc":
+    if as_dtype(name, dtype).kind not in "biufc":
         raise ArgumentTypeError(f"cuflow.{name}: dtype must be bool, an integer, real or "
                                 f"complex dtype, got {numpy.dtype(dtype)}")
 

@@ -7,6 +7,7 @@ from typing import Any
 import numpy
 
 from .._errors import ArgumentError, ArgumentTypeError
+from ._contract import as_dtype
 from ._runtime import runtime
 
 __all__ = ["Info", "__array_namespace_info__", "isdtype", "finfo", "iinfo", "result_type",
@@ -84,23 +85,16 @@ def isdtype(dtype: Any, kind: Any) -> bool:
     """True when ``dtype`` is of ``kind``: a dtype, a kind name, or a tuple of them (array API)."""
     if not isinstance(dtype, numpy.dtype | type):  # (the array API: a dtype, not its name)
         raise ArgumentTypeError(f"cuflow.isdtype: dtype must be a dtype, got {dtype!r}")
-    dtype = _numpy_dtype("isdtype", dtype)
+    dtype = as_dtype("isdtype", dtype)
     kinds = kind if isinstance(kind, tuple) else (kind,)
     for k in kinds:  # every kind checked, not only those before a match
         if isinstance(k, str) and k not in _KIND_CHARS:
             raise ArgumentError(f"cuflow.isdtype: kind must be a dtype, one of "
                                 f"{sorted(_KINDS)}, or a tuple of them, got {kind!r}")
         if not isinstance(k, str):
-            _numpy_dtype("isdtype", k)
+            as_dtype("isdtype", k)
     return any(dtype.kind in _KIND_CHARS[k] if isinstance(k, str)  # float16 is real floating
                else dtype == numpy.dtype(k) for k in kinds)
-
-
-def _numpy_dtype(name: str, x: Any) -> numpy.dtype:
-    try:
-        return numpy.dtype(x)
-    except TypeError as e:
-        raise ArgumentTypeError(f"cuflow.{name}: {x!r} names no dtype") from e
 
 
 def _dt(x: Any) -> Any:
@@ -170,7 +164,7 @@ def can_cast(from_: Any, to: Any, /, casting: str = "safe") -> bool:
     if not isinstance(src, numpy.dtype | type | str):  # (NumPy 2 refuses Python scalars)
         raise ArgumentTypeError(f"cuflow.can_cast: from_ must be a dtype or an array, got "
                                 f"{type(from_).__name__} {from_!r}")
-    return bool(numpy.can_cast(_numpy_dtype("can_cast", src), _numpy_dtype("can_cast", to),
+    return bool(numpy.can_cast(as_dtype("can_cast", src), as_dtype("can_cast", to),
                                casting))
 
 

@@ -14,7 +14,7 @@ import functools
 import numpy
 
 from .._errors import ArgumentError, ArgumentOverflowError, ArgumentTypeError, CuflowError
-from ._contract import bad_input, check_cast, may_share, prepare_out, resolve_out
+from ._contract import as_dtype, bad_input, check_cast, may_share, prepare_out, resolve_out
 from ._dispatch import reraise, run_on
 from ._expr import Expr
 from ._runtime import runtime
@@ -98,12 +98,8 @@ def astype(a, dtype, dst=None, *, out=None, order="K", casting="unsafe", copy=Tr
     if not hasattr(a, "dtype") or not hasattr(a, "shape"):  # (NumPy's TypeError)
         raise ArgumentTypeError(f"cuflow.astype takes an array, got {type(a).__name__}; "
                                 "convert it with cuflow.asarray first")
-    if isinstance(dtype, numpy.ndarray | rt.ndarray):
-        # numpy.dtype() reads a device array's .dtype attribute: an array is no dtype
-        raise ArgumentTypeError(f"cuflow.astype: dtype must name a dtype, got an array of "
-                                f"shape {dtype.shape}")
+    dt = as_dtype("astype", dtype)
     try:
-        dt = numpy.dtype(dtype)
         check_cast("astype", a.dtype, dt, casting)
         if dst is None:
             return rt.wrap(rt.ndarray.astype(a, dt, order=order, copy=copy))
@@ -131,11 +127,7 @@ def asarray(obj, dtype=None, order=None, *, device=None, copy=None, stream=None)
     if stream is not None:
         return run_on(stream, asarray, obj, dtype, order, copy=copy)
     if dtype is not None:
-        try:
-            dtype = numpy.dtype(dtype)
-        except TypeError as e:
-            raise ArgumentTypeError(f"cuflow.asarray: dtype must be a NumPy dtype, got "
-                                    f"{dtype!r} ({e})") from e
+        dtype = as_dtype("asarray", dtype)
     src_dt = getattr(obj, "dtype", None)
     if dtype is not None and isinstance(src_dt, numpy.dtype) and src_dt.kind == "c" and \
             dtype.kind != "c":
