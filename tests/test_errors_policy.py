@@ -352,6 +352,23 @@ def test_argsort_of_a_zero_dimensional_array_is_numpys_argsort(cf):
     _is_clear(e.value, "cuflow.argsort", "axis 2", "0-d")
 
 
+def test_descending_sorts_split_and_reductions_of_odd_inputs(cf):
+    for fn in (cf.sort, cf.argsort):  # host data: NumPy's reading on NumPy, refused on the GPU
+        if cf.get_backend().is_gpu:
+            with pytest.raises(cuflow.DstTypeError, match="convert with cuflow.asarray"):
+                fn([3, 1, 2], descending=True)
+        else:
+            assert to_host(fn([3, 1, 2], descending=True)).tolist() == (
+                [3, 2, 1] if fn is cf.sort else [0, 2, 1])
+    with pytest.raises(cuflow.ArgumentError) as e:
+        cf.split(cf.arange(4), 0)
+    _is_clear(e.value, "cuflow.split")
+    with pytest.raises(cuflow.DstTypeError) as e:
+        cf.sum(3)
+    _is_clear(e.value, "cuflow.sum", "builtins.int")
+    assert "or scalars" not in str(e.value)  # (a reduction takes an array)
+
+
 def test_numpys_exception_classes_still_catch(cf):
     """Code written against NumPy catches cuflow's errors with NumPy's classes: an axis out
     of range is NumPy's AxisError, a Python int past a dtype an OverflowError, a failed
@@ -377,6 +394,9 @@ def test_numpys_exception_classes_still_catch(cf):
     with pytest.raises(OverflowError) as e:
         cf.full(2, 10**400, dtype=cf.float64)
     _is_clear(e.value, "cuflow.full", "float64")
+    with pytest.raises(OverflowError) as e:
+        cf.full(2, -2**70)
+    _is_clear(e.value, "cuflow.full", str(-2**70), "int64", "float dtype")
 
 
 @pytest.mark.parametrize(("call", "builtin", "words"), [

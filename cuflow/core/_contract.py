@@ -95,6 +95,8 @@ def prepare_out(name: str, dst: Any, shape: Sequence[int], dtype: Any = None, *,
     Raises
     ------
     DstTypeError, DstShapeError, DstDtypeError, DstError
+        ``DstError``: ``dst`` is read-only, on another device, not C-contiguous where
+        ``contiguous``, or overlaps an input where ``overlap="refuse"``.
     """
     rt = runtime()
     nd = rt.ndarray
@@ -103,6 +105,9 @@ def prepare_out(name: str, dst: Any, shape: Sequence[int], dtype: Any = None, *,
             f"cuflow.{name}: dst must be an array of the active {rt.name} backend "
             f"({nd.__module__}.{nd.__name__} or cuflow.darray), got "
             f"{type(dst).__module__}.{type(dst).__name__}")
+    if not getattr(dst.flags, "writeable", True):  # (NumPy's flag: CuPy arrays have none)
+        raise DstError(f"cuflow.{name}: dst must be writable, got a read-only array "
+                       "(flags.writeable is False); pass a writable output or none")
     shape = tuple(shape)
     if dst.shape != shape:
         raise DstShapeError(
@@ -304,12 +309,14 @@ def one_element_axis(name: str, a: Any, axis: Any, done: str) -> tuple[Any, Any]
     return a.reshape(1), 0
 
 
-def bad_input(name: str, x: Any, why: str | None = None):
-    """An input that is not an array of the active backend (nor a scalar)."""
+def bad_input(name: str, x: Any, why: str | None = None, *, scalars: bool = True):
+    """An input that is not an array of the active backend (nor, where ``scalars``, a
+    scalar)."""
     raise DstTypeError(
         f"cuflow.{name}: " + (why or (
-            f"inputs must be arrays of the active {runtime().name} backend or scalars, got "
-            f"{type(x).__module__}.{type(x).__name__} (convert with cuflow.asarray first)")))
+            f"inputs must be arrays of the active {runtime().name} backend"
+            f"{' or scalars' if scalars else ''}, got {type(x).__module__}.{type(x).__name__} "
+            f"(convert with cuflow.asarray first)")))
 
 
 def translate_type_error(name: str, e: TypeError, dst: Any) -> None:

@@ -95,6 +95,9 @@ def check_fill_value(name: str, value: Any, dtype: Any = None) -> Any:
     if kind not in "biufc":
         raise ArgumentTypeError(f"cuflow.{name}: fill_value must be a number, got "
                                 f"{type(value).__name__} {value!r}")
+    if dtype is None and kind == "i" and not -2**63 <= value < 2**64:
+        raise ArgumentOverflowError(f"cuflow.{name}: fill_value {value!r} is past int64 and "
+                                    "uint64, the largest integer dtypes; give a float dtype")
     if dtype is None or numpy.ndim(value) != 0:
         return value
     check_dtype(name, dtype)

@@ -85,6 +85,8 @@ def reraise(name: str, e: BaseException, dst: Any = None):
         raise ArgumentError(what) from e
     if isinstance(e, OverflowError):  # a Python int past the dtype's range, or C's integers
         raise ArgumentOverflowError(what) from e
+    if isinstance(e, ZeroDivisionError):  # (NumPy's split into 0 sections)
+        raise ArgumentError(what) from e
     raise e
 
 

@@ -26,6 +26,15 @@ def _order(name: str, order, allowed: str = "CFAK") -> None:
                             f"got {order!r}")
 
 
+def _memory_order(a, order: str) -> str:
+    """``order`` with ``"A"`` read as NumPy reads it, against ``a``: Fortran order when ``a``
+    is Fortran-contiguous and not C-contiguous, else C."""
+    order = order.upper()
+    if order == "A":
+        return "F" if a.flags.f_contiguous and not a.flags.c_contiguous else "C"
+    return order
+
+
 def flatten(a, dst=None, *, out=None, order="C", stream=None):
     """1-D copy of ``a``; with ``dst`` (1-D, ``a.size`` elements) written there.
 
@@ -42,8 +51,11 @@ def flatten(a, dst=None, *, out=None, order="C", stream=None):
         if dst is None:
             return rt.wrap(rt.ndarray.flatten(a, order))
         prepare_out("flatten", dst, (a.size,), a.dtype)
-        # A 1-D array reshapes to any shape as a view, so this never allocates.
-        copy_into("flatten", dst.reshape(a.shape, order=order), a, "same_kind")
+        order = _memory_order(a, order)
+        if order == "K":  # (the order of a's strides: its ravel, a view where it can be one)
+            copy_into("flatten", dst, rt.xp.ravel(a, order="K"), "same_kind")
+        else:  # a 1-D array reshapes to any shape as a view, so this never allocates
+            copy_into("flatten", dst.reshape(a.shape, order=order), a, "same_kind")
         return dst
     except Exception as e:
         reraise("flatten", e, dst)
@@ -85,19 +97,29 @@ def reshape(a, shape=None, order="C", *, copy=None, newshape=None, dst=None, out
     shape = check_ints("reshape", shape, "shape", lists=True)
     _order("reshape", order, "CFA")
     if copy is False:
-        v = a.view()
+        if not isinstance(a, rt.ndarray):
+            raise ArgumentTypeError(f"cuflow.reshape: copy=False reshapes an array in place of "
+                                    f"a copy, got {type(a).__name__} (that needs a copy)")
+        # assigning a shape never copies, it raises instead; it reads C order, so Fortran
+        # order is C order of the transposes
+        fortran = _memory_order(a, order) == "F"
+        v = a.T.view() if fortran else a.view()
         try:
-            v.shape = shape  # assigning a shape never copies: it raises instead
+            v.shape = (shape if isinstance(shape, tuple) else (shape,))[::-1 if fortran else 1]
         except AttributeError as e:
-            raise ArgumentError(f"cuflow.reshape: copy=False but {a.shape} -> {shape} needs a "
-                              "copy with these strides") from e
-        v = wrap_view(v, a)
+            raise ArgumentError(f"cuflow.reshape: copy=False but {a.shape} -> {shape} in "
+                                f"order {order!r} needs a copy with these strides") from e
+        except Exception as e:
+            reraise("reshape", e)
+        v = wrap_view(v.T if fortran else v, a)
     else:
         v = _view("reshape", rt.xp.reshape, a, shape, order=order)
         if copy:
             v = copy_fn(v)
     if dst is None:
         return v
+    if stream is None:
+        return copy_into("reshape", dst, v, "same_kind")
     return copy_fn(v, dst, stream=stream)
 
 
@@ -109,6 +131,8 @@ def transpose(a, axes=None, *, dst=None, out=None, stream=None):
     v = _view("transpose", rt.xp.transpose, a, axes)
     if dst is None:
         return v
+    if stream is None:
+        return copy_into("transpose", dst, v, "same_kind")
     return copy_fn(v, dst, stream=stream)
 
 
@@ -137,13 +161,18 @@ def _join(name, arrays, axis, dst, dtype, casting, stream, stack):
     try:
         if dst is None:
             return rt.wrap(fn(arrays, axis=axis, dtype=dtype, casting=casting))
-        arrays = [a if isinstance(a, rt.ndarray) else bad_input(name, a) for a in arrays]
+        arrays = [a if isinstance(a, rt.ndarray) else bad_input(name, a, scalars=False)
+                  for a in arrays]
         if not arrays:
             raise ArgumentError(f"cuflow.{name}: need at least one array")
         shapes = [a.shape for a in arrays]
         probe = [numpy.lib.stride_tricks.as_strided(numpy.zeros((), a.dtype), s, (0,) * len(s))
                  for a, s in zip(arrays, shapes)]
-        res = np_fn(probe, axis=axis, dtype=dtype, casting=casting)  # host-side shape/dtype oracle
+        try:  # the host-side oracle of the result's shape and dtype
+            res = np_fn(probe, axis=axis, dtype=dtype, casting=casting)
+        except TypeError as e:  # (the inputs' cast, not dst's)
+            raise ArgumentTypeError(f"cuflow.{name}: the inputs do not cast to dtype={dtype} "
+                                    f"under casting={casting!r}: {e}") from e
         prepare_out(name, dst, res.shape, res.dtype, casting=casting)
         arrays = [a.copy() if may_share(a, dst) else a for a in arrays]
         fn(arrays, axis=axis, out=dst, dtype=dtype, casting=casting)
@@ -195,7 +224,7 @@ def take(a, indices, axis=None, dst=None, *, out=None, stream=None):
     if stream is not None:
         return run_on(stream, take, a, indices, axis, dst)
     if not isinstance(a, rt.ndarray):
-        bad_input("take", a)
+        bad_input("take", a, scalars=False)
     nd = max(a.ndim, 1)  # a 0-d array is taken from as a 1-d one (NumPy, CuPy)
     if axis is not None:
         if not is_integer(axis):
@@ -235,6 +264,8 @@ def take(a, indices, axis=None, dst=None, *, out=None, stream=None):
         ax = None if flat else axis % a.ndim
         shape = numpy.shape(ind) if flat else a.shape[:ax] + numpy.shape(ind) + a.shape[ax + 1:]
         a, ind = prepare_out("take", dst, shape, a.dtype, inputs=(a, ind), overlap="copy")
+        if dst.dtype != a.dtype:  # (the backend's take writes only its own dtype)
+            return copy_into("take", dst, rt.xp.take(a, ind, axis=axis), "same_kind")
         rt.xp.take(a, ind, axis=axis, out=dst)
         return dst
     except Exception as e:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._errors import AxisError
-from ._contract import check_ints, one_element_axis
+from ._contract import bad_input, check_ints, one_element_axis
 from ._dispatch import call, run_on
 from ._runtime import runtime
 
@@ -44,7 +44,17 @@ def argsort(a, axis=-1, kind=None, order=None, *, descending=False, stable=True,
     return call("argsort", _argsort_descending, xp, a, axis, kw)
 
 
+def _array(name: str, a: Any) -> Any:
+    """``a`` as an array to flip: host data as NumPy reads it on the NumPy backend, refused on
+    the GPU (as the ascending sort refuses it)."""
+    rt = runtime()
+    if isinstance(a, rt.ndarray):
+        return a
+    return bad_input(name, a, scalars=False) if rt.is_gpu else rt.xp.asarray(a)
+
+
 def _argsort_descending(xp, a, axis, kw):
+    a = _array("argsort", a)
     if axis is None:
         a, axis = a.ravel(), 0
     # the stable ascending sort of the reversed array, read backwards, is the stable
@@ -63,7 +73,17 @@ def sort(a, axis=-1, kind=None, order=None, *, descending=False, stable=True, st
         return run_on(stream, sort, a, axis, kind, order, descending=descending, stable=stable)
     axis = check_ints("sort", axis)
     xp = runtime().xp
-    r = call("sort", xp.sort, a, axis=axis, **_options(kind, order, stable))
-    if descending:
-        r = call("sort", xp.ascontiguousarray, xp.flip(r, axis=-1 if axis is None else axis))
-    return r
+    kw = _options(kind, order, stable)
+    if not descending:
+        return call("sort", xp.sort, a, axis=axis, **kw)
+    return call("sort", _sort_descending, xp, a, axis, kw)
+
+
+def _sort_descending(xp, a, axis, kw):
+    # the ascending sort of the reversed array, read backwards: equal values (0.0 and -0.0)
+    # keep their original order, as a stable sort must
+    a = _array("sort", a)
+    if axis is None:
+        a, axis = a.ravel(), 0
+    return xp.ascontiguousarray(xp.flip(xp.sort(xp.flip(a, axis=axis), axis=axis, **kw),
+                                         axis=axis))

@@ -17,7 +17,7 @@ import numpy
 
 from .._errors import ArgumentError
 from ._contract import may_share, prepare_out, reduced_shape, resolve_out
-from ._contract import bad_input, check_ints
+from ._contract import bad_input, check_ints, one_element_axis
 from ._dispatch import reraise, run_on
 from ._engine import ew_op
 from ._expr import Expr
@@ -61,8 +61,12 @@ def _reduce(name: str, a: Any, axis: Any, dtype: Any, dst: Any, keepdims: bool, 
         return run_on(stream, _reduce, name, a, axis, dtype, dst, keepdims, ddof, None)
     rt = runtime()
     if not isinstance(a, rt.ndarray):
-        bad_input(name, a)
+        bad_input(name, a, scalars=False)
     axis = check_ints(name, axis)
+    if a.ndim == 0 and axis is not None:  # one of one element, on either backend
+        for ax in axis if isinstance(axis, tuple) else (axis,):
+            one_element_axis(name, a, ax, "reduced")
+        axis = None
     if rt.multi:
         rt.check_devices(name, a)
     base = getattr(rt.ndarray, name)
@@ -106,7 +110,7 @@ def _full(name: str, a: Any) -> Any:
         if r is not None:
             return r
     if not isinstance(a, rt.ndarray):
-        bad_input(name, a)
+        bad_input(name, a, scalars=False)
     if rt.multi:
         rt.check_devices(name, a)
     try:

@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy
 
-from .._errors import ArgumentError
 from ..core import as_cupy_stream, prepare_out, runtime, use_stream
 from ..raw_kernels import _launch  # its launch is looked up per call (cuflow.debug wraps it)
 from ..raw_kernels._registry import LIN_SOURCES, VEC_CHANNELS, vec_run
@@ -95,12 +94,6 @@ def _prepare_dst(name: str, dst, shape, dtype, src_arrays, stream):
             return rt.as_darray(rt.xp.empty(shape, dtype))
     prepare_out(f"image.{name}", dst, shape, dtype, inputs=src_arrays, casting="no",
                 overlap="refuse", contiguous=True)
-    # The output contract has no writability rule (the Dst* errors are its own), so this is
-    # the ArgumentError the other ops give a read-only output; checked before the reference
-    # writes, which would fail part way.  NumPy's flag: CuPy arrays have none.
-    if not getattr(dst.flags, "writeable", True):
-        raise ArgumentError(f"cuflow.image.{name}: dst must be writable, got a read-only "
-                            "array (flags.writeable is False); pass a writable output or none")
     return dst
 
 

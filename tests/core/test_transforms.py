@@ -286,3 +286,81 @@ def test_products_of_small_dtypes_with_and_without_dst(cf, rng, dtype):
             assert g.dtype == want.dtype and g.shape == want.shape
             np.testing.assert_allclose(g.astype(np.float64), want.astype(np.float64),
                                        rtol=2e-2 if dtype == "float16" else 0)
+
+
+@pytest.mark.parametrize("order", ["C", "F", "A"])
+def test_reshape_without_a_copy_reads_the_order(cf, rng, order):
+    for h in (random_array((3, 4), "float32", rng, host=True),
+              np.asfortranarray(random_array((3, 4), "float32", rng, host=True))):
+        a = cf.asarray(h)
+        try:
+            want = np.reshape(h, (4, 3), order=order, copy=False)
+        except ValueError:  # NumPy needs a copy: so must cuflow refuse
+            with pytest.raises(cuflow.ArgumentError, match="copy=False"):
+                cf.reshape(a, (4, 3), order=order, copy=False)
+            continue
+        v = cf.reshape(a, (4, 3), order=order, copy=False)
+        np.testing.assert_array_equal(to_host(v), want)
+        v[0, 0] = 7.0  # a view
+        assert to_host(a).ravel(order="K")[0] == 7.0
+    with pytest.raises(cuflow.ArgumentError, match="cuflow.reshape"):
+        cf.reshape(cf.arange(12), (5,), copy=False)
+    with pytest.raises(cuflow.ArgumentTypeError, match="list"):
+        cf.reshape([1, 2], (2,), copy=False)
+
+
+@pytest.mark.parametrize("fn", ["flatten", "ravel"])
+@pytest.mark.parametrize("order", ["C", "F", "A", "K"])
+def test_flatten_into_dst_reads_the_order_of_the_input(cf, rng, fn, order):
+    h = np.asfortranarray(random_array((3, 5), "float32", rng, host=True))
+    d = cf.full((15,), np.nan, dtype="float64")
+    assert getattr(cf, fn)(cf.asarray(h), order=order, dst=d) is d
+    np.testing.assert_array_equal(to_host(d), np.ravel(h, order=order))
+
+
+def test_take_into_a_dst_of_another_dtype(cf, rng):
+    h = random_array((3, 4), "int32", rng, host=True)
+    d = cf.full((3, 2), np.nan, dtype="float64")
+    assert cf.take(cf.asarray(h), [0, 2], axis=1, dst=d) is d
+    np.testing.assert_array_equal(to_host(d), np.take(h, [0, 2], axis=1).astype(np.float64))
+
+
+def test_descending_sort_keeps_equal_values_in_order(cf):
+    h = np.array([0.0, -0.0, 1.0, -0.0, 0.0], np.float32)
+    got = to_host(cf.sort(cf.asarray(h), descending=True))
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(h[[2, 0, 1, 3, 4]]))
+    np.testing.assert_array_equal(to_host(cf.sort(cf.asarray(h), axis=None, descending=True)),
+                                  got)
+
+
+def test_reductions_of_a_zero_dimensional_array_along_an_axis(cf):
+    a = cf.asarray(np.array(5.0))
+    for name in ("sum", "prod", "max", "min", "mean", "argmax", "any", "all"):
+        want = to_host(getattr(cf, name)(a))
+        d = cf.empty((), dtype=want.dtype)
+        for axis in (0, -1, (0,), ()):
+            assert getattr(cf, name)(a, axis=axis, dst=d) is d
+            np.testing.assert_array_equal(to_host(d), want)
+            assert getattr(cf, name)(a, axis=axis, keepdims=True).shape == ()
+        with pytest.raises(cuflow.AxisError, match=f"cuflow.{name}: axis 1 .* 0-d"):
+            getattr(cf, name)(a, axis=(0, 1))
+
+
+def test_a_read_only_dst_is_a_dst_error(cf):
+    if cf.get_backend().is_gpu:
+        pytest.skip("CuPy arrays cannot be made read-only")
+    d = cf.zeros(4)
+    d.flags.writeable = False
+    for call in (lambda: cf.add(cf.ones(4), 1, dst=d), lambda: cf.sum(cf.ones((3, 4)), 0, dst=d),
+                 lambda: cf.copy(cf.ones(4), dst=d)):
+        with pytest.raises(cuflow.DstError, match="writable"):
+            call()
+
+
+def test_a_join_whose_inputs_do_not_cast_to_its_dtype_blames_the_dtype(cf):
+    d = cf.empty(4, dtype="int64")
+    for call in (lambda: cf.concatenate([cf.ones(2), cf.arange(2)], dtype="int64", dst=d),
+                 lambda: cf.concatenate([cf.ones(2), cf.arange(2)], dtype="int64")):
+        with pytest.raises(cuflow.ArgumentTypeError, match="cuflow.concatenate") as e:
+            call()
+        assert not isinstance(e.value, cuflow.DstDtypeError)
