@@ -35,8 +35,8 @@ from .._errors import (ArgumentTypeError, AxisError, DstDtypeError, DstError, Ds
 from ._runtime import runtime
 
 __all__ = ["prepare_out", "resolve_out", "check_casting", "check_cast", "check_out_pair",
-           "bad_input", "translate_type_error", "reduced_shape", "broadcast_shape", "may_share",
-           "span"]
+           "bad_input", "check_host_out", "translate_type_error", "reduced_shape",
+           "broadcast_shape", "may_share", "span"]
 
 Overlap = Literal["elementwise", "copy", "refuse"]
 
@@ -307,6 +307,21 @@ def one_element_axis(name: str, a: Any, axis: Any, done: str) -> tuple[Any, Any]
         raise AxisError(f"cuflow.{name}: axis {axis} is out of bounds for a 0-d array, "
                         f"{done} as one of one element (axis 0, -1 or None)")
     return a.reshape(1), 0
+
+
+def check_host_out(name: str, a: Any, out: Any) -> None:
+    """CuPy's rule for the host ``out=`` of a device-to-host copy: a NumPy array of ``a``'s
+    shape and dtype (``a`` is never cast or broadcast into it)."""
+    if not isinstance(out, numpy.ndarray):
+        raise DstTypeError(f"cuflow.{name}: out must be a numpy.ndarray, got "
+                           f"{type(out).__module__}.{type(out).__name__}")
+    shape, dtype = getattr(a, "shape", None), getattr(a, "dtype", None)
+    if shape is not None and out.shape != shape:
+        raise DstShapeError(f"cuflow.{name}: out.shape must equal the array's shape {shape}, "
+                            f"got {out.shape}")
+    if dtype is not None and out.dtype != dtype:
+        raise DstDtypeError(f"cuflow.{name}: out.dtype must equal the array's dtype {dtype} "
+                            f"(the copy does not cast), got {out.dtype}")
 
 
 def bad_input(name: str, x: Any, why: str | None = None, *, scalars: bool = True):

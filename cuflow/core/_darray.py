@@ -23,6 +23,7 @@ import numpy
 
 from ._engine import cast_op, ew_op
 from ._fastpath import FILL, GETITEM, INPLACE, OPERATOR, REFLECTED, FastCall
+from .._checks import is_integer
 from .._errors import ArgumentError, ArgumentTypeError, DLPackCopyError
 
 __all__ = ["make_darray_class", "REDUCTION_METHODS"]
@@ -34,6 +35,11 @@ REDUCTION_METHODS = ("sum", "mean", "min", "max", "argmin", "argmax", "prod", "s
 
 def _no_copy_export(x: Any, dl_device: Any, copy: Any) -> None:
     """Raise the standard's BufferError for a DLPack export to another device without a copy."""
+    if dl_device is not None and not (isinstance(dl_device, tuple | list) and len(dl_device) == 2
+                                      and all(map(is_integer, dl_device))):
+        raise ArgumentTypeError(f"cuflow.darray.__dlpack__: dl_device must be a (device type, "
+                                f"device id) pair of ints, as __dlpack_device__ gives, got "
+                                f"{dl_device!r}")
     if copy is False and dl_device is not None and \
             tuple(dl_device) != tuple(x.__dlpack_device__()):
         raise DLPackCopyError(
@@ -240,10 +246,7 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
 
         def get(self, stream=None, order="C", out=None, blocking=True):
             """Return a ``numpy.ndarray`` copy (CuPy's ``get`` on the NumPy backend)."""
-            if out is not None:
-                numpy.copyto(out, self)
-                return out
-            return numpy.array(self, order=order, subok=False, copy=True)
+            return _ns().asnumpy(self, order=order, out=out)
 
         base_dlpack = base.__dlpack__
 
@@ -251,8 +254,11 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
             """DLPack export (array API): NumPy's; ``copy=False`` to another device raises
             :class:`~cuflow.DLPackCopyError` (a ``BufferError``)."""
             _no_copy_export(self, dl_device, copy)
-            return base_dlpack(self, **_given(stream=stream, max_version=max_version,
-                                              dl_device=dl_device, copy=copy))
+            if stream is not None:  # (the standard's rule for host memory)
+                raise ArgumentError(f"cuflow.darray.__dlpack__: stream must be None for an "
+                                    f"array in host memory, got {stream!r}")
+            return base_dlpack(self, **_given(max_version=max_version, dl_device=dl_device,
+                                              copy=copy))
 
         # NumPy prints an array of a subclass through its __getitem__, whose 0-d arrays it
         # formats as Python floats (float16 0.1 as 0.09997559): print the base class's view

@@ -8,7 +8,7 @@ import numpy
 
 from .._errors import ArgumentError, ArgumentTypeError
 from ._contract import as_dtype
-from ._runtime import runtime
+from ._runtime import Device, runtime
 
 __all__ = ["Info", "__array_namespace_info__", "isdtype", "finfo", "iinfo", "result_type",
            "can_cast", "check_device"]
@@ -39,16 +39,19 @@ class Info:
         return {"boolean indexing": True, "data-dependent shapes": True, "max dimensions": 64}
 
     def default_device(self) -> Any:
-        """The current device (``cupy.cuda.Device``), or ``"cpu"`` on the NumPy backend."""
+        """The current device: a ``cupy.cuda.Device``; on the NumPy backend ``"cpu"``, or
+        the current emulated :class:`cuflow.Device` (``CUFLOW_NUMPY_DEVICES``)."""
         rt = runtime()
-        return rt.xp.cuda.Device() if rt.is_gpu else "cpu"
+        if rt.is_gpu:
+            return rt.xp.cuda.Device()
+        return Device(rt.current_device()) if rt.multi else "cpu"
 
     def devices(self) -> tuple[Any, ...]:
-        """Every device arrays can be made on."""
+        """Every device arrays can be made on (those ``x.device`` gives)."""
         rt = runtime()
         if rt.is_gpu:
             return tuple(rt.xp.cuda.Device(i) for i in range(rt.device_count))
-        return ("cpu",)
+        return tuple(Device(i) for i in range(rt.device_count)) if rt.multi else ("cpu",)
 
     def default_dtypes(self, *, device: Any = None) -> dict[str, numpy.dtype]:
         """float64, complex128, int64 (the index dtype too), as NumPy and CuPy."""
@@ -171,8 +174,11 @@ def can_cast(from_: Any, to: Any, /, casting: str = "safe") -> bool:
 def check_device(name: str, device: Any) -> None:
     """Refuse a ``device=`` other than the current one (arrays are made on the current device)."""
     rt = runtime()
-    current = rt.xp.cuda.Device() if rt.is_gpu else "cpu"
-    if device != current and not (rt.is_gpu and getattr(device, "id", device) == current.id):
+    i = rt.current_device()
+    if device == "cpu" and not rt.is_gpu:  # (the NumPy arrays' own device)
+        return
+    if isinstance(device, bool) or getattr(device, "id", device) != i:
+        current = Info().default_device()
         raise ArgumentError(f"cuflow.{name}: device must be the current device {current!r} "
-                          f"(use `with cuflow.cuda.Device(i):` to make arrays on another), "
-                          f"got {device!r}")
+                            f"(use `with cuflow.Device(i):` to make arrays on another), "
+                            f"got {device!r}")

@@ -10,11 +10,13 @@ Stream semantics: copies are queued on ``stream`` or the current stream;
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import numpy
 
 from .._errors import ArgumentError, ArgumentOverflowError, ArgumentTypeError, CuflowError
-from ._contract import as_dtype, bad_input, check_cast, may_share, prepare_out, resolve_out
+from ._contract import (as_dtype, bad_input, check_cast, check_host_out, may_share, prepare_out,
+                        resolve_out)
 from ._dispatch import reraise, run_on
 from ._expr import Expr
 from ._runtime import runtime
@@ -27,7 +29,12 @@ __all__ = ["asarray", "array", "from_dlpack", "asnumpy", "as_darray", "copy", "a
 
 def as_darray(x):
     """``x`` (an array of the backend) as a darray without copying and without mutating ``x``."""
-    return runtime().as_darray(x)
+    rt = runtime()
+    if not isinstance(x, rt.ndarray):
+        bad_input("as_darray", x, f"x must be an array of the active {rt.name} backend (a "
+                  f"view, never a copy), got {type(x).__module__}.{type(x).__name__}; convert "
+                  "other data with cuflow.asarray")
+    return rt.as_darray(x)
 
 
 def copy_into(name, dst, src, casting, dtype=None):
@@ -128,12 +135,19 @@ def asarray(obj, dtype=None, order=None, *, device=None, copy=None, stream=None)
         return run_on(stream, asarray, obj, dtype, order, copy=copy)
     if dtype is not None:
         dtype = as_dtype("asarray", dtype)
+        if dtype.kind not in "biufc":
+            raise ArgumentTypeError(f"cuflow.asarray: dtype must be bool, an integer, real or "
+                                    f"complex dtype (the array API's), got {dtype}")
     src_dt = getattr(obj, "dtype", None)
     if dtype is not None and isinstance(src_dt, numpy.dtype) and src_dt.kind == "c" and \
             dtype.kind != "c":
         raise ArgumentTypeError(f"cuflow.asarray: casting {src_dt} to {dtype} would discard the "
                                 "imaginary part; take .real (or .imag) first")
     if isinstance(obj, rt.ndarray):
+        if obj.dtype.kind not in "biufc":  # (a NumPy array of text, objects or dates)
+            raise ArgumentTypeError(f"cuflow.asarray: obj must be an array of numbers, got "
+                                    f"an array of dtype {obj.dtype}, which cuflow does not "
+                                    "compute with")
         r = obj
         cast = dtype is not None and dtype != obj.dtype
         relayout = (order in ("C", "c") and not obj.flags.c_contiguous
@@ -159,9 +173,9 @@ def asarray(obj, dtype=None, order=None, *, device=None, copy=None, stream=None)
         with numpy.errstate(over="raise" if python_data else "ignore",
                             invalid="raise" if python_data else "ignore"):
             if rt.is_gpu:
-                r = _to_cupy(obj, dtype, order)
+                r = _to_cupy(obj, dtype, order, copy)
             else:
-                r = _to_numpy(obj, dtype, order)
+                r = _to_numpy(obj, dtype, order, copy)
         if r.dtype.kind not in "biufc":
             # NumPy wraps any object as a 0-d object array, and strings as text arrays;
             # neither is an array of numbers (the array API's dtypes)
@@ -203,16 +217,20 @@ def _is_torch(obj):
     return type(obj).__module__.startswith("torch")
 
 
-def _to_cupy(obj, dtype, order):
+def _to_cupy(obj, dtype, order, copy):
+    """``obj`` as a CuPy array: device data shared unless ``copy`` (or a cast) asks for new
+    memory, host data uploaded."""
     rt = runtime()
     cp = rt.xp
     if not isinstance(obj, numpy.ndarray) and hasattr(obj, "__dlpack__"):
         dev = obj.__dlpack_device__()[0] if hasattr(obj, "__dlpack_device__") else None
         if dev in (2, 3, 13):  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged: zero-copy
             r = cp.from_dlpack(obj)
-            return r if dtype is None else r.astype(dtype, copy=False)
+            return r.astype(dtype or r.dtype, copy=bool(copy))
         if _is_torch(obj):
             obj = obj.numpy(force=True) if hasattr(obj, "numpy") else numpy.asarray(obj)
+        elif not hasattr(obj, "__array__"):  # a host DLPack producer only: NumPy imports it
+            obj = numpy.from_dlpack(obj)
     if isinstance(obj, float | complex | numpy.generic) or (
             isinstance(obj, numpy.ndarray) and obj.ndim == 0):
         # CuPy fills a 0-d array from a scalar, and its fill writes -0.0 as +0.0
@@ -234,6 +252,9 @@ def _to_cupy(obj, dtype, order):
             obj = numpy.asarray(_leaves_to_host(obj), dtype=dtype, order=order)
         if obj.dtype.kind not in "biufc":
             return obj
+        return cp.asarray(obj, dtype=dtype, order=order)  # (an upload: new memory)
+    if copy:
+        return cp.array(obj, dtype=dtype, order=order or "K", copy=True)
     return cp.asarray(obj, dtype=dtype, order=order)
 
 
@@ -274,14 +295,21 @@ def _leaves_to_host(obj):
         else obj
 
 
-def _to_numpy(obj, dtype, order):
+def _to_numpy(obj, dtype, order, copy):
     if _is_torch(obj) and getattr(obj, "is_cuda", False):
         bad_input("asarray", obj, "a CUDA tensor cannot be used on the NumPy backend; call "
                   ".cpu() first or run with a GPU")
     if hasattr(obj, "__cuda_array_interface__") and not isinstance(obj, numpy.ndarray):
         bad_input("asarray", obj, "device arrays (__cuda_array_interface__) cannot be used on "
                   "the NumPy backend; copy them to the host first")
-    return numpy.asarray(obj, dtype=dtype, order=order)
+    if hasattr(obj, "__dlpack__") and not hasattr(obj, "__array__"):  # a DLPack producer only
+        dev = obj.__dlpack_device__()[0] if hasattr(obj, "__dlpack_device__") else 1
+        if dev != 1:  # (kDLCPU)
+            bad_input("asarray", obj, f"device arrays (DLPack device type {dev}) cannot be "
+                      "used on the NumPy backend; copy them to the host first")
+        obj = numpy.from_dlpack(obj)
+    # (a buffer, array.array or CPU tensor is viewed, not copied, unless copy says so)
+    return numpy.asarray(obj, dtype=dtype, order=order, copy=True if copy else None)
 
 
 def from_dlpack(x, /, *, device=None, copy=None, stream=None):
@@ -298,8 +326,17 @@ def from_dlpack(x, /, *, device=None, copy=None, stream=None):
         check_device("from_dlpack", device)
     if stream is not None:
         return run_on(stream, from_dlpack, x, copy=copy)
+    if not hasattr(x, "__dlpack__"):
+        raise ArgumentTypeError(f"cuflow.from_dlpack: x must have __dlpack__ (an array or "
+                                f"tensor of a DLPack library), got {type(x).__name__}; convert "
+                                "other data with cuflow.asarray")
     try:
         r = rt.xp.from_dlpack(x)
+    except (BufferError, RuntimeError) as e:
+        if isinstance(e, rt.cuda_errors):
+            reraise("from_dlpack", e)
+        raise ArgumentError(f"cuflow.from_dlpack: the producer {type(x).__name__} refused the "
+                            f"export: {e}") from e
     except Exception as e:
         reraise("from_dlpack", e)
     return rt.wrap(r.copy() if copy else r)
@@ -308,6 +345,8 @@ def from_dlpack(x, /, *, device=None, copy=None, stream=None):
 def asnumpy(a, stream=None, order="C", out=None, blocking=True):
     """Copy to a ``numpy.ndarray`` (waits for the data unless ``blocking=False`` with pinned ``out``)."""
     rt = runtime()
+    if out is not None:
+        check_host_out("asnumpy", a, out)
     if isinstance(a, numpy.ndarray) and not isinstance(a, rt.ndarray) or not rt.is_gpu:
         if out is not None:
             numpy.copyto(out, a)

@@ -231,6 +231,11 @@ class Pipeline:
     """
 
     def __init__(self, size: Any, batch_size: int, **options: Any) -> None:
+        known = {f.name for f in dataclasses.fields(PipelineOptions)} - {"size", "batch_size"}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ArgumentTypeError(f"cuflow.Pipeline: unknown option(s) {', '.join(unknown)}; "
+                                    f"the options are {', '.join(sorted(known))}")
         self.options = PipelineOptions(size=size, batch_size=batch_size, **options)
         self.device = get_backend().current_device()  #: where its streams and buffers live
         self.copy_stream = Stream(non_blocking=True)

@@ -50,6 +50,10 @@ def test_torch_dlpack_round_trip_zero_copy(gpu_cf):
     assert isinstance(back, cf.darray) and back.data.ptr == t.data_ptr()
     b = cf.from_dlpack(t)
     assert b.data.ptr == t.data_ptr()
+    c = cf.asarray(t, copy=True)  # new memory, whatever way the tensor comes in
+    assert c.data.ptr != t.data_ptr()
+    t.add_(1)
+    assert_equal_host(c, np.arange(12, dtype=np.float32).reshape(3, 4) * 2)
 
 
 @pytest.mark.gpu
@@ -270,3 +274,80 @@ def test_cupyx_takes_darrays(gpu_cf, rng, module, name, args):
             np.testing.assert_array_equal(g, w)
 
     same(run(gpu_cf.asarray), run(cupy.asarray))
+
+
+class _Producer:
+    """A DLPack producer and nothing else (no __array__, no __cuda_array_interface__)."""
+
+    def __init__(self, a, device_type=1):
+        self.a, self.device_type = a, device_type
+
+    def __dlpack__(self, **kw):
+        return self.a.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return (self.device_type, 0)
+
+
+def test_copies_of_host_buffers_are_copies(cf, rng):
+    import array
+
+    h = random_array((6,), "float32", rng, host=True)
+    sources = [lambda: bytearray(h.tobytes()), lambda: array.array("f", h.tolist()),
+               lambda: memoryview(bytearray(h.tobytes())).cast("f"), lambda: _Producer(h.copy())]
+    for make in sources:
+        src = make()
+        for a in (cf.array(src), cf.asarray(src, copy=True)):
+            before = to_host(a).copy()
+            (src.a if isinstance(src, _Producer) else memoryview(src).cast("B"))[0] = 99
+            np.testing.assert_array_equal(to_host(a), before)
+
+
+def test_asarray_takes_a_dlpack_producer(cf, rng):
+    h = random_array((3, 4), "float32", rng, host=True)
+    np.testing.assert_array_equal(to_host(cf.asarray(_Producer(h))), h)
+    np.testing.assert_array_equal(to_host(cf.asarray(_Producer(h), dtype="float64")), h)
+    if not cf.get_backend().is_gpu:
+        with pytest.raises(cuflow.DstTypeError, match="DLPack device type 2"):
+            cf.asarray(_Producer(h, device_type=2))
+
+
+def test_arrays_of_no_numbers_are_refused(cf):
+    for obj in (np.array(["a"]), np.array([1], dtype=object),
+                np.array(["2020-01-01"], dtype="datetime64[D]")):
+        with pytest.raises(cuflow.ArgumentTypeError, match="cuflow.asarray"):
+            cf.asarray(obj)
+    for dtype in (object, "U3"):
+        with pytest.raises(cuflow.ArgumentTypeError, match="bool, an integer, real or complex"):
+            cf.asarray(cf.ones(2), dtype=dtype)
+
+
+def test_device_arguments_take_the_arrays_own_device(cf):
+    x = cf.ones(2)
+    info = cf.__array_namespace_info__()
+    assert x.device in info.devices()
+    for device in (x.device, cf.Device(), info.default_device()):
+        assert cf.zeros_like(x, device=device).shape == (2,)
+        assert cf.asarray([1.0], device=device).shape == (1,)
+    with pytest.raises(cuflow.ArgumentError, match=r"cuflow.zeros: .*with cuflow.Device\(i\)"):
+        cf.zeros(2, device="no such device")
+
+
+def test_imports_and_host_copies_state_their_rules(cf):
+    x = cf.asarray([1.0, 2.0])
+    with pytest.raises(cuflow.ArgumentTypeError, match="cuflow.from_dlpack: x must have __dlpack__"):
+        cf.from_dlpack([1, 2])
+    with pytest.raises(cuflow.DstTypeError, match="cuflow.as_darray"):
+        cf.as_darray([1, 2])
+    with pytest.raises(cuflow.DstDtypeError, match="cuflow.asnumpy: out.dtype"):
+        cf.asnumpy(x, out=np.empty(2, np.int8))
+    with pytest.raises(cuflow.DstShapeError, match="cuflow.asnumpy: out.shape"):
+        cf.asnumpy(cf.asarray(1.0), out=np.empty(5))
+    if not cf.get_backend().is_gpu:  # (on the GPU x.get is CuPy's own, with its errors)
+        with pytest.raises(cuflow.DstShapeError, match="out.shape"):
+            x.get(out=np.empty(3))
+    with pytest.raises(cuflow.ArgumentTypeError, match="dl_device must be a"):
+        x.__dlpack__(dl_device=3, copy=False)
+    o = np.empty(2)
+    assert x.get(out=o) is o and cf.asnumpy(x, out=o) is o
+    np.testing.assert_array_equal(o, [1.0, 2.0])

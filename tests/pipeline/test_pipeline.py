@@ -85,7 +85,8 @@ def test_bad_frames(cf, bad, err):
 @pytest.mark.parametrize("kw", [dict(size=0, batch_size=2), dict(size=(8, 8, 8), batch_size=2),
                                 dict(size=8, batch_size=0), dict(size=8, batch_size=2,
                                                                  n_staging=1),
-                                dict(size=8, batch_size=2, frames_reused=1)])
+                                dict(size=8, batch_size=2, frames_reused=1),
+                                dict(size=8, batch_size=2, n_stagin=3)])
 def test_options_are_validated(cf, kw):
     # a value out of range is a ValueError, a value of the wrong type a TypeError; both
     # are CuflowErrors
