@@ -30,8 +30,8 @@ from typing import Any, Literal
 
 import numpy
 
-from .._errors import (ArgumentTypeError, AxisError, DstDtypeError, DstError, DstShapeError,
-                       DstTypeError)
+from .._errors import (ArgumentError, ArgumentTypeError, AxisError, DstDtypeError, DstError,
+                       DstShapeError, DstTypeError)
 from ._runtime import runtime
 
 __all__ = ["prepare_out", "resolve_out", "check_casting", "check_cast", "check_out_pair",
@@ -201,11 +201,12 @@ def check_casting(name: str, inputs: Sequence[Any], dst: Any, casting: str, dtyp
 
 
 def broadcast_shape(name: str, *shapes: Sequence[int]) -> tuple[int, ...]:
-    """The broadcast of ``shapes``; a :class:`DstShapeError` when they do not broadcast."""
+    """The broadcast of ``shapes``; an :class:`ArgumentError` when they do not broadcast
+    (the inputs' fault, whatever ``dst`` is)."""
     try:
         return numpy.broadcast_shapes(*shapes)
     except ValueError as e:
-        raise DstShapeError(f"cuflow.{name}: inputs do not broadcast together: "
+        raise ArgumentError(f"cuflow.{name}: inputs do not broadcast together: "
                             f"{', '.join(str(tuple(s)) for s in shapes)}") from e
 
 
@@ -267,7 +268,10 @@ def check_cast(name: str, from_dtype: Any, to_dtype: Any, casting: str) -> None:
 def check_out_pair(name: str, dst: Any) -> None:
     """Ops with two outputs (``modf``, ``frexp``, ``divmod``) take ``dst`` as a pair."""
     if not (isinstance(dst, tuple | list) and len(dst) == 2):
-        raise DstError(f"cuflow.{name}: dst must be a pair of arrays, got {dst!r}")
+        got = (f"an array of shape {dst.shape}" if hasattr(dst, "shape") else
+               f"a {type(dst).__name__} of {len(dst)}" if isinstance(dst, tuple | list) else
+               type(dst).__name__)
+        raise DstError(f"cuflow.{name}: dst must be a pair of arrays, got {got}")
 
 
 def check_ints(name: str, value: Any, what: str = "axis", lists: bool = False) -> Any:

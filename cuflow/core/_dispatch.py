@@ -248,13 +248,21 @@ def ufunc_multi(name: str, args: tuple, dst: Any, out: Any, stream: Any, casting
         check_out_pair(name, dst)
         shape = broadcast_shape(name, *(_shape(rt.ndarray, a) for a in args))
         ins = tuple(args)
-        for d in dst:
-            ins = prepare_out(name, d, shape, None, inputs=ins, casting=casting,
+        for d, dt in zip(dst, _multi_dtypes(rt, name, args, dtype)):
+            ins = prepare_out(name, d, shape, dt, inputs=ins, casting=casting,
                               overlap="elementwise")
         uf(*ins, out=tuple(dst), casting=casting, dtype=dtype)
         return tuple(dst)
     except Exception as e:
         reraise(name, e)
+
+
+def _multi_dtypes(rt: Any, name: str, args: tuple, dtype: Any) -> tuple:
+    """The dtypes of a two-output ufunc's results: NumPy's answer on 0-d host stand-ins of
+    the arrays (Python scalars as they are, NEP 50's weak scalars)."""
+    probe = [numpy.ones((), a.dtype) if isinstance(a, rt.ndarray) else a for a in args]
+    with numpy.errstate(all="ignore"):
+        return tuple(r.dtype for r in getattr(numpy, name)(*probe, dtype=dtype))
 
 
 def call(name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

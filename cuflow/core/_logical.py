@@ -42,6 +42,9 @@ def where(condition: Any, x1: Any = None, x2: Any = None, /, *, dst: Any = None,
     if (x1 is None) != (x2 is None):
         raise ArgumentError(f"cuflow.where takes both x1 and x2 or neither; got only "
                             f"{'x1' if x2 is None else 'x2'}")
+    if x1 is None and dst is not None:
+        raise ArgumentError("cuflow.where: the one-argument form (the indices of the true "
+                            "elements, a tuple of arrays of data-dependent size) takes no dst=")
     if isinstance(condition, Expr) or isinstance(x1, Expr) or isinstance(x2, Expr):
         return traced_where(condition, x1, x2)
     if stream is None and x2 is not None:

@@ -364,3 +364,31 @@ def test_a_join_whose_inputs_do_not_cast_to_its_dtype_blames_the_dtype(cf):
         with pytest.raises(cuflow.ArgumentTypeError, match="cuflow.concatenate") as e:
             call()
         assert not isinstance(e.value, cuflow.DstDtypeError)
+
+
+def test_two_output_ufuncs_check_each_dst_dtype(cf, rng):
+    a = cf.asarray(random_array((4,), "float32", rng, host=True))
+    i4 = cf.empty(4, dtype="int32")
+    with pytest.raises(cuflow.DstDtypeError, match="cuflow.divmod"):
+        cf.divmod(a, a, dst=(i4, cf.empty(4, dtype="int32")))
+    with pytest.raises(cuflow.DstDtypeError, match="cuflow.frexp"):
+        cf.frexp(a, dst=(cf.empty(4, dtype="float32"), cf.empty(4, dtype="bool")))
+    m, e = cf.empty(4, dtype="float64"), cf.empty(4, dtype="int64")  # wider: same_kind
+    assert cf.frexp(a, dst=(m, e)) == (m, e)
+    hm, he = np.frexp(to_host(a))
+    np.testing.assert_array_equal(to_host(m), hm)
+    np.testing.assert_array_equal(to_host(e), he)
+    with pytest.raises(cuflow.DstError, match=r"pair of arrays, got an array of shape \(4,\)"):
+        cf.divmod(a, a, dst=cf.empty(4))
+
+
+def test_inputs_that_do_not_broadcast_are_the_inputs_fault(cf):
+    for call in (lambda: cf.add(cf.ones(4), cf.ones(3), dst=cf.empty(4)),
+                 lambda: cf.add(cf.ones(4), cf.ones(3))):
+        with pytest.raises(cuflow.ArgumentError, match="broadcast"):
+            call()
+
+
+def test_where_of_one_argument_takes_no_dst(cf):
+    with pytest.raises(cuflow.ArgumentError, match="cuflow.where: the one-argument form"):
+        cf.where(cf.asarray([True, False]), dst=cf.zeros(2))
