@@ -43,12 +43,21 @@ def _prepare_old(checkout: Path) -> Path:
     return WORK
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("old", type=Path, help="a checkout of the old tree")
     ap.add_argument("--rounds", type=int, default=21)
     ap.add_argument("--json", type=Path, default=None)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    # checked before the old tree is copied and built; probe_cupy selects no backend, so
+    # each tree still installs its own pool as CuPy's allocator below
+    from cuflow.core._runtime import probe_cupy
+
+    _, n_gpus, why = probe_cupy()
+    if n_gpus < 1:
+        print("bench/ab.py needs a GPU (it times two cuflow trees on one GPU through CuPy); "
+              f"this machine has none: {why}", file=sys.stderr)
+        return 1
     sys.path.insert(0, str(_prepare_old(args.old.resolve())))
 
     import importlib
@@ -114,7 +123,8 @@ def main() -> None:
               f"  (p10 {q[0]:.3f}, p90 {q[-1]:.3f}, {len(rs)} rounds)")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -52,9 +52,10 @@ from typing import Any, Literal
 
 import numpy
 
-from ._errors import ArgumentError, ArgumentTypeError
+from ._errors import ArgumentError, ArgumentTypeError, CuflowError
 from .core import _engine, _runtime
 from .core._contract import may_share, prepare_out
+from .core._dispatch import reraise
 from .core._fastpath import FastCall
 from .core._ewgen import topo
 from .core._expr import EXTRA_UNARY, Expr, TraceError, apply, caller_line
@@ -82,7 +83,7 @@ class FuseOptions:
 
     def __post_init__(self) -> None:
         if self.fallback not in ("error", "unfused"):
-            raise ArgumentError(f"FuseOptions.fallback must be 'error' or 'unfused', got "
+            raise ArgumentError(f"cuflow.FuseOptions: fallback must be 'error' or 'unfused', got "
                                 f"{self.fallback!r}")
 
 
@@ -438,13 +439,30 @@ class Fused(object if FastCall is None else FastCall):
         key = tuple((a.dtype.num, a.shape, a.strides) if isinstance(a, nd) else _static_key(a)
                     for a in (*args, *(kwargs[k] for k in sorted(kwargs))))
         key += tuple(sorted(kwargs))
-        if key not in self._entries:
-            self._entries[key] = self._trace(nd, args, kwargs, dst)[0]
-        return self._unfused(rt, args, kwargs, dst)
+        ent = self._entries.get(key)
+        if ent is None:
+            ent = self._entries[key] = self._trace(nd, args, kwargs, dst)[0]
+        return self._unfused(rt, args, kwargs, dst, traced=not ent.unfused)
 
-    def _unfused(self, rt: Any, args: tuple, kwargs: dict, dst: Any) -> Any:
-        with numpy.errstate(all="ignore"):
-            res = self.fn(*args, **kwargs)
+    def _unfused(self, rt: Any, args: tuple, kwargs: dict, dst: Any,
+                 traced: bool = False) -> Any:
+        """Run ``fn`` op by op.  ``traced``: ``fn`` traced for these arguments, so what
+        fails now is an op on values that the backend checks (NumPy's integers to negative
+        powers): it raises the cuflow error the op raises outside ``fuse``.  Otherwise
+        (``fallback="unfused"``) it behaves as the plain Python function."""
+        try:
+            with numpy.errstate(all="ignore"):
+                res = self.fn(*args, **kwargs)
+        except Exception as e:
+            if not traced or isinstance(e, CuflowError):
+                raise
+            try:
+                reraise(f"fuse({self.name})", e)
+            except CuflowError as err:
+                if err.__cause__ is not e:
+                    raise
+                raise type(err)(f"{err} (at {_user_line(e, self.fn)})") from e
+            raise
         single = not isinstance(res, tuple)
         outs = (res,) if single else res
         outs = tuple(rt.wrap(rt.xp.asarray(o)) for o in outs)
@@ -517,6 +535,6 @@ def fuse(fn: Callable | None = None, *, options: FuseOptions | None = None,
     if fn is None:
         return lambda f: Fused(f, options)
     if not callable(fn):
-        raise ArgumentError(f"cuflow.fuse: fn must be callable, got {type(fn).__name__}")
+        raise ArgumentTypeError(f"cuflow.fuse: fn must be callable, got {type(fn).__name__}")
     return Fused(fn, options)
 

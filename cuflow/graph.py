@@ -43,6 +43,7 @@ from typing import Any
 import numpy
 
 from . import memory
+from ._checks import is_integer
 from ._errors import ArgumentError, ArgumentTypeError, BackendError, CuflowError
 from .core import as_cupy_stream, get_backend, runtime
 
@@ -226,8 +227,12 @@ class CapturedFunction:
                  warmup: int = 1) -> None:
         if not callable(fn):
             raise ArgumentTypeError(f"cuflow.graph.capture: fn must be callable, got {type(fn).__name__}")
-        if not isinstance(warmup, int) or warmup < 0:
+        if not is_integer(warmup):
+            raise ArgumentTypeError(f"cuflow.graph.capture: warmup must be an int >= 0, got "
+                                    f"{type(warmup).__name__} {warmup!r}")
+        if warmup < 0:
             raise ArgumentError(f"cuflow.graph.capture: warmup must be an int >= 0, got {warmup!r}")
+        warmup = int(warmup)
         self.fn = fn
         self._warmup = warmup
         self._name = getattr(fn, "__qualname__", repr(fn))

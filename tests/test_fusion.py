@@ -482,6 +482,39 @@ def test_unsupported_function_names_it(cf):
         h(cf.asarray(np.ones(4, np.float32)))
 
 
+def test_a_value_the_op_refuses_raises_the_ops_cuflow_error(cf):
+    # NumPy refuses integers to negative powers (cuflow.power: ArgumentError); CuPy computes
+    # them: the fused function does what the unfused op does, on each backend
+    i = cf.asarray(np.arange(1, 5, dtype=np.int32))
+    e = cf.asarray(np.array([1, -1, 2, 3], np.int32))
+    cases = [(cf.fuse(lambda x: x ** -1), (i,), lambda: cf.power(i, -1)),
+             (cf.fuse(lambda x, y: x ** y), (i, e), lambda: cf.power(i, e)),
+             (cf.fuse(lambda x, k: x ** k), (i, -2), lambda: cf.power(i, -2))]
+    for f, args, unfused in cases:
+        try:
+            want = host(unfused())
+        except cuflow.CuflowError as err:
+            assert not cf.get_backend().is_gpu
+            assert type(err) is cuflow.ArgumentError
+            with pytest.raises(cuflow.ArgumentError,
+                               match=r"cuflow.fuse\(<lambda>\): Integers to negative integer "
+                                     r"powers.*test_fusion.py:\d+"):
+                f(*args)
+        else:
+            assert cf.get_backend().is_gpu
+            np.testing.assert_array_equal(host(f(*args)), want)
+
+
+def test_a_list_argument_says_to_convert_it(cf):
+    f = cf.fuse(lambda x, y: x + y)
+    x = cf.asarray(np.ones(3, np.float32))
+    with pytest.raises(cuflow.TraceError, match=r"Python list as an array at .*test_fusion.py"
+                                                r".*not array arguments.*cuflow.asarray"):
+        f(x, [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(host(f(x, cf.asarray([1.0, 2.0, 3.0], dtype=np.float32))),
+                                  np.array([2, 3, 4], np.float32))
+
+
 def test_fallback_runs_unfused_with_one_warning(cf):
     def f(x):
         return x * 2 if float(x.sum()) > 0 else x
@@ -500,7 +533,7 @@ def test_fallback_runs_unfused_with_one_warning(cf):
 def test_options_are_checked():
     with pytest.raises(cuflow.ArgumentError, match="fallback"):
         cuflow.FuseOptions(fallback="maybe")
-    with pytest.raises(cuflow.ArgumentError, match="callable"):
+    with pytest.raises(cuflow.ArgumentTypeError, match="fn must be callable, got int"):
         cuflow.fuse(3)
 
 

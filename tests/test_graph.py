@@ -66,8 +66,14 @@ def test_graphed_decorator_captures_on_first_call(cf, rng):
 def test_capture_validates_arguments(cf):
     with pytest.raises(TypeError, match="callable"):
         cf.graph.capture(42)
-    with pytest.raises(ValueError, match="warmup"):
+    with pytest.raises(cuflow.ArgumentError, match="warmup must be an int >= 0, got -1"):
         cf.graph.capture(lambda: None, warmup=-1)
+    for bad in (1.5, True, "2", None):  # a wrong type is the TypeError kind
+        with pytest.raises(cuflow.ArgumentTypeError, match="warmup must be an int >= 0"):
+            cf.graph.capture(lambda: None, warmup=bad)
+        with pytest.raises(cuflow.ArgumentTypeError, match="warmup must be an int >= 0"):
+            cf.graph.graphed(warmup=bad)(lambda: None)
+    assert isinstance(cf.graph.capture(lambda: None, warmup=np.int64(2)), cf.graph.CapturedFunction)
 
 
 def test_calls_are_checked_on_every_backend(cf, rng):

@@ -300,6 +300,12 @@ def const(x: Any) -> Expr:
         raise TraceError(
             f"cuflow.fuse cannot bake a captured device array of shape {tuple(x.shape)} into a "
             f"kernel at {caller_line()}: pass it as an argument of the fused function")
+    if isinstance(x, (list, tuple)):
+        # an argument that is a list is static (it may hold shapes or flags), not an operand
+        raise TraceError(
+            f"cuflow.fuse cannot use a Python {type(x).__name__} as an array at "
+            f"{caller_line()}: lists and tuples are not array arguments of a fused function; "
+            "convert it with cuflow.asarray and pass the array as an argument")
     a = numpy.asarray(x)
     if a.ndim != 0:
         raise TraceError(

@@ -160,12 +160,14 @@ class Event:
     Parameters
     ----------
     timing : bool, default True
-        Record timestamps so :meth:`elapsed_time` works (slightly slower events).
+        Record timestamps so :meth:`elapsed_time` works (slightly slower events);
+        :meth:`elapsed_time` of an event made with ``timing=False`` raises
+        :class:`~cuflow.ArgumentError` on every backend.
     blocking : bool, default False
         ``synchronize()`` yields the CPU instead of spinning.
     """
 
-    __slots__ = ("_cp", "_t", "_dev")
+    __slots__ = ("_cp", "_t", "_dev", "_timing")
 
     def __init__(self, timing: bool = True, blocking: bool = False) -> None:
         b = get_backend()
@@ -173,6 +175,7 @@ class Event:
         blocking = _flag("Event", "blocking", blocking)
         self._dev = b.current_device()
         self._t: float | None = None
+        self._timing = timing
         self._cp = (b.xp.cuda.Event(block=blocking, disable_timing=not timing)
                     if b.is_gpu else None)
 
@@ -212,10 +215,19 @@ class Event:
         return True if self._cp is None else bool(self._cp.done)
 
     def elapsed_time(self, end: Event) -> float:
-        """Milliseconds from this event to ``end`` (both recorded; ``end`` is synchronized)."""
+        """Milliseconds from this event to ``end`` (both made with ``timing=True`` and
+        recorded; ``end`` is synchronized)."""
         if not isinstance(end, Event):
             raise ArgumentTypeError(f"cuflow.Event.elapsed_time: end must be a cuflow.Event, "
                                     f"got {type(end).__name__}")
+        if not (self._timing and end._timing):
+            # checked here: the NumPy backend has a timestamp anyway, and CuPy raises a raw
+            # CUDARuntimeError for an event made with disable_timing
+            untimed = ("the start and end events were" if not (self._timing or end._timing)
+                       else "the start event (self) was" if not self._timing
+                       else "the end event was")
+            raise ArgumentError("cuflow.Event.elapsed_time: elapsed_time needs events made "
+                                f"with timing=True; {untimed} made with timing=False")
         if self._t is None or end._t is None:
             raise ArgumentError("cuflow.Event.elapsed_time: both events must be recorded "
                                 f"first (start recorded: {self._t is not None}, end recorded: "

@@ -19,7 +19,10 @@ import numpy
 from dask.array import dispatch
 from distributed.protocol import cuda_deserialize, dask_deserialize
 
+from .._checks import is_integer
+from .._errors import ArgumentError, ArgumentTypeError
 from ..core import asarray, asnumpy, concatenate, empty, runtime
+from ..core._creation import check_dtype
 
 __all__ = ["register", "meta", "from_host", "to_host"]
 
@@ -102,7 +105,15 @@ def _to_device(block: Any) -> Any:
 
 
 def meta(dtype: Any = numpy.float32, ndim: int = 1) -> Any:
-    """An empty darray of ``dtype`` and ``ndim``: the ``meta=`` of a Dask array of darray chunks."""
+    """An empty darray of ``dtype`` and ``ndim``: the ``meta=`` of a Dask array of darray chunks.
+
+    ``ndim`` is an int >= 0; ``dtype`` names a dtype that :func:`cuflow.empty` takes.
+    """
+    if not is_integer(ndim):
+        raise ArgumentTypeError(f"cuflow.dask.meta: ndim must be an int >= 0, got {ndim!r}")
+    if ndim < 0:
+        raise ArgumentError(f"cuflow.dask.meta: ndim must be an int >= 0, got {ndim!r}")
+    check_dtype("dask.meta", dtype)
     register()
     return empty((0,) * int(ndim), dtype=dtype)
 
@@ -124,6 +135,13 @@ def to_host(x: da.Array) -> da.Array:
     """The same Dask array with NumPy chunks (each chunk copied to the host on its worker).
 
     ``to_host(x).compute()`` gives a ``numpy.ndarray`` on the client, which then
-    needs no GPU.
+    needs no GPU.  ``x`` must be a Dask array; a darray goes to the host with
+    :func:`cuflow.asnumpy`.
     """
+    if not isinstance(x, da.Array):
+        # (a NumPy array is refused too: the result is a Dask array, computed later)
+        raise ArgumentTypeError(
+            f"cuflow.dask.to_host: x must be a dask.array.Array, got {type(x).__module__}."
+            f"{type(x).__qualname__}; for one array (darray or NumPy) use cuflow.asnumpy, "
+            "and cuflow.dask.from_host to make a Dask array of host data")
     return x.map_blocks(asnumpy, dtype=x.dtype, meta=numpy.empty((0,) * x.ndim, x.dtype))

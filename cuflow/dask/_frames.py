@@ -33,6 +33,13 @@ def _pipeline(options: PipelineOptions) -> Pipeline:
     return pipe
 
 
+def check_client(name: str, client: Any) -> None:
+    """``client`` is a ``distributed.Client`` (what ``name`` submits its work through)."""
+    if not isinstance(client, Client):
+        raise ArgumentTypeError(f"cuflow.dask.{name}: client must be a distributed.Client, got "
+                                f"{type(client).__name__}")
+
+
 def _identity(x: Any) -> Any:
     return x
 
@@ -94,19 +101,20 @@ def map_frames(client: Client, items: Sequence[Any], options: PipelineOptions, *
     thread keeps one Pipeline per ``options``, so later calls reuse its
     buffers and compiled kernels.  Functions must be picklable (module-level).
     """
+    check_client("map_frames", client)
     if not isinstance(options, PipelineOptions):
-        raise ArgumentError(f"map_frames: options must be a cuflow.PipelineOptions, got "
-                            f"{type(options).__name__}")
+        raise ArgumentTypeError(f"cuflow.dask.map_frames: options must be a "
+                                f"cuflow.PipelineOptions, got {type(options).__name__}")
     if frames_per_task is not None and not is_integer(frames_per_task):
-        raise ArgumentTypeError(f"map_frames: frames_per_task must be an int >= 1 or None, "
-                                f"got {frames_per_task!r}")
+        raise ArgumentTypeError(f"cuflow.dask.map_frames: frames_per_task must be an int >= 1 "
+                                f"or None, got {frames_per_task!r}")
     if frames_per_task is not None and frames_per_task < 1:
-        raise ArgumentError(f"map_frames: frames_per_task must be an int >= 1 or None, got "
-                            f"{frames_per_task!r}")
+        raise ArgumentError(f"cuflow.dask.map_frames: frames_per_task must be an int >= 1 or "
+                            f"None, got {frames_per_task!r}")
     items = list(items)
     workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
     if not workers:
-        raise ArgumentError("map_frames: the client's cluster has no workers")
+        raise ArgumentError("cuflow.dask.map_frames: the client's cluster has no workers")
     if not items:
         return []
     b = options.batch_size

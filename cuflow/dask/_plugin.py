@@ -16,6 +16,7 @@ from ..memory import MemoryValueError
 from ..memory._limit import check_limit_text
 from ..core import runtime
 from ._chunks import register
+from ._frames import check_client
 
 __all__ = ["CuflowPool", "pool_stats"]
 
@@ -29,10 +30,10 @@ def _bytes(name: str, v: Any) -> int | float | str | None:
     forms = ("bytes (an int, or a string such as '8GiB')"
              + (" or a fraction of the device's memory in (0, 1]" if name == "limit" else ""))
     if isinstance(v, bool | numpy.bool_) or not isinstance(v, numbers.Real | str):
-        raise ArgumentTypeError(f"CuflowPool: {name} must be {forms}, got {v!r}")
+        raise ArgumentTypeError(f"cuflow.dask.CuflowPool: {name} must be {forms}, got {v!r}")
     if isinstance(v, str):
         try:  # set_limit's string forms
-            kind, x = check_limit_text(v, f"CuflowPool: {name}")
+            kind, x = check_limit_text(v, f"cuflow.dask.CuflowPool: {name}")
         except MemoryValueError:
             kind, x = "none", 0.0
         if name == "limit" and kind != "none":
@@ -43,9 +44,9 @@ def _bytes(name: str, v: Any) -> int | float | str | None:
     elif name == "limit" and 0 < float(v) <= 1:
         return float(v)  # a fraction of the device's memory
     else:
-        raise ArgumentError(f"CuflowPool: {name} must be {forms}, got {v!r}")
+        raise ArgumentError(f"cuflow.dask.CuflowPool: {name} must be {forms}, got {v!r}")
     if n < 0:
-        raise ArgumentError(f"CuflowPool: {name} must be {forms}, got {v!r}")
+        raise ArgumentError(f"cuflow.dask.CuflowPool: {name} must be {forms}, got {v!r}")
     return n
 
 
@@ -79,8 +80,8 @@ class CuflowPool(WorkerPlugin):
     def __init__(self, size: int | str | None = None, *, limit: int | str | float | None = None,
                  warmup: Callable[[], Any] | None = None) -> None:
         if warmup is not None and not callable(warmup):
-            raise ArgumentError(f"CuflowPool: warmup must be callable or None, got "
-                                f"{type(warmup).__name__}")
+            raise ArgumentTypeError(f"cuflow.dask.CuflowPool: warmup must be a callable "
+                                    f"(of no arguments) or None, got {type(warmup).__name__}")
         self.size = _bytes("size", size)
         self.limit = _bytes("limit", limit)
         self.warmup = warmup
@@ -116,4 +117,5 @@ def pool_stats(client: Client) -> dict[str, dict[str, Any]]:
     ``stats`` is :func:`cuflow.memory.stats` there; ``setup`` what
     :class:`CuflowPool` did (None on a worker without the plugin).
     """
+    check_client("pool_stats", client)
     return client.run(_worker_stats)

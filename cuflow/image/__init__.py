@@ -27,7 +27,8 @@ Errors
 ------
 Every error is a :class:`cuflow.CuflowError`: :class:`ImageFormatError` (also a
 ``ValueError``) for a value that breaks a rule, :class:`ImageTypeError` (also a
-``TypeError``) for an argument of the wrong type.  Sizes are ints (``10.9`` is
+``TypeError``) for an argument of the wrong type or dtype (frames that are not uint8,
+a ``denormalize`` source that is not float32 or float16).  Sizes are ints (``10.9`` is
 refused, not truncated); ``pad``, ``mean``, ``std`` and ``scale`` are finite,
 ``std`` and ``scale`` non-zero (see :class:`Norm`); ``flip`` and
 ``full_range`` are bools.

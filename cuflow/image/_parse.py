@@ -24,11 +24,14 @@ MATRICES = {"bt601": (0.299, 0.114), "bt709": (0.2126, 0.0722)}
 
 
 class ImageFormatError(CuflowError, ValueError):
-    """A frame's shape, dtype, layout or format does not fit the operation."""
+    """A frame's shape, layout or format, or another argument's value, does not fit the
+    operation."""
 
 
 class ImageTypeError(CuflowError, TypeError):
-    """An input (frames, boxes, frame indices) is not an array of the active backend.
+    """An argument of the wrong type: an input (frames, boxes, frame indices) that is not an
+    array of the active backend or has a dtype the operation does not take (frames that are
+    not uint8), a flag that is not a bool.
 
     Problems with ``dst=`` raise the output contract's errors instead
     (:class:`cuflow.DstTypeError` and the other ``Dst*`` errors).
@@ -135,8 +138,8 @@ def parse_src(name: str, src, src_format: str | None) -> Src:
         raise ImageTypeError(
             f"cuflow.image.{name}: src must be an array of the active {b.name} backend, got "
             f"{type(src).__module__}.{type(src).__name__} (convert with cuflow.asarray)")
-    if src.dtype != numpy.uint8:
-        raise ImageFormatError(f"cuflow.image.{name}: frames must be uint8, got {src.dtype}")
+    if src.dtype != numpy.uint8:  # (a dtype problem is a TypeError, as NumPy's)
+        raise ImageTypeError(f"cuflow.image.{name}: frames must be uint8, got {src.dtype}")
     if src_format is not None:  # checked first: a list is unhashable to the lookups below
         choice(name, "src_format", src_format, set(CHANNELS) | set(YUV))
     if src_format in YUV:

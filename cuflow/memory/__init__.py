@@ -60,6 +60,7 @@ from ._cupy import Pool, device_malloc
 from ._env import MEMORY_LIMIT, POOL_BACKEND, POOL_ON
 from ._exceptions import DoubleFreeError, MemoryLimitWarning, MemoryTypeError, MemoryValueError
 from ._limit import LimitingAdaptor, parse_limit_env
+from ._pool import Pool as _CorePool
 
 __all__ = [
     "Pool", "Backend", "DriverPoolBackend", "CudaMallocBackend", "HostBackend",
@@ -157,10 +158,22 @@ def _install(backend: Any) -> None:
     _INSTALLED = True
 
 
-@contextlib.contextmanager
 def using_pool(pool: Pool):
-    """Route this thread's CuPy allocations to ``pool`` inside the block (thread-local)."""
+    """Route this thread's CuPy allocations to ``pool`` inside the block (thread-local).
 
+    Raises
+    ------
+    MemoryTypeError
+        ``pool`` is not a :class:`Pool`.
+    """
+    if not isinstance(pool, _CorePool):
+        raise MemoryTypeError(f"cuflow.memory.using_pool: pool must be a cuflow.memory.Pool, "
+                              f"got {type(pool).__name__} {pool!r}")
+    return _using_pool(pool)
+
+
+@contextlib.contextmanager
+def _using_pool(pool: Pool):
     b = runtime()
     if not b.is_gpu:
         yield pool

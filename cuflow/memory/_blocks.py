@@ -11,6 +11,9 @@ import bisect
 from collections.abc import Iterable
 from typing import Any
 
+from .._checks import is_integer
+from ._exceptions import MemoryTypeError, MemoryValueError
+
 __all__ = ["DEAD_STREAM", "LARGE_ROUND", "LARGE_SPLIT_MAX", "MIN_SEGMENT", "SMALL", "SPLIT_MIN",
            "Block", "FreeList", "Segment", "round_size", "size_class"]
 
@@ -30,15 +33,29 @@ LARGE_SPLIT_MAX = 2
 DEAD_STREAM = -1
 
 
+def _check_bytes(name: str, n: Any) -> None:
+    if not is_integer(n):
+        raise MemoryTypeError(f"cuflow.memory.{name}: n must be an int number of bytes, got "
+                              f"{type(n).__name__} {n!r}")
+    if n < 0:
+        raise MemoryValueError(f"cuflow.memory.{name}: n must be a number of bytes >= 0, got "
+                               f"{n}")
+
+
 def round_size(n: int) -> int:
-    """Bytes actually reserved for a request of ``n`` bytes."""
+    """Bytes actually reserved for a request of ``n`` bytes (an int >= 0)."""
+    _check_bytes("round_size", n)
+    n = int(n)
     if n < SMALL:
         return ((n + 511) >> 9) << 9 if n > 0 else 512
     return (n + LARGE_ROUND - 1) & ~(LARGE_ROUND - 1)
 
 
 def size_class(n: int) -> int:
-    """Upper bound of ``n``'s statistics class: four classes per power of two, from 512 B."""
+    """Upper bound of ``n``'s statistics class: four classes per power of two, from 512 B
+    (``n``: an int >= 0)."""
+    _check_bytes("size_class", n)
+    n = int(n)
     if n <= 512:
         return 512
     k = (n - 1).bit_length()  # 2**(k-1) < n <= 2**k

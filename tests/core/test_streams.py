@@ -66,6 +66,20 @@ def test_event_elapsed_time(cf):
         cf.Event().elapsed_time(end)
 
 
+def test_event_elapsed_time_needs_timing_events(cf):
+    timed = cf.Event().record()
+    untimed = cf.Event(timing=False).record()
+    with pytest.raises(cuflow.ArgumentError, match=r"timing=True; the start event \(self\) was"):
+        untimed.elapsed_time(timed)
+    with pytest.raises(cuflow.ArgumentError, match="timing=True; the end event was"):
+        timed.elapsed_time(untimed)
+    with pytest.raises(cuflow.ArgumentError, match="start and end events were"):
+        untimed.elapsed_time(untimed)
+    # checked before recording too: the event could never be timed
+    with pytest.raises(cuflow.ArgumentError, match="timing=True"):
+        cf.Event(timing=False).elapsed_time(timed)
+
+
 def test_stream_kwarg_on_ops(cf):
     s = cf.Stream()
     a = cf.arange(10, dtype="float32", stream=s)

@@ -87,6 +87,29 @@ def test_map_blocks_with_cuflow_ops(ccf, client, rng):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+def test_meta_checks_ndim_and_dtype(cf):
+    m = cfd.meta(np.int16, np.int64(3))
+    assert isinstance(m, cf.darray) and m.shape == (0, 0, 0) and m.dtype == np.int16
+    assert cfd.meta(np.float32, 0).shape == ()
+    for bad in (2.7, True, "2", None):
+        with pytest.raises(cuflow.ArgumentTypeError, match="cuflow.dask.meta: ndim must be an "
+                                                           "int >= 0"):
+            cfd.meta(np.float32, bad)
+    with pytest.raises(cuflow.ArgumentError, match=r"ndim must be an int >= 0, got -1"):
+        cfd.meta(np.float32, -1)
+    for bad in ("notadtype", object):
+        with pytest.raises(cuflow.ArgumentTypeError, match="cuflow.dask.meta: dtype must"):
+            cfd.meta(bad, 1)
+
+
+def test_to_host_takes_a_dask_array(cf):
+    for x in (np.ones(2), cf.ones(2), [1.0, 2.0]):
+        with pytest.raises(cuflow.ArgumentTypeError,
+                           match=r"cuflow.dask.to_host: x must be a dask.array.Array, got "
+                                 r".*cuflow.asnumpy"):
+            cfd.to_host(x)
+
+
 def test_reductions(ccf, client, rng):
     host = rng.standard_normal((60, 50)).astype(np.float64)
     x = cfd.from_host(host, chunks=(15, 25))
@@ -149,7 +172,8 @@ def test_pool_plugin_refuses_bad_sizes():
         cfd.CuflowPool("lots")
     with pytest.raises(cuflow.ArgumentError, match="limit must be bytes"):
         cfd.CuflowPool(limit=-5)
-    with pytest.raises(cuflow.ArgumentError, match="warmup must be callable"):
+    with pytest.raises(cuflow.ArgumentTypeError,
+                       match=r"cuflow.dask.CuflowPool: warmup must be a callable .* got int"):
         cfd.CuflowPool(warmup=3)
     # set_limit's rules: sizes are whole numbers, a fraction is in (0, 1], bools are no sizes
     for bad in (dict(size=0.5), dict(size=float("inf")), dict(limit=1.5), dict(limit=0.0),
@@ -186,9 +210,16 @@ def test_map_frames_matches_one_pipeline(ccf, client):
 
 
 def test_map_frames_validates(ccf, client):
-    with pytest.raises(cuflow.ArgumentError, match="options must be a cuflow.PipelineOptions"):
+    with pytest.raises(cuflow.ArgumentTypeError,
+                       match="options must be a cuflow.PipelineOptions, got dict"):
         cfd.map_frames(client, [1], {"size": 8})
     options = ccf.PipelineOptions(size=8, batch_size=2)
+    with pytest.raises(cuflow.ArgumentTypeError,
+                       match="cuflow.dask.map_frames: client must be a distributed.Client, "
+                             "got NoneType"):
+        cfd.map_frames(None, [1], options)
+    with pytest.raises(cuflow.ArgumentTypeError, match="cuflow.dask.pool_stats: client must"):
+        cfd.pool_stats("tcp://127.0.0.1:8786")
     assert cfd.map_frames(client, [], options) == []
     for bad in (0.5, True, 0, -2):
         with pytest.raises(cuflow.CuflowError, match="frames_per_task"):

@@ -11,8 +11,13 @@ from image_helpers import u8_frames
 
 def test_errors_state_the_rule(cf, rng):
     x = cf.asarray(u8_frames(rng, (2, 5, 6, 3)))
-    with pytest.raises(image.ImageFormatError, match="must be uint8"):
+    # a dtype problem is the TypeError kind, for frames as for denormalize's source
+    with pytest.raises(image.ImageTypeError, match="frames must be uint8, got float32"):
         image.normalize(x.astype("float32"))
+    with pytest.raises(image.ImageTypeError, match="frames must be uint8, got float64"):
+        image.resize(x.astype("float64"), 4)
+    with pytest.raises(image.ImageTypeError, match="float32 or float16 .* got float64"):
+        image.denormalize(image.normalize(x).astype("float64"))
     with pytest.raises(ValueError, match=r"\(H, W, C\) or \(N, H, W, C\)"):
         image.normalize(x[0, 0])
     with pytest.raises(ValueError, match="C in"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import threading
 
+import numpy as np
 import pytest
 
 import cuflow
@@ -22,6 +23,15 @@ def test_round_size_and_classes():
         assert round_size(n) >= n
         c = size_class(n)
         assert c >= n and c < 2 * max(n, 512)  # four classes per power of two
+    assert round_size(np.int64(513)) == 1024 and size_class(np.uint16(600)) == 640
+    for f in (round_size, size_class):
+        with pytest.raises(cuflow.memory.MemoryValueError, match=f"{f.__name__}: n must be a "
+                                                                 "number of bytes >= 0, got -1"):
+            f(-1)
+        for bad in (2.0, True, "512", None):
+            with pytest.raises(cuflow.memory.MemoryTypeError, match=f"{f.__name__}: n must be "
+                                                                    "an int"):
+                f(bad)
 
 
 def test_hit_split_coalesce_and_stats():

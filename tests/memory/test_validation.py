@@ -101,6 +101,12 @@ def test_limit_below_use_warns_applies_to_new_segments_and_keeps_data(cf, restor
     (lambda m: m.set_limit(None, device=1.0), TypeError, ("device", "float", "1.0")),
     (lambda m: m.warmup(42), TypeError, ("fn", "callable", "42")),
     (lambda m: m.warmup(print, keep="yes"), TypeError, ("keep", "True or False", "'yes'")),
+    (lambda m: m.using_pool(3), TypeError, ("using_pool", "cuflow.memory.Pool", "int 3")),
+    (lambda m: m.using_pool(m.HostBackend()), TypeError, ("pool", "HostBackend")),
+    (lambda m: m.round_size(-1), ValueError, ("round_size", ">= 0", "-1")),
+    (lambda m: m.round_size(1.5), TypeError, ("round_size", "int", "1.5")),
+    (lambda m: m.size_class(-5), ValueError, ("size_class", ">= 0", "-5")),
+    (lambda m: m.size_class(True), TypeError, ("size_class", "int", "True")),
 ])
 def test_module_api_refuses(cf, call, exc, words):
     with pytest.raises(cuflow.CuflowError) as ei:

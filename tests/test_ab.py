@@ -1,0 +1,19 @@
+"""bench/ab.py where no GPU is usable: one line saying it needs one, and a failing status."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+AB = Path(__file__).resolve().parents[1] / "bench" / "ab.py"
+
+
+def test_without_a_gpu_it_says_it_needs_one(tmp_path):
+    # no device visible: CuPy (where installed) counts none, as on a machine without a GPU
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    r = subprocess.run([sys.executable, str(AB), str(tmp_path)], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 1
+    assert r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("bench/ab.py needs a GPU"), r.stderr
