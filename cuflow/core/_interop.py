@@ -10,7 +10,6 @@ Stream semantics: copies are queued on ``stream`` or the current stream;
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 import numpy
 

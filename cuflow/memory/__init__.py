@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
+import os
 import warnings
 import weakref
 from collections.abc import Callable
@@ -116,13 +117,22 @@ def get_pool(device: int | None = None) -> Pool:
     b = runtime()
     if not b.is_gpu:
         key = -1 - dev  # host pools apart from device pools
-        if key not in _POOLS:
-            _POOLS[key] = Pool(HostBackend())
+        if key not in _POOLS:  # (its capacity, the host's memory, is what a fraction
+            # limit is of: set_limit(0.8) runs as on the GPU)
+            _POOLS[key] = Pool(HostBackend(capacity=_host_memory()))
         return _POOLS[key]
     pool = _POOLS.get(dev)
     if pool is None:
         pool = _POOLS[dev] = _new_pool(dev)
     return pool
+
+
+def _host_memory() -> int | None:
+    """Bytes of physical memory of this machine (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
 
 
 def _install(backend: Any) -> None:

@@ -126,8 +126,9 @@ def device_total(backend: Backend) -> int:
     """Bytes of memory ``backend`` draws from (a host backend: its capacity)."""
     if isinstance(backend, HostBackend):
         if backend.capacity is None:
-            raise MemoryValueError("a fraction limit needs a backend with a known capacity "
-                                   "(HostBackend(capacity=...)), or give the limit in bytes")
+            raise MemoryValueError("cuflow.memory: a fraction limit needs a backend with a "
+                                   "known capacity (HostBackend(capacity=...)), or give the "
+                                   "limit in bytes")
         return backend.capacity
     from cupy_backends.cuda.api import runtime  # noqa: PLC0415  (optional dependency)
 

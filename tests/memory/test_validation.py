@@ -59,6 +59,16 @@ def test_set_limit_accepts_the_env_forms(cf, restore_limit, value, expected):
     assert cf.memory.stats()["limit_bytes"] == expected
 
 
+@pytest.mark.parametrize(("value", "frac"), [(0.8, 0.8), ("80%", 0.8), ("0.5", 0.5)])
+def test_a_fraction_limit_runs_on_every_backend(cf, restore_limit, value, frac):
+    # a fraction of the device's memory on the GPU, of the host's on the NumPy backend
+    cf.memory.set_limit(value)
+    first = restore_limit.limit
+    assert 0 < first < 1 << 60 and cf.memory.stats()["limit_bytes"] == first
+    cf.memory.set_limit(frac / 2)  # the same total: half the bytes
+    assert abs(restore_limit.limit * 2 - first) <= 2
+
+
 @given(st.floats(min_value=1e-6, max_value=1.0))
 def test_fractions_of_a_known_capacity(x):
     assert limit_of(x, HostBackend(capacity=10**9)) == int(x * 10**9)
