@@ -345,7 +345,7 @@ def capture(fn: Callable[..., Any] | None = None, *example_inputs: Any, stream: 
     stream : Stream, optional
         Block form only: the capturing stream (default: a new non-blocking one).
     warmup : int, default 1
-        Eager calls before capturing.
+        Eager calls before capturing (function form only: a block runs once, as written).
 
     Returns
     -------
@@ -357,6 +357,10 @@ def capture(fn: Callable[..., Any] | None = None, *example_inputs: Any, stream: 
         ``fn`` does something a graph cannot record (the message names it).
     """
     if fn is None:
+        if warmup != 1:
+            raise ArgumentError(f"cuflow.graph.capture: warmup= is for a captured function; a "
+                                f"block (with capture():) is captured as it runs, got "
+                                f"warmup={warmup!r}")
         return _capture_block(stream=stream)
     if stream is not None:
         raise ArgumentError("cuflow.graph.capture: stream= is for the block form (with "

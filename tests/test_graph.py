@@ -74,6 +74,8 @@ def test_capture_validates_arguments(cf):
         with pytest.raises(cuflow.ArgumentTypeError, match="warmup must be an int >= 0"):
             cf.graph.graphed(warmup=bad)(lambda: None)
     assert isinstance(cf.graph.capture(lambda: None, warmup=np.int64(2)), cf.graph.CapturedFunction)
+    with pytest.raises(cuflow.ArgumentError, match="warmup= is for a captured function"):
+        cf.graph.capture(warmup=3)
 
 
 def test_calls_are_checked_on_every_backend(cf, rng):
