@@ -22,9 +22,10 @@ import numpy as _np
 
 from . import debug, fusion, graph, image, kernels, memory, testing
 from ._errors import (
-    ArgumentError, ArgumentIndexError, ArgumentOverflowError, ArgumentTypeError, AxisError,
-    BackendError, CudaError, CuflowError, DeviceError, DLPackCopyError, DstDtypeError, DstError,
-    DstShapeError, DstTypeError, KernelCompileError, LinAlgError, OutOfMemoryError,
+    ArgumentError, ArgumentIndexError, ArgumentOverflowError, ArgumentTypeError,
+    ArgumentZeroDivisionError, AxisError, BackendError, CudaError, CuflowError, DeviceError,
+    DLPackCopyError, DstDtypeError, DstError, DstShapeError, DstTypeError, KernelCompileError,
+    LinAlgError, OutOfMemoryError,
 )
 from ._forward import forward as _forward
 from ._forward import install_submodules as _install_submodules
@@ -124,7 +125,7 @@ __all__ = [
     # errors
     "CuflowError", "ArgumentError", "ArgumentIndexError", "ArgumentTypeError", "BackendError", "DeviceError", "DstError", "DstShapeError", "DstDtypeError", "DstTypeError",
     "CudaError", "OutOfMemoryError", "KernelCompileError", "DLPackCopyError", "AxisError",
-    "ArgumentOverflowError", "LinAlgError",
+    "ArgumentOverflowError", "ArgumentZeroDivisionError", "LinAlgError",
     # submodules
     "linalg", "fft", "random", "testing", "kernels", "memory", "graph", "image", "debug",
     # array operations, with dst= and stream=

@@ -18,6 +18,7 @@ __all__ = [
     "ArgumentTypeError",
     "ArgumentIndexError",
     "ArgumentOverflowError",
+    "ArgumentZeroDivisionError",
     "AxisError",
     "LinAlgError",
     "DLPackCopyError",
@@ -66,6 +67,11 @@ class AxisError(ArgumentIndexError, numpy.exceptions.AxisError):
 class ArgumentOverflowError(ArgumentError, OverflowError):
     """A number is out of the range of the dtype that must hold it: NumPy's
     ``OverflowError``, and a ``ValueError``."""
+
+
+class ArgumentZeroDivisionError(ArgumentError, ZeroDivisionError):
+    """A division by a zero argument (weights summing to zero, a spacing of zero, a split
+    into zero sections): NumPy's ``ZeroDivisionError``, and a ``ValueError``."""
 
 
 class LinAlgError(CuflowError, numpy.linalg.LinAlgError):

@@ -60,14 +60,23 @@ _BACKEND_FORM = {
 _EMPTY_BY_NUMPY = {("linalg", "solve")}
 
 
+def _stand_in(a: Any) -> numpy.ndarray:
+    """A host array of ``a``'s shape and dtype for NumPy to compute a result's shape and dtype
+    from: identities where the last two axes are square (so no stand-in is singular)."""
+    s = numpy.zeros(a.shape, a.dtype)
+    if s.ndim >= 2 and s.shape[-1] == s.shape[-2]:
+        i = numpy.arange(s.shape[-1])
+        s[..., i, i] = 1
+    return s
+
+
 def _empty_by_numpy(fn, sub, name):
     ref = getattr(_compat("numpy", sub), name)
 
     @functools.wraps(fn)
     def f(*args, **kwargs):
         if any(getattr(a, "size", 1) == 0 for a in args):
-            r = ref(*(numpy.empty(a.shape, a.dtype) if hasattr(a, "shape") else a
-                      for a in args), **kwargs)
+            r = ref(*(_stand_in(a) if hasattr(a, "shape") else a for a in args), **kwargs)
             return get_backend().xp.empty(r.shape, r.dtype)
         return fn(*args, **kwargs)
 

@@ -329,6 +329,11 @@ def test_views_with_bad_axes_or_orders_are_argument_errors(cf):
     (lambda cf: cf.fft.fftfreq(0), ValueError, ("cuflow.fft.fftfreq", "positive", "0")),
     (lambda cf: cf.fft.rfftfreq(2.5), TypeError, ("cuflow.fft.rfftfreq", "integer", "2.5")),
     (lambda cf: cf.fft.fftfreq(None), TypeError, ("cuflow.fft.fftfreq", "None")),
+    (lambda cf: cf.fft.fftfreq(4, dtype=cf.int32), TypeError,
+     ("cuflow.fft.fftfreq", "real floating", "int32")),
+    (lambda cf: cf.fft.rfftfreq(8, d=0), ZeroDivisionError, ("cuflow.fft.rfftfreq", "nonzero", "0")),
+    (lambda cf: cf.average(cf.arange(4), weights=cf.zeros(4)), ZeroDivisionError,
+     ("cuflow.average",)),
     (lambda cf: cf.finfo(cf.int32), ValueError, ("cuflow.finfo", "floating", "int32")),
     (lambda cf: cf.iinfo(cf.float32), ValueError, ("cuflow.iinfo", "integer", "float32")),
     (lambda cf: cf.finfo("no such dtype"), TypeError, ("cuflow.finfo", "no such dtype")),
@@ -367,6 +372,17 @@ def test_descending_sorts_split_and_reductions_of_odd_inputs(cf):
         cf.sum(3)
     _is_clear(e.value, "cuflow.sum", "builtins.int")
     assert "or scalars" not in str(e.value)  # (a reduction takes an array)
+
+
+def test_eigenvalues_of_integer_matrices_are_complex128(cf):
+    # (computed in float64, as NumPy does; complex64 lost their precision)
+    for dt in ("int8", "uint8", "bool", "int64"):
+        m = cf.asarray(np.array([[0, 1], [1, 0]]).astype(dt))
+        r = cf.linalg.eig(m)
+        assert r.eigenvalues.dtype == r.eigenvectors.dtype == cf.linalg.eigvals(m).dtype \
+            == np.complex128
+    m = cf.asarray(np.array([[0, 1], [1, 0]], np.float32))
+    assert cf.linalg.eigvals(m).dtype == np.complex64
 
 
 def test_numpys_exception_classes_still_catch(cf):

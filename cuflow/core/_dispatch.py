@@ -32,8 +32,9 @@ from typing import Any
 import numpy
 
 from .._errors import (
-    ArgumentError, ArgumentIndexError, ArgumentOverflowError, ArgumentTypeError, AxisError,
-    BackendError, CudaError, CuflowError, LinAlgError, OutOfMemoryError,
+    ArgumentError, ArgumentIndexError, ArgumentOverflowError, ArgumentTypeError,
+    ArgumentZeroDivisionError, AxisError, BackendError, CudaError, CuflowError, LinAlgError,
+    OutOfMemoryError,
 )
 from ._contract import (
     broadcast_shape, check_out_pair, prepare_out, resolve_out, translate_type_error,
@@ -85,8 +86,8 @@ def reraise(name: str, e: BaseException, dst: Any = None):
         raise ArgumentError(what) from e
     if isinstance(e, OverflowError):  # a Python int past the dtype's range, or C's integers
         raise ArgumentOverflowError(what) from e
-    if isinstance(e, ZeroDivisionError):  # (NumPy's split into 0 sections)
-        raise ArgumentError(what) from e
+    if isinstance(e, ZeroDivisionError):  # (NumPy's split into 0 sections, zero weights)
+        raise ArgumentZeroDivisionError(what) from e
     raise e
 
 
@@ -305,11 +306,14 @@ def call_backend(name: str, fn: Callable[..., Any], args: tuple, kwargs: dict[st
     its operands are cuflow's: its reductions, for one, faster than CuPy's and adding in
     another order (tests/core/test_namespace.py).
     """
+    rt = runtime()
+    if rt.multi:  # (NumPy's __array_function__ would check only on the NumPy backend)
+        rt.check_devices(name, *arrays_in(args), *arrays_in(kwargs.values()))
     try:
         r = fn(*args, **kwargs)
     except Exception as e:  # the backend's own errors, as cuflow's (reraise's table)
         reraise(name, e)
-    return _own_result(runtime(), r, (*args, *kwargs.values()))
+    return _own_result(rt, r, (*args, *kwargs.values()))
 
 
 _UFUNC_METHODS = ("reduce", "accumulate", "outer", "reduceat", "at")

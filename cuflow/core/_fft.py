@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import numbers
 
-from .._errors import ArgumentError, ArgumentTypeError
+import numpy
+
+from .._errors import ArgumentError, ArgumentTypeError, ArgumentZeroDivisionError
+from ._contract import as_dtype
 from ._dispatch import call, run_on
 from ._info import check_device
 from ._runtime import runtime
@@ -33,11 +36,18 @@ def _freq(name, n, d, dtype, device, stream):
     if n < 1:
         raise ArgumentError(f"cuflow.fft.{name}: n must be a positive integer, got {n!r}")
     n = int(n)
+    if isinstance(d, numbers.Number) and d == 0:
+        raise ArgumentZeroDivisionError(f"cuflow.fft.{name}: d, the sample spacing, must be "
+                                        f"nonzero (the frequencies are 1/(n*d)), got {d!r}")
     if device is not None:
         check_device(f"fft.{name}", device)
     if stream is not None:
         return run_on(stream, _freq, name, n, d, dtype, None, None)
     xp = runtime().xp
+
+    if dtype is not None and as_dtype(f"fft.{name}", dtype).kind != "f":
+        raise ArgumentTypeError(f"cuflow.fft.{name}: dtype must be a real floating dtype (the "
+                                f"frequencies are fractions), got {numpy.dtype(dtype)}")
 
     def run():
         r = getattr(xp.fft, name)(n, d)

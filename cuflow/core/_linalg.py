@@ -22,13 +22,10 @@ class EigResult(NamedTuple):
     eigenvectors: Any
 
 
-def _dtype(a: Any) -> numpy.dtype:
-    """``a``'s dtype (host data, which NumPy takes and CuPy refuses: NumPy's reading)."""
-    return a.dtype if hasattr(a, "dtype") else numpy.asarray(a).dtype
-
-
-def _complex(dtype: numpy.dtype) -> numpy.dtype:
-    return numpy.result_type(dtype, numpy.complex64)
+def _complex(r: Any) -> numpy.dtype:
+    """The complex dtype of the backend's result ``r`` (an integer or bool matrix is computed
+    in float64, so its eigenvalues are complex128, as NumPy's)."""
+    return numpy.result_type(r.dtype, numpy.complex64)
 
 
 def eig(x, /):
@@ -40,8 +37,8 @@ def eig(x, /):
     xp = runtime().xp
 
     def run(a):
-        ct = _complex(_dtype(a))
-        return tuple(r.astype(ct, copy=False) for r in xp.linalg.eig(a))
+        w, v = xp.linalg.eig(a)
+        return w.astype(_complex(w), copy=False), v.astype(_complex(v), copy=False)
 
     return EigResult(*call("linalg.eig", run, x))
 
@@ -51,6 +48,7 @@ def eigvals(x, /):
     xp = runtime().xp
 
     def run(a):
-        return xp.linalg.eigvals(a).astype(_complex(_dtype(a)), copy=False)
+        w = xp.linalg.eigvals(a)
+        return w.astype(_complex(w), copy=False)
 
     return call("linalg.eigvals", run, x)
