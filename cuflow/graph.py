@@ -207,6 +207,23 @@ def _check_outputs(out: Any, nd: type, name: str) -> None:
                 f"arrays); got {type(x).__name__}, which a graph replay could not update")
 
 
+def _same_constant(x: Any, static: Any) -> bool:
+    """Whether ``x`` is the constant ``static`` a graph recorded: the same object, or a value
+    of the same type that equals it (NaN equals NaN); an array (whose ``==`` is no bool)
+    never is one."""
+    if x is static:
+        return True
+    if type(x) is not type(static):
+        return False
+    try:
+        eq = x == static
+    except Exception:  # (a value whose comparison raises is not the recorded one)
+        return False
+    if not isinstance(eq, bool | numpy.bool_):
+        return False
+    return bool(eq) or (x != x and static != static)
+
+
 class CapturedFunction:
     """``fn`` recorded into a CUDA graph with static inputs and outputs.
 
@@ -245,11 +262,13 @@ class CapturedFunction:
             self._capture(example_inputs)
 
     def _capture(self, examples: tuple[Any, ...]) -> None:
+        # (captured only once it all succeeded: a capture that raised is tried again by the
+        # next call, not left half made)
         b = get_backend()
-        self._captured = True
         if not b.is_gpu:  # no graph: static inputs as on the GPU, checked, then fn runs
             self.inputs = tuple(runtime().wrap(x.copy()) if isinstance(x, b.ndarray) else x
                                 for x in examples)
+            self._captured = True
             return
         s = b.xp.cuda.Stream(non_blocking=True)
         s.wait_event(b.xp.cuda.get_current_stream().record())  # the examples are ready
@@ -264,6 +283,26 @@ class CapturedFunction:
         _check_outputs(out, b.ndarray, self._name)
         g.stream = None  # replays go to the caller's stream
         self.graph, self.inputs, self.outputs = g, statics, out
+        self._captured = True
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        """As a method: one captured function per instance (its graph records that
+        instance's ``self``), kept in the instance's ``__dict__``."""
+        if obj is None:
+            return self
+        d = getattr(obj, "__dict__", None)
+        if d is None:
+            raise ArgumentTypeError(f"cuflow.graph: {self._name} is graphed as a method of "
+                                    f"{type(obj).__name__}, whose instances have no __dict__ "
+                                    "to keep a graph per instance in")
+        key = f"_cuflow_graph_{id(self)}"
+        bound = d.get(key)
+        if bound is None:
+            bound = d[key] = CapturedFunction(functools.partial(self.fn, obj),
+                                              warmup=self._warmup)
+            functools.update_wrapper(bound, self.fn, updated=())
+            bound._name = self._name
+        return bound
 
     def __call__(self, *inputs: Any, stream: Any = None) -> Any:
         if not self._captured:
@@ -295,7 +334,7 @@ class CapturedFunction:
                                     f"{len(self.inputs)} argument(s), called with {len(inputs)}")
         for i, (x, static) in enumerate(zip(inputs, self.inputs, strict=True)):
             if not isinstance(static, nd):
-                if not (x is static or x == static):
+                if not _same_constant(x, static):
                     raise ArgumentError(
                         f"cuflow.graph: argument {i} of {self._name} is not an array, so its "
                         f"value was recorded into the graph ({static!r}); got {x!r}. Capture "

@@ -187,3 +187,48 @@ def test_non_array_output_is_refused(gpu_cf):
     cf = gpu_cf
     with pytest.raises(cf.graph.GraphCaptureError, match="must return arrays"):
         cf.graph.capture(lambda x: "text", cf.ones((3,)))
+
+
+def test_graphed_methods_capture_per_instance(cf, rng):
+    class Model:
+        def __init__(self, w):
+            self.w = w
+
+        @cf.graph.graphed
+        def forward(self, x):
+            return x * self.w
+
+    x = cf.asarray(rng.uniform(-9, 9, size=(4, 8)).astype(np.float32))
+    a, b = Model(2.0), Model(3.0)
+    np.testing.assert_array_equal(cf.asnumpy(a.forward(x)), cf.asnumpy(x) * 2)
+    np.testing.assert_array_equal(cf.asnumpy(b.forward(x)), cf.asnumpy(x) * 3)
+    np.testing.assert_array_equal(cf.asnumpy(a.forward(x)), cf.asnumpy(x) * 2)
+    assert a.forward is a.forward and a.forward is not b.forward
+    assert a.forward.__name__ == "forward"
+
+
+def test_a_recorded_constant_is_compared_as_a_value(cf, rng):
+    x = cf.asarray(rng.uniform(-9, 9, size=(8,)).astype(np.float32))
+    f = cf.graph.capture(lambda a, k: a * k, x, 3)
+    np.testing.assert_array_equal(cf.asnumpy(f(x, 3)), cf.asnumpy(x) * 3)
+    for other in (x, np.ones(8), 3.0, True, [3]):  # arrays, and values of another type
+        with pytest.raises(cuflow.ArgumentError, match="argument 1 .* recorded into the graph"):
+            f(x, other)
+    g = cf.graph.capture(lambda a, k: a + k, x, float("nan"))
+    assert np.isnan(cf.asnumpy(g(x, float("nan")))).all()
+
+
+def test_a_capture_that_raised_is_tried_again(cf, rng):
+    x = cf.asarray(rng.uniform(-9, 9, size=(8,)).astype(np.float32))
+    calls = []
+
+    def step(a):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("the first call fails")
+        return a * 2
+
+    f = cf.graph.graphed(step)
+    with pytest.raises(RuntimeError, match="first call"):
+        f(x)
+    np.testing.assert_array_equal(cf.asnumpy(f(x)), cf.asnumpy(x) * 2)

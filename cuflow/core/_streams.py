@@ -105,15 +105,22 @@ class Stream:
         _check_device("Stream", self._dev)
         if self._cp is not None:
             self._cp.__enter__()
-        else:
-            _host.held.append(self)
+        else:  # CuPy's rule: the block's exit makes current what was current at its entry
+            _host.prev.setdefault(id(self), []).append(_host.current)
+            _host.current = self
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._cp is not None:
             self._cp.__exit__(*exc)
         else:
-            _host.held.pop()
+            stack = _host.prev.get(id(self))
+            if not stack:
+                raise ArgumentError("cuflow.Stream: __exit__ of a stream that was not entered "
+                                    "(use it as `with stream:`)")
+            _host.current = stack.pop()
+            if not stack:
+                del _host.prev[id(self)]
 
     # -- operations ---------------------------------------------------------
     def synchronize(self) -> None:
@@ -298,8 +305,8 @@ def as_stream(stream: Any) -> Stream:
         return stream
     s = as_cupy_stream(stream)
     if s is None and stream is None:  # the NumPy backend's current stream
-        if _host.held:
-            return _host.held[-1]
+        if _host.current is not None:
+            return _host.current
         if _host.null is None:
             _host.null = Stream(_wrap=_NULL)
         return _host.null
@@ -312,7 +319,8 @@ class _HostStreams(threading.local):
     stream per thread (of the current device)."""
 
     def __init__(self) -> None:
-        self.held: list[Stream] = []
+        self.current: Stream | None = None  # None: the null stream
+        self.prev: dict[int, list[Stream | None]] = {}  # id(stream): current at its entries
         self.null: Stream | None = None
 
 

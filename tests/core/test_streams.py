@@ -130,3 +130,17 @@ def test_event_orders_dependent_work_across_streams(gpu_cf):
     raced = float(y.to_numpy().max()) == 0.0
     a_stream.synchronize()
     assert raced, "B finished after A without waiting: the ordering test would prove nothing"
+
+
+def test_a_stream_block_restores_what_was_current_at_its_entry(cf):
+    s1, s2 = cf.Stream(), cf.Stream()
+    with s1:
+        with s2:
+            assert cf.current_stream() == s2
+            with s1:
+                assert cf.current_stream() == s1
+            assert cf.current_stream() == s2
+        assert cf.current_stream() == s1
+    if not cf.get_backend().is_gpu:  # (CuPy's own stream objects say what they say)
+        with pytest.raises(cuflow.ArgumentError, match="not entered"):
+            s1.__exit__(None, None, None)
