@@ -26,6 +26,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ._checks import is_integer
 from ._env import env_switch
 from ._errors import ArgumentError, ArgumentTypeError, CudaError
 from .core._fastpath import FastCall
@@ -79,11 +80,11 @@ def _push_pop() -> tuple[Callable[[str, int], None], Callable[[], None]]:
 def _color(color: Any) -> int:
     if color is None:
         return _COLORS["op"]
-    if isinstance(color, int) and not isinstance(color, bool):
+    if is_integer(color):
         if not 0 <= color < 1 << 32:
             raise ArgumentError(f"cuflow.annotate: an ARGB color is an int in [0, 2**32), got "
                                 f"{color!r}")
-        return color
+        return int(color)  # (the NVTX bindings take a Python int)
     try:
         return _NAMED_COLORS[str(color).lower()]
     except KeyError:

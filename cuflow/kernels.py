@@ -8,24 +8,29 @@ before the first frame instead of during it.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import numpy
 
+from ._errors import ArgumentTypeError
+from .core._contract import as_dtype
 from .core._runtime import get_backend
 from .raw_kernels import REGISTRY, KernelLookupError, KernelSpec, get_function
 
 __all__ = ["REGISTRY", "KernelLookupError", "KernelSpec", "warmup"]
 
 
-def warmup(kernels: Iterable[str] | None = None, dtypes: Iterable | None = None) -> int:
+def warmup(kernels: str | Iterable[str] | None = None, dtypes: Any = None) -> int:
     """Compile and load registry kernels for the current device now.
 
     Parameters
     ----------
     kernels : str or iterable of str, optional
         Registry names (default: all of :data:`REGISTRY`).
-    dtypes : iterable of dtype-like, optional
-        Only these instantiations (default: every dtype each kernel supports).
+    dtypes : dtype-like or iterable of dtype-like, optional
+        Only these instantiations (default: every dtype each kernel supports);
+        a single string or dtype is one dtype.  Each kernel asked for must
+        have an instantiation for each of them.
 
     Returns
     -------
@@ -36,20 +41,29 @@ def warmup(kernels: Iterable[str] | None = None, dtypes: Iterable | None = None)
     Raises
     ------
     KernelLookupError
-        An unknown kernel name (a ``KeyError``), on every backend.
+        An unknown kernel name, or a dtype a kernel has no instantiation for (a
+        ``KeyError``), on every backend.
+    cuflow.ArgumentTypeError
+        A kernel name that is not a str, or a dtype that names no dtype.
     cuflow.KernelCompileError
         NVRTC rejected a kernel (the log is in the message).
     """
-    names = (list(REGISTRY) if kernels is None
-             else [kernels] if isinstance(kernels, str) else list(kernels))
+    names = _names(kernels)
     unknown = [n for n in names if n not in REGISTRY]
     if unknown:
         raise KernelLookupError(f"cuflow.kernels.warmup: no registered kernel named "
                                 f"{', '.join(map(repr, unknown))}; the registry has "
                                 f"{', '.join(REGISTRY)}")
+    want = None if dtypes is None else _dtype_names(dtypes)
+    for name in names:
+        have = REGISTRY[name].dtypes()
+        missing = [d for d in want or () if d not in have]
+        if missing:
+            raise KernelLookupError(f"cuflow.kernels.warmup: kernel {name!r} has no "
+                                    f"instantiation for {', '.join(missing)}; it has "
+                                    f"{', '.join(have)}")
     if not get_backend().is_gpu:
         return 0
-    want = None if dtypes is None else {numpy.dtype(d).name for d in dtypes}
     n = 0
     for name in names:
         spec = REGISTRY[name]
@@ -60,3 +74,38 @@ def warmup(kernels: Iterable[str] | None = None, dtypes: Iterable | None = None)
             get_function(name, entry, dt)
             n += 1
     return n
+
+
+def _names(kernels: Any) -> list[str]:
+    """``kernels=`` as a list of names: one str is one name, not its characters."""
+    if kernels is None:
+        return list(REGISTRY)
+    if isinstance(kernels, str):
+        return [kernels]
+    rule = "kernels must be a registry name (a str), an iterable of them or None"
+    try:
+        names = list(kernels)
+    except TypeError:
+        raise ArgumentTypeError(f"cuflow.kernels.warmup: {rule}, got "
+                                f"{type(kernels).__name__} {kernels!r}") from None
+    bad = [n for n in names if not isinstance(n, str)]
+    if isinstance(kernels, bytes) or bad:
+        raise ArgumentTypeError(f"cuflow.kernels.warmup: {rule}, got {kernels!r}")
+    return names
+
+
+def _dtype_names(dtypes: Any) -> list[str]:
+    """``dtypes=`` as dtype names: one string or dtype is one dtype (a string is not read as
+    its characters, nor a dtype, which is not iterable, as a list)."""
+    one = isinstance(dtypes, str | numpy.dtype | type)
+    if not one:
+        try:
+            dtypes = list(dtypes)
+        except TypeError:
+            one = True
+    out = []
+    for d in [dtypes] if one else dtypes:
+        if d is None:  # (numpy.dtype(None) is float64: a None in the list is a mistake)
+            raise ArgumentTypeError("cuflow.kernels.warmup: dtypes must name dtypes, got None")
+        out.append(as_dtype("kernels.warmup", d).name)
+    return list(dict.fromkeys(out))

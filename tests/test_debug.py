@@ -50,6 +50,17 @@ def test_annotate_context_and_decorator(ranges):
         cuflow.annotate(3)
 
 
+def test_annotate_takes_a_numpy_integer_color(ranges):
+    with cuflow.annotate("x", color=np.uint32(0xFF112233)):
+        pass
+    assert ranges == [("push", "x", 0xFF112233), ("pop",)]
+    assert type(ranges[0][2]) is int  # what the NVTX bindings take
+    with pytest.raises(ValueError, match=r"\[0, 2\*\*32\), got np.int64\(-1\)"):
+        cuflow.annotate("x", color=np.int64(-1))
+    with pytest.raises(ValueError, match="color must be"):
+        cuflow.annotate("x", color=np.True_)  # a bool is not a colour
+
+
 def test_every_op_kind_emits_a_named_range(cf, ranges, rng):
     a = cf.asarray(rng.uniform(-5, 5, size=(8, 8)).astype(np.float32))
     frame = cf.asarray(rng.integers(0, 256, size=(8, 8, 3), dtype=np.uint8))

@@ -29,6 +29,33 @@ def test_random_array_bounds(cf, rng):
     assert random_array((4,), np.float16, rng, low=0.0, high=1e-3, host=True).any()
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.complex64])
+@pytest.mark.parametrize(("low", "high"), [(0, 1), (0.1, 0.2), (-3e4, 3e4)])
+def test_random_floats_stay_in_half_open_bounds(cf, dtype, low, high):
+    """A float64 draw rounded to the dtype can reach high or fall below low: it must not."""
+    a = random_array(10**5, dtype, np.random.default_rng(7), low=low, high=high, host=True)
+    assert a.dtype == np.dtype(dtype)
+    # (compared in float64: a float16 compared with the Python float 0.2 rounds 0.2)
+    for part in ([a.real, a.imag] if np.iscomplexobj(a) else [a]):
+        p = part.astype(np.float64)
+        assert (low <= p).all() and (p < high).all(), (p.min(), p.max())
+    assert len(np.unique(a)) > 100  # still spread over the range
+
+
+@pytest.mark.parametrize(("low", "high", "values"), [
+    (-1e-7, 1e-7, {0.0, -2**-24, 2**-24}),  # symmetric: (low + high) / 2 is 0
+    (-1e-7, 5e-8, {0.0, -2**-24}),  # 5e-8 rounds up to 2**-24, which is not below high
+])
+def test_random_floats_in_a_range_around_zero_are_never_all_zeros(cf, low, high, values):
+    """float16 holds only 0 and +-2**-24 (its least subnormal) in these ranges, and its
+    rounding makes many draws all zeros: the fix-up writes the nonzero value of least
+    magnitude in range."""
+    for seed in range(50):  # (seed 16 draws two zeros in the symmetric range)
+        a = random_array((2,), np.float16, np.random.default_rng(seed), low=low, high=high,
+                         host=True)
+        assert a.any() and set(a.astype(np.float64).tolist()) <= values, (seed, a)
+
+
 @pytest.mark.parametrize(("call", "builtin", "words"), [
     (lambda: random_array(3, np.bool_, low=0, high=1), ValueError, ("bools",)),
     (lambda: random_array(3, np.float32, low=0), ValueError, ("high=None",)),
@@ -38,6 +65,21 @@ def test_random_array_bounds(cf, rng):
     (lambda: random_array(3, np.float32, 0), TypeError, ("rng", "int")),
     (lambda: random_array(2.5, np.float32), TypeError, ("shape",)),
     (lambda: poisoned(3, "U2"), TypeError, ("poisoned", "<U2")),
+    (lambda: poisoned((2.5,), np.float32), TypeError, ("poisoned", "2.5")),
+    (lambda: poisoned((-1,), np.float32), ValueError, ("poisoned", "-1")),
+    (lambda: poisoned((2**62,), np.float32), MemoryError, ("poisoned", "out of memory")),
+    (lambda: host_time_us(5), TypeError, ("host_time_us", "callable", "int 5")),
+    (lambda: device_time_us(5), TypeError, ("device_time_us", "callable", "int 5")),
+    (lambda: random_array(3, np.float16, low=0, high=1e6), ValueError,
+     ("float16", "[-65504.0, 65504.0]", "1000000.0")),
+    (lambda: random_array(3, np.float32, low=-1e300, high=1e300), ValueError,
+     ("float32", "3.4028234663852886e+38", "1e+300")),
+    (lambda: random_array(3, np.complex64, low=0, high=10**400), ValueError,
+     ("complex64", "3.4028234663852886e+38")),
+    (lambda: random_array(3, np.float64, low=-1e308, high=1e308), ValueError,
+     ("high - low", "inf", "1e+308")),
+    (lambda: random_array(3, np.float16, low=1.0001, high=1.0002), ValueError,
+     ("float16", "[1.0001, 1.0002)")),
     (lambda: host_time_us(lambda: None, number=0), ValueError, ("number", "0")),
     (lambda: host_time_us(lambda: None, repeat=True), TypeError, ("repeat", "True")),
     (lambda: device_time_us(lambda: None, number=-5), ValueError, ("number", "-5")),

@@ -79,10 +79,10 @@ def check_dtype(name: str, dtype: Any) -> None:
 
 def check_fill_value(name: str, value: Any, dtype: Any = None) -> Any:
     """A fill value is a number (or a 0-d array of one): text or objects make no array of
-    numbers; with ``dtype``, one that it holds (integers: whole numbers in range; reals:
-    finite values in range, or inf and nan as given).  Returns the value to fill with: a
-    complex number of zero imaginary part for a real dtype becomes its real part (the
-    backend's cast would warn that it discards one)."""
+    numbers; with ``dtype``, one that it holds (bool: True, False, 0 or 1; integers: whole
+    numbers in range; reals: finite values in range, or inf and nan as given).  Returns the
+    value to fill with: a complex number of zero imaginary part for a real dtype becomes its
+    real part (the backend's cast would warn that it discards one)."""
     try:
         # (result_type(None) is float64, and of a tuple the dtype it spells: neither is a
         # number; a Python int past int64 is one, where result_type says object)
@@ -109,7 +109,13 @@ def check_fill_value(name: str, value: Any, dtype: Any = None) -> Any:
             raise ArgumentOverflowError(f"cuflow.{name}: fill_value {value!r} is out of the "
                                         f"range of {dt}") from None
         kind = "f"
-    if dt.kind in "bc" or kind == "b":
+    if dt.kind == "b":
+        # True/False (NumPy's too) or the ints 0 and 1; a cast would make 2.5 or 1j True
+        if kind == "b" or (kind in "iu" and value in (0, 1)):
+            return value
+        raise ArgumentError(f"cuflow.{name}: fill_value for bool must be True, False, 0 or 1, "
+                            f"got {value!r}")
+    if dt.kind == "c" or kind == "b":
         return value
     v = complex(value) if kind == "c" else value
     if kind == "c":

@@ -32,7 +32,7 @@ from typing import Any
 import numpy
 
 from .._checks import is_integer
-from .._errors import ArgumentError, ArgumentTypeError, CuflowError
+from .._errors import ArgumentError, ArgumentTypeError, CuflowError, DeviceError
 from ..core import (Device, Event, Stream, as_cupy_stream, as_darray, as_stream, copy, empty,
                     get_backend)
 from ..core._creation import check_fill_value
@@ -64,6 +64,20 @@ def _on_own_device(method: Callable[..., Any]) -> Callable[..., Any]:
         with Device(self._device):
             return method(self, *args, **kwargs)
     return run
+
+
+def _stream_arg(name: str, resolve: Callable[[Any], Any], stream: Any) -> Any:
+    """``resolve(stream)``, a refusal naming the method."""
+    try:
+        return resolve(stream)
+    except ArgumentTypeError as e:
+        raise ArgumentTypeError(f"cuflow.Bufferizer.{name}: {e}") from None
+
+
+def _producer(name: str, stream: Any) -> Any:
+    """The producer's ``stream=`` as a CuPy stream (None on the NumPy backend), checked
+    before anything else: the NumPy backend would not otherwise look at it."""
+    return _stream_arg(name, as_cupy_stream, stream)
 
 
 def _check_hook(name: str, hook: Any) -> Hook | None:
@@ -110,7 +124,8 @@ class Bufferizer:
     buffer_size : int
         Elements per buffer (the batch size).
     dtype : dtype
-        Element dtype; appended elements must have exactly this dtype.
+        Element dtype (required; None is refused); appended elements must have
+        exactly this dtype.
     stream : Stream, optional
         Stream of every copy and fill of the buffer.  Default: a new
         non-blocking stream owned by the Bufferizer (cuflow's ``Stream``, a
@@ -190,6 +205,8 @@ class Bufferizer:
                 raise ArgumentTypeError(f"Bufferizer: {name} must be an int >= {lo}, got {v!r}")
             if v < lo:
                 raise ArgumentError(f"Bufferizer: {name} must be an int >= {lo}, got {v!r}")
+        if dtype is None:  # (numpy.dtype(None) is float64: the dtype has no default)
+            raise ArgumentTypeError("Bufferizer: dtype must be a NumPy dtype, got None")
         try:
             dtype = numpy.dtype(dtype)
         except TypeError:
@@ -275,6 +292,7 @@ class Bufferizer:
 
         Dispatches to :meth:`append_one` or :meth:`append_multiple` by shape.
         """
+        _producer("append", stream)
         if isinstance(element, list | tuple):
             return self.append_multiple(element, stream=stream)
         shape = self._array(element, "append").shape
@@ -298,9 +316,10 @@ class Bufferizer:
         Stream semantics: asynchronous; the copy is queued on the buffer's
         stream after the work queued so far on ``stream`` (default: current).
         """
+        producer = _producer("append_one", stream)
         self._check(element, "append_one", batched=False)
         self._room(1, "append_one")
-        self._prepare_write(stream)
+        self._prepare_write(producer)
         self._copy(element, self._buffers[self._active][self._n])
         self._appended(1, self._append_one_hook)
 
@@ -316,6 +335,7 @@ class Bufferizer:
         Stream semantics: as :meth:`append_one`.
         """
         name = "append_multiple"
+        producer = _producer(name, stream)
         if isinstance(element, list | tuple):
             for e in element:
                 self._check(e, name, batched=False)
@@ -326,7 +346,7 @@ class Bufferizer:
         self._room(k, name)
         if k == 0:
             return
-        self._prepare_write(stream)
+        self._prepare_write(producer)
         buf = self._buffers[self._active]
         if isinstance(element, list | tuple):
             for i, e in enumerate(element):
@@ -349,8 +369,9 @@ class Bufferizer:
         Stream semantics: the buffer's stream is ordered after ``stream``
         (default: current) and after the previous consumer of this buffer.
         """
+        producer = _producer("next_slot", stream)
         self._room(1, "next_slot")
-        self._prepare_write(stream)
+        self._prepare_write(producer)
         return self._buffers[self._active][self._n]
 
     def commit(self, n: int = 1) -> None:
@@ -380,10 +401,11 @@ class Bufferizer:
         Stream semantics: no host synchronization; one event record on the
         buffer's stream and one wait on ``stream``.
         """
+        consumer = _stream_arg("take", as_stream, stream)
         if self._n == 0:
             raise BufferizerStateError("Bufferizer.take: the buffer is empty")
         i, n = self._active, self._n
-        as_stream(stream).wait(self._stream.record())
+        consumer.wait(self._stream.record())
         self._taken[i] = True
         view = as_darray(self._buffers[i][:n])
         self._active = (i + 1) % self._n_buffers
@@ -399,10 +421,11 @@ class Bufferizer:
         again (no host synchronization).  Raises :class:`BufferizerStateError`
         if no buffer is taken.
         """
+        consumer = _stream_arg("release", as_stream, stream)
         order = [(self._active + k) % self._n_buffers for k in range(self._n_buffers)]
         for i in order:
             if self._taken[i]:
-                self._freed[i] = as_stream(stream).record()
+                self._freed[i] = consumer.record()
                 self._taken[i] = False
                 return
         raise BufferizerStateError("Bufferizer.release: no buffer has been taken")
@@ -449,7 +472,7 @@ class Bufferizer:
             _run_hook("flush_hook", self._flush_hook, self, "flush", mark, undo,
                       f"nothing was filled and the {n} element(s) are kept")
         try:
-            self._prepare_write(None)
+            self._prepare_write(as_cupy_stream(None))
             self._fill(self._buffers[self._active], value)
         except BaseException:
             if self._changes == mark:  # a hook that changed it is not undone (see _run_hook)
@@ -562,7 +585,14 @@ class Bufferizer:
             raise BufferizerError(f"Bufferizer.{name}: element dtype must be {self._dtype}, "
                                   f"got {element.dtype} (cast with astype(dst=) first)")
         if self._multi:
-            get_backend().check_devices(f"Bufferizer.{name}", element)  # the Bufferizer's device
+            # the calls run on the Bufferizer's device whatever device is current, so the
+            # element must be there (the ops' advice, another current device, cannot help)
+            d = get_backend().device_of(element)
+            if d is not None and d != self._device:
+                raise DeviceError(
+                    f"cuflow.Bufferizer.{name}: an input is on device {d} but elements must be "
+                    f"on the Bufferizer's device {self._device} (its calls run there whatever "
+                    f"device is current); copy it with x.to_device({self._device}) first")
 
     def _room(self, k: int, name: str) -> None:
         self._writable(name)
@@ -585,15 +615,15 @@ class Bufferizer:
         else:
             copy(src, dst=dst, stream=self._stream)
 
-    def _prepare_write(self, stream: Any) -> None:
-        """Order the buffer's stream after the producer and after the buffer's last consumer."""
+    def _prepare_write(self, producer: Any) -> None:
+        """Order the buffer's stream after ``producer`` (a resolved CuPy stream; None on the
+        NumPy backend) and after the buffer's last consumer."""
         i = self._active
         if self._freed[i] is not None:
             self._stream.wait(self._freed[i])
             self._freed[i] = None
         if self._stream.cupy is None:
             return
-        producer = as_cupy_stream(stream)
         if producer.ptr != self._stream.ptr:
             self._producer_done.record(producer)  # one reused event, no allocation
             self._stream.wait(self._producer_done)

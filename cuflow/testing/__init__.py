@@ -35,7 +35,9 @@ def random_array(shape, dtype, rng: numpy.random.Generator | None = None, *, hos
     Integers cover ``[min, max]``, or ``[low, high)``; floats are normal with a wide spread
     and mixed signs, or uniform in ``[low, high)`` when both are given; complex has random
     real and imaginary parts (each uniform in ``[low, high)`` when both are given); bools are
-    random and take no bounds.  Returns a darray of the active backend unless ``host``.
+    random and take no bounds.  Float bounds must lie in the dtype's finite range, ``high -
+    low`` must be finite in float64, and ``[low, high)`` must hold a value of the dtype.
+    Returns a darray of the active backend unless ``host``.
     """
     if rng is None:
         rng = numpy.random.default_rng()
@@ -49,12 +51,15 @@ def random_array(shape, dtype, rng: numpy.random.Generator | None = None, *, hos
         raise ArgumentError("cuflow.testing.random_array: bools take no low and high")
     if bounds and dt.kind in "fc":
         for what, v in (("low", low), ("high", high)):
-            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
+            # (an int is finite however large: math.isfinite of one past float64 overflows)
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not (
+                    isinstance(v, numbers.Integral) or math.isfinite(v)):
                 raise ArgumentError(f"cuflow.testing.random_array: {dt} takes a finite low and "
                                     f"high together, got {what}={v!r}")
         if not low < high:
             raise ArgumentError(f"cuflow.testing.random_array: [low, high) must be a nonempty "
                                 f"range, got [{low}, {high})")
+        bot, top = _float_bounds(dt, low, high)
     if dt.kind == "b":
         a = rng.integers(0, 2, size=shape).astype(dt)
     elif dt.kind in "iu":
@@ -70,23 +75,71 @@ def random_array(shape, dtype, rng: numpy.random.Generator | None = None, *, hos
                                 f"range within {dt}'s [{info.min}, {info.max}], got [{lo}, {hi})")
         a = rng.integers(lo, hi, size=shape, dtype=dt)
     else:
-        def part():
-            return (rng.uniform(low, high, shape) if bounds
-                    else rng.standard_normal(shape) * 100)
+        pt = numpy.finfo(dt).dtype  # the dtype of the real and imaginary parts
 
-        a = (part() if dt.kind == "f" else part() + 1j * part()).astype(dt)
+        def part():
+            v = numpy.asarray(rng.uniform(low, high, shape) if bounds
+                              else rng.standard_normal(shape) * 100).astype(pt)
+            # rounding a float64 draw to the dtype can reach high (or fall below low)
+            return numpy.clip(v, bot, top, out=v) if bounds else v
+
+        a = numpy.empty(shape, dt)
+        if dt.kind == "f":
+            a[...] = part()
+        else:
+            a.real[...] = part()
+            a.imag[...] = part()
     if a.size and not a.any():  # (a small bool, integer or narrow float draw: all zeros)
         a.flat[rng.integers(a.size)] = (True if dt.kind == "b" else (hi - 1 or lo)
-                                        if dt.kind in "iu" else (low + high) / 2 if bounds
-                                        else 1)
+                                        if dt.kind in "iu" else _least_nonzero(bot, top)
+                                        if bounds else 1)
     if host:
         return a
     return asarray(a)  # ``a`` is new: the NumPy backend may use it without a copy
 
 
+def _float_bounds(dt: numpy.dtype, low: Any, high: Any) -> tuple[Any, Any]:
+    """The least and the greatest value of ``dt`` (of its parts, for complex) in
+    ``[low, high)``: the draw is clipped to them.  Bounds past the dtype's finite range, a
+    width ``high - low`` past float64's (the draw's dtype), and a range that holds no value
+    of the dtype are refused."""
+    info = numpy.finfo(dt)
+    big = float(info.max)
+    if not -big <= low < high <= big:
+        raise ArgumentError(f"cuflow.testing.random_array: low and high must lie in {dt}'s "
+                            f"finite range [{-big}, {big}], got [{low}, {high})")
+    width = float(high) - float(low)
+    if not math.isfinite(width):
+        raise ArgumentError(f"cuflow.testing.random_array: high - low must be finite in "
+                            f"float64 (the values are drawn in float64), got [{low}, {high}), "
+                            f"a width of {width}")
+    pt = info.dtype.type
+    # (compared as Python numbers: a float16 compared with a Python float rounds the float)
+    bot, top = pt(float(low)), pt(float(high))
+    if float(bot) < low:
+        bot = numpy.nextafter(bot, pt(numpy.inf))
+    if float(top) >= high:
+        top = numpy.nextafter(top, pt(-numpy.inf))
+    if bot > top:
+        raise ArgumentError(f"cuflow.testing.random_array: [low, high) must hold a value of "
+                            f"{dt}, got [{low}, {high})")
+    return bot, top
+
+
+def _least_nonzero(bot: Any, top: Any) -> Any:
+    """The nonzero value of least magnitude in ``[bot, top]`` (0 when there is none)."""
+    pt = type(bot)
+    for v in (numpy.nextafter(pt(0), pt(numpy.inf)), numpy.nextafter(pt(0), pt(-numpy.inf))):
+        if bot <= v <= top:
+            return v
+    return pt(0)
+
+
 def poisoned(shape, dtype):
-    """An output array filled with a value no correct kernel writes (NaN, or the dtype's max)."""
+    """An output array filled with a value no correct kernel writes (NaN, or the dtype's max);
+    ``shape`` as for :func:`random_array`."""
     dt = _dtype("poisoned", dtype)
+    shape = check_shape("testing.poisoned", shape, dt)
     if dt.kind in "fc":
         fill = numpy.nan
     elif dt.kind == "b":

@@ -56,6 +56,12 @@ def _counts(name: str, **counts: int) -> None:
                                 f"{n!r}")
 
 
+def _callable(name: str, fn: object) -> None:
+    if not callable(fn):
+        raise ArgumentTypeError(f"cuflow.testing.{name}: fn must be a callable taking no "
+                                f"arguments, got {type(fn).__name__} {fn!r}")
+
+
 def _sync():
     """Wait for all work on the current device (nothing to wait for on the NumPy backend)."""
     rt = runtime()
@@ -66,6 +72,7 @@ def _sync():
 def host_time_us(fn: Callable[[], object], *, number: int = 2000, repeat: int = 7,
                  warmup: int = 200) -> Timing:
     """Host microseconds per call of ``fn`` (synchronizes before and after each loop)."""
+    _callable("host_time_us", fn)
     _counts("host_time_us", number=number, repeat=repeat, warmup=warmup)
     for _ in range(warmup):
         fn()
@@ -96,6 +103,7 @@ def device_time_us(fn: Callable[[], object], *, number: int = 10, repeat: int = 
     back unless the host launches them slower than the GPU runs them (then
     the figure is the host's rate, as a pipeline of such calls would see).
     """
+    _callable("device_time_us", fn)
     _counts("device_time_us", number=number, repeat=repeat, warmup=warmup)
     for _ in range(warmup):
         fn()

@@ -377,9 +377,17 @@ def test_bufferizer_refuses_an_element_of_another_device(dcf):
         buf = dcf.Bufferizer((3,), 2, dcf.float32)
     with dcf.Device(i):
         e = dcf.ones(3, dtype=dcf.float32)
-    with pytest.raises(dcf.DeviceError, match=rf"Bufferizer\.append_one: an input is on device {i}"):
-        buf.append_one(e)
+    for call, arg in (("append_one", e), ("append_multiple", e[None]), ("append", [e])):
+        with pytest.raises(dcf.DeviceError) as ei:
+            getattr(buf, call)(arg)
+        msg = str(ei.value)
+        # the Bufferizer works on its own device whatever is current: only a copy helps
+        assert f"Bufferizer.{'append_multiple' if call == 'append' else call}: an input is on " \
+               f"device {i} but elements must be on the Bufferizer's device {j}" in msg
+        assert f"x.to_device({j})" in msg and "cuflow.Device" not in msg
     assert len(buf) == 0
+    buf.append_one(e.to_device(j))
+    assert len(buf) == 1
 
 
 def test_pipeline_runs_on_its_device(dcf, rng):

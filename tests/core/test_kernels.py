@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 import cuflow
@@ -42,3 +43,37 @@ def test_warmup_loads_the_modules_asked_for(cf):
     gpu = cf.backend_info()["backend"] == "cupy"
     assert cuflow.kernels.warmup("image", dtypes=dtypes[:1]) == (1 if gpu else 0)
     assert cuflow.kernels.warmup() == (len(CASES) if gpu else 0)
+
+
+@pytest.mark.parametrize(("dtypes", "missing"), [
+    (["int32"], "int32"), ("int32", "int32"), ([cuflow.float32, "int8"], "int8")])
+def test_warmup_refuses_a_dtype_a_kernel_has_no_instantiation_for(cf, dtypes, missing):
+    """On every backend, though only the GPU compiles: the same call must fail on both."""
+    with pytest.raises(cuflow.kernels.KernelLookupError) as ei:
+        cuflow.kernels.warmup("image", dtypes=dtypes)
+    msg = str(ei.value)
+    assert isinstance(ei.value, KeyError) and isinstance(ei.value, cuflow.CuflowError)
+    assert f"'image' has no instantiation for {missing};" in msg
+    assert ", ".join(REGISTRY["image"].dtypes()) in msg
+
+
+@pytest.mark.parametrize(("kw", "words"), [
+    (dict(dtypes=["notadtype"]), ("dtype", "'notadtype'")),
+    (dict(dtypes=[None]), ("dtypes", "None")),
+    (dict(kernels=5), ("kernels", "int 5")),
+    (dict(kernels=[["image"]]), ("kernels", "[['image']]")),
+    (dict(kernels=b"image"), ("kernels", "b'image'")),
+])
+def test_warmup_refuses_arguments_of_the_wrong_type(cf, kw, words):
+    with pytest.raises(cuflow.ArgumentTypeError) as ei:
+        cuflow.kernels.warmup(**kw)
+    assert str(ei.value).startswith("cuflow.kernels.warmup: ")
+    for w in words:
+        assert w in str(ei.value), (w, str(ei.value))
+
+
+@pytest.mark.parametrize("dtype", ["float16", cuflow.float16, np.dtype("float16")])
+def test_warmup_takes_one_dtype_as_one_dtype(cf, dtype):
+    """A string is one dtype, not its characters ('f' would name float32, 'o' nothing)."""
+    gpu = cf.backend_info()["backend"] == "cupy"
+    assert cuflow.kernels.warmup("image", dtypes=dtype) == (1 if gpu else 0)

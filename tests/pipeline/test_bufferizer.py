@@ -176,7 +176,9 @@ def test_hook_setters(cf, rng, setter):
     (300, np.uint8, ValueError), (-1, np.uint8, ValueError), (1.5, np.uint8, ValueError),
     (float("nan"), np.int32, ValueError), (1e300, np.float32, ValueError),
     (None, np.float32, TypeError), ("abc", np.uint8, TypeError), ([1, 2], np.float32, TypeError),
-    (np.ones(2), np.float32, TypeError), (1j, np.float32, TypeError)])
+    (np.ones(2), np.float32, TypeError), (1j, np.float32, TypeError),
+    (2.5, np.bool_, ValueError), (1j, np.bool_, ValueError), (2, np.bool_, ValueError),
+    (1.0, np.bool_, ValueError)])
 def test_flush_refuses_a_fill_value_the_dtype_cannot_hold(cf, rng, value, dtype, err):
     b = cf.Bufferizer(SHAPE, 2, dtype)
     x = cf.asarray(rng.integers(0, 100, size=SHAPE).astype(dtype))
@@ -191,12 +193,49 @@ def test_flush_refuses_a_fill_value_the_dtype_cannot_hold(cf, rng, value, dtype,
 
 @pytest.mark.parametrize("value, dtype", [(255, np.uint8), (2.0, np.uint8), (np.int64(7), np.uint8),
                                           (float("inf"), np.float32), (True, np.float32),
-                                          (3 + 0j, np.float16)])
+                                          (3 + 0j, np.float16), (True, np.bool_),
+                                          (1, np.bool_), (np.int8(1), np.bool_),
+                                          (np.False_, np.bool_)])
 def test_flush_fills_with_a_value_the_dtype_holds(cf, value, dtype):
     b = cf.Bufferizer(SHAPE, 2, dtype)
     b.flush(value)
     b.stream.synchronize()
     assert_equal_host(b.darray, np.full(b.shape, np.real(value), dtype))
+
+
+@pytest.mark.parametrize("value", [2.5, 1j, -1, 2, np.float32(1), True, 0, np.True_])
+def test_flush_and_full_agree_on_bool_fill_values(cf, value):
+    """A bool buffer takes True, False, 0 or 1: a cast would make 2.5 or 1j True."""
+    ok = isinstance(value, bool | np.bool_) or value in (0, 1) and isinstance(value, int)
+    b = cf.Bufferizer(SHAPE, 2, np.bool_)
+    for fill in (b.flush, lambda v: cf.full(3, v, dtype=bool)):
+        if ok:
+            fill(value)
+        else:
+            with pytest.raises(cf.ArgumentError, match=r"bool must be True, False, 0 or 1"):
+                fill(value)
+
+
+def test_dtype_is_required(cf):
+    with pytest.raises(cf.ArgumentTypeError, match=r"Bufferizer: dtype must be a NumPy dtype, "
+                       r"got None"):
+        cf.Bufferizer(SHAPE, 2, None)
+
+
+@pytest.mark.parametrize("call", ["append_one", "append", "append_multiple", "next_slot",
+                                  "take", "release"])
+@pytest.mark.parametrize("bad", [5, "zz"])
+def test_stream_is_checked_first_on_every_path(cf, rng, call, bad):
+    """The NumPy backend queues nothing, and must refuse what the GPU refuses."""
+    b = cf.Bufferizer(SHAPE, 2, cf.float32)
+    x = frames(cf, rng)
+    b.append_one(x)
+    args = {"append_one": (x,), "append": (x,), "append_multiple": ([x],)}.get(call, ())
+    with pytest.raises(cf.ArgumentTypeError, match=rf"Bufferizer\.{call}: stream= must be"):
+        getattr(b, call)(*args, stream=bad)
+    assert len(b) == 1  # nothing appended, taken or released
+    b.append_one(x)  # the buffer was not taken
+    assert b.full
 
 
 def test_the_full_hook_fires_once_per_fill_with_reentrant_appends(cf, rng):
