@@ -316,8 +316,8 @@ def one_element_axis(name: str, a: Any, axis: Any, done: str) -> tuple[Any, Any]
 def check_host_out(name: str, a: Any, out: Any) -> None:
     """CuPy's rule for the host ``out=`` of a device-to-host copy: a NumPy array of ``a``'s
     shape and dtype (``a`` is never cast or broadcast into it)."""
-    if not isinstance(out, numpy.ndarray):
-        raise DstTypeError(f"cuflow.{name}: out must be a numpy.ndarray, got "
+    if not isinstance(out, numpy.ndarray) or isinstance(out, runtime().darray):
+        raise DstTypeError(f"cuflow.{name}: out must be a numpy.ndarray (host memory), got "
                            f"{type(out).__module__}.{type(out).__name__}")
     shape, dtype = getattr(a, "shape", None), getattr(a, "dtype", None)
     if shape is not None and out.shape != shape:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import cuflow
 from cuflow.testing import assert_equal_host, random_array, to_host
 
 
@@ -254,3 +255,16 @@ def test_arrays_print_numpys_digits(cf):
         x = cf.asarray(h)
         assert str(x) == str(h)
         assert repr(x).split("(", 1)[1].split("\n")[0] == repr(h).split("(", 1)[1].split("\n")[0]
+
+
+def test_method_arguments_are_checked_whatever_else_is_passed(cf):
+    x = cf.arange(6.0)
+    for call in (lambda: x.astype("bogus"), lambda: x.astype("bogus", casting="unsafe")):
+        with pytest.raises(cuflow.ArgumentTypeError, match="cuflow.astype: dtype must name"):
+            call()
+    for call in (lambda: x.astype(cf.float32, order="Z"), lambda: x.copy(order="Z"),
+                 lambda: x.copy(order="Z", stream=cf.Stream())):
+        with pytest.raises(cuflow.ArgumentError, match="order"):
+            call()
+    with pytest.raises(cuflow.DstTypeError, match="numpy.ndarray"):
+        x.get(out=cf.empty(6))
