@@ -37,7 +37,9 @@ Conventions
 -----------
 torchvision's (PyTorch's ``interpolate`` with ``align_corners=False``):
 bilinear samples at ``(dst + 0.5) * in / out - 0.5`` clamped to the frame;
-nearest at ``floor(dst * in / out)``; ``area`` averages the source box with
+nearest at ``floor(dst * in / out)`` with ``in / out`` in float32, as PyTorch's
+nearest (an exact integer division differs for some sizes: 28 rows to 46 take row 13,
+not 14, for row 23); ``area`` averages the source box with
 fractional edge weights (OpenCV's INTER_AREA) and is bilinear along an axis
 that is upscaled.  Sizes are ``(height, width)``.  uint8 outputs are rounded
 half to even and clamped; float outputs are not clamped.  YUV frames are
@@ -45,6 +47,9 @@ resampled as Y, U and V, the chroma upsampled to the luma grid by replication,
 then converted to RGB and clamped to its range once per output pixel: the same
 as converting the frame first and resampling its RGB, except near colours
 outside the RGB range, which are clamped after resampling rather than before.
+
+Limits: at most 65535 frames (or boxes) per call and an output at most 65535 rows
+high (the kernels' grid); split larger batches.
 
 Options
 -------

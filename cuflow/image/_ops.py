@@ -106,8 +106,10 @@ def resize(src, size, *, interpolation="bilinear", src_format=None, out_format=N
            matrix="bt601", full_range=False, dst=None, stream=None):
     """Resize uint8 frames to ``size`` = ``(height, width)``: uint8 in the input's HWC layout.
 
-    ``(N, H, W, C)`` gives ``(N, h, w, C')``; YUV frames give packed RGB.
-    Rounded half to even, as torchvision does on CUDA tensors.
+    ``(N, H, W, C)`` gives ``(N, h, w, C')``: ``C'`` is ``out_format``'s channel count,
+    by default the source's colours without alpha (an RGBA frame gives RGB; pass
+    ``out_format="RGBA"`` to keep alpha).  YUV frames give packed RGB.  Rounded half to
+    even, as torchvision does on CUDA tensors.
 
     Parameters
     ----------
@@ -232,7 +234,8 @@ def crop_resize(src, boxes, size, *, frame_index=None, interpolation="bilinear",
     An inverted box samples the frame backwards: ``x2 < x1`` mirrors the
     crop horizontally and ``y2 < y1`` vertically (with bilinear sampling,
     ``[6, 6, 2, 2]`` gives ``[2, 2, 6, 6]`` turned by 180 degrees; nearest
-    takes the pixel below each mirrored position, one further along); an
+    takes the pixel below each mirrored position, one further along;
+    ``interpolation="area"`` samples a mirrored axis bilinearly, as an upscaled one); an
     empty box (``x1 == x2``) repeats one column.  Coordinates must be finite
     and within ``+-2**24`` (16777216: float32 holds every whole pixel position
     up to there, and the box's size and sampling positions, computed in
@@ -284,7 +287,7 @@ def crop_resize(src, boxes, size, *, frame_index=None, interpolation="bilinear",
         raise ImageFormatError(f"cuflow.image.crop_resize: boxes must be (K, 4) x1, y1, x2, y2, "
                                f"got shape {boxes.shape}")
     if on_host:
-        hb = numpy.asarray(given if rt.is_gpu else boxes, dtype=numpy.float64)
+        hb = numpy.asarray(given, dtype=numpy.float64)  # (the values as given, in messages)
         # The kernel reads float32 coordinates and computes the box's size and sampling
         # positions in float32.  Within +-2**24 they stay finite, and an area cell's end
         # lies past its start (its weight is positive); past it a finite box's width may

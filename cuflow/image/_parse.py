@@ -55,8 +55,9 @@ def per_channel(name: str, what: str, v, n: int) -> tuple[float, ...]:
     if len(vals) == 1:
         vals *= n
     if len(vals) != n:
-        raise ImageFormatError(f"cuflow.image.{name}: {what} needs 1 or {n} values (one per "
-                               f"output channel), got {len(vals)}: {v!r}")
+        raise ImageFormatError(f"cuflow.image.{name}: {what} needs "
+                               f"{'1' if n == 1 else f'1 or {n}'} value{'s' * (n > 1)} (one per "
+                               f"channel), got {len(vals)}: {v!r}")
     return vals
 
 

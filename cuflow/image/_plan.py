@@ -69,11 +69,26 @@ class Letterbox:
     def unmap_boxes(self, boxes, *, stream=None):
         """``(..., 4)`` boxes ``x1, y1, x2, y2`` in output pixels -> source pixels, clipped to the frame.
 
-        Returns a new array of the same backend (a few small elementwise kernels on the GPU).
+        Returns a new array of the active backend (a few small elementwise kernels on the
+        GPU; boxes on the host are uploaded first).  Boxes must be real numbers with a last
+        axis of 4 (:class:`ImageFormatError`): take ``[..., :4]`` of detections with more
+        columns.
         """
         rt = runtime()
         xp = rt.xp
+        if not hasattr(boxes, "shape"):  # (a list of boxes)
+            boxes = numpy.asarray(boxes)
+        shape = boxes.shape
+        kind = getattr(getattr(boxes, "dtype", None), "kind", "")
+        if not shape or shape[-1] != 4 or kind not in "iuf":
+            raise ImageFormatError(
+                f"cuflow.image.Letterbox.unmap_boxes: boxes must be a real array of shape "
+                f"(..., 4) (x1, y1, x2, y2; take [..., :4] of detections with more columns), "
+                f"got {type(boxes).__name__} of shape {shape} and dtype "
+                f"{getattr(boxes, 'dtype', None)}")
         with use_stream(stream):
+            if rt.is_gpu and isinstance(boxes, numpy.ndarray):  # host boxes (after NMS on
+                boxes = xp.asarray(boxes)  # the host): uploaded, as crop_resize's are
             h, w = self.src_size
             rh, rw = self.resized
             off = xp.asarray([self.pad_x, self.pad_y, self.pad_x, self.pad_y], numpy.float32)
@@ -210,6 +225,9 @@ def _make_plan(name, src, *, size, letterbox_pad, rois, interpolation, norm, src
         raise ImageTypeError(f"cuflow.image.{name}: dtype must be one of {list(OUT_DTYPES)}, "
                              f"got {dtype!r}") from None
     choice(name, "dtype", dtype.name, OUT_DTYPES)
+    if not dtype.isnative:  # (the kernels write the machine's byte order)
+        raise ImageTypeError(f"cuflow.image.{name}: dtype must be in the machine's byte order, "
+                             f"got {dtype.str}")
     choice(name, "interpolation", interpolation, INTERP)
     choice(name, "matrix", matrix, MATRICES)
     flip = flag(name, "flip", flip)
@@ -230,6 +248,9 @@ def _make_plan(name, src, *, size, letterbox_pad, rois, interpolation, norm, src
         info = Letterbox(r, ox0, oy0, (rh, rw), (s.H, s.W))
     else:
         oy0, ox0, rh, rw = 0, 0, oh, ow
+    if rois is not None and rois.shape[0] and not s.N:  # (a box's frame must exist)
+        raise ImageFormatError(f"cuflow.image.{name}: {rois.shape[0]} boxes but no frame to "
+                               f"crop them from (src holds 0 frames)")
     if rois is not None and rois.shape[0] > 65535:
         raise ImageFormatError(f"cuflow.image.{name}: at most 65535 boxes per call, got "
                                f"{rois.shape[0]}; split them")

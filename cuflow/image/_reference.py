@@ -105,8 +105,9 @@ def _sample(img: numpy.ndarray, ty, tx, interp: int, sx: float, sy: float) -> nu
 
 
 def cast_out(v: numpy.ndarray, dtype) -> numpy.ndarray:
-    if numpy.dtype(dtype) == numpy.uint8:
-        return numpy.rint(numpy.clip(v, _F(0), _F(255))).astype(numpy.uint8)
+    if numpy.dtype(dtype) == numpy.uint8:  # (NaN is 0, as the kernels' fmaxf clamp makes it)
+        return numpy.rint(numpy.nan_to_num(numpy.clip(v, _F(0), _F(255)), nan=0.0)).astype(
+            numpy.uint8)
     return v.astype(dtype)
 
 

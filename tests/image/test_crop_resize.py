@@ -91,3 +91,12 @@ def test_boxes_past_float32_pixel_positions_are_refused(cf, rng, interpolation):
     out = image.crop_resize(x, [[-2**24, 0, 2**24, 8]], 4, interpolation=interpolation,
                             scale=1.0, layout="NHWC")
     assert np.isfinite(to_host(out)).all()
+    with pytest.raises(image.ImageFormatError, match=r"1e\+300"):  # (the value as given)
+        image.crop_resize(x, [[0, 0, 1e300, 4]], 4, interpolation=interpolation)
+
+
+def test_boxes_need_a_frame(cf):
+    # (the kernel would clamp the frame index to -1 and read before the source)
+    empty = cf.asarray(np.zeros((0, 8, 8, 3), np.uint8))
+    with pytest.raises(image.ImageFormatError, match="1 boxes but no frame"):
+        image.crop_resize(empty, [[0, 0, 4, 4]], 2)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from cuflow import image
 from cuflow.testing import to_host
@@ -22,6 +23,16 @@ def test_letterbox_geometry_and_unmap(cf, rng):
     boxes = cf.asarray(np.array([[0, 16, 64, 48], [10, 20, 30, 40]], np.float32))
     back = to_host(info.unmap_boxes(boxes))
     np.testing.assert_allclose(back, [[0, 0, 128, 64], [20, 8, 60, 48]], atol=1e-5)
+    for host in (to_host(boxes), to_host(boxes).tolist()):  # host boxes, as after NMS
+        np.testing.assert_allclose(to_host(info.unmap_boxes(host)), back, atol=1e-5)
+
+
+def test_unmap_boxes_takes_four_real_coordinates(cf, rng):
+    _, info = image.letterbox(cf.asarray(u8_frames(rng, (16, 32, 3))), 16)
+    for bad in (np.zeros((5, 6), np.float32), np.zeros((4, 1), np.float32),
+                np.zeros((2, 4), np.complex64), None, "boxes"):
+        with pytest.raises(image.ImageFormatError, match="unmap_boxes: boxes must be a real"):
+            info.unmap_boxes(bad)
 
 
 

@@ -231,3 +231,15 @@ def test_a_cached_plan_does_not_let_an_invalid_flag_or_pad_through(cf, rng):
     np.testing.assert_array_equal(to_host(image.normalize(x, flip=np.True_)), a)
     b = to_host(image.letterbox(x, 20, pad=1)[0])
     np.testing.assert_array_equal(to_host(image.letterbox(x, 20, pad=np.float32(1))[0]), b)
+
+
+def test_outputs_are_in_the_machines_byte_order(cf, rng):
+    x = cf.asarray(u8_frames(rng, (8, 8, 3)))
+    with pytest.raises(image.ImageTypeError, match="byte order, got >f4"):
+        image.normalize(x, dtype=">f4")
+
+
+def test_a_per_channel_value_count_is_stated_once_for_one_channel(cf, rng):
+    x = cf.asarray(u8_frames(rng, (8, 8, 1)))
+    with pytest.raises(image.ImageFormatError, match=r"mean needs 1 value \(one per channel\)"):
+        image.normalize(x, mean=(1, 2, 3))
