@@ -45,13 +45,26 @@ _STANDARD_FROM_COMPAT = {
 }
 
 
-#: calls whose NumPy arguments make a result of another form than the standard's named
-#: tuple, which array-api-compat would unpack into the tuple's fields (``svd`` of a 3 x n
-#: matrix with ``compute_uv=False`` would come back as three scalars named U, S and Vh):
-#: these calls go to the backend's own function
+def _small_or_empty(args: tuple) -> bool:
+    """A first operand of fewer than 2 dimensions or no elements (array-api-compat's
+    ``matrix_rank`` needs a stack of non-empty matrices; NumPy's and CuPy's take any)."""
+    x = args[0] if args else None
+    return getattr(x, "ndim", 2) < 2 or getattr(x, "size", 1) == 0
+
+
+#: calls of NumPy's form, which array-api-compat's function does not take or answers in
+#: another form: ``svd`` of a 3 x n matrix with ``compute_uv=False`` would come back as
+#: three scalars named U, S and Vh; ``pinv`` takes no ``rcond``, nor integers;
+#: ``matrix_rank`` no ``tol`` or ``hermitian``; ``permute_dims`` needs ``axes``.  These
+#: calls go to the backend's own function (a hook sees the call's args and kwargs)
 _BACKEND_FORM = {
-    ("linalg", "svd"): lambda kw: not kw.get("compute_uv", True),
-    ("linalg", "qr"): lambda kw: kw.get("mode") in ("r", "raw"),
+    ("linalg", "svd"): lambda a, kw: not kw.get("compute_uv", True),
+    ("linalg", "qr"): lambda a, kw: kw.get("mode") in ("r", "raw"),
+    ("linalg", "pinv"): lambda a, kw: "rcond" in kw or "hermitian" in kw or (
+        bool(a) and getattr(getattr(a[0], "dtype", None), "kind", "f") not in "fc"),
+    ("linalg", "matrix_rank"): lambda a, kw: "tol" in kw or "hermitian" in kw or (
+        _small_or_empty(a)),
+    ("", "permute_dims"): lambda a, kw: len(a) < 2 and "axes" not in kw,
 }
 
 
@@ -102,7 +115,7 @@ def _by_form(standard, own, own_form):
 
     @functools.wraps(standard)
     def f(*args, **kwargs):
-        mine = len(args) > npos or own_form is not None and own_form(kwargs)
+        mine = len(args) > npos or own_form is not None and own_form(args, kwargs)
         return (own if mine else standard)(*args, **kwargs)
 
     return f

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import cuflow
+from cuflow.testing import to_host
 
 
 def test_python_m_cuflow_info():
@@ -342,3 +343,18 @@ def test_linalg_solve_of_empty_operands(cf, a_shape, b_shape):
     want = np.linalg.solve(np.ones(a_shape, np.float32) + np.eye(a_shape[-1], dtype=np.float32),
                            np.ones(b_shape, np.float32))
     assert isinstance(r, cf.darray) and r.shape == want.shape and r.dtype == want.dtype
+
+
+def test_numpys_forms_of_the_standards_linalg_functions(cf, rng):
+    h = rng.standard_normal((4, 3))
+    a = cf.asarray(h)
+    np.testing.assert_allclose(to_host(cf.linalg.pinv(a, rcond=1e-3)),
+                               np.linalg.pinv(h, rcond=1e-3), rtol=1e-6, atol=1e-9)
+    hi = np.array([[1, 2], [3, 4]])
+    np.testing.assert_allclose(to_host(cf.linalg.pinv(cf.asarray(hi))), np.linalg.pinv(hi),
+                               rtol=1e-6)
+    assert int(cf.linalg.matrix_rank(a, tol=1e-3)) == np.linalg.matrix_rank(h, tol=1e-3)
+    assert int(cf.linalg.matrix_rank(cf.asarray(np.ones(3)))) == 1
+    if not cf.get_backend().is_gpu:  # (empty stacks: NumPy's answer)
+        assert to_host(cf.linalg.matrix_rank(cf.empty((2, 0, 0)))).tolist() == [0, 0]
+    assert cf.permute_dims(cf.ones((2, 3, 4))).shape == (4, 3, 2)
