@@ -104,16 +104,24 @@ def _to_device(block: Any) -> Any:
     return asarray(block)
 
 
+def _native(dtype: numpy.dtype) -> numpy.dtype:
+    """``dtype`` in the machine's byte order: the order of the chunks on the device."""
+    return dtype if dtype.isnative else dtype.newbyteorder("=")
+
+
 def meta(dtype: Any = numpy.float32, ndim: int = 1) -> Any:
     """An empty darray of ``dtype`` and ``ndim``: the ``meta=`` of a Dask array of darray chunks.
 
-    ``ndim`` is an int >= 0; ``dtype`` names a dtype that :func:`cuflow.empty` takes.
+    ``ndim`` is an int >= 0; ``dtype`` names a dtype that :func:`cuflow.empty` takes (in the
+    machine's byte order, as the chunks are: ``'>f4'`` gives ``float32`` on x86).
     """
     if not is_integer(ndim):
         raise ArgumentTypeError(f"cuflow.dask.meta: ndim must be an int >= 0, got {ndim!r}")
     if ndim < 0:
         raise ArgumentError(f"cuflow.dask.meta: ndim must be an int >= 0, got {ndim!r}")
     check_dtype("dask.meta", dtype)
+    if dtype is not None:
+        dtype = _native(numpy.dtype(dtype))
     register()
     return empty((0,) * int(ndim), dtype=dtype)
 
@@ -121,14 +129,35 @@ def meta(dtype: Any = numpy.float32, ndim: int = 1) -> Any:
 def from_host(x: Any, chunks: Any = "auto") -> da.Array:
     """A Dask array of darray chunks from host data (a NumPy array or a Dask array of NumPy chunks).
 
-    Each chunk is copied to the device of the worker that computes it.
+    Each chunk is copied to the device of the worker that computes it, in the machine's
+    byte order (a ``'>f4'`` array gives ``float32`` chunks on x86).
     """
+    if x is None:
+        raise ArgumentTypeError("cuflow.dask.from_host: x must be an array of numbers (a NumPy "
+                                "array, array-like, or a Dask array of NumPy chunks), got None")
     register()
     if not isinstance(x, da.Array):
-        x = da.from_array(numpy.asarray(x), chunks=chunks)
-    elif chunks != "auto":
-        x = x.rechunk(chunks)
-    return x.map_blocks(_to_device, dtype=x.dtype, meta=meta(x.dtype, x.ndim))
+        x = numpy.asarray(x)
+    # before any chunking: Dask's auto-chunking of objects or text fails with its own words
+    if x.dtype.kind not in "biufc":
+        raise ArgumentTypeError(f"cuflow.dask.from_host: x must be an array of numbers (bool, "
+                                f"integer, real or complex dtype), got an array of dtype "
+                                f"{x.dtype}")
+    auto = isinstance(chunks, str) and chunks == "auto"
+    try:
+        if not isinstance(x, da.Array):
+            x = da.from_array(x, chunks=chunks)
+        elif not auto:
+            x = x.rechunk(chunks)
+    except (ValueError, ZeroDivisionError, TypeError) as e:
+        err = ArgumentTypeError if isinstance(e, TypeError) else ArgumentError
+        raise err(f"cuflow.dask.from_host: chunks must be 'auto', a chunk size, or chunk "
+                  f"sizes per axis that add up to x's shape {x.shape}, as dask.array takes "
+                  f"them, got {chunks!r} ({e})") from e
+    dtype = _native(x.dtype)
+    if dtype != x.dtype:  # on the host, so every backend's chunks have the declared dtype
+        x = x.astype(dtype)
+    return x.map_blocks(_to_device, dtype=dtype, meta=meta(dtype, x.ndim))
 
 
 def to_host(x: da.Array) -> da.Array:

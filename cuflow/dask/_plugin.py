@@ -13,7 +13,7 @@ from distributed import Client, WorkerPlugin
 from .. import memory
 from .._errors import ArgumentError, ArgumentTypeError
 from ..memory import MemoryValueError
-from ..memory._limit import check_limit_text
+from ..memory._limit import check_limit_text, limit_of
 from ..core import runtime
 from ._chunks import register
 from ._frames import check_client
@@ -50,6 +50,15 @@ def _bytes(name: str, v: Any) -> int | float | str | None:
     return n
 
 
+def _limit_bytes(limit: int | float | str | None) -> int | None:
+    """``limit`` (as :func:`_bytes` gives it) in bytes, where that needs no device: ``None``
+    for no limit or a fraction of the device's memory."""
+    if isinstance(limit, str):
+        kind, x = check_limit_text(limit, "cuflow.dask.CuflowPool: limit")
+        return int(x) if kind == "bytes" else None
+    return limit if isinstance(limit, int) else None
+
+
 class CuflowPool(WorkerPlugin):
     """Set up cuflow's pool on each worker: reserved size, limit and a warm-up function.
 
@@ -84,19 +93,38 @@ class CuflowPool(WorkerPlugin):
                                     f"(of no arguments) or None, got {type(warmup).__name__}")
         self.size = _bytes("size", size)
         self.limit = _bytes("limit", limit)
+        cap = _limit_bytes(self.limit)
+        if self.size and cap is not None and self.size > cap:
+            raise ArgumentError(f"cuflow.dask.CuflowPool: size must be at most limit (the "
+                                f"pool reserves size under its limit), got size={size!r} "
+                                f"({self.size} bytes) and limit={limit!r} ({cap} bytes)")
         self.warmup = warmup
         self.report: dict[str, Any] = {}
 
     def setup(self, worker: Any) -> None:
         rt = runtime()
         register()
-        if self.limit is not None:
-            memory.set_limit(self.limit)
-        warm = None
-        if self.warmup is not None:  # first: a warm-up returns the pool's cached segments
-            warm = memory.warmup(self.warmup)
-        if self.size:
-            memory.get_pool().reserve(int(self.size))
+        self.report = {}  # (filled when the setup succeeds)
+        pool = memory.get_pool()
+        if self.limit is not None and self.size:  # a fraction is known here, on the device
+            cap = limit_of(self.limit, pool.backend)
+            if cap is not None and self.size > cap:
+                raise ArgumentError(f"cuflow.dask.CuflowPool: size must be at most limit, got "
+                                    f"size={self.size} bytes and limit={self.limit!r} "
+                                    f"({cap} bytes on this worker's device)")
+        old = pool.limit
+        try:
+            if self.limit is not None:
+                memory.set_limit(self.limit)
+            warm = None
+            if self.warmup is not None:  # first: a warm-up returns the pool's cached segments
+                warm = memory.warmup(self.warmup)
+            if self.size:
+                pool.reserve(int(self.size))
+        except BaseException:
+            # a failed setup leaves no limit of its own on the worker's pool (nor a report)
+            pool.limit = old
+            raise
         self.report = {"backend": rt.name, "device": rt.current_device(), "pid": os.getpid(),
                        "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
                        "reserved_at_setup": memory.stats()["reserved_bytes.all.current"],

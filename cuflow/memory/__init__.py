@@ -80,9 +80,13 @@ _INSTALLED = False
 def _new_pool(device_id: int) -> Pool:
     backend: Backend = (CudaMallocBackend(device_id) if POOL_BACKEND == "cudamalloc"
                         else DriverPoolBackend(device_id))
-    pool = Pool(backend)
+    return _env_limited(Pool(backend))
+
+
+def _env_limited(pool: Pool) -> Pool:
+    """``pool`` with ``CUFLOW_MEMORY_LIMIT``'s limit, where it is set."""
     if MEMORY_LIMIT:
-        pool.limit = parse_limit_env(MEMORY_LIMIT, backend)
+        pool.limit = parse_limit_env(MEMORY_LIMIT, pool.backend)
     return pool
 
 
@@ -118,8 +122,8 @@ def get_pool(device: int | None = None) -> Pool:
     if not b.is_gpu:
         key = -1 - dev  # host pools apart from device pools
         if key not in _POOLS:  # (its capacity, the host's memory, is what a fraction
-            # limit is of: set_limit(0.8) runs as on the GPU)
-            _POOLS[key] = Pool(HostBackend(capacity=_host_memory()))
+            # limit is of: set_limit(0.8) and CUFLOW_MEMORY_LIMIT=0.8 run as on the GPU)
+            _POOLS[key] = _env_limited(Pool(HostBackend(capacity=_host_memory())))
         return _POOLS[key]
     pool = _POOLS.get(dev)
     if pool is None:

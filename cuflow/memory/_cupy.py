@@ -8,16 +8,20 @@ device's pool.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy
 
+from .._checks import is_integer
 from ..core._fastpath import driver_addresses
 from ..core._runtime import runtime
 from ..core._streams import as_cupy_stream
 from ._backends import Backend
 from ._env import POOL_HOTPATH
+from ._exceptions import MemoryTypeError, MemoryValueError
 from ._limit import limit_bytes
 from ._pool import Pool as _CorePool
 
@@ -73,8 +77,15 @@ class Pool(_CorePool):
         self.empty_cache()
 
     def set_limit(self, size: int | None = None, fraction: float | None = None) -> None:
-        """Most bytes the pool may reserve: ``size`` bytes, or ``fraction`` of device memory."""
-        self.limit = limit_bytes(size, fraction, self.backend)
+        """Most bytes the pool may reserve: ``size`` bytes, or ``fraction`` of device memory.
+
+        As CuPy's ``MemoryPool.set_limit``: ``size=0``, ``fraction=0`` or neither argument
+        removes the limit (:meth:`get_limit` then returns 0).
+        """
+        if size is None and isinstance(fraction, numbers.Real) \
+                and not isinstance(fraction, bool) and fraction == 0:
+            fraction = None  # (limit_bytes refuses 0 as a fraction: cuflow's own forms)
+        self.limit = limit_bytes(size, fraction, self.backend) or None
 
     def warmup(self, shapes_or_nbytes: Iterable[Any], dtype: Any = None,  # type: ignore[override]
                stream: Any = None) -> None:
@@ -190,12 +201,34 @@ def pool_memory_type() -> type:
 
 def sizes_of(shapes_or_nbytes: Iterable[Any], dtype: Any) -> list[int]:
     """Byte counts of :meth:`Pool.warmup`'s ``shapes_or_nbytes`` (shapes in ``dtype``)."""
+    rule = "a number of bytes (an int >= 0) or a shape (a tuple of ints >= 0)"
+    try:
+        dt = numpy.dtype(numpy.float32 if dtype is None else dtype)
+    except TypeError as e:
+        raise MemoryTypeError(f"cuflow.memory.Pool.warmup: dtype must be a dtype, got "
+                              f"{type(dtype).__name__} {dtype!r}") from e
+    if not isinstance(shapes_or_nbytes, Iterable):
+        raise MemoryTypeError(f"cuflow.memory.Pool.warmup: shapes_or_nbytes must be a sequence "
+                              f"of entries, each {rule}, got {type(shapes_or_nbytes).__name__} "
+                              f"{shapes_or_nbytes!r}")
     out = []
-    for s in shapes_or_nbytes:
-        if isinstance(s, int | numpy.integer) and dtype is None:
-            out.append(int(s))
+    for i, s in enumerate(shapes_or_nbytes):
+        if is_integer(s):
+            shp = None if dtype is None else (s,)
+        elif isinstance(s, str | bytes) or not isinstance(s, Iterable):
+            raise MemoryTypeError(f"cuflow.memory.Pool.warmup: each entry must be {rule}, got "
+                                  f"entry {i}: {type(s).__name__} {s!r}")
         else:
-            dt = numpy.dtype(numpy.float32 if dtype is None else dtype)
-            shp = (s,) if isinstance(s, int | numpy.integer) else tuple(s)
-            out.append(int(numpy.prod(shp, dtype=numpy.int64)) * dt.itemsize)
+            try:
+                shp = tuple(s)
+            except TypeError:  # (a 0-d array)
+                shp = None
+            if shp is None or not all(is_integer(d) for d in shp):
+                raise MemoryTypeError(f"cuflow.memory.Pool.warmup: each entry must be {rule}, "
+                                      f"got entry {i}: {s!r}")
+        if (s < 0) if shp is None else any(d < 0 for d in shp):
+            raise MemoryValueError(f"cuflow.memory.Pool.warmup: each entry must be {rule}, got "
+                                   f"entry {i}: {s!r}")
+        # Python ints: a product past int64 is a size no allocation gets, not a wrapped one
+        out.append(int(s) if shp is None else math.prod(int(d) for d in shp) * dt.itemsize)
     return out

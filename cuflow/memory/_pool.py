@@ -111,6 +111,11 @@ class PyPoolState:
         self.hits.clear()
 
 
+def _hex(ptr: Any) -> str:
+    """``ptr`` in hex where it is an integer (a pointer), else its repr."""
+    return hex(ptr) if isinstance(ptr, numbers.Integral) else repr(ptr)
+
+
 def granule(backend: Backend, reserved: int) -> int:
     """The multiple a large segment is rounded to: the backend's ``segment_granularity``, or,
     with a ``segment_granularity_min``, the power of two at or below a quarter of what the
@@ -280,8 +285,9 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
                             n = pool.allocated = pool.allocated + size
                             if n > pool.peak_allocated:
                                 pool.peak_allocated = n
-                                if n + pool.pending_bytes > pool.peak_active:
-                                    pool.peak_active = n + pool.pending_bytes
+                            # not nested: blocks freed since the allocated peak may be pending
+                            if n + pool.pending_bytes > pool.peak_active:
+                                pool.peak_active = n + pool.pending_bytes
                             live[b.ptr] = b
                             return b.ptr
                 return miss(size, nbytes, stream)
@@ -310,7 +316,19 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         return b.ptr
 
     def free_ptr(self, ptr: int) -> None:
-        """Give back the block at ``ptr`` (from :meth:`alloc_ptr`); safe from finalizers."""
+        """Give back the block at ``ptr`` (from :meth:`alloc_ptr`); safe from finalizers.
+
+        Raises
+        ------
+        DoubleFreeError
+            ``ptr`` is no block this pool lends now (freed already, or from elsewhere).
+        """
+        # checked here, not when the queue is processed: there a KeyError would come out of
+        # whichever later pool operation (someone else's allocation) drains it
+        if ptr not in self._live or ptr in self._freed:
+            raise DoubleFreeError(f"cuflow.memory.Pool.free_ptr: ptr must be a block this "
+                                  f"pool lends now, got {_hex(ptr)}: freed twice, or not from "
+                                  f"this pool")
         self._freed[ptr] = None
         self.flush_frees()
 
@@ -353,7 +371,8 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         if self._live.get(b.ptr) is not b or b.ptr in self._freed:
             raise DoubleFreeError(f"cuflow.memory: block at {b.ptr:#x} freed twice (or not "
                                f"from this pool)")
-        self.free_ptr(b.ptr)
+        self._freed[b.ptr] = None  # (checked above: free_ptr's check again is not needed)
+        self.flush_frees()
 
     def block_of(self, ptr: int) -> Block | None:
         """The lent block that starts at ``ptr``, or ``None``."""
@@ -467,8 +486,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
             try:
                 ptr = self._new_segment(seg_bytes, stream, owner)
             except LimitExceeded:
-                raise self._out_of_memory(size, f"the pool's limit of "
-                                                f"{fmt_bytes(self.limit)}") from None
+                raise self._out_of_memory(size, seg_bytes, self.limit) from None
             return self._add_segment(ptr, seg_bytes, stream, owner)
         self.num_alloc_retries += 1
         gc.collect()  # finalizers of collected arrays queue their frees; drain them
@@ -484,17 +502,19 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         try:
             ptr = self._new_segment(seg_bytes, stream, owner)
         except MemoryError:
-            raise self._out_of_memory(size, "the device") from error
+            raise self._out_of_memory(size, seg_bytes) from error
         return self._add_segment(ptr, seg_bytes, stream, owner)
 
-    def _out_of_memory(self, size: int, where: str) -> OutOfMemoryError:
-        """The error for a request of ``size`` bytes that ``where`` cannot hold; it counts as
-        an out-of-memory error, not as a miss served (``num_alloc`` counts no failure)."""
+    def _out_of_memory(self, size: int, seg_bytes: int,
+                       limit: int | None = None) -> OutOfMemoryError:
+        """The error for a request of ``size`` bytes whose new segment of ``seg_bytes`` the
+        device cannot give, or ``limit`` refuses; it counts as an out-of-memory error, not as
+        a miss served (``num_alloc`` counts no failure)."""
         self.num_ooms += 1
         self.misses[size] -= 1
         if not self.misses[size]:
             del self.misses[size]
-        return OutOfMemoryError(self._oom_message(size, where))
+        return OutOfMemoryError(self._oom_message(size, seg_bytes, limit))
 
     def _add_segment(self, ptr: int, seg_bytes: int, stream: int, owner: Any) -> Block:
         """Take the new segment at ``ptr`` into the pool; its first block."""

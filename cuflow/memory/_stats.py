@@ -21,7 +21,7 @@ class StatsMixin:
 
     def _init_stats(self) -> None:
         self.misses: defaultdict[int, int] = defaultdict(int)
-        self.reset_stats()
+        self._reset_counters()  # (not the backend's device peak: it may serve other pools)
 
     @property
     def hits(self) -> dict[int, int]:
@@ -39,10 +39,16 @@ class StatsMixin:
         retries, out-of-memory errors, cross-stream reuses) and bring the peaks down to the
         current values.  The bytes lent and reserved at the call are still held, so they
         stay counted (PyTorch's ``reset_accumulated_memory_stats`` and
-        ``reset_peak_memory_stats``)."""
+        ``reset_peak_memory_stats``), the backend's device peak included."""
+        self._reset_counters()
+        self.backend.reset_device_peak()
+
+    def _reset_counters(self) -> None:
         with self._lock:
             if not self._busy:
                 self._drain()
+            # a recording in progress (warmup) then brings back no peak from before the reset
+            self._rec_peak_saved = 0
             self.peak_allocated, self.peak_requested = self.allocated, self.requested
             self.peak_reserved = self.reserved
             self.peak_active = self.allocated + self.pending_bytes
@@ -56,6 +62,7 @@ class StatsMixin:
     def reset_peak_stats(self) -> None:
         with self._lock:
             self._drain()
+            self._rec_peak_saved = 0
             self.peak_allocated = self.allocated
             self.peak_requested = self.requested
             self.peak_reserved = self.reserved
@@ -146,13 +153,19 @@ class StatsMixin:
             for lst in by_size.values():
                 yield from lst
 
-    def _oom_message(self, size: int, what: str) -> str:
+    def _oom_message(self, size: int, seg_bytes: int, limit: int | None = None) -> str:
+        """Why a request of ``size`` bytes (rounded up as blocks are) failed: its new segment
+        of ``seg_bytes`` is past ``limit``, or, without one, the device could not give it."""
         largest, f = max((b.size for b in self._free_blocks()), default=0), fmt_bytes
-        return (f"cuflow.memory: out of memory: {f(size)} requested from {what}; the pool "
-                f"reserves {f(self.reserved)} of which {f(self.allocated)} is in use "
-                f"(largest free block {f(largest)}). Free arrays you no longer need "
-                f"(del x), call cuflow.memory.empty_cache(), lower batch sizes, or raise the "
-                f"limit (cuflow.memory.set_limit / CUFLOW_MEMORY_LIMIT).")
+        held = (f"which the device could not give; the pool reserves {f(self.reserved)}"
+                if limit is None else
+                f"but the pool reserves {f(self.reserved)} under its limit of {f(limit)} "
+                f"({f(max(limit - self.reserved, 0))} left)")
+        return (f"cuflow.memory: out of memory: {f(size)} requested (rounded up to the pool's "
+                f"block size) needs a new segment of {f(seg_bytes)}, {held}, of which "
+                f"{f(self.allocated)} is in use (largest free block {f(largest)}). Free arrays "
+                f"you no longer need (del x), call cuflow.memory.empty_cache(), lower batch "
+                f"sizes, or raise the limit (cuflow.memory.set_limit / CUFLOW_MEMORY_LIMIT).")
 
     def summary(self) -> str:
         """A readable table of :meth:`stats`."""

@@ -50,6 +50,9 @@ class WarmupMixin:
             self._drain()
             self._recording = []
             self._slow = True
+            # the recording's peak is measured on the pool's counter, brought down to what is
+            # allocated now; the pool's own peak comes back at stop_recording
+            self._rec_peak_saved = self.peak_allocated
             self._rec_peak_base = self.allocated
             self.peak_allocated = self.allocated
 
@@ -59,7 +62,11 @@ class WarmupMixin:
             self._drain()
             events, self._recording = self._recording or [], None
             self._update_slow()
-            return events, self.peak_allocated - self._rec_peak_base
+            peak = self.peak_allocated - self._rec_peak_base
+            if self._rec_peak_saved > self.peak_allocated:
+                self.peak_allocated = self._rec_peak_saved
+            self._rec_peak_saved = 0
+            return events, peak
 
     def replay(self, events: list[tuple], rounds: int = 2, keep: bool = True) -> int:
         """Dry-run recorded allocation events (no kernels) so the cache fits their pattern.

@@ -226,3 +226,83 @@ def test_map_frames_validates(ccf, client):
             cfd.map_frames(client, [1], options, frames_per_task=bad)
     frames = [_frame(i) for i in range(3)]
     assert len(cfd.map_frames(client, frames, options, frames_per_task=np.int64(2))) == 2
+
+
+def test_pool_plugin_refuses_a_size_past_its_limit():
+    for size, limit, shown in ((2 << 30, 1 << 30, "size=2147483648 (2147483648 bytes) and "
+                                                   "limit=1073741824 (1073741824 bytes)"),
+                               ("2GiB", "1GB", "size='2GiB' (2147483648 bytes) and "
+                                               "limit='1GB' (1000000000 bytes)")):
+        with pytest.raises(cuflow.ArgumentError,
+                           match=r"cuflow.dask.CuflowPool: size must be at most limit") as ei:
+            cfd.CuflowPool(size, limit=limit)
+        assert shown in str(ei.value)
+    assert cfd.CuflowPool("1GiB", limit="1GiB").size == 1 << 30  # equal is fine
+    assert cfd.CuflowPool("2GiB", limit=0.5).limit == 0.5  # a fraction: checked on the worker
+
+
+class _Worker:
+    """Stands for a distributed.Worker: setup records the plugin on it."""
+
+
+def test_pool_plugin_setup_that_fails_leaves_the_pools_limit(cf):
+    """A setup that cannot reserve its size restores the pool's previous limit and records
+    no report: a fraction limit below the size is refused before anything changes, and a
+    reserve the device refuses puts the previous limit back."""
+    from cuflow.memory._limit import device_total
+
+    pool = cf.memory.get_pool()
+    old = pool.limit
+    try:
+        pool.limit = 3 << 40
+        total = device_total(pool.backend)
+        worker = _Worker()
+        small = cfd.CuflowPool(8 << 20, limit=(1 << 20) / total)  # a fraction: 1 MiB
+        with pytest.raises(cuflow.ArgumentError, match=r"size must be at most limit, got "
+                                                       r"size=8388608 bytes"):
+            small.setup(worker)
+        too_big = cfd.CuflowPool(total + (1 << 30), limit=total + (2 << 30))
+        with pytest.raises(cuflow.OutOfMemoryError):
+            too_big.setup(worker)
+        assert pool.limit == 3 << 40 and cf.memory.stats()["limit_bytes"] == 3 << 40
+        assert not hasattr(worker, "cuflow_pool") and too_big.report == small.report == {}
+        ok = cfd.CuflowPool(1 << 20, limit=64 << 20)
+        ok.setup(worker)
+        assert worker.cuflow_pool is ok and ok.report["reserved_at_setup"] >= 1 << 20
+        assert pool.limit == 64 << 20
+    finally:
+        pool.limit = old
+
+
+def test_from_host_checks_x_and_chunks(cf):
+    x = np.arange(8.0)
+    # NumPy chunk sizes (no ambiguous truth value), for host and Dask arrays
+    for src in (x, da.from_array(x, chunks=2)):
+        y = cfd.from_host(src, chunks=np.array([4, 4]))
+        assert y.chunks == ((4, 4),)
+    for bad in (None, np.array([1, "a"], dtype=object), "abc", np.array(["x"])):
+        with pytest.raises(cuflow.ArgumentTypeError,
+                           match=r"cuflow.dask.from_host: x must be an array of numbers"):
+            cfd.from_host(bad)
+    with pytest.raises(cuflow.ArgumentTypeError, match="got None"):
+        cfd.from_host(None)
+    with pytest.raises(cuflow.ArgumentTypeError, match="got an array of dtype object"):
+        cfd.from_host(da.from_array(np.array([1, "a"], dtype=object), chunks=1), chunks=2)
+    for src in (x, da.from_array(x, chunks=2)):
+        for chunks, cause in ((0, ZeroDivisionError), (((3, 3),), ValueError)):
+            with pytest.raises(cuflow.ArgumentError,
+                               match=r"cuflow.dask.from_host: chunks must be 'auto'") as ei:
+                cfd.from_host(src, chunks=chunks)
+            assert isinstance(ei.value.__cause__, cause) and repr(chunks) in str(ei.value)
+
+
+@pytest.mark.parametrize("order", [">", "<"])
+def test_from_host_declares_the_chunks_native_dtype(cf, order):
+    host = np.arange(6, dtype=f"{order}f4")
+    for src in (host, da.from_array(host, chunks=3)):
+        x = cfd.from_host(src, chunks=3)
+        assert x.dtype == np.float32 and x.dtype.isnative and x._meta.dtype == np.float32
+        got = x.compute(scheduler="synchronous")
+        assert got.dtype == x.dtype and got.dtype.isnative
+        np.testing.assert_array_equal(cf.asnumpy(got), host)
+    assert cfd.meta(f"{order}i8").dtype == np.int64 and cfd.meta(np.dtype(">c8")).dtype.isnative

@@ -98,13 +98,19 @@ def hot_path(request, monkeypatch):
     if which == "python":
         monkeypatch.setattr(_pool, "HotAlloc", None)
     elif which == "compiled":
-        if os.environ.get("CUFLOW_POOL_HOTPATH", "").strip().lower() == "python":
-            pytest.skip("CUFLOW_POOL_HOTPATH=python: the Python hot path only")
-        assert _pool.HotAlloc is not None, (
-            "the memory pool's C hot path (cuflow/memory/_hotpath.c) was not built: install "
-            "with a C compiler and Python's headers (pip install -e .), or set "
-            "CUFLOW_POOL_HOTPATH=python to test the Python one only")
+        needs_compiled()
     return which
+
+
+def needs_compiled():
+    """Skip a test of the compiled hot path under ``CUFLOW_POOL_HOTPATH=python``; fail it
+    where the extension was not built."""
+    if os.environ.get("CUFLOW_POOL_HOTPATH", "").strip().lower() == "python":
+        pytest.skip("CUFLOW_POOL_HOTPATH=python: the Python hot path only")
+    assert _pool.HotAlloc is not None, (
+        "the memory pool's C hot path (cuflow/memory/_hotpath.c) was not built: install "
+        "with a C compiler and Python's headers (pip install -e .), or set "
+        "CUFLOW_POOL_HOTPATH=python to test the Python one only")
 
 
 def python_pool(*args, **kwargs):

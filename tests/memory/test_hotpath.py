@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from cuflow.memory import HostBackend, Pool, _pool, round_size
 
-from .conftest import python_hot_path, python_pool
+from .conftest import needs_compiled, python_hot_path, python_pool
 
 
 class _Granular(HostBackend):
@@ -31,8 +31,7 @@ def test_both_hot_paths_make_the_same_decisions(backend, streams):
     """The same random sequence (queued frees, exact-size hits, misses, splits, coalescing,
     segment releases, borrowing across streams) gives the same pointers and statistics
     through the compiled and the Python path."""
-    if _pool.HotAlloc is None:
-        pytest.fail("the compiled hot path was not built (see the hot_path fixture)")
+    needs_compiled()
     rng = random.Random(7 + streams)
     ops = [(rng.random() < 0.6, rng.choice([0, 100, 512, 5000, 70000, 3 << 20, 9 << 20,
                                             rng.randrange(1, 5 << 20)]),
@@ -60,8 +59,7 @@ def test_both_hot_paths_make_the_same_decisions(backend, streams):
 def test_a_plain_miss_runs_in_the_compiled_hot_path(monkeypatch):
     """With nothing to borrow and nothing pending, a miss (segment release, new segment) does
     not call Pool._alloc_slow, and a refused segment still goes through its retries."""
-    if _pool.HotAlloc is None:
-        pytest.fail("the compiled hot path was not built (see the hot_path fixture)")
+    needs_compiled()
     calls = []
     slow, refused = Pool._alloc_slow, Pool._segment_refused
     monkeypatch.setattr(Pool, "_alloc_slow", lambda self, *a: calls.append("slow") or slow(self, *a))
@@ -97,8 +95,7 @@ class _OnceRefused(_Granular):
 def test_a_refused_segment_is_retried_once_on_both_hot_paths():
     """The compiled miss hands the source's error to the Python retries, which make the
     same calls as the Python path: one retry counted, no extra allocation attempt."""
-    if _pool.HotAlloc is None:
-        pytest.fail("the compiled hot path was not built (see the hot_path fixture)")
+    needs_compiled()
     outcomes = []
     for pool in (Pool(_OnceRefused()), python_hot_path(Pool(_OnceRefused())),
                  python_pool(_OnceRefused())):
@@ -118,8 +115,7 @@ def test_compiled_hot_path_sizes_blocks_as_the_python_one():
 
 
 def test_compiled_hot_path_checks_its_arguments():
-    if _pool.HotAlloc is None:
-        pytest.fail("the compiled hot path was not built (see the hot_path fixture)")
+    needs_compiled()
     pool = Pool(HostBackend())
     with pytest.raises(TypeError, match="2 positional"):
         pool.alloc_ptr(100)
@@ -343,3 +339,26 @@ def test_hook_memory_is_one_object_that_gives_the_block_back(pooled):
     z = cupy.empty(0, cupy.float32)
     assert z.data.ptr == 0 and z.data.mem.size == 0
     del z
+
+
+def test_an_exact_size_hit_counts_pending_bytes_in_the_active_peak():
+    """An exact-size hit below the allocated peak still raises the active peak when bytes
+    freed since (used on another stream) are pending (both hot paths: the Python one used to
+    update it only with a new allocated peak)."""
+    from .conftest import EventBackend
+
+    pool = Pool(EventBackend())
+    y, b = pool.alloc(2 << 20, 0), pool.alloc(1 << 20, 0)
+    pool.free(y)
+    pool.free(b)  # both in the exact-size cache
+    pool.reset_peak_stats()
+    pool.free(pool.alloc(2 << 20, 0))  # allocated peak: 2 MiB
+    b = pool.alloc(1 << 20, 0)
+    pool.record_stream(b, 5)
+    pool.free(b)  # pending: stream 5's event has not completed
+    y = pool.alloc(2 << 20, 0)  # a hit: allocated 2 MiB again, plus 1 MiB pending
+    s = pool.stats()
+    assert s["allocated_bytes.all.peak"] == 2 << 20
+    assert s["active_bytes.all.current"] == 3 << 20
+    assert s["active_bytes.all.peak"] == 3 << 20
+    pool.free(y)

@@ -106,3 +106,46 @@ def test_limit_is_absent_when_unused_and_counts_what_is_held():
     assert pool._source.held == pool.reserved == 0
     pool.limit = None
     assert pool._source is pool.backend and pool.stats()["limit_bytes"] is None
+
+
+@pytest.mark.parametrize("off", [dict(size=0), dict(fraction=0), dict(fraction=0.0), {}])
+def test_cupy_set_limit_of_zero_or_nothing_removes_the_limit(off):
+    """CuPy's MemoryPool.set_limit: 0 (size or fraction) or neither argument means no limit,
+    and get_limit() then returns 0."""
+    pool = Pool(HostBackend(capacity=64 << 20))
+    pool.set_limit(size=4 << 20)
+    assert pool.get_limit() == 4 << 20
+    pool.set_limit(**off)
+    assert pool.limit is None and pool.get_limit() == 0
+    assert pool.stats()["limit_bytes"] is None
+    b = pool.alloc(8 << 20, 0)  # past the old limit
+    pool.free(b)
+    pool.set_limit(fraction=0.25)
+    assert pool.get_limit() == 16 << 20
+    with pytest.raises(cuflow.memory.MemoryValueError, match="size or fraction, not both"):
+        pool.set_limit(size=0, fraction=0)
+    assert pool.get_limit() == 16 << 20
+
+
+def test_oom_message_under_a_limit_gives_the_segment_the_limit_refused():
+    pool = Pool(HostBackend(capacity=256 << 20), limit=8 << 20)
+    a = pool.alloc(7 << 20, 0)
+    with pytest.raises(cuflow.OutOfMemoryError) as ei:
+        pool.alloc(512, 0)  # a small request needs a 2 MiB segment: 1 MiB is left
+    msg = str(ei.value)
+    assert msg.startswith("cuflow.memory: out of memory: 512 B requested")
+    for words in ("needs a new segment of 2.00 MiB", "the pool reserves 7.00 MiB under its "
+                  "limit of 8.00 MiB (1.00 MiB left)", "7.00 MiB is in use"):
+        assert words in msg
+    pool.free(a)
+
+
+def test_oom_message_of_the_device_gives_the_segment_it_refused():
+    pool = Pool(HostBackend(capacity=8 << 20))
+    a = pool.alloc(7 << 20, 0)
+    with pytest.raises(cuflow.OutOfMemoryError) as ei:
+        pool.alloc(3 << 20, 0)
+    msg = str(ei.value)
+    assert ("3.00 MiB requested (rounded up to the pool's block size) needs a new segment of "
+            "3.00 MiB, which the device could not give; the pool reserves 7.00 MiB") in msg
+    pool.free(a)

@@ -236,3 +236,43 @@ def test_threads_never_share_a_device_block(gpu_cf):
         dev.rt.deviceSynchronize()
         pool.empty_cache()
         pool.backend.trim()
+
+
+@pytest.mark.parametrize("case", ["foreign", "twice", "queued"])
+def test_free_ptr_of_no_lent_block_is_refused_at_once(case):
+    """free_ptr refuses a pointer the pool does not lend now, naming it, and the pool goes on
+    (a raw KeyError used to come out of a later, unrelated allocation)."""
+    pool = Pool(HostBackend())
+    keep = pool.alloc(1000, 0)
+    p = pool.alloc_ptr(5000, 0)
+    if case == "foreign":
+        p += 16  # inside a lent block, not its start
+    elif case == "twice":
+        pool.free_ptr(p)
+    else:
+        pool._freed[p] = None  # queued by CuPy's hook, not processed yet
+    with pytest.raises(cuflow.memory.DoubleFreeError,
+                       match=rf"Pool.free_ptr: ptr must be a block this pool lends now, got "
+                             rf"{hex(p)}: freed twice, or not from this pool"):
+        pool.free_ptr(p)
+    if case == "foreign":
+        pool.free_ptr(p - 16)  # the block itself goes back as usual
+    b = pool.alloc(5000, 0)  # the next operations drain the queue without an error
+    pool.free(b)
+    s = pool.stats()
+    assert s["allocation.all.current"] == 1 and s["allocated_bytes.all.current"] == keep.size
+    pool.free(keep)
+    assert pool.stats()["allocated_bytes.all.current"] == 0
+
+
+def test_reset_stats_resets_the_device_peak_too():
+    pool = Pool(HostBackend())
+    pool.free(pool.alloc(4 << 20, 0))
+    pool.empty_cache()
+    assert pool.stats()["device_reserved_bytes.peak"] == 4 << 20
+    a = pool.alloc(1000, 0)
+    pool.reset_stats()  # what reset_peak_stats does, and the accumulated counters
+    s = pool.stats()
+    assert s["device_reserved_bytes.current"] == s["device_reserved_bytes.peak"] == 2 << 20
+    assert s["reserved_bytes.all.peak"] == 2 << 20
+    pool.free(a)

@@ -169,3 +169,15 @@ def test_bogus_memory_limit_env_raises_at_import():
     r = subprocess.run([sys.executable, "-c", _IMPORT], env=env, capture_output=True, text=True)
     assert r.returncode != 0
     assert "MemoryValueError" in r.stderr and "CUFLOW_MEMORY_LIMIT='plenty'" in r.stderr
+
+
+@pytest.mark.parametrize(("value", "expected"), [("1GiB", "1073741824"), ("", "None")])
+def test_memory_limit_env_applies_to_the_numpy_backends_pool(value, expected):
+    """CUFLOW_MEMORY_LIMIT sets the limit of the host pool the NumPy backend reports, as it
+    does for device pools."""
+    env = {k: v for k, v in os.environ.items() if k != "CUFLOW_MEMORY_LIMIT"}
+    env.update(CUFLOW_MEMORY_LIMIT=value, CUFLOW_BACKEND="numpy")
+    code = "import cuflow.memory as m; print(m.stats()['limit_bytes'], m.get_pool().limit)"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       check=True)
+    assert r.stdout.split() == [expected, expected]

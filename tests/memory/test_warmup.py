@@ -3,6 +3,7 @@ patterns replayed."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import cuflow
@@ -73,3 +74,51 @@ def test_module_warmup_keep(keep):
     taken, given = pool.num_segment_alloc - n_alloc, pool.num_segment_free - n_free
     assert (taken, given) == ((0, 0) if keep else (10, 10))
     assert pool.stats()["allocated_bytes.all.current"] == 0
+
+
+@pytest.mark.parametrize("fn_bytes", [1000, 8 << 20])
+def test_module_warmup_keeps_the_pools_peak_statistics(fn_bytes):
+    """warmup measures fn's peak without bringing the pool's allocated peak down: after it
+    the peak is the larger of the pool's and fn's, and no other peak exceeds it."""
+    pool = Pool(HostBackend())
+    pool.free(pool.alloc(4 << 20, 0))  # the pool's peak: 4 MiB
+    info = cuflow.memory.warmup(lambda: pool.free(pool.alloc(fn_bytes, 0)), pool=pool)
+    assert info["peak_bytes"] == cuflow.memory.round_size(fn_bytes)
+    s = pool.stats()
+    assert s["allocated_bytes.all.peak"] == max(4 << 20, cuflow.memory.round_size(fn_bytes))
+    assert s["requested_bytes.all.peak"] <= s["allocated_bytes.all.peak"]
+    assert s["active_bytes.all.peak"] == s["allocated_bytes.all.peak"]
+    pool.reset_peak_stats()
+    assert pool.stats()["allocated_bytes.all.peak"] == 0
+
+
+@pytest.mark.parametrize(("entries", "exc", "shown"), [
+    ([2.5], cuflow.memory.MemoryTypeError, "entry 0: float 2.5"),
+    ([100, "abc"], cuflow.memory.MemoryTypeError, "entry 1: str 'abc'"),
+    ([True], cuflow.memory.MemoryTypeError, "entry 0: bool True"),
+    ([(2, 1.5)], cuflow.memory.MemoryTypeError, "entry 0: (2, 1.5)"),
+    ([(-2, 3)], cuflow.memory.MemoryValueError, "entry 0: (-2, 3)"),
+    ([1000, -5], cuflow.memory.MemoryValueError, "entry 1: -5"),
+])
+def test_cupy_warmup_checks_each_entry(entries, exc, shown):
+    """Pool.warmup (CuPy's form): each entry is bytes (an int >= 0) or a shape of ints >= 0;
+    a bad one is refused, naming it, before anything is allocated."""
+    pool = Pool(HostBackend())
+    with pytest.raises(exc, match=r"cuflow.memory.Pool.warmup: each entry must be a number of "
+                                  r"bytes \(an int >= 0\) or a shape") as ei:
+        pool.warmup(entries)
+    assert shown in str(ei.value)
+    assert pool.stats()["num_alloc"] == 0 and pool.reserved == 0
+    with pytest.raises(cuflow.memory.MemoryTypeError, match="shapes_or_nbytes must be a "
+                                                            "sequence .* got int 5"):
+        pool.warmup(5)
+
+
+def test_cupy_warmup_takes_bytes_and_shapes():
+    pool = Pool(HostBackend())
+    pool.warmup([1 << 20, (256, 1024), [3]], dtype="float64")  # shapes with a dtype
+    pool.warmup([5000, np.int64(3 << 20), (0, 7)])  # bytes, and a float32 shape
+    n = pool.stats()["num_device_alloc"]
+    for nbytes in (8 << 20, 2 << 20, 24, 5000, 3 << 20):
+        pool.free(pool.alloc(nbytes, 0))
+    assert pool.stats()["num_device_alloc"] == n
