@@ -14,7 +14,9 @@
 Array arguments and Python ``int``/``float`` arguments are the kernel's
 operands (a new scalar value reuses the kernel); any other argument (a
 ``bool`` flag, ``None``, a string, a tuple) is static: Python code may branch
-on it, and each value traces once.  The first call with a new signature
+on it, and each value (and type) traces once; an unhashable one (a dict) traces
+at every call.  Captured values (closures, globals) are read at the trace and
+baked into the kernel: pass a value that changes as an argument.  The first call with a new signature
 (dtypes, shapes, strides, scalar types, static arguments) runs the function once on traced arrays to record the
 expression; the engine (:mod:`cuflow.core._engine`) generates one kernel
 for it, compiles it with NVRTC (cached in memory and on disk) and launches
@@ -45,6 +47,7 @@ import dataclasses
 import functools
 import linecache
 import math
+import sys
 import traceback
 import warnings
 from collections.abc import Callable
@@ -52,13 +55,13 @@ from typing import Any, Literal
 
 import numpy
 
-from ._errors import ArgumentError, ArgumentTypeError, CuflowError
+from ._errors import ArgumentError, ArgumentOverflowError, ArgumentTypeError, CuflowError
 from .core import _engine, _runtime
 from .core._contract import may_share, prepare_out
 from .core._dispatch import reraise
 from .core._fastpath import FastCall
 from .core._ewgen import topo
-from .core._expr import EXTRA_UNARY, Expr, TraceError, apply, caller_line
+from .core._expr import EXTRA_UNARY, Expr, TraceError, apply, caller_line, int_scalar_bounds
 from .core._streams import use_stream
 
 __all__ = ["fuse", "Fused", "FuseOptions", "TraceError", "erf", "erfc", "sigmoid", "rsqrt",
@@ -174,10 +177,13 @@ class _Entry:
     """What one call signature runs: a plan, or the unfused function."""
 
     __slots__ = ("plan", "arr_pos", "sc_pos", "sc_kind", "out_shapes", "out_dtypes", "single",
-                 "reduction", "unfused")
+                 "reduction", "unfused", "sc_fix")
 
     def __init__(self) -> None:
         self.unfused = False
+        #: (index in the scalars, argument position or keyword, bounds or None) per scalar
+        #: argument that is range-checked (a Python int) or converted (a NumPy bool)
+        self.sc_fix: tuple = ()
 
 
 def _user_line(e: BaseException, fn: Callable) -> str:
@@ -268,7 +274,9 @@ class Fused(object if FastCall is None else FastCall):
         tkey = tuple(key)
         ent = self._entries.get(tkey)
         if ent is None:
-            ent = self._entries[tkey] = self._build(rt, args, kwargs, dst, tkey)
+            ent = self._build(rt, args, kwargs, dst, tkey)
+            if _UNKEYED not in key:  # (an unhashable static argument: traced at every call)
+                self._entries[tkey] = ent
         if ent.unfused:
             return self._unfused(rt, args, kwargs, dst)
         allargs = args if not kwargs else (*args, *(kwargs[k] for k in sorted(kwargs)))
@@ -276,6 +284,8 @@ class Fused(object if FastCall is None else FastCall):
         if rt.multi:  # the kernel would read another device's memory
             rt.check_devices(self.name, *arrays)
         scal = [allargs[i] for i in ent.sc_pos]
+        if ent.sc_fix:
+            self._check_scalars(ent, scal)
         if dst is None:
             D = rt.darray
             outs = [D(s, d) for s, d in zip(ent.out_shapes, ent.out_dtypes)]
@@ -295,7 +305,7 @@ class Fused(object if FastCall is None else FastCall):
         tmp = None
         p = ent.plan
         if p.reduction is not None and not p.n:
-            return self._empty_reduction(rt, ent, writes[0], outs)
+            return self._empty_reduction(ent, writes[0], outs)
         if p.tmp_bytes:
             tmp = rt.xp.empty(p.tmp_bytes, numpy.uint8)
         p.launch([a.data.ptr for a in arrays], [o.data.ptr for o in writes], scal,
@@ -334,6 +344,11 @@ class Fused(object if FastCall is None else FastCall):
     def _trace(self, nd: type, args: tuple, kwargs: dict, dst: Any) -> tuple:
         """Trace ``fn`` for these arguments: ``(entry, plan arguments)`` (None: unfused)."""
         ent = _Entry()
+        dsts = None if dst is None else ((dst,) if not isinstance(dst, (tuple, list))
+                                         else tuple(dst))
+        for d in dsts or ():
+            if not isinstance(d, nd):  # the output contract's DstTypeError, before d.dtype
+                prepare_out(f"fuse({self.name})", d, ())
         names = sorted(kwargs)
         allargs = (*args, *(kwargs[k] for k in names))
         targs: list = []
@@ -372,6 +387,8 @@ class Fused(object if FastCall is None else FastCall):
                                  "share one shape")
         except TraceError as e:
             return self._give_up(ent, e), None
+        except ArgumentOverflowError:
+            raise  # a constant NumPy refuses (uint8 + 300): unfused, it would fail or wrap
         except Exception as e:
             err = TraceError(f"cuflow.fuse({self.name}) cannot trace {type(e).__name__}: {e} "
                              f"at {_user_line(e, self.fn)}")
@@ -384,8 +401,10 @@ class Fused(object if FastCall is None else FastCall):
         in_nodes = [arr_nodes[i] for i in ent.arr_pos]
         s_nodes = [sc_nodes[i] for i in ent.sc_pos]
         arrays = [allargs[i] for i in ent.arr_pos]
-        dsts = None if dst is None else ((dst,) if not isinstance(dst, (tuple, list))
-                                         else tuple(dst))
+        bounds = int_scalar_bounds(outputs, s_nodes)
+        ent.sc_fix = tuple((j, i if i < len(args) else names[i - len(args)], b)
+                           for j, (i, b) in enumerate(zip(ent.sc_pos, bounds))
+                           if b is not None or s_nodes[j].dtype.kind == "b")
         if reds:
             r = reds[0]
             axis, _ = r.value
@@ -418,13 +437,31 @@ class Fused(object if FastCall is None else FastCall):
         if not self._warned:
             self._warned = True
             warnings.warn(f"{err}; running {self.name} unfused (op by op)", RuntimeWarning,
-                          stacklevel=4)
+                          stacklevel=_outside_cuflow())
         ent.unfused = True
         return ent
 
-    def _empty_reduction(self, rt: Any, ent: _Entry, out: Any, outs: list) -> Any:
+    def _check_scalars(self, ent: _Entry, scal: list) -> None:
+        """Range-check the Python int arguments as NumPy does against the dtypes the kernel
+        casts them to (it would wrap them), and make NumPy bools ints for packing."""
+        for j, i, b in ent.sc_fix:
+            v = scal[j]
+            if b is None:
+                scal[j] = int(v)
+                continue
+            lo, hi, lo_dt, hi_dt = b
+            if not lo <= v <= hi:
+                dt = lo_dt if v < lo else hi_dt
+                why = ("the kernel's parameter of a Python int: pass float() for a float "
+                       "operand" if dt == numpy.int64 else "the dtype the kernel computes it in")
+                raise ArgumentOverflowError(
+                    f"cuflow.fuse({self.name}): argument {i!r}: Python integer {v} out of bounds "
+                    f"for {dt}, {why} (at {caller_line()})")
+
+    def _empty_reduction(self, ent: _Entry, out: Any, outs: list) -> Any:
         name = ent.reduction[0]
-        if name in ("max", "min", "argmax", "argmin"):
+        if out.size and name in ("max", "min", "argmax", "argmin"):
+            # (no identity is needed for a result of no elements: (0, 3) over axis 1)
             raise ArgumentError(f"cuflow.fuse({self.name}): {name} of an empty array "
                                 "(zero-size reduction has no identity)")
         out.fill({"sum": 0, "prod": 1, "mean": numpy.nan}[name])
@@ -436,12 +473,17 @@ class Fused(object if FastCall is None else FastCall):
     def _cpu(self, rt: Any, args: tuple, kwargs: dict, dst: Any) -> Any:
         """The NumPy backend: trace once per signature (the same errors), then run op by op."""
         nd = rt.ndarray
+        allargs = (*args, *(kwargs[k] for k in sorted(kwargs)))
         key = tuple((a.dtype.num, a.shape, a.strides) if isinstance(a, nd) else _static_key(a)
-                    for a in (*args, *(kwargs[k] for k in sorted(kwargs))))
+                    for a in allargs)
         key += tuple(sorted(kwargs))
         ent = self._entries.get(key)
         if ent is None:
-            ent = self._entries[key] = self._trace(nd, args, kwargs, dst)[0]
+            ent = self._trace(nd, args, kwargs, dst)[0]
+            if _UNKEYED not in key:
+                self._entries[key] = ent
+        if ent.sc_fix:  # the GPU's checks, so that both backends raise alike
+            self._check_scalars(ent, [allargs[i] for i in ent.sc_pos])
         return self._unfused(rt, args, kwargs, dst, traced=not ent.unfused)
 
     def _unfused(self, rt: Any, args: tuple, kwargs: dict, dst: Any,
@@ -483,17 +525,43 @@ class Fused(object if FastCall is None else FastCall):
         return dsts[0] if single else dsts
 
 
+#: the key of a static argument that has none (unhashable): its call is traced, not cached
+_UNKEYED = object()
+
+
 def _static_key(a: Any) -> Any:
     t = type(a)
     if t is int or t is float:
         return t  # a runtime scalar: one kernel for every value
-    if isinstance(a, numpy.generic):
-        return ("np", a.dtype.num)
+    if isinstance(a, numpy.generic) and a.dtype.kind in "biuf":
+        return ("np", a.dtype.num)  # a typed runtime scalar
+    k = _typed_key(a)
+    return _UNKEYED if k is None else k
+
+
+def _typed_key(a: Any) -> Any:
+    """A static value with its type, element by element in tuples and lists (``(2,)`` and
+    ``(2.0,)`` are equal, and trace differently); None where a value is unhashable."""
+    t = type(a)
+    if t is tuple or t is list:
+        ks = tuple(_typed_key(x) for x in a)
+        return None if None in ks else (t, ks)
     try:
         hash(a)
     except TypeError:
-        return ("id", id(a))
-    return ("v", t, a)
+        return None
+    return (t, a)
+
+
+def _outside_cuflow() -> int:
+    """The ``stacklevel`` of a warning raised by this function's caller that names the first
+    frame outside cuflow (the user's call, through any of cuflow's own frames)."""
+    f = sys._getframe(1)
+    level = 1
+    while f is not None and f.f_globals.get("__name__", "").partition(".")[0] == "cuflow":
+        f = f.f_back
+        level += 1
+    return level
 
 
 def _dst_key(nd: type, dst: Any) -> Any:

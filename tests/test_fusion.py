@@ -726,3 +726,195 @@ def test_captured_array_must_be_an_argument(cf, rng):
     f = cf.fuse(lambda x: x * w)
     with pytest.raises(cuflow.TraceError, match="argument"):
         f(cf.asarray(rand(rng, (8,), np.float32)))
+
+
+# ------------------------------------------------ Python ints past a dtype
+U8 = np.array([0, 1, 255], np.uint8)
+
+
+def _body_of(src):
+    """The per-element function of a generated kernel (its operations, no prelude)."""
+    body = src[src.index("void cf_body("):]
+    return body[:body.index("\n}")]
+
+
+@pytest.mark.parametrize("fn", [lambda x: x < 300, lambda x: x == -1, lambda x: -1 < x,
+                                lambda x: x != 2 ** 70, lambda x: x >= -(2 ** 70)],
+                         ids=["<300", "==-1", "-1<", "!=2**70", ">=-2**70"])
+def test_comparison_with_an_int_past_the_dtype_is_numpys(cf, fn):
+    # NumPy compares such a constant exactly: one answer for every element
+    f = cf.fuse(fn)
+    check(host(f(cf.asarray(U8))), fn(U8))
+    src = f.cuda_source(U8)
+    assert "(unsigned char)44" not in src and "(unsigned char)255ULL" not in src
+    assert ("(x0 == x0)" if fn(U8).all() else "(x0 != x0)") in src
+
+
+def test_comparison_with_an_int_past_int64_is_numpys(cf):
+    big = np.array([-5, 2 ** 62], np.int64)
+    g = cf.fuse(lambda x: x < 2 ** 63)
+    check(host(g(cf.asarray(big))), big < 2 ** 63)
+    assert "9223372036854775808LL" not in g.cuda_source(big)  # (a literal that wraps)
+
+
+@pytest.mark.parametrize("fn,value,dtype", [
+    (lambda x: x + 300, 300, "uint8"), (lambda x: np.maximum(x, -1), -1, "uint8"),
+    (lambda x: x & 256, 256, "uint8"), (lambda x: np.clip(x, 300, 400), 300, "uint8"),
+    (lambda x: x.astype(np.int64) * 2 ** 63, 2 ** 63, "int64")],
+    ids=["+300", "maximum-1", "&256", "clip", "int64*2**63"])
+def test_arithmetic_with_an_int_past_the_dtype_overflows(cf, fn, value, dtype):
+    with pytest.raises(OverflowError):  # NumPy's answer
+        fn(U8)
+    f = cf.fuse(fn)
+    pattern = rf"Python integer {value} out of bounds for {dtype}.*test_fusion.py:\d+"
+    with pytest.raises(cuflow.ArgumentOverflowError, match=pattern):
+        f(cf.asarray(U8))
+    with pytest.raises(cuflow.ArgumentOverflowError, match=pattern):
+        f.cuda_source(U8)  # refused by the tracer, not wrapped into the kernel
+    with pytest.raises(cuflow.ArgumentOverflowError):  # not run op by op instead
+        cf.fuse(fn, fallback="unfused")(cf.asarray(U8))
+
+
+def test_python_int_arguments_are_checked_against_the_dtype_they_meet(cf):
+    x = cf.asarray(U8)
+    less = cf.fuse(lambda a, s: a < s)
+    check(host(less(x, 255)), U8 < 255)
+    with pytest.raises(cuflow.ArgumentOverflowError,
+                       match=r"argument 1: Python integer 300 out of bounds for uint8.*"
+                             r"test_fusion.py:\d+"):
+        less(x, 300)  # one kernel for every value: it would compare against 300 % 256
+    add = cf.fuse(lambda a, s: a + s)
+    with pytest.raises(cuflow.ArgumentOverflowError, match="-1 out of bounds for uint8"):
+        add(x, -1)
+    u64 = np.array([0, 5, 2 ** 63], np.uint64)
+    check(host(add(cf.asarray(u64), 2 ** 63 - 1)), u64 + (2 ** 63 - 1))
+    check(host(add(cf.asarray(u64[:2]), 2 ** 63)), u64[:2] + 2 ** 63)  # past int64
+    with pytest.raises(cuflow.ArgumentOverflowError, match="-1 out of bounds for uint64"):
+        add(cf.asarray(u64), -1)
+    f32 = np.array([1.5, -2], np.float32)
+    check(host(add(cf.asarray(f32), 2 ** 62)), f32 + 2 ** 62)
+    with pytest.raises(cuflow.ArgumentOverflowError, match="int64.*float()"):
+        add(cf.asarray(f32), 2 ** 63)  # a Python int travels as a 64-bit integer
+    mul = cf.fuse(lambda a, s: a * s)
+    for s in (np.bool_(True), np.bool_(False)):
+        check(host(mul(cf.asarray(f32), s)), f32 * s)
+
+
+# ------------------------------------------------------------ dtype= inside
+def test_ufunc_dtype_runs_the_loop_in_it(cf):
+    i8 = np.array([100, -100, 7], np.int8)
+    x = cf.asarray(i8)
+    add16 = cf.fuse(lambda a: np.add(a, a, dtype=np.int16))
+    check(host(add16(x)), np.add(i8, i8, dtype=np.int16))  # 200, not 200 wrapped in int8
+    (line,) = [ln for ln in _body_of(add16.cuda_source(i8)).splitlines() if " + " in ln]
+    assert line.strip().startswith("const short")  # the sum itself in int16
+    small = np.array([3, -3, 7], np.int8)
+    exp32 = cf.fuse(lambda a: np.exp(a, dtype=np.float32))
+    check(host(exp32(cf.asarray(small))), np.exp(small, dtype=np.float32))
+    assert "cf_rh(expf" not in exp32.cuda_source(small)  # float32, not float16's
+    f32 = np.array([1.5, 2.7], np.float32)
+    unsafe = cf.fuse(lambda a: np.add(a, a, dtype=np.int16, casting="unsafe"))
+    check(host(unsafe(cf.asarray(f32))), np.add(f32, f32, dtype=np.int16, casting="unsafe"))
+    with pytest.raises(cuflow.TraceError, match=r"numpy.add has no loop.*same_kind"):
+        cf.fuse(lambda a: np.add(a, a, dtype=np.int16))(cf.asarray(f32))
+    with pytest.raises(cuflow.ArgumentOverflowError, match="100000 out of bounds for int16"):
+        cf.fuse(lambda a: np.add(a, 100000, dtype=np.int16))(x)
+    with pytest.raises(cuflow.TraceError, match=r"numpy.add's where at .*test_fusion.py"):
+        cf.fuse(lambda a: np.add(a, 1, where=a > 0))(x)
+
+
+@pytest.mark.parametrize("fn", [lambda a: (a * 1).sum(dtype=np.int16),
+                                lambda a: cuflow.sum(a * 1, dtype=np.int16),
+                                lambda a: np.prod(a + 1, axis=0, dtype=np.int32),
+                                lambda a: (a * 1).mean(axis=-1, dtype=np.float32)],
+                         ids=["method", "cuflow.sum", "numpy.prod", "mean"])
+def test_reduction_dtype_casts_each_element_first(cf, fn):
+    xa = np.full((2, 4), 0.5)
+    check(host(cf.fuse(fn)(cf.asarray(xa))), fn(xa))  # sum in int16: 0, not int16(4.0)
+    src = cf.fuse(fn).cuda_source(xa)
+    assert "double y;" not in src  # the reduced values are in the requested dtype
+
+
+# ------------------------------------------------------ erf & co. of ints
+@pytest.mark.parametrize("name", ["erf", "erfc", "sigmoid", "rsqrt"])
+@pytest.mark.parametrize("dtype", [np.int32, np.uint32, np.int64, np.bool_])
+def test_special_functions_of_integers_compute_in_float(cf, name, dtype):
+    xa = np.array([0, 1, 3, 5], dtype) if dtype != np.bool_ else np.array([0, 1, 1, 0], bool)
+    f = cf.fuse(lambda a: getattr(cf.fusion, name)(a))
+    with np.errstate(divide="ignore"):  # (rsqrt(0))
+        want = getattr(cuflow.fusion, name)(xa.astype(np.exp(np.ones((), dtype)).dtype))
+        check(host(f(cf.asarray(xa))), host(want))
+    body = _body_of(f.cuda_source(xa))  # a float kernel: no integer negation
+    fn, arg = ("exp", "(-v1)") if name == "sigmoid" else (name, "(v1)")
+    f64 = np.dtype(dtype).itemsize >= 4  # (a float64 result; bool's is float16)
+    assert f"{fn}{'' if f64 else 'f'}{arg}" in body  # of the input cast to float (v1)
+    if HAVE_NVRTC:
+        assert _engine.compile_cubin(f.cuda_source(xa), 90)
+
+
+# ----------------------------------------------------- static arguments
+def test_static_arguments_trace_per_value_and_type(cf):
+    """A static argument is told apart by its value and type: a trace that would fail for
+    one value fails for it, whatever traced before (the same object mutated, a tuple of an
+    equal value of another type, an unhashable value)."""
+    x = cf.asarray(np.arange(4, dtype=np.int32))
+
+    def pick(a, cfg):
+        return a + 1 if cfg[0] == "add" else a[0]  # indexing: a TraceError
+
+    f = cf.fuse(pick)
+    names = ["add"]
+    check(host(f(x, names)), np.arange(4, dtype=np.int32) + 1)
+    names[0] = "index"  # the same list (id), another value
+    with pytest.raises(cuflow.TraceError, match="indexing"):
+        f(x, names)
+    cfg = [{"op": "add"}]  # unhashable: traced at every call
+    g = cf.fuse(lambda a, c: a + 1 if c[0]["op"] == "add" else a[0])
+    check(host(g(x, cfg)), np.arange(4, dtype=np.int32) + 1)
+    cfg[0]["op"] = "index"
+    with pytest.raises(cuflow.TraceError, match="indexing"):
+        g(x, cfg)
+    h = cf.fuse(lambda a, t: a * t[0] if isinstance(t[0], int) else a[0])
+    check(host(h(x, (2,))), np.arange(4, dtype=np.int32) * 2)
+    with pytest.raises(cuflow.TraceError, match="indexing"):
+        h(x, (2.0,))  # (2,) == (2.0,), but it traces as a float
+
+
+# ------------------------------------------------------------ the rest
+def test_reduction_inside_takes_no_dst_or_stream(cf):
+    x = cf.asarray(np.ones(4, np.float32))
+    d = cf.empty((), cf.float32)
+    with pytest.raises(cuflow.TraceError,
+                       match=r"cuflow.sum\(\.\.\., dst=\) at .*test_fusion.py:\d+"):
+        cf.fuse(lambda a: cuflow.sum(a * 2, dst=d))(x)
+    with pytest.raises(cuflow.TraceError, match=r"cuflow.max\(\.\.\., stream=\)"):
+        cf.fuse(lambda a: cuflow.max(a * 2, stream=cf.Stream()))(x)
+
+
+@pytest.mark.parametrize("name", ["max", "argmin", "sum"])
+def test_empty_reductions(cf, name):
+    xa = np.zeros((0, 3), np.float32)
+    f = cf.fuse(lambda a: getattr(a * 2, name)(axis=1))
+    check(host(f(cf.asarray(xa))), getattr(xa * 2, name)(axis=1))  # an empty result
+    g = cf.fuse(lambda a: getattr(a * 2, name)(axis=0))
+    if name == "sum":
+        check(host(g(cf.asarray(xa))), (xa * 2).sum(axis=0))
+    else:  # three results of no elements: no identity
+        with pytest.raises(cuflow.ArgumentError, match="empty|zero-size"):
+            g(cf.asarray(xa))
+
+
+def test_a_dst_that_is_not_an_array_is_the_contracts_error(cf):
+    f = cf.fuse(lambda a: a * 2)
+    x = cf.asarray(np.ones(3, np.float32))
+    with pytest.raises(cuflow.DstTypeError, match="dst must be an array"):
+        f(x, dst=3)
+    with pytest.raises(cuflow.DstTypeError, match="dst must be an array"):
+        cf.fuse(lambda a: (a, a + 1))(x, dst=(cf.empty(3, cf.float32), "out"))
+
+
+def test_fallback_warning_names_the_callers_line(cf):
+    g = cf.fuse(lambda a: a * 2 if float(a.sum()) > 0 else a, fallback="unfused")
+    with pytest.warns(RuntimeWarning, match="unfused") as rec:
+        g(cf.asarray(np.ones(3, np.float32)))
+    assert [r.filename for r in rec if "unfused" in str(r.message)] == [__file__]

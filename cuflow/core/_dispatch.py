@@ -229,8 +229,7 @@ def traced(name: str, args: tuple, dst: Any, out: Any, dtype: Any) -> Any:
     if dst is not None or out is not None:
         raise TraceError(f"cuflow.fuse cannot trace cuflow.{name}(..., dst=) at "
                          f"{caller_line()}: give dst= to the fused call instead")
-    r = apply(name, *args)
-    return r if dtype is None else r.astype(dtype)
+    return apply(name, *args, dtype=dtype)  # (the loop runs in dtype, as NumPy's)
 
 
 def ufunc_multi(name: str, args: tuple, dst: Any, out: Any, stream: Any, casting: str,

@@ -31,7 +31,7 @@ import numpy
 from .._errors import KernelCompileError
 from ._ewgen import (BLOCK, ENTRY, ENTRY_FIN, LUT_BLOCK, ROW_BLOCK_VECTORS, Layout, Reduction,
                      costly, generate)
-from ._expr import SHAPE_READS, Expr, apply
+from ._expr import SHAPE_READS, Expr, apply, int_scalar_bounds
 from ._expr import astype as expr_astype
 from ._expr import clip as expr_clip
 from ._expr import reduce as expr_reduce
@@ -444,8 +444,11 @@ def source(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
     if reduction is None or red is not None:
         fmt += "Q" * len(out_dtypes)
     fmt += "q" * (1 + len(extras))
-    fmt += "".join("d" if sn.dtype.kind == "f" else ("Q" if sn.dtype.kind == "u" else "q")
-                   for sn in scalar_nodes)
+    # a Python int whose every use is uint64 may pass int64's range: its bits go as unsigned
+    # (the caller has checked the value against int_scalar_bounds)
+    fmt += "".join("d" if sn.dtype.kind == "f" else "Q" if sn.dtype.kind == "u" or (
+        b is not None and b[1] >= 2**63) else "q"
+        for sn, b in zip(scalar_nodes, int_scalar_bounds(outputs, scalar_nodes)))
     if red is not None:
         fmt += "QQ" if red.mode == "all" else "qq"
     return Source(src, fmt, (n, *extras), n, vec, red, red_extra, lut)
@@ -589,6 +592,12 @@ class EwOp:
             return self._reduction(out, in_nodes, sc_nodes, arrays, shape)
         if not isinstance(out, Expr) or out.op in ("const", "scalar", "input") or \
                 out.op.startswith("reduce:") or out.shp != shape:
+            return None
+        if sc_nodes and any(b is not None and b[:2] != (-2**63, 2**63 - 1)
+                            for b in int_scalar_bounds((out,), sc_nodes)):
+            # a Python int the kernel casts to a narrower integer dtype: NumPy range-checks
+            # it per value, and the launcher from C packs it unchecked (the caller's path
+            # checks it: cuflow.fuse's Fused._call)
             return None
         odt = out.dtype
         if dst is not None:

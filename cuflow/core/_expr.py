@@ -22,10 +22,12 @@ from typing import Any
 
 import numpy
 
-from .._errors import ArgumentTypeError, AxisError, CuflowError
+from .._errors import ArgumentOverflowError, ArgumentTypeError, AxisError, CuflowError
+from ._ewgen import topo
 
 __all__ = ["Expr", "TraceError", "UNARY", "BINARY", "REDUCTIONS", "EXTRA_UNARY", "apply",
-           "is_expr", "where", "clip", "astype", "reduce", "const", "caller_line", "SHAPE_READS"]
+           "is_expr", "where", "clip", "astype", "reduce", "const", "caller_line", "SHAPE_READS",
+           "int_scalar_bounds"]
 
 
 #: how often traced code read a shape (``x.shape``, ``ndim``, ``size``, ``len``): a trace
@@ -57,6 +59,9 @@ BINARY = frozenset((
 ))
 #: trailing reductions
 REDUCTIONS = ("sum", "mean", "max", "min", "prod", "argmax", "argmin")
+#: comparisons: NumPy compares a Python int past the other operand's integer dtype exactly
+_COMPARISONS = frozenset(("equal", "not_equal", "less", "less_equal", "greater",
+                          "greater_equal"))
 
 _ALIASES = {"abs": "absolute", "true_divide": "divide", "pow": "power", "mod": "remainder",
             "acos": "arccos", "asin": "arcsin", "atan": "arctan", "atan2": "arctan2",
@@ -98,8 +103,9 @@ class Expr:
     dtype : numpy.dtype
     shape : tuple of int
     value : Any
-        The input's position (``input``/``scalar``), the constant, or the reduction's
-        ``(axis, keepdims)``.
+        The input's position (``input``/``scalar``), the constant, the reduction's
+        ``(axis, keepdims)``, or for a ``cast`` of an operand to a ufunc's loop dtype the
+        ufunc's name (NumPy range-checks a Python int there; None: an unchecked cast).
     """
 
     __slots__ = ("op", "args", "dtype", "shp", "value", "weak", "__weakref__")
@@ -243,9 +249,15 @@ class Expr:
         if method != "__call__" or kwargs.get("out") is not None:
             raise TraceError(f"cuflow.fuse cannot trace numpy.{ufunc.__name__}.{method} "
                              f"(or out=) at {caller_line()}")
-        r = apply(ufunc.__name__, *inputs)
-        dt = kwargs.get("dtype")
-        return r if dt is None else astype(r, dt)
+        # order and subok do not change an elementwise result; where= and signature= would
+        other = sorted(k for k, v in kwargs.items() if k not in _UFUNC_KWARGS
+                       and not (k == "where" and v is True))
+        if other:
+            raise TraceError(f"cuflow.fuse cannot fuse numpy.{ufunc.__name__}'s "
+                             f"{', '.join(other)} at {caller_line()}: a fused ufunc takes "
+                             "dtype and casting")
+        return apply(ufunc.__name__, *inputs, dtype=kwargs.get("dtype"),
+                     casting=kwargs.get("casting", "same_kind"))
 
     def __array_function__(self, func, types, args, kwargs):
         name = func.__name__
@@ -316,14 +328,46 @@ def const(x: Any) -> Expr:
     return Expr("const", (), a.dtype, (), a[()].item(), weak=False)
 
 
+_UFUNC_KWARGS = frozenset(("out", "dtype", "casting", "order", "subok"))
+
+
 @functools.cache
-def _resolve(name: str, dts: tuple) -> tuple:
-    """NumPy's loop dtypes ``(inputs..., output)`` of ufunc ``name`` for ``dts``."""
+def _resolve(name: str, dts: tuple, dtype: numpy.dtype | None = None,
+             casting: str = "same_kind") -> tuple:
+    """NumPy's loop dtypes ``(inputs..., output)`` of ufunc ``name`` for ``dts``; with
+    ``dtype``, the loop whose output is ``dtype`` (the ufunc's ``dtype=``: the inputs are
+    cast to the loop's dtypes under ``casting``)."""
     uf = getattr(numpy, name)
     try:
-        return uf.resolve_dtypes((*dts, None))
+        if dtype is None:
+            return uf.resolve_dtypes((*dts, None))
+        return uf.resolve_dtypes((*dts, None), signature=(*(None,) * len(dts), dtype),
+                                 casting=casting)
     except Exception as e:
-        raise TraceError(f"numpy.{name} has no loop for {dts}: {e}") from None
+        what = dts if dtype is None else f"{dts} with dtype={dtype}, casting={casting!r}"
+        raise TraceError(f"numpy.{name} has no loop for {what}: {e}") from None
+
+
+def _fits(v: int, dt: numpy.dtype) -> bool:
+    """Whether NumPy takes Python int ``v`` as an operand of a loop in ``dt``: within an
+    integer dtype's range, within C's long for bool (logical) loops, finite as a float."""
+    if dt.kind in "iu":
+        info = numpy.iinfo(dt)
+        return int(info.min) <= v <= int(info.max)
+    if dt.kind == "b":
+        return -2**63 <= v < 2**63
+    try:
+        float(v)
+    except OverflowError:
+        return False
+    return True
+
+
+def _out_of_bounds(v: int, dt: numpy.dtype, op: str) -> ArgumentOverflowError:
+    shown = v if abs(v) < 2**128 else f"{'-' if v < 0 else ''}2**{abs(v).bit_length() - 1}+"
+    return ArgumentOverflowError(
+        f"cuflow.fuse: Python integer {shown} out of bounds for {dt} (the dtype {op} computes "
+        f"in) at {caller_line()}")
 
 
 def _bshape(name: str, *xs: Expr) -> tuple:
@@ -334,14 +378,16 @@ def _bshape(name: str, *xs: Expr) -> tuple:
                          f"{', '.join(str(x.shp) for x in xs)} (at {caller_line()})") from None
 
 
-def apply(name: str, *xs: Any) -> Expr:
-    """The node of elementwise function ``name`` on ``xs`` (Exprs, scalars, 0-d constants)."""
+def apply(name: str, *xs: Any, dtype: Any = None, casting: str = "same_kind") -> Expr:
+    """The node of elementwise function ``name`` on ``xs`` (Exprs, scalars, 0-d constants);
+    ``dtype``/``casting``: the ufunc's (its loop runs in ``dtype``)."""
     name = _ALIASES.get(name, name)
     args = tuple(const(x) for x in xs)
     if name in EXTRA_UNARY:
         (a,) = args
         _, out = _resolve("exp", (_dtype_of(a),))
-        return Expr(name, (a,), out, a.shp)
+        # the generated code has float versions only: an integer or bool input is cast
+        return Expr(name, (_cast_node(a, out, name),), out, a.shp)
     if name not in UNARY and name not in BINARY:
         raise TraceError(f"cuflow.fuse cannot fuse {name!r} (at {caller_line()}): fusable "
                          "functions are the elementwise ufuncs, where, clip, astype, erf, "
@@ -355,18 +401,31 @@ def apply(name: str, *xs: Any) -> Expr:
             raise TraceError(f"cuflow.fuse: the result of {a.op[7:]}() is used by {name} at "
                              f"{caller_line()}; a reduction can only be an output of the "
                              "fused function (a trailing reduction)")
-    *ins, out = _resolve(name, tuple(_dtype_of(a) for a in args))
+    *ins, out = _resolve(name, tuple(_dtype_of(a) for a in args),
+                         None if dtype is None else numpy.dtype(dtype), casting)
     if all(a.op == "const" for a in args):
+        kw = {} if dtype is None else {"dtype": dtype, "casting": casting}
         with numpy.errstate(all="ignore"):
             v = getattr(numpy, name)(*(a.value if a.weak else numpy.asarray(a.value, a.dtype)
-                                       for a in args))
+                                       for a in args), **kw)
         weak = all(a.weak for a in args) and isinstance(v, (bool, int, float))
         if weak:
             return Expr("const", (), out, (), v, weak=True)
         return Expr("const", (), out, (), numpy.asarray(v, out)[()].item())
-    # the ufunc computes in its loop dtypes: cast the operands to them first
-    cargs = tuple(_cast_node(a, dt) for a, dt in zip(args, ins))
     shape = _bshape(name, *args)
+    if name in _COMPARISONS:
+        for k, a in enumerate(args):
+            if (a.op == "const" and a.weak and type(a.value) is int and ins[k].kind in "iu"
+                    and not _fits(a.value, ins[k])):
+                # past every value of the other operand's dtype: one answer for all of them,
+                # NumPy's (x == x is that answer's shape for an integer or bool x)
+                b = args[1 - k]
+                probe = [numpy.zeros((), b.dtype)] * 2
+                probe[k] = a.value
+                same = bool(getattr(numpy, name)(*probe))
+                return Expr("equal" if same else "not_equal", (b, b), out, shape)
+    # the ufunc computes in its loop dtypes: cast the operands to them first
+    cargs = tuple(_cast_node(a, dt, name) for a, dt in zip(args, ins))
     if name == "power" and cargs[1].op == "const" and out.kind == "f":
         # small constant exponents as NumPy's scalar power does: multiplies, sqrt, reciprocal
         e = cargs[1].value
@@ -385,12 +444,61 @@ def apply(name: str, *xs: Any) -> Expr:
     return Expr(name, cargs, out, shape)
 
 
-def _cast_node(a: Expr, dt: numpy.dtype) -> Expr:
+def _cast_node(a: Expr, dt: numpy.dtype, op: str | None = None) -> Expr:
+    """``a`` in ``dt``.  ``op``: the ufunc whose loop runs in ``dt``: NumPy raises
+    OverflowError for a Python int that ``dt`` cannot hold (a constant is checked here, a
+    runtime argument at each call: :func:`int_scalar_bounds`); None: NumPy's unsafe cast
+    (``where``, ``astype``), which wraps."""
+    if op is not None and a.weak and type(a.value) is int:
+        if a.op == "const" and not _fits(a.value, dt):
+            raise _out_of_bounds(a.value, dt, op)
+        if a.op == "scalar" and a.dtype != dt:
+            return Expr("cast", (a,), dt, a.shp, op)
     if a.dtype == dt:
         return a
     if a.op == "const":
         return Expr("const", (), dt, (), numpy.asarray(a.value).astype(dt)[()].item())
     return Expr("cast", (a,), dt, a.shp)
+
+
+_INT64 = numpy.dtype(numpy.int64)
+_UINT64 = numpy.dtype(numpy.uint64)
+
+
+def int_scalar_bounds(outputs: tuple, scalars: list) -> list:
+    """Per node of ``scalars`` (runtime scalar arguments): None, or for a Python int
+    ``(lo, hi, lo_dtype, hi_dtype)``: the values it may take, and the dtype that sets each
+    bound.  NumPy raises OverflowError for a Python int that the loop dtype of a ufunc it
+    meets cannot hold, where the kernel would wrap it; the kernel's parameter is a 64-bit
+    integer, unsigned (``hi`` past int64's) where every use is a checked uint64."""
+    uses: dict = {id(s): [] for s in scalars if s.op == "scalar" and s.weak
+                  and type(s.value) is int}
+    if not uses:
+        return [None] * len(scalars)
+    for n in topo(outputs):
+        for a in n.args:
+            u = uses.get(id(a))
+            if u is not None:  # a use in its own int64 is NumPy's C long: checked too
+                u.append((n.dtype, n.value is not None) if n.op == "cast" else (_INT64, True))
+    out = []
+    for s in scalars:
+        u = uses.get(id(s))
+        if u is None:
+            out.append(None)
+            continue
+        if u and all(dt == _UINT64 and checked for dt, checked in u):
+            out.append((0, 2**64 - 1, _UINT64, _UINT64))
+            continue
+        lo, hi, lo_dt, hi_dt = -2**63, 2**63 - 1, _INT64, _INT64
+        for dt, checked in u:
+            if checked and dt.kind in "iu":
+                info = numpy.iinfo(dt)
+                if info.min > lo:
+                    lo, lo_dt = int(info.min), dt
+                if info.max < hi:
+                    hi, hi_dt = int(info.max), dt
+        out.append((lo, hi, lo_dt, hi_dt))
+    return out
 
 
 def astype(x: Any, dtype: Any) -> Expr:
@@ -434,7 +542,7 @@ def clip(x: Any, lo: Any = None, hi: Any = None) -> Expr:
         return apply("maximum", r, lo)
     args = (r, const(lo), const(hi))
     dt = _resolve_clip(tuple(_dtype_of(a) for a in args))
-    x_, lo_, hi_ = (_cast_node(a, dt) for a in args)
+    x_, lo_, hi_ = (_cast_node(a, dt, "clip") for a in args)
     return Expr("minimum", (Expr("maximum", (x_, lo_), dt, _bshape("clip", x_, lo_)), hi_),
                 dt, _bshape("clip", *args))
 
@@ -499,5 +607,10 @@ def reduce(name: str, x: Any, axis: Any = None, keepdims: bool = False,
     else:
         shape = tuple(1 if i == axis else n for i, n in enumerate(x.shp)) if keepdims else \
             tuple(n for i, n in enumerate(x.shp) if i != axis)
-    dt = _reduce_dtype(name, x.dtype, None if dtype is None else numpy.dtype(dtype))
+    kw = None if dtype is None else numpy.dtype(dtype)
+    dt = _reduce_dtype(name, x.dtype, kw)
+    if kw is not None:
+        # NumPy's reduction loop runs in dtype: each element is cast to it first (sum of
+        # [0.5] * 4 in int16 is 0), not only the kernel's accumulated result
+        x = _cast_node(x, kw)
     return Expr(f"reduce:{name}", (x,), dt, shape, (axis, bool(keepdims)))

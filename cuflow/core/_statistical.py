@@ -20,7 +20,7 @@ from ._contract import may_share, prepare_out, reduced_shape, resolve_out
 from ._contract import bad_input, check_ints, one_element_axis
 from ._dispatch import reraise, run_on
 from ._engine import ew_op
-from ._expr import Expr
+from ._expr import Expr, TraceError, caller_line
 from ._expr import reduce as _traced_reduce
 from ._runtime import runtime
 
@@ -50,6 +50,10 @@ def _result_dtype(name: str, dtype: Any, kwdtype: Any) -> numpy.dtype:
 def _reduce(name: str, a: Any, axis: Any, dtype: Any, dst: Any, keepdims: bool, ddof: Any,
             stream: Any) -> Any:
     if isinstance(a, Expr):  # inside cuflow.fuse: a trailing reduction
+        if dst is not None or stream is not None:
+            raise TraceError(f"cuflow.fuse cannot trace cuflow.{name}(..., "
+                             f"{'dst' if dst is not None else 'stream'}=) at {caller_line()}: "
+                             "give it to the fused call instead")
         return _traced_reduce(name, a, axis, keepdims, dtype)
     rt = runtime()
     if (rt.fast is not None and stream is dst is dtype is None and not keepdims and not ddof
