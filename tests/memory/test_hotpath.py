@@ -343,8 +343,8 @@ def test_hook_memory_is_one_object_that_gives_the_block_back(pooled):
 
 def test_an_exact_size_hit_counts_pending_bytes_in_the_active_peak():
     """An exact-size hit below the allocated peak still raises the active peak when bytes
-    freed since (used on another stream) are pending (both hot paths: the Python one used to
-    update it only with a new allocated peak)."""
+    freed since (used on another stream) are pending, on both hot paths (not only with a new
+    allocated peak)."""
     from .conftest import EventBackend
 
     pool = Pool(EventBackend())

@@ -240,8 +240,8 @@ def test_threads_never_share_a_device_block(gpu_cf):
 
 @pytest.mark.parametrize("case", ["foreign", "twice", "queued"])
 def test_free_ptr_of_no_lent_block_is_refused_at_once(case):
-    """free_ptr refuses a pointer the pool does not lend now, naming it, and the pool goes on
-    (a raw KeyError used to come out of a later, unrelated allocation)."""
+    """free_ptr refuses a pointer the pool does not lend now, naming it, at the call (not in
+    a later, unrelated allocation), and the pool goes on."""
     pool = Pool(HostBackend())
     keep = pool.alloc(1000, 0)
     p = pool.alloc_ptr(5000, 0)
