@@ -71,7 +71,7 @@ class Pool(_CorePool):
     def n_free_blocks(self) -> int:
         with self._lock:
             self.flush_frees()
-            return sum(1 for _ in self._free_blocks())
+            return self._free_runs()
 
     def free_all_blocks(self, stream: Any = None) -> None:
         self.empty_cache()

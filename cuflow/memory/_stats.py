@@ -86,7 +86,8 @@ class StatsMixin:
                 self._drain()
             hits = self._state.hit_counts()
             free = list(self._free_blocks())
-            inactive_split = sum(b.size for b in free if b.prev is not None or b.next is not None)
+            lent = _segments_with_lent_blocks(free)
+            inactive_split = sum(b.size for b in free if id(b.seg) in lent)
             free_cached = sum(b.size for b in free)
             s: dict[str, Any] = {
                 "allocated_bytes.all.current": self.allocated,
@@ -144,6 +145,14 @@ class StatsMixin:
                 out.append({"address": seg.ptr, "size": seg.nbytes, "stream": seg.stream,
                             "private_pool": seg.owner, "blocks": blocks})
             return out
+
+    def _free_runs(self) -> int:
+        """How many free blocks there would be with the exact-size cache coalesced: runs of
+        adjacent free blocks (the cache keeps neighbours apart until it is flushed)."""
+        runs = 0
+        for b in self._free_blocks():
+            runs += b.prev is None or not b.prev.free
+        return runs
 
     def _free_blocks(self) -> Iterable[Block]:
         """Every cached free block: coalesced lists and the exact-size cache."""
@@ -205,3 +214,17 @@ def fmt_bytes(n: int | None) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
         n /= 1024
     return str(n)
+
+
+def _segments_with_lent_blocks(free: list[Block]) -> set[int]:
+    """``id`` of each segment of ``free``'s blocks that holds a block not free: a free block
+    there is split from a lent one (a wholly free segment is not split, coalesced or not)."""
+    seen: dict[int, bool] = {}
+    for b in free:
+        key = id(b.seg)
+        if key not in seen:
+            x = b.seg.first
+            while x is not None and x.free:
+                x = x.next
+            seen[key] = x is not None
+    return {k for k, v in seen.items() if v}

@@ -276,3 +276,24 @@ def test_reset_stats_resets_the_device_peak_too():
     assert s["device_reserved_bytes.current"] == s["device_reserved_bytes.peak"] == 2 << 20
     assert s["reserved_bytes.all.peak"] == 2 << 20
     pool.free(a)
+
+
+def test_stats_read_the_same_before_and_after_a_snapshot():
+    """A block freed into the exact-size cache is not coalesced until the cache is flushed
+    (snapshot() does): the split bytes and free blocks count as if it were."""
+    pool = Pool(HostBackend(capacity=64 << 20))
+    seen = []
+    b = pool.alloc(1000, 0)
+    c = pool.alloc(3000, 0)
+    for step in ("both lent", "b freed", "c freed"):
+        if step == "b freed":
+            pool.free(b)
+        elif step == "c freed":
+            pool.free(c)
+        before = (pool.stats()["inactive_split_bytes.all.current"], pool.n_free_blocks())
+        pool.snapshot()
+        after = (pool.stats()["inactive_split_bytes.all.current"], pool.n_free_blocks())
+        assert before == after, step
+        seen.append(after)
+    seg = pool.reserved
+    assert seen == [(seg - 4096, 1), (seg - 3072, 2), (0, 1)]
