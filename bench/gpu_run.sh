@@ -25,8 +25,13 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 # still look green
 python3 -c "import array_api_compat, array_api_strict, hypothesis, pytest_benchmark" || {
   echo "gpu_run.sh: install the test extras first: pip install -e '.[test]'"; exit 2; }
-# the memory pool's compiled hot path, built here for this machine's Python
-python3 setup.py -q build_ext --inplace > "$P-build.log" 2>&1 || cat "$P-build.log"
+if [ "$MODE" != tests ]; then  # (the headline's figure)
+  python3 -c "import matplotlib" || {
+    echo "gpu_run.sh: the headline's --plot needs matplotlib: pip install -e '.[plot]'"; exit 2; }
+fi
+# the compiled paths (the pool's hot path, the elementwise launcher), built for this Python
+python3 setup.py -q build_ext --inplace > "$P-build.log" 2>&1 || {
+  cat "$P-build.log"; echo "gpu_run.sh: the C extensions did not build"; exit 2; }
 python3 -m cuflow info | tee "$P-info.txt"
 if [ "$MODE" != bench ]; then
   # the full logs stay on the machine (too large to bring back); their summaries come back
@@ -74,7 +79,7 @@ if [ "$MODE" != tests ]; then
   python3 -m cuflow bench $([ "$MODE" = quick ] && echo --quick) --json "$P-headline.json" \
     --plot "$P-headline.png" | tee "$P-headline.txt"
   # the date and GPU kind of this evidence go inside the JSON, not into its name
-  python3 - "$P-headline.json" "$KIND" <<'PY'
+  [ -s "$P-headline.json" ] && python3 - "$P-headline.json" "$KIND" <<'PY'
 import datetime, json, sys
 path, kind = sys.argv[1], sys.argv[2]
 with open(path) as f:

@@ -36,6 +36,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 16, 32, 12])
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
+    for name in ("height", "width", "size"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    if min(args.batches) < 1:
+        ap.error(f"--batches must be at least 1, got {args.batches}")
+    if args.json is not None and not args.json.parent.is_dir():
+        ap.error(f"--json: no folder {args.json.parent}")
     duration = args.seconds if args.seconds is not None else 60.0 * args.minutes
 
     rng = np.random.default_rng(0)

@@ -45,6 +45,14 @@ def main(argv: list[str] | None = None) -> int:
         p.print_help()
         return 0
 
+    try:
+        return _run(args, pb)
+    except cuflow.CuflowError as e:  # (a CUFLOW_* setting the backend refuses, say)
+        print(f"python -m cuflow {args.cmd}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+
+
+def _run(args: argparse.Namespace, pb: argparse.ArgumentParser) -> int:
     if args.cmd == "info":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the backend's reason is one of the lines
@@ -59,10 +67,24 @@ def main(argv: list[str] | None = None) -> int:
             pb.error(f"cannot write {path}: no folder {folder}")
         if path and os.path.isdir(path):
             pb.error(f"cannot write {path}: it is a folder; name a file in it")
+        if folder and not os.access(folder, os.W_OK):
+            pb.error(f"cannot write {path}: the folder {folder} is not writable")
+    if args.section == "traces" and (args.plot or args.from_json):
+        pb.error("the traces section takes --json (its rows), not --plot or --from-json")
+    loaded = None
+    if args.from_json:
+        if not os.path.isfile(args.from_json):
+            pb.error(f"--from-json: no file {args.from_json}")
+        try:
+            with open(args.from_json) as f:
+                loaded = json.load(f)
+        except (OSError, ValueError) as e:
+            pb.error(f"--from-json: cannot read {args.from_json}: {e}")
+        if not isinstance(loaded, dict) or not isinstance(loaded.get("rows"), list):
+            pb.error(f"--from-json: {args.from_json} is no 'python -m cuflow bench --json' "
+                     "result (a headline run's JSON, with its rows)")
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         pb.error("--plot needs matplotlib: python3 -m pip install matplotlib")
-    if args.from_json and not os.path.isfile(args.from_json):
-        pb.error(f"--from-json: no file {args.from_json}")
     if args.section != "traces" and (args.record or args.variants):
         pb.error("--record and --variants go with the traces section: "
                 "python -m cuflow bench traces --record")
@@ -77,8 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_json:
         if not args.plot:
             pb.error("--from-json only makes sense with --plot")
-        with open(args.from_json) as f:
-            result = json.load(f)
+        result = loaded
     else:
         result = run_headline(quick=args.quick)
         print(format_table(result))
@@ -87,8 +108,8 @@ def main(argv: list[str] | None = None) -> int:
             json.dump(result, f, indent=1)
         print(f"\nwrote {args.json}")
     if args.plot:
-        plot(result, args.plot)
-        print(f"wrote {args.plot}")
+        written = plot(result, args.plot)
+        print(f"wrote {written}")
     return 0
 
 

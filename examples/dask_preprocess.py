@@ -175,6 +175,13 @@ def main(argv=None):
         from distributed import Client
 
         rt = cuflow.set_backend("numpy") if a.cpu else cuflow.get_backend()
+    if not a.cpu and rt.name != "cupy":
+        p.error(f"this machine runs the NumPy backend ({cuflow.backend_info()['reason']}): "
+                "pass --cpu for a LocalCluster of CPU workers")
+    if a.images is not None and not a.images.is_dir():
+        p.error(f"--images: no folder {a.images}")
+    if a.json is not None and not a.json.parent.is_dir():
+        p.error(f"--json: no folder {a.json.parent}")
 
     if a.images:
         items = sorted(str(f) for f in a.images.iterdir()

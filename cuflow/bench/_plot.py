@@ -10,7 +10,9 @@ __all__ = ["plot"]
 # The figure each row is drawn by, first found wins, and whether higher is better.
 _METRICS = (("fps", "frames/s", True), ("ms", "ms", False), ("us", "us", False),
             ("device_us", "device us", False), ("median_us", "us", False),
-            ("ratio", "peak reserved / requested", False))
+            ("footprint", "peak reserved / peak requested", False))
+#: the most bars in one panel: a larger group is drawn over several panels
+_PANEL_ROWS = 12
 
 
 def _metric(rows: list[dict[str, Any]]) -> tuple[str, str, bool] | None:
@@ -20,8 +22,9 @@ def _metric(rows: list[dict[str, Any]]) -> tuple[str, str, bool] | None:
     return None
 
 
-def plot(result: dict[str, Any], path: str) -> None:
-    """Draw ``result`` (what ``run_headline`` returns, or its JSON) into the PNG ``path``."""
+def plot(result: dict[str, Any], path: str) -> str:
+    """Draw ``result`` (what ``run_headline`` returns, or its JSON) into the PNG ``path``
+    (written as PNG whatever its suffix); returns ``path``."""
     try:
         import matplotlib  # noqa: PLC0415  (optional dependency)
 
@@ -32,7 +35,15 @@ def plot(result: dict[str, Any], path: str) -> None:
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in result["rows"]:
         groups.setdefault(r["group"], []).append(r)
-    panels = [(g, rows, m) for g, rows in groups.items() if (m := _metric(rows)) and 1 < len(rows) <= 12]
+    panels = []
+    for g, rows in groups.items():
+        m = _metric(rows)
+        if m is None or len(rows) < 2:
+            continue
+        parts = math.ceil(len(rows) / _PANEL_ROWS)
+        for k in range(parts):
+            part = rows[k * _PANEL_ROWS:(k + 1) * _PANEL_ROWS]
+            panels.append((g if parts == 1 else f"{g} ({k + 1}/{parts})", part, m))
     if not panels:
         raise SystemExit("--plot: nothing to draw in this result")
     cols = 3
@@ -54,5 +65,6 @@ def plot(result: dict[str, Any], path: str) -> None:
     info = result.get("info", {})
     fig.suptitle(f"cuflow bench on {info.get('device_name', 'CPU (NumPy backend)')}", fontsize=11)
     fig.tight_layout(rect=(0, 0, 1, 0.97))
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
+    return path

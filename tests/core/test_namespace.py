@@ -31,7 +31,9 @@ def test_python_m_cuflow_bench_refuses_early(capsys):
         main(["bench", "--quick", "--json", "/no/such/folder/x.json"])
     assert e.value.code == 2 and "no folder /no/such/folder" in capsys.readouterr().err
     for argv, words in ((["bench", "--json", "/"], "it is a folder"),
-                        (["bench", "--record"], "go with the traces section")):
+                        (["bench", "--record"], "go with the traces section"),
+                        (["bench", "traces", "--json", "/tmp/t.json", "--from-json", __file__],
+                         "not --plot or --from-json")):
         with pytest.raises(SystemExit):
             main(argv)
         assert words in capsys.readouterr().err
@@ -42,6 +44,30 @@ def test_python_m_cuflow_bench_refuses_early(capsys):
     finally:
         cuflow.set_backend(before)
     assert "GPU" in capsys.readouterr().err
+
+
+def test_python_m_cuflow_bench_reads_only_its_own_json(tmp_path, capsys):
+    from cuflow.__main__ import main  # noqa: PLC0415
+
+    for text in ("[]", "{not json", '{"rows": 3}'):
+        f = tmp_path / "x.json"
+        f.write_text(text)
+        with pytest.raises(SystemExit) as e:
+            main(["bench", "--from-json", str(f), "--plot", str(tmp_path / "p.png")])
+        assert e.value.code == 2 and "--from-json" in capsys.readouterr().err
+
+
+def test_python_m_cuflow_says_in_one_line_what_the_backend_refuses(monkeypatch, capsys):
+    from cuflow.__main__ import main  # noqa: PLC0415
+
+    def refuse():
+        raise cuflow.BackendError("CUFLOW_BACKEND=cupy but no CuPy installed")
+
+    monkeypatch.setattr(cuflow, "backend_info", refuse)
+    assert main(["info"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["python -m cuflow info: BackendError: CUFLOW_BACKEND=cupy but no CuPy "
+                   "installed"]
 
 
 def test_set_backend_names_what_it_takes():
