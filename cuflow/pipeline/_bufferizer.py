@@ -131,8 +131,8 @@ class Bufferizer:
         non-blocking stream owned by the Bufferizer (cuflow's ``Stream``, a
         CuPy or PyTorch stream, or anything with ``__cuda_stream__``).
     flush_hook, allocate_hook, append_one_hook, append_multiple_hook, buffer_full_hook : callable, optional
-        Called with the Bufferizer as only argument: ``flush_hook`` at the
-        end of :meth:`flush`; ``allocate_hook`` at the end of :meth:`allocate`
+        Called with the Bufferizer as only argument: ``flush_hook`` in
+        :meth:`flush`, once the Bufferizer is empty and before the fill is queued; ``allocate_hook`` at the end of :meth:`allocate`
         (not for the allocation made by the constructor); ``append_one_hook``
         after one element was appended (:meth:`append_one`, :meth:`commit`
         of one slot); ``append_multiple_hook`` after several were appended at
@@ -232,6 +232,7 @@ class Bufferizer:
         self._changes = 0
         self._freed: list[Event | None] = []
         self._taken: list[bool] = []
+        self._stale = 0  # batches taken before allocate() replaced their buffers
         self._producer_done = Event(timing=False)
         self.allocate()
         self._flush_hook = _check_hook("flush_hook", flush_hook)
@@ -263,17 +264,20 @@ class Bufferizer:
         for ev in self._freed:
             if ev is not None:
                 self._stream.wait(ev)
-        old = (self._buffers, self._active, self._n, self._freed, self._taken, self._changes)
+        old = (self._buffers, self._active, self._n, self._freed, self._taken, self._changes,
+               self._stale)
         self._buffers = bufs
         self._active = 0
         self._n = 0
         self._freed = [None] * self._n_buffers  # consumer done
+        # batches taken from the old buffers: their consumers still release them
+        self._stale += sum(self._taken)
         self._taken = [False] * self._n_buffers
         self._changes += 1
         if self._allocate_hook is not None:
             def undo() -> None:
                 (self._buffers, self._active, self._n, self._freed, self._taken,
-                 self._changes) = old
+                 self._changes, self._stale) = old
 
             _run_hook("allocate_hook", self._allocate_hook, self, "allocate", self._changes,
                       undo, "the old buffers are back in place")
@@ -320,7 +324,7 @@ class Bufferizer:
         self._check(element, "append_one", batched=False)
         self._room(1, "append_one")
         self._prepare_write(producer)
-        self._copy(element, self._buffers[self._active][self._n])
+        self._copy(element, self._buffers[self._active][self._n, ...])
         self._appended(1, self._append_one_hook)
 
     @_on_own_device
@@ -350,7 +354,7 @@ class Bufferizer:
         buf = self._buffers[self._active]
         if isinstance(element, list | tuple):
             for i, e in enumerate(element):
-                self._copy(e, buf[self._n + i])
+                self._copy(e, buf[self._n + i, ...])
         else:
             self._copy(element, buf[self._n:self._n + k])
         self._appended(k, self._append_multiple_hook)
@@ -372,7 +376,7 @@ class Bufferizer:
         producer = _producer("next_slot", stream)
         self._room(1, "next_slot")
         self._prepare_write(producer)
-        return self._buffers[self._active][self._n]
+        return self._buffers[self._active][self._n, ...]  # (a view, also of a 0-d element)
 
     def commit(self, n: int = 1) -> None:
         """Count ``n`` elements written through :meth:`next_slot` (fires the append hooks)."""
@@ -428,6 +432,9 @@ class Bufferizer:
                 self._freed[i] = consumer.record()
                 self._taken[i] = False
                 return
+        if self._stale:  # a batch of buffers allocate() replaced: their memory is the view's
+            self._stale -= 1
+            return
         raise BufferizerStateError("Bufferizer.release: no buffer has been taken")
 
     @property
@@ -486,7 +493,8 @@ class Bufferizer:
 
     # ------------------------------------------------------------------ hooks
     def flush_hook(self, hook: Hook | None) -> None:
-        """Set the hook called at the end of :meth:`flush`."""
+        """Set the hook called by :meth:`flush`, once the Bufferizer is empty and before the
+        fill is queued."""
         self._flush_hook = _check_hook("flush_hook", hook)
 
     def allocate_hook(self, hook: Hook | None) -> None:

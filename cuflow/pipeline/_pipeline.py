@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import threading
 import types
 from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -96,6 +97,9 @@ class PipelineOptions:
         if not all(v > 0 for v in size):
             raise ArgumentError(f"Pipeline: size must be a positive int or (height, width), "
                                 f"got {self.size!r}")
+        if size[0] > 65535:  # (the kernels' grid: checked here, before a frame is taken)
+            raise ArgumentError(f"Pipeline: size's height must be at most 65535, got "
+                                f"{self.size!r}")
         object.__setattr__(self, "size", (int(size[0]), int(size[1])))
         for name, lo in (("batch_size", 1), ("n_staging", 2), ("copy_threads", 0)):
             v = getattr(self, name)
@@ -223,7 +227,7 @@ class Pipeline:
     :class:`cuflow.OutOfMemoryError`, a failing kernel, an exception or
     ``KeyboardInterrupt`` thrown in by the consumer, the source raising)
     propagates as it is, with a note counting the frames delivered and not
-    delivered.  Batches yielded before it were delivered whole; the frames
+    delivered where some were not.  Batches yielded before it were delivered whole; the frames
     taken from the source after the last of them were not, and
     :attr:`undelivered` gives their positions in the source.  The Pipeline
     is then ready for the next :meth:`batches` call, which starts with an
@@ -245,6 +249,9 @@ class Pipeline:
         extra = 0 if self.options.frames_reused else 1
         self._slots = [_Slot() for _ in range(self.options.n_staging + extra)]
         self._buffer: Bufferizer | None = None
+        self._guard = threading.Lock()
+        self._layout: tuple = ()  # the frames' channel layout the Bufferizer's elements are of
+        self._first_shape: tuple = ()  # (a frame of that layout, for messages)
         #: With ``letterbox=True``: the :class:`cuflow.image.Letterbox` of the last frame
         #: (``unmap_boxes`` maps detections back to frame pixels).
         self.letterbox_info: image.Letterbox | None = None
@@ -335,6 +342,15 @@ class Pipeline:
         s.used = self.compute_stream.record(s.used or Event(timing=False))
 
     def _bufferizer(self, frame_shape: tuple[int, ...]) -> Bufferizer:
+        layout = (len(frame_shape), *frame_shape[2:])  # (packed or YUV, channels)
+        if self._buffer is not None and layout != self._layout:
+            if self.frames_in > 1:  # (a batch holds elements of one shape)
+                raise image.ImageFormatError(
+                    f"cuflow.Pipeline: frame {self.frames_in - 1} has shape {frame_shape}, "
+                    f"whose channels differ from those of this run's first frame, of shape "
+                    f"{self._first_shape}: the frames of one batches() call share their "
+                    "channel layout")
+            self._buffer = None  # a new run of another layout: elements of another shape
         if self._buffer is None:
             # The element shape and dtype are the kernel's: ask it, on a frame of the first
             # frame's shape, so that the kernel refuses a bad frame before its upload, naming
@@ -345,6 +361,7 @@ class Pipeline:
                                            stream=self.compute_stream), None)
             self._buffer = Bufferizer(probe.shape, o.batch_size, probe.dtype,
                                       stream=self.compute_stream, n_buffers=2)
+            self._layout, self._first_shape = layout, tuple(frame_shape)
         return self._buffer
 
     def _preprocess(self, src: Any, dst: Any) -> Any:
@@ -381,11 +398,15 @@ class Pipeline:
 
     def _iterate(self, frames: Iterable[numpy.ndarray],
                  stream: Any) -> Generator[Any, None, None]:
-        if self._open:
-            raise PipelineError("Pipeline.batches: another iteration of this Pipeline is "
-                                "still open; finish or close() that generator first")
         consumer = as_stream(stream)
-        self._open = True
+        if not hasattr(frames, "__iter__"):
+            raise ArgumentTypeError(f"cuflow.Pipeline.batches: frames must be an iterable of "
+                                    f"uint8 frames, got {type(frames).__name__}")
+        with self._guard:  # (two threads starting an iteration at once: one of them opens it)
+            if self._open:
+                raise PipelineError("Pipeline.batches: another iteration of this Pipeline is "
+                                    "still open; finish or close() that generator first")
+            self._open = True
         self.frames_in = self.frames_out = 0
         if self._buffer is not None:
             self._recover(consumer)

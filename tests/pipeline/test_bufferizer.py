@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from cuflow.pipeline import BufferizerStateError
 from cuflow.testing import assert_equal_host
 
 SHAPE = (3, 4, 5)
@@ -354,3 +355,24 @@ def test_take_orders_torch_consumers(gpu_cf, rng):
     assert t.data_ptr() == b.darray.data.ptr  # no copy
     torch.cuda.synchronize()
     np.testing.assert_array_equal(t.cpu().numpy(), cf.asnumpy(x))
+
+
+def test_scalar_elements_are_written_in_place(cf):
+    b = cf.Bufferizer((), 4, np.float32)
+    b.append_one(cf.asarray(np.float32(1.5)))
+    b.append([cf.asarray(np.float32(7)), cf.asarray(np.float32(8))])
+    cf.multiply(cf.asarray(np.float32(3)), 2, dst=b.next_slot())
+    b.commit()
+    np.testing.assert_array_equal(cf.asnumpy(b.take()), [1.5, 7, 8, 6])
+    b.release()
+
+
+def test_a_batch_taken_before_allocate_is_still_released(cf):
+    b = cf.Bufferizer((2,), 1, np.float32)
+    b.append(cf.ones(2, dtype=np.float32))
+    taken = b.take()
+    b.allocate()  # the taken batch keeps its memory
+    b.release()
+    assert float(cf.asnumpy(taken).sum()) == 2.0
+    with pytest.raises(BufferizerStateError, match="no buffer has been taken"):
+        b.release()

@@ -201,3 +201,23 @@ def test_a_consumer_that_stops_early(cf, rng, reused):
     assert not pipe._copying
     got = np.concatenate([cf.asnumpy(b) for b in pipe.batches(frames[:5])])
     np.testing.assert_allclose(got, expected(cf, frames[:5], (32, 32)), rtol=1e-5, atol=1e-5)
+
+
+def test_each_run_takes_its_own_channel_layout(cf):
+    p = cf.Pipeline((4, 4), 2)
+    rgb, gray = np.zeros((12, 16, 3), np.uint8), np.zeros((12, 16, 1), np.uint8)
+    assert [b.shape for b in p.batches([rgb] * 3)] == [(2, 3, 4, 4), (1, 3, 4, 4)]
+    assert [b.shape for b in p.batches([gray] * 3)] == [(2, 1, 4, 4), (1, 1, 4, 4)]
+    with pytest.raises(cf.image.ImageFormatError, match=r"frame 1 has shape \(12, 16, 3\)"):
+        list(p.batches([gray, rgb]))
+    assert list(p.undelivered) == [0, 1]
+    assert [b.shape for b in p.batches([rgb] * 2)] == [(2, 3, 4, 4)]
+
+
+def test_batches_and_sizes_are_checked_before_a_frame_is_taken(cf):
+    p = cf.Pipeline((4, 4), 2)
+    for src in (None, 5):
+        with pytest.raises(cf.ArgumentTypeError, match="frames must be an iterable"):
+            list(p.batches(src))
+    with pytest.raises(cf.ArgumentError, match="at most 65535"):
+        cf.Pipeline((70000, 4), 1)
