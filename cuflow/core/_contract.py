@@ -35,7 +35,7 @@ from .._errors import (ArgumentError, ArgumentTypeError, AxisError, DstDtypeErro
 from ._runtime import runtime
 
 __all__ = ["prepare_out", "resolve_out", "check_casting", "check_cast", "check_out_pair",
-           "bad_input", "check_host_out", "translate_type_error", "reduced_shape",
+           "bad_input", "check_dtype", "check_host_out", "translate_type_error", "reduced_shape",
            "broadcast_shape", "may_share", "span"]
 
 Overlap = Literal["elementwise", "copy", "refuse"]
@@ -176,6 +176,18 @@ def as_dtype(name: str, dtype: Any) -> numpy.dtype:
         except TypeError:
             got = repr(dtype)
     raise ArgumentTypeError(f"cuflow.{name}: dtype must name a dtype, got {got}")
+
+
+def check_dtype(name: str, dtype: Any) -> numpy.dtype | None:
+    """``dtype`` (None: the default) as a NumPy dtype of numbers: bool, integers, reals or
+    complex, the array API's."""
+    if dtype is None:
+        return None
+    dt = as_dtype(name, dtype)
+    if dt.kind not in "biufc":
+        raise ArgumentTypeError(f"cuflow.{name}: dtype must be bool, an integer, real or "
+                                f"complex dtype, got {dt}")
+    return dt
 
 
 def check_casting(name: str, inputs: Sequence[Any], dst: Any, casting: str, dtype: Any) -> None:

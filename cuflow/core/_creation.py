@@ -28,7 +28,7 @@ import numpy
 from .._checks import is_integer
 from .._errors import (ArgumentError, ArgumentOverflowError, ArgumentTypeError, CuflowError,
                        OutOfMemoryError)
-from ._contract import as_dtype
+from ._contract import check_dtype
 from ._dispatch import call, reraise, run_on
 from ._fastpath import EMPTY, ZEROS, FastCall
 from ._info import check_device
@@ -65,16 +65,6 @@ def _fmt_bytes(n: int) -> str:
             return f"{n:.4g} {unit}" if unit != "B" else f"{n} B"
         n /= 1024
     return f"{n} B"  # pragma: no cover
-
-
-def check_dtype(name: str, dtype: Any) -> None:
-    """``dtype`` (None: the default) names a dtype of numbers: bool, integers, reals or
-    complex, the array API's."""
-    if dtype is None:
-        return
-    if as_dtype(name, dtype).kind not in "biufc":
-        raise ArgumentTypeError(f"cuflow.{name}: dtype must be bool, an integer, real or "
-                                f"complex dtype, got {numpy.dtype(dtype)}")
 
 
 def check_fill_value(name: str, value: Any, dtype: Any = None) -> Any:

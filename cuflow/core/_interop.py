@@ -14,8 +14,8 @@ import functools
 import numpy
 
 from .._errors import ArgumentError, ArgumentOverflowError, ArgumentTypeError, CuflowError
-from ._contract import (as_dtype, bad_input, check_cast, check_host_out, may_share, prepare_out,
-                        resolve_out)
+from ._contract import (as_dtype, bad_input, check_cast, check_dtype, check_host_out, may_share,
+                        prepare_out, resolve_out)
 from ._dispatch import reraise, run_on
 from ._expr import Expr
 from ._runtime import runtime
@@ -132,11 +132,7 @@ def asarray(obj, dtype=None, order=None, *, device=None, copy=None, stream=None)
         check_device("asarray", device)
     if stream is not None:
         return run_on(stream, asarray, obj, dtype, order, copy=copy)
-    if dtype is not None:
-        dtype = as_dtype("asarray", dtype)
-        if dtype.kind not in "biufc":
-            raise ArgumentTypeError(f"cuflow.asarray: dtype must be bool, an integer, real or "
-                                    f"complex dtype (the array API's), got {dtype}")
+    dtype = check_dtype("asarray", dtype)
     src_dt = getattr(obj, "dtype", None)
     if dtype is not None and isinstance(src_dt, numpy.dtype) and src_dt.kind == "c" and \
             dtype.kind != "c":

@@ -22,7 +22,7 @@ from distributed.protocol import cuda_deserialize, dask_deserialize
 from .._checks import is_integer
 from .._errors import ArgumentError, ArgumentTypeError
 from ..core import asarray, asnumpy, concatenate, empty, runtime
-from ..core._creation import check_dtype
+from ..core._contract import check_dtype
 
 __all__ = ["register", "meta", "from_host", "to_host"]
 

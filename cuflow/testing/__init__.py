@@ -16,7 +16,8 @@ import numpy
 from .._checks import is_integer
 from .._errors import ArgumentError, ArgumentTypeError
 from ..core import asarray, get_backend
-from ..core._creation import check_dtype, check_shape
+from ..core._contract import check_dtype
+from ..core._creation import check_shape
 from ._timer import Timing, copy_bandwidth_tbps, device_time_us, host_time_us
 
 __all__ = ["random_array", "poisoned", "to_host", "assert_equal_host", "Timing", "host_time_us",
