@@ -16,11 +16,12 @@ operands (a new scalar value reuses the kernel); any other argument (a
 ``bool`` flag, ``None``, a string, a tuple) is static: Python code may branch
 on it, and each value (and type) traces once; an unhashable one (a dict) traces
 at every call.  Captured values (closures, globals) are read at the trace and
-baked into the kernel: pass a value that changes as an argument.  The first call with a new signature
-(dtypes, shapes, strides, scalar types, static arguments) runs the function once on traced arrays to record the
-expression; the engine (:mod:`cuflow.core._engine`) generates one kernel
-for it, compiles it with NVRTC (cached in memory and on disk) and launches
-it.  Later calls with the same signature only launch.
+baked into the kernel: pass a value that changes as an argument.  The first
+call with a new signature (dtypes, shapes, strides, scalar types, static
+arguments) runs the function once on traced arrays to record the expression;
+the engine (:mod:`cuflow.core._engine`) generates one kernel for it, compiles
+it with NVRTC (cached in memory and on disk) and launches it.  Later calls with
+the same signature only launch.
 
 What traces: operators, comparisons, cuflow's and NumPy's elementwise
 functions, ``where``, ``clip``, ``astype``, :func:`erf`, :func:`sigmoid`,

@@ -132,8 +132,9 @@ class Bufferizer:
         CuPy or PyTorch stream, or anything with ``__cuda_stream__``).
     flush_hook, allocate_hook, append_one_hook, append_multiple_hook, buffer_full_hook : callable, optional
         Called with the Bufferizer as only argument: ``flush_hook`` in
-        :meth:`flush`, once the Bufferizer is empty and before the fill is queued; ``allocate_hook`` at the end of :meth:`allocate`
-        (not for the allocation made by the constructor); ``append_one_hook``
+        :meth:`flush`, once the Bufferizer is empty and before the fill is
+        queued; ``allocate_hook`` at the end of :meth:`allocate` (not for the
+        allocation made by the constructor); ``append_one_hook``
         after one element was appended (:meth:`append_one`, :meth:`commit`
         of one slot); ``append_multiple_hook`` after several were appended at
         once (:meth:`append_multiple`); ``buffer_full_hook`` after any append

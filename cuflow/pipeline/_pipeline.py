@@ -53,9 +53,9 @@ class PipelineOptions:
     and pads with ``pad`` (YOLO-style), else the frame is stretched.  The rest
     is passed to :func:`cuflow.image.resize_normalize` / :func:`~cuflow.image.letterbox`.
     With ``frames_reused=False``, ``n_staging`` frames are in flight ahead of the
-    one being processed (one otherwise); ``copy_threads`` host threads copy pageable frames into pinned memory (``0``:
-    upload pageable frames directly, the CUDA driver staging them itself).  The
-    defaults were chosen on 1080p frames with
+    one being processed (one otherwise); ``copy_threads`` host threads copy
+    pageable frames into pinned memory (``0``: upload pageable frames directly,
+    the CUDA driver staging them itself).  The defaults were chosen on 1080p frames with
     ``bench/test_bench_pipeline.py::test_pipeline_fps`` (rerun it with other values
     to compare): fewer threads or slots leave the uploads waiting for host copies,
     and more threads compete with the uploads for host memory bandwidth.
