@@ -465,7 +465,8 @@ class Fused(object if FastCall is None else FastCall):
             # (no identity is needed for a result of no elements: (0, 3) over axis 1)
             raise ArgumentError(f"cuflow.fuse({self.name}): {name} of an empty array "
                                 "(zero-size reduction has no identity)")
-        out.fill({"sum": 0, "prod": 1, "mean": numpy.nan}[name])
+        if out.size:  # (sum, prod or mean: their identity, or NaN)
+            out.fill({"sum": 0, "prod": 1, "mean": numpy.nan}[name])
         if outs[0] is not out:
             outs[0][...] = out
         return outs[0]
