@@ -573,7 +573,8 @@ def _dst_key(nd: type, dst: Any) -> Any:
 
 
 def fuse(fn: Callable | None = None, *, options: FuseOptions | None = None,
-         fallback: Literal["error", "unfused"] | None = None) -> Any:
+         fallback: Literal["error", "unfused"] | None = None,
+         kernel_name: str | None = None) -> Any:
     """Compile ``fn`` (a function of arrays and scalars) into one elementwise kernel.
 
     Usable as ``@cuflow.fuse``, ``@cuflow.fuse(fallback="unfused")`` or
@@ -587,6 +588,8 @@ def fuse(fn: Callable | None = None, *, options: FuseOptions | None = None,
     options : FuseOptions, optional
     fallback : {"error", "unfused"}, optional
         Shorthand for ``options=FuseOptions(fallback=...)``.
+    kernel_name : str, optional
+        ``cupy.fuse``'s keyword: shorthand for ``options=FuseOptions(name=...)``.
 
     Returns
     -------
@@ -598,10 +601,14 @@ def fuse(fn: Callable | None = None, *, options: FuseOptions | None = None,
     -----
     Stream semantics: each call is asynchronous, queued on ``stream`` or the current stream.
     """
-    if options is None:
-        options = FuseOptions() if fallback is None else FuseOptions(fallback=fallback)
-    elif fallback is not None:
-        options = dataclasses.replace(options, fallback=fallback)
+    if options is not None and not isinstance(options, FuseOptions):
+        raise ArgumentTypeError(f"cuflow.fuse: options must be a cuflow.FuseOptions or None, "
+                                f"got {type(options).__name__}")
+    if kernel_name is not None and not isinstance(kernel_name, str):
+        raise ArgumentTypeError(f"cuflow.fuse: kernel_name must be a str, got "
+                                f"{type(kernel_name).__name__}")
+    given = {k: v for k, v in (("fallback", fallback), ("name", kernel_name)) if v is not None}
+    options = dataclasses.replace(options or FuseOptions(), **given)
     if fn is None:
         return lambda f: Fused(f, options)
     if not callable(fn):

@@ -482,6 +482,35 @@ def test_unsupported_function_names_it(cf):
         h(cf.asarray(np.ones(4, np.float32)))
 
 
+def _add_in_place(a, b):
+    a += b
+    return a * 2
+
+
+def _assign_slice(a, b):
+    a[...] = b
+    return a
+
+
+def _scale_in_place(a, k):
+    a *= k
+    return a
+
+
+@pytest.mark.parametrize("fn", [_add_in_place, _assign_slice, _scale_in_place])
+def test_in_place_update_of_a_traced_array_is_refused_and_leaves_it_unchanged(cf, fn):
+    """An in-place update inside the function cannot write its argument (Python rebinds the
+    name), so it is an error on every backend, and the argument keeps its values."""
+    xa = np.random.default_rng(1).standard_normal(5).astype(np.float32)
+    a, b = cf.asarray(xa.copy()), cf.asarray(xa[::-1].copy())
+    with pytest.raises(cuflow.TraceError, match=r"in-place update .*test_fusion.py:\d+.*dst="):
+        cf.fuse(fn)(a, b if fn is not _scale_in_place else 3.0)
+    check(host(a), xa)
+    f = cf.fuse(lambda a, b: (a + b) * 2)  # the suggested form
+    f(a, b, dst=a)
+    check(host(a), (xa + xa[::-1]) * 2)
+
+
 def test_a_value_the_op_refuses_raises_the_ops_cuflow_error(cf):
     # NumPy refuses integers to negative powers (cuflow.power: ArgumentError); CuPy computes
     # them: the fused function does what the unfused op does, on each backend
@@ -535,6 +564,19 @@ def test_options_are_checked():
         cuflow.FuseOptions(fallback="maybe")
     with pytest.raises(cuflow.ArgumentTypeError, match="fn must be callable, got int"):
         cuflow.fuse(3)
+    with pytest.raises(cuflow.ArgumentTypeError, match="options must be a cuflow.FuseOptions"):
+        cuflow.fuse(abs, options={"fallback": "unfused"})
+    with pytest.raises(cuflow.ArgumentTypeError, match="kernel_name must be a str, got int"):
+        cuflow.fuse(abs, kernel_name=3)
+
+
+def test_cupy_fuse_kernel_name_names_the_function(cf):
+    f = cf.fuse(kernel_name="squared_diff")(lambda a, b: (a - b) ** 2)
+    assert f.name == "squared_diff" and "squared_diff" in repr(f)
+    xa = np.random.default_rng(2).standard_normal(6).astype(np.float32)
+    check(host(f(cf.asarray(xa), cf.asarray(xa[::-1].copy()))), (xa - xa[::-1]) ** 2)
+    g = cf.fuse(abs, options=cuflow.FuseOptions(fallback="unfused"), kernel_name="k")
+    assert g.name == "k" and g.options.fallback == "unfused"
 
 
 # ------------------------------------------- hypothesis: random chains
