@@ -70,9 +70,24 @@ PAGES = [p for p in _pages() if python_blocks(p.read_text(encoding="utf-8"))]
 
 def _run(page: pathlib.Path, backend: str, tmp_path: pathlib.Path) -> None:
     env = dict(os.environ, CUFLOW_BACKEND=backend, PYTHONWARNINGS="ignore::RuntimeWarning")
+    if backend == "cupy":  # the page's processes (Dask workers among them) need device memory
+        _release_device_memory()
     r = subprocess.run([sys.executable, "-c", _script(page, backend == "cupy")], cwd=tmp_path,
                        env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"a Python block of {page.relative_to(ROOT)} failed:\n{r.stderr}"
+
+
+def _release_device_memory() -> None:
+    """Give this process's cached device memory back, so that a page's own processes can
+    create their CUDA contexts after the suite's earlier tests filled the pools."""
+    import gc
+
+    import cupy
+
+    gc.collect()
+    cuflow.memory.empty_cache()
+    cupy.get_default_memory_pool().free_all_blocks()
+    cupy.cuda.Device().synchronize()
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])

@@ -185,7 +185,6 @@ class _Cuflow(_CupyAllocator):
 
     def close(self) -> None:
         self.pool.empty_cache()
-        self.pool.backend.trim()
 
 
 class _CupyPool(_CupyAllocator):

@@ -696,10 +696,13 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
                 self._busy = False
 
     def empty_cache(self) -> int:
-        """Return every fully free segment to the backend; the number released.
+        """Return every fully free segment to the device; the number of segments released.
 
-        While a graph is being captured nothing can be released (freeing device
-        memory would invalidate the capture): it then releases nothing and returns 0.
+        The backend gives back what it keeps reserved beyond the pool's segments too (the
+        driver pool's reserve, after a device synchronize), so the memory is free for other
+        processes, as after ``torch.cuda.empty_cache()``.  While a graph is being captured
+        nothing can be released (freeing device memory would invalidate the capture): it
+        then releases nothing and returns 0.
         """
         with self._lock:
             if self._capturing:
@@ -708,4 +711,6 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
             self._process_pending()
             if self._orphans:
                 self._adopt_orphans()
-            return self._release_free_segments(split=True)
+            n = self._release_free_segments(split=True)
+            self.backend.trim()  # (under the lock: no capture starts while it synchronizes)
+            return n

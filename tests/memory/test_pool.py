@@ -235,7 +235,6 @@ def test_threads_never_share_a_device_block(gpu_cf):
     finally:
         dev.rt.deviceSynchronize()
         pool.empty_cache()
-        pool.backend.trim()
 
 
 @pytest.mark.parametrize("case", ["foreign", "twice", "queued"])
@@ -297,3 +296,17 @@ def test_stats_read_the_same_before_and_after_a_snapshot():
         seen.append(after)
     seg = pool.reserved
     assert seen == [(seg - 4096, 1), (seg - 3072, 2), (0, 1)]
+
+
+@pytest.mark.gpu
+def test_empty_cache_gives_the_driver_reserve_back(gpu_cf):
+    """After empty_cache() another process can use the memory: the driver pool's reserve
+    behind the released segments goes back to the device, not only to the driver pool."""
+    rt = gpu_cf.get_backend().xp.cuda.runtime
+    pool = Pool(gpu_cf.memory.DriverPoolBackend(rt.getDevice()))
+    p = pool.alloc(1 << 30, 0)
+    pool.free(p)
+    free_before = rt.memGetInfo()[0]
+    assert pool.empty_cache() == 1
+    assert pool.backend.device_reserved()[0] == 0
+    assert rt.memGetInfo()[0] >= free_before + (1 << 30) - (64 << 20)
