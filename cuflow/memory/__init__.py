@@ -215,7 +215,8 @@ def snapshot(device: int | None = None) -> list[dict[str, Any]]:
 
 
 def empty_cache(device: int | None = None) -> int:
-    """Return ``device``'s cached, fully free segments to the device; the number released."""
+    """Return ``device``'s cached, fully free segments and the backend's unused reserve to
+    the device (:meth:`Pool.empty_cache`); the number of segments released."""
     return get_pool(device).empty_cache()
 
 
@@ -232,7 +233,9 @@ def set_limit(limit: int | float | str | None, device: int | None = None) -> Non
     limit : int, float, str or None
         Bytes (an ``int``, or a string as ``CUFLOW_MEMORY_LIMIT`` takes: ``"8GiB"``,
         ``"512MB"``, ``"8e9"``), a fraction of the device's memory (a ``float`` in
-        (0, 1], or ``"0.8"``, ``"80%"``), or ``None`` for no limit.
+        (0, 1], or ``"0.8"``, ``"80%"``), or ``None`` for no limit.  0 bytes is no
+        limit too, as ``size=0`` is for CuPy's ``MemoryPool.set_limit`` (and
+        :meth:`Pool.set_limit`).
     device : int, optional
         Default: the current device.
 
@@ -346,8 +349,7 @@ def warmup(fn: Callable[..., Any], *largest_inputs: Any, pool: Pool | None = Non
             runtime().xp.cuda.get_current_stream().synchronize()
     finally:
         events, peak = pool.stop_recording()
-    pool.empty_cache()
-    pool.backend.trim()  # the replay then lays its segments out in a fresh reserve
+    pool.empty_cache()  # (and the backend's reserve: the replay lays out a fresh one)
     # kept segments serve the pattern with no call to the driver, where ordinary ones go
     # back to it on misses and come back as new segments (python -m cuflow bench traces,
     # "cuflow after warmup")
