@@ -149,3 +149,30 @@ def test_oom_message_of_the_device_gives_the_segment_it_refused():
     assert ("3.00 MiB requested (rounded up to the pool's block size) needs a new segment of "
             "3.00 MiB, which the device could not give; the pool reserves 7.00 MiB") in msg
     pool.free(a)
+
+
+@pytest.mark.parametrize("zero", [0, "0B", "0 MiB"])
+def test_zero_bytes_is_no_limit_in_every_form(cf, rng, zero):
+    """0 bytes means no limit wherever a limit is set, as CuPy's ``set_limit(size=0)`` does:
+    ``cuflow.memory.set_limit``, ``Pool.limit``, ``Pool(limit=)`` and ``Pool.set_limit``
+    agree (a cap of 0 bytes would refuse every segment)."""
+    pool = cf.memory.get_pool()
+    old = pool.limit
+    try:
+        cf.memory.set_limit(3 << 40)
+        cf.memory.set_limit(zero)
+        assert pool.limit is None and pool.get_limit() == 0
+        assert cf.memory.stats()["limit_bytes"] is None
+    finally:
+        pool.limit = old
+    cap = 64 << 20
+    for p in (Pool(HostBackend(capacity=cap), limit=zero), Pool(HostBackend(capacity=cap))):
+        p.set_limit(size=4 << 20)
+        p.limit = zero
+        assert p.limit is None and p.get_limit() == 0 and p.stats()["limit_bytes"] is None
+        b = p.alloc(int(rng.integers(4 << 20, cap // 2)), 0)  # past the old limit
+        p.free(b)
+        p.empty_cache()
+        p.limit = 4 << 20  # a limit of bytes still applies
+        with pytest.raises(cuflow.OutOfMemoryError, match="limit"):
+            p.alloc(int(rng.integers(5 << 20, cap // 2)), 0)
