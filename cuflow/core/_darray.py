@@ -9,7 +9,8 @@ an O(1) ``__class__`` switch, not a copy.
 The methods that produce new arrays take Dolphin's ``dst=`` (``astype``,
 ``copy``, ``flatten`` and the reductions) and call the namespace function of the
 same name, the one place their ``dst=`` contract is checked; everything else
-is inherited.
+is inherited.  With several devices, ``copy``, ``dot`` and item assignment also
+refuse another device's array, as the ops do (:class:`~cuflow.DeviceError`).
 """
 
 from __future__ import annotations
@@ -80,6 +81,12 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
     where the backend's own differs from NumPy's.
     """
     base_astype, base_copy = base.astype, base.copy
+    # With several devices, ``copy``, ``dot`` and ``__setitem__`` refuse another device's
+    # array as the ops do: the base class's own would compute on it (CuPy by peer access,
+    # NumPy's emulated devices into an array of that device).  The CuPy runtime counts its
+    # devices before it makes this class (``fast.multi``); the NumPy backend counts its
+    # emulated ones only after, so there the check (a no-op with one device) runs each call.
+    check = backend == "numpy" or fast is None or fast.multi
     ns: dict[str, Any] = {"__slots__": (), "__module__": "cuflow", "__qualname__": "darray"}
     ns["__doc__"] = (
         f"cuflow's array: a subclass of ``{base.__module__}.{base.__name__}`` "
@@ -117,6 +124,8 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
         -----
         Stream semantics: queued on ``stream`` (default: the current stream).
         """
+        if check:
+            _check_devices("darray.copy", self)
         if isinstance(order, base):
             order, dst = "C", order
         if dst is None and out is None and stream is None:
@@ -280,6 +289,18 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
         ns.update(__getitem__=__getitem__, get=get, __dlpack__=__dlpack__, __repr__=__repr__,
                   __str__=__str__)
 
+    if check:
+        ns["dot"] = _reclass_method(base.dot, "dot", checked=True)
+        base_setitem = base.__setitem__
+
+        def __setitem__(self, key, value):
+            """``self[key] = value`` (the base class's), its arrays on the current device."""
+            _check_devices("darray.__setitem__", self, value,
+                           *(key if type(key) is tuple else (key,)))
+            base_setitem(self, key, value)
+
+        ns["__setitem__"] = __setitem__
+
     for mname in _RECLASS_METHODS:
         if hasattr(base, mname) and mname not in ns:
             ns[mname] = _reclass_method(getattr(base, mname), mname)
@@ -439,9 +460,14 @@ def _reduction_method(name):
     return method
 
 
-def _reclass_method(fn, name):
-    def method(self, *args, **kwargs):
-        return type(self)._cf_wrap(fn(self, *args, **kwargs))
+def _reclass_method(fn, name, checked=False):
+    if checked:  # (its arrays on the current device, as the ops check)
+        def method(self, *args, **kwargs):
+            _check_devices(f"darray.{name}", self, *args, *kwargs.values())
+            return type(self)._cf_wrap(fn(self, *args, **kwargs))
+    else:
+        def method(self, *args, **kwargs):
+            return type(self)._cf_wrap(fn(self, *args, **kwargs))
 
     method.__name__ = name
     method.__doc__ = fn.__doc__

@@ -174,6 +174,54 @@ def test_ops_refuse_an_array_of_another_device(dcf, rng):
             np.testing.assert_array_equal(dcf.asnumpy(a), before)
 
 
+def test_darray_methods_refuse_an_array_of_another_device(dcf, rng):
+    """``copy``, ``dot`` and item assignment check devices as the ops do: the base class's
+    own would compute on another device's array (CuPy by peer access, NumPy's emulated
+    devices into an array of that device)."""
+    i, j = two(dcf)
+    host = rng.uniform(-1e3, 1e3, size=(5, 5)).astype(np.float32)
+    rows = rng.permutation(5)[:2]
+    with dcf.Device(j):
+        b = dcf.asarray(host.copy())  # (the NumPy backend may share host's memory)
+        idx = dcf.asarray(rows)
+    with dcf.Device(i):
+        a = dcf.asarray(host[::-1].copy())
+        dst = dcf.empty_like(a)
+        calls = {
+            "copy": lambda: b.copy(),
+            "copy with dst": lambda: b.copy(dst=dst),
+            "dot": lambda: a.dot(b),
+            "dot of it": lambda: b.dot(a),
+            "dot out": lambda: a.dot(a, out=b),
+            "assign another device's value": lambda: a.__setitem__(slice(None), b),
+            "assign into it": lambda: b.__setitem__(0, 1.0),
+            "assign at its index": lambda: a.__setitem__(idx, 0.0),
+            "assign at its index in a tuple": lambda: a.__setitem__((idx, 1), 0.0),
+        }
+        for what, call in calls.items():
+            with pytest.raises(dcf.DeviceError, match=f"device {j}") as e:
+                call()
+            assert isinstance(e.value, dcf.CuflowError), what
+            assert f"x.to_device({i})" in str(e.value), what
+            np.testing.assert_array_equal(dcf.asnumpy(a), host[::-1], err_msg=what)
+    with dcf.Device(j):
+        np.testing.assert_array_equal(dcf.asnumpy(b), host)
+        # on their own device the same calls run, their results there
+        c = b.copy()
+        d = b.dot(b)
+        b[idx] = 0.0
+        assert device_of(dcf, c) == device_of(dcf, d) == j
+        np.testing.assert_array_equal(dcf.asnumpy(c), host)
+        scale = float(np.abs(host).max()) ** 2 * host.shape[0]  # (sums in any order)
+        np.testing.assert_allclose(dcf.asnumpy(d), host @ host, rtol=1e-5, atol=1e-6 * scale)
+        want = host.copy()
+        want[rows] = 0
+        np.testing.assert_array_equal(dcf.asnumpy(b), want)
+    with dcf.Device(i):
+        a[...] = b.to_device(i)  # the explicit copy is the way across
+        np.testing.assert_array_equal(dcf.asnumpy(a), want)
+
+
 def test_image_ops_refuse_a_frame_of_another_device(dcf, rng):
     i, j = two(dcf)
     with dcf.Device(j):
