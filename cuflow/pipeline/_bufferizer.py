@@ -297,14 +297,16 @@ class Bufferizer:
 
         Dispatches to :meth:`append_one` or :meth:`append_multiple` by shape.
         """
-        _producer("append", stream)
+        # resolved once here: the call it dispatches to gets the resolved stream (a CuPy
+        # stream, or None on the NumPy backend), which resolves to itself
+        producer = _producer("append", stream)
         if isinstance(element, list | tuple):
-            return self.append_multiple(element, stream=stream)
+            return self.append_multiple(element, stream=producer)
         shape = self._array(element, "append").shape
         if shape == self._shape:
-            return self.append_one(element, stream=stream)
+            return self.append_one(element, stream=producer)
         if len(shape) == len(self._shape) + 1 and shape[1:] == self._shape:
-            return self.append_multiple(element, stream=stream)
+            return self.append_multiple(element, stream=producer)
         raise BufferizerError(
             f"Bufferizer.append: an element has shape {self._shape} and a batch (k, "
             f"{', '.join(map(str, self._shape))}); got {shape}")

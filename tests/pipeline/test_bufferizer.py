@@ -239,6 +239,39 @@ def test_stream_is_checked_first_on_every_path(cf, rng, call, bad):
     assert b.full
 
 
+class CountingStream:
+    """A stream of PyTorch's form (``cuda_stream``, the current stream's handle) that counts
+    how often it is read."""
+
+    def __init__(self, ptr):
+        self.ptr, self.reads = ptr, 0
+
+    @property
+    def cuda_stream(self):
+        self.reads += 1
+        return self.ptr
+
+
+@pytest.mark.parametrize("what", ["one", "batch", "list"])
+def test_append_reads_its_stream_as_the_call_it_dispatches_to(cf, rng, what):
+    """``append(x, stream=s)`` resolves ``s`` once, as ``append_one`` / ``append_multiple``
+    do, and writes the same elements."""
+    x = {"one": frames(cf, rng), "batch": frames(cf, rng, 3),
+         "list": [frames(cf, rng) for _ in range(3)]}[what]
+    k = 1 if what == "one" else 3
+    b = cf.Bufferizer(SHAPE, 2 * k, cf.float32)
+    ptr = cf.current_stream().ptr
+    direct, dispatched = CountingStream(ptr), CountingStream(ptr)
+    (b.append_one if what == "one" else b.append_multiple)(x, stream=direct)
+    b.append(x, stream=dispatched)
+    assert dispatched.reads == direct.reads >= 1
+    assert b.full
+    b.stream.synchronize()
+    want = np.stack([cf.asnumpy(e) for e in x]) if what == "list" else \
+        cf.asnumpy(x).reshape(k, *SHAPE)
+    assert_equal_host(b.darray, np.concatenate([want, want]))
+
+
 def test_the_full_hook_fires_once_per_fill_with_reentrant_appends(cf, rng):
     """An append hook that appends again: only the append that fills the buffer fires
     buffer_full_hook, once."""
