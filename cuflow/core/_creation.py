@@ -6,12 +6,14 @@ returning a darray, plus keyword-only ``stream=`` (where any initialization
 runs) and the array API's ``device=`` (None or the current device).
 
 Shapes are an int or a sequence of ints >= 0 (``ArgumentTypeError`` /
-``ArgumentError`` otherwise).  A request that cannot be met raises
+``ArgumentError`` otherwise); an int may be a 0-d integer array, as NumPy and
+CuPy take one (``cuflow.zeros(mask.sum())``), not a bool or a float.  A request that cannot be met raises
 :class:`~cuflow.OutOfMemoryError` (also a ``MemoryError``) naming the shape,
 dtype and bytes asked for.
 
 Stream semantics: asynchronous; any initialization is queued on ``stream`` or
-the current stream.
+the current stream.  A size given as a device array is read first: the host
+waits for its value, as in CuPy.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 
 import numpy
 
-from .._checks import is_integer
+from .._checks import as_index
 from .._errors import (ArgumentError, ArgumentOverflowError, ArgumentTypeError, CuflowError,
                        OutOfMemoryError)
 from ._contract import check_dtype
@@ -129,25 +131,29 @@ def check_fill_value(name: str, value: Any, dtype: Any = None) -> Any:
 
 
 def check_shape(name: str, shape: Any, dtype: Any) -> tuple[int, ...]:
-    """``shape`` checked: ints >= 0 whose product fits the address space.
+    """``shape`` checked: ints >= 0 whose product fits the address space, as a tuple of
+    Python ints.  An int is anything :func:`~cuflow._checks.as_index` takes (a 0-d integer
+    array too, read to the host as CuPy reads it), never a bool or a float.
 
     The bytes are checked before the backend sees the shape, so a request no memory can hold
     is an :class:`OutOfMemoryError` giving its size (NumPy would say "array is too big").
     """
     check_dtype(name, dtype)
-    dims = (shape,) if isinstance(shape, int | numpy.integer) else shape
-    try:
-        dims = tuple(dims)
-    except TypeError:
-        raise ArgumentTypeError(f"cuflow.{name}: shape must be an int or a sequence of ints, "
-                                f"got {type(shape).__name__} {shape!r}") from None
-    for d in dims:
-        if not is_integer(d):
+    n = as_index(shape)
+    if n is not None:
+        dims: tuple = (n,)
+    else:
+        try:
+            dims = tuple(shape)
+        except TypeError:
+            raise ArgumentTypeError(f"cuflow.{name}: shape must be an int or a sequence of "
+                                    f"ints, got {type(shape).__name__} {shape!r}") from None
+        dims = tuple(as_index(d) for d in dims)
+        if None in dims:
             raise ArgumentTypeError(f"cuflow.{name}: shape must hold ints (sizes are whole "
                                     f"numbers), got {shape!r}")
-        if d < 0:
-            raise ArgumentError(f"cuflow.{name}: shape must hold sizes >= 0, got {shape!r}")
-    dims = tuple(int(d) for d in dims)
+    if any(d < 0 for d in dims):
+        raise ArgumentError(f"cuflow.{name}: shape must hold sizes >= 0, got {shape!r}")
     try:
         itemsize = max(numpy.dtype(dtype).itemsize, 1) if dtype is not None else 8
     except TypeError:

@@ -74,3 +74,38 @@ def test_a_failed_allocation_on_the_fast_path_is_cuflows_error(gpu_cf, monkeypat
         monkeypatch.setattr(rt.fast, launch, refuse)
     with pytest.raises(cf.OutOfMemoryError, match="out of device memory"):
         call(cf, x)
+
+
+class _Three:
+    """An integer that is no int: what operator.index reads (NumPy and CuPy take it)."""
+
+    def __index__(self):
+        return 3
+
+
+def test_a_0d_integer_array_is_a_size(cf, rng):
+    """``n = mask.sum()`` is a 0-d array (CuPy's rule, and cuflow's on both backends); NumPy
+    and CuPy take it as a size, and so does cuflow (read to the host on the GPU, as CuPy
+    reads it)."""
+    mask = cf.asarray(rng.integers(0, 2, 40).astype(bool))
+    n = mask.sum()
+    k = int(np.asarray(to_host(mask)).sum())
+    assert isinstance(n, cf.darray) and n.ndim == 0
+    assert cf.zeros(n).shape == (k,) and not to_host(cf.zeros(n)).any()
+    assert cf.empty((n, 4)).shape == (k, 4)
+    assert to_host(cf.ones(n, dtype=cf.float32)).tolist() == [1.0] * k
+    assert to_host(cf.full(n, 1.5)).tolist() == [1.5] * k
+    assert cf.zeros_like(cf.ones(2), shape=(2, n)).shape == (2, k)
+    for size in (np.array(3), np.uint8(3), _Three(), cf.asarray(np.int16(3))):
+        assert cf.zeros(size).shape == (3,) and cf.empty((1, size)).shape == (1, 3)
+
+
+@pytest.mark.parametrize("size", [2.0, True], ids=["float", "bool"])
+def test_a_0d_array_of_floats_or_bools_is_no_size(cf, size):
+    x = cf.asarray(size)
+    with pytest.raises(cf.ArgumentTypeError, match="cuflow.zeros: shape must be an int"):
+        cf.zeros(x)
+    with pytest.raises(cf.ArgumentTypeError, match="cuflow.ones: shape must hold ints"):
+        cf.ones((x, 2))
+    with pytest.raises(cf.ArgumentTypeError, match="shape must hold ints"):
+        cf.empty((cf.asarray([3]),))  # one element, but not 0-d
