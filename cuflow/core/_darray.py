@@ -259,10 +259,6 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
                 r = numpy.asarray(r).view(type(self))  # an emulated device's class stays
             return r
 
-        def get(self, stream=None, order="C", out=None, blocking=True):
-            """Return a ``numpy.ndarray`` copy (CuPy's ``get`` on the NumPy backend)."""
-            return _ns().asnumpy(self, order=order, out=out)
-
         base_dlpack = base.__dlpack__
 
         def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
@@ -286,9 +282,21 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
         def __str__(self):
             return numpy.array_str(self.view(numpy.ndarray))
 
-        ns.update(__getitem__=__getitem__, get=get, __dlpack__=__dlpack__, __repr__=__repr__,
+        ns.update(__getitem__=__getitem__, __dlpack__=__dlpack__, __repr__=__repr__,
                   __str__=__str__)
 
+    def get(self, stream=None, order="C", out=None, blocking=True):
+        """CuPy's ``get``: a ``numpy.ndarray`` copy (:func:`cuflow.asnumpy`), into ``out`` if
+        given (a ``numpy.ndarray`` of the array's shape and dtype).
+
+        Notes
+        -----
+        Stream semantics: the copy is queued on ``stream`` or the current stream; it waits
+        for it unless ``blocking=False`` with pinned ``out``.
+        """
+        return _ns().asnumpy(self, stream=stream, order=order, out=out, blocking=blocking)
+
+    ns["get"] = get
     if check:
         ns["dot"] = _reclass_method(base.dot, "dot", checked=True)
         base_setitem = base.__setitem__

@@ -115,23 +115,29 @@ def astype(a, dtype, dst=None, *, out=None, order="K", casting="unsafe", copy=Tr
         reraise("astype", e, dst)
 
 
-def asarray(obj, dtype=None, order=None, *, device=None, copy=None, stream=None):
+def asarray(obj, dtype=None, order=None, *, device=None, copy=None, blocking=False,
+            stream=None):
     """Convert to a darray of the active backend, without a copy where possible.
 
     Accepts darrays, CuPy and NumPy arrays, PyTorch tensors, objects with
     ``__cuda_array_interface__`` or ``__dlpack__``, scalars and sequences.  Device
-    data is shared (zero-copy); host data is copied to the device.
+    data is shared (zero-copy); host data is copied to the device.  The signature is
+    CuPy's (``dtype`` and ``order`` by position, ``copy`` and ``blocking`` by keyword),
+    with the array API's ``device=`` and cuflow's ``stream=``.
 
     Notes
     -----
     Stream semantics: a host-to-device copy is queued on ``stream`` or the current
-    stream.  DLPack imports order the current stream after the producer's stream.
+    stream, and the host may have to keep the source unchanged until it has run;
+    with ``blocking=True`` (CuPy's meaning) the host waits for that stream before the
+    call returns.  On the NumPy backend the copy is done on return either way.  DLPack
+    imports order the current stream after the producer's stream.
     """
     rt = runtime()
     if device is not None:
         check_device("asarray", device)
     if stream is not None:
-        return run_on(stream, asarray, obj, dtype, order, copy=copy)
+        return run_on(stream, asarray, obj, dtype, order, copy=copy, blocking=blocking)
     dtype = check_dtype("asarray", dtype)
     src_dt = getattr(obj, "dtype", None)
     if dtype is not None and isinstance(src_dt, numpy.dtype) and src_dt.kind == "c" and \
@@ -180,6 +186,10 @@ def asarray(obj, dtype=None, order=None, *, device=None, copy=None, stream=None)
                 "cuflow does not compute with)")
         if copy and r is obj:
             r = r.copy()
+        if blocking and rt.is_gpu:
+            # the upload (or stacking) queued on the current stream is done before the
+            # call returns, so the caller may write into its host data at once
+            as_cupy_stream(None).synchronize()
         return rt.as_darray(r) if r is obj else rt.wrap(r)
     except CuflowError:
         raise
@@ -200,9 +210,21 @@ def _refuse_copy(obj, what):
                         "pass copy=None to allow it")
 
 
-def array(obj, dtype=None, copy=True, order="K", ndmin=0, *, stream=None):
-    """Like :func:`asarray` but copies by default (NumPy's ``array``)."""
-    r = asarray(obj, dtype=dtype, order=order, copy=copy, stream=stream)
+def array(obj, dtype=None, copy=True, order="K", subok=False, ndmin=0, *, blocking=False,
+          device=None, stream=None):
+    """Like :func:`asarray` but copies by default (NumPy's and CuPy's ``array``, with their
+    positional order: ``subok`` fifth, ``ndmin`` sixth).
+
+    ``subok=True`` is refused, as CuPy refuses it: the result is always a darray.
+    ``ndmin`` puts ones in front of the shape up to that many dimensions.  ``blocking``,
+    ``device`` and ``stream`` are :func:`asarray`'s.
+    """
+    if subok:
+        raise ArgumentError(f"cuflow.array: subok must be False (as in CuPy, which does not "
+                            f"pass array subclasses through; the result is a darray), got "
+                            f"{subok!r}")
+    r = asarray(obj, dtype=dtype, order=order, copy=copy, blocking=blocking, device=device,
+                stream=stream)
     if ndmin > r.ndim:
         r = r.reshape((1,) * (ndmin - r.ndim) + r.shape)
     return r
@@ -347,5 +369,7 @@ def asnumpy(a, stream=None, order="C", out=None, blocking=True):
             numpy.copyto(out, a)
             return out
         return numpy.array(a, order=order, copy=True, subok=False)
-    return rt.xp.asnumpy(a, stream=as_cupy_stream(stream) if stream is not None else None,
-                       order=order, out=out, blocking=blocking)
+    s = as_cupy_stream(stream) if stream is not None else None
+    if isinstance(a, rt.xp.ndarray):  # (CuPy's own get: cupy.asnumpy calls darray.get, ours)
+        return rt.xp.ndarray.get(a, stream=s, order=order, out=out, blocking=blocking)
+    return rt.xp.asnumpy(a, stream=s, order=order, out=out, blocking=blocking)

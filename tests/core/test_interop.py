@@ -343,11 +343,57 @@ def test_imports_and_host_copies_state_their_rules(cf):
         cf.asnumpy(x, out=np.empty(2, np.int8))
     with pytest.raises(cuflow.DstShapeError, match="cuflow.asnumpy: out.shape"):
         cf.asnumpy(cf.asarray(1.0), out=np.empty(5))
-    if not cf.get_backend().is_gpu:  # (on the GPU x.get is CuPy's own, with its errors)
-        with pytest.raises(cuflow.DstShapeError, match="out.shape"):
-            x.get(out=np.empty(3))
+    with pytest.raises(cuflow.DstShapeError, match="out.shape"):
+        x.get(out=np.empty(3))
+    with pytest.raises(cuflow.DstDtypeError, match="out.dtype"):
+        x.get(out=np.empty(2, np.float32))
     with pytest.raises(cuflow.ArgumentTypeError, match="dl_device must be a"):
         x.__dlpack__(dl_device=3, copy=False)
     o = np.empty(2)
     assert x.get(out=o) is o and cf.asnumpy(x, out=o) is o
     np.testing.assert_array_equal(o, [1.0, 2.0])
+
+
+def test_array_and_asarray_take_cupys_signatures(cf, rng):
+    """CuPy's (and NumPy's) ``array(obj, dtype, copy, order, subok, ndmin)`` by position, and
+    ``blocking=`` on both functions; cuflow's keywords work with them."""
+    import inspect
+
+    h = random_array((2, 3), "float32", rng, host=True)
+    params = list(inspect.signature(cf.array).parameters)
+    assert params[:6] == ["obj", "dtype", "copy", "order", "subok", "ndmin"]
+    assert list(inspect.signature(cf.asarray).parameters)[:3] == ["obj", "dtype", "order"]
+    a = cf.array(h, None, True, "K", False, 4)  # ndmin is the sixth, as in NumPy
+    assert a.shape == (1, 1, 2, 3)
+    assert_equal_host(cf.array(h, subok=False), h)
+    for b in (cf.asarray(h, blocking=True), cf.array(h, blocking=True),
+              cf.asarray(h, "float64", blocking=True, stream=cf.Stream()),
+              cf.array(h, ndmin=3, blocking=True, copy=True, stream=cf.Stream())):
+        assert isinstance(b, cf.darray)
+        np.testing.assert_array_equal(to_host(b).reshape(h.shape), h)
+    for bad in (lambda: cf.array(h, subok=True), lambda: cf.array(h, None, True, "K", True)):
+        with pytest.raises(cf.ArgumentError, match="cuflow.array: subok must be False"):
+            bad()
+
+
+@pytest.mark.gpu
+def test_asarray_blocking_waits_for_the_upload(gpu_cf, rng):
+    """blocking=True (CuPy's meaning): the host waits for the stream that runs the upload."""
+    import cupy
+
+    cf = gpu_cf
+    slow = cupy.RawKernel(r"""
+    extern "C" __global__ void slow_spin(float* x, long long cycles) {
+        long long t0 = clock64();
+        while (clock64() - t0 < cycles) { }
+        x[0] = 1.0f;
+    }""", "slow_spin")
+    h = random_array((256,), "float32", rng, host=True)
+    s = cf.Stream()
+    x = cf.zeros(1, dtype="float32")
+    cf.synchronize()
+    with s:
+        slow((1,), (1,), (x, np.int64(50_000_000)))
+        a = cf.asarray(h, blocking=True)
+        assert s.query()  # the slow kernel and the upload after it are done
+    np.testing.assert_array_equal(to_host(a), h)
