@@ -93,6 +93,31 @@ def get_array_module(*args):
     return _np
 
 
+def is_available() -> bool:
+    """Whether arrays live on a GPU: CuPy's ``is_available()`` on the CuPy backend, False on
+    the NumPy backend (so CuPy code that picks a CPU fallback with it picks one there).
+    """
+    b = get_backend()
+    return b.is_gpu and b.xp.is_available()  # (``bool`` here is the array API's dtype)
+
+
+def get_default_memory_pool():
+    """The pool that serves CuPy's allocations, with CuPy's ``MemoryPool`` methods
+    (``used_bytes``, ``total_bytes``, ``free_bytes``, ``n_free_blocks``,
+    ``free_all_blocks``, ``set_limit``, ``get_limit``).
+
+    cuflow's pool (:func:`cuflow.memory.get_pool`, of the current device) where it is
+    CuPy's allocator, which it is unless ``CUFLOW_POOL=off``: CuPy's own default pool then
+    sits idle, and its figures and limits would be of nothing.  With ``CUFLOW_POOL=off``
+    (or where the pool could not be installed) this is CuPy's own pool, and on the NumPy
+    backend cuflow's host pool, whose figures stay at zero.
+    """
+    b = get_backend()
+    if b.is_gpu and not memory._INSTALLED:
+        return b.xp.get_default_memory_pool()
+    return memory.get_pool()
+
+
 def __getattr__(name: str):
     if name == "darray":
         return get_backend().darray
@@ -112,6 +137,7 @@ def __getattr__(name: str):
 __all__ = [
     # arrays, backends and the array API
     "darray", "ndarray", "backend_info", "get_backend", "set_backend", "get_array_module",
+    "is_available", "get_default_memory_pool",
     "__array_api_version__", "__array_namespace_info__", "isdtype", "finfo", "iinfo",
     "result_type", "can_cast", "bool",
     # fused kernels

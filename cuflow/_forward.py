@@ -11,6 +11,10 @@ Array API functions the backend lacks (``unstack``, ``vecdot``, most of
 results (``meshgrid(indexing=)``, ``count_nonzero(keepdims=)``, the ``unique_*``
 family, ``linalg``'s named tuples) come from array-api-compat's wrapper of the
 backend instead, which keeps the backend's extra NumPy arguments.
+
+On the NumPy backend, ``random``'s functions take CuPy's ``dtype=`` too (NumPy
+draws, the result is cast), and CuPy's own names (``RawKernel`` ...) say that
+they need the CuPy backend.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from typing import Any
 
 import numpy
 
+from ._errors import ArgumentTypeError
+from .core._contract import check_dtype
 from .core._dispatch import call_backend
 from .core._runtime import get_backend
 
@@ -130,9 +136,72 @@ def _compat(backend: str, sub: str | None) -> Any:
     return ns if sub is None else getattr(ns, sub, None)
 
 
-def _wrap_function(fn):
-    name = getattr(fn, "__name__", "function")
+#: CuPy's random functions that take ``dtype=`` and NumPy's lack, with the position of
+#: ``dtype`` in CuPy's signature (None: keyword only) and whether CuPy draws them with
+#: cuRAND, which fills float32 and float64 only (CuPy's ``_check_and_get_dtype``); the
+#: others are CuPy kernels that write any dtype of numbers (cupy/random/_sample.py,
+#: _distributions.py, _generator.py).  ``randint`` is left out: NumPy's takes ``dtype``.
+_RANDOM_DTYPE: dict[str, tuple[int | None, bool]] = {
+    "rand": (None, True), "randn": (None, True), "random_sample": (1, True),
+    "random": (1, True), "ranf": (1, True), "sample": (1, True),
+    "standard_normal": (1, True), "standard_exponential": (1, True),
+    "standard_cauchy": (1, True), "normal": (3, True), "uniform": (3, True),
+    "lognormal": (3, True), "laplace": (3, True), "gumbel": (3, True), "wald": (3, True),
+    "exponential": (2, True), "pareto": (2, True), "power": (2, True),
+    "rayleigh": (2, True), "weibull": (2, True), "triangular": (4, True),
+    "multivariate_normal": (6, True),
+    "beta": (3, False), "binomial": (3, False), "f": (3, False), "gamma": (3, False),
+    "logistic": (3, False), "negative_binomial": (3, False),
+    "noncentral_chisquare": (3, False), "vonmises": (3, False), "chisquare": (2, False),
+    "dirichlet": (2, False), "geometric": (2, False), "logseries": (2, False),
+    "poisson": (2, False), "standard_gamma": (2, False), "standard_t": (2, False),
+    "zipf": (2, False), "hypergeometric": (4, False), "noncentral_f": (4, False),
+}
 
+
+def _random_dtype(fn, name: str, pos: int | None, curand: bool):
+    """NumPy's random function ``fn`` taking CuPy's ``dtype`` (by keyword, or at ``pos``):
+    checked as CuPy checks it, the draw made by NumPy, the result cast to it."""
+    where = f"cuflow.random.{name}"
+
+    @functools.wraps(fn)
+    def f(*args, **kwargs):
+        dtype = kwargs.pop("dtype", None)
+        if pos is not None and len(args) > pos:
+            if dtype is not None:
+                raise ArgumentTypeError(f"{where}: dtype given by position and by keyword")
+            dtype, args = args[pos], args[:pos] + args[pos + 1:]
+        if dtype is None:
+            return fn(*args, **kwargs)
+        dt = check_dtype(f"random.{name}", dtype)
+        if curand and dt not in (numpy.float32, numpy.float64):
+            raise ArgumentTypeError(f"{where}: dtype must be float32 or float64 (CuPy draws "
+                                    f"these with cuRAND, which makes no other), got {dt}")
+        return numpy.asarray(fn(*args, **kwargs)).astype(dt, copy=False)
+
+    return f
+
+
+#: CuPy's names that NumPy has no counterpart of: on the NumPy backend they say they need
+#: the CuPy backend (``cuda`` too, in cuflow/__init__.py), with what runs on both where
+#: cuflow has it
+_CUPY_ONLY = {
+    "ElementwiseKernel": "cuflow.fuse compiles a Python function of arrays into one kernel "
+                         "on the GPU and runs it on NumPy",
+    "ReductionKernel": "cuflow.fuse compiles a Python function of arrays into one kernel "
+                       "on the GPU and runs it on NumPy",
+    "RawKernel": "CUDA C needs a GPU; cuflow.fuse writes elementwise kernels that run on "
+                 "both backends",
+    "RawModule": "CUDA C needs a GPU; cuflow.fuse writes elementwise kernels that run on "
+                 "both backends",
+    "memoize": "", "clear_memo": "",
+    "get_default_pinned_memory_pool": "cuflow.memory.empty_pinned works on both",
+    "fromDlpack": "cuflow.from_dlpack works on both",
+    "disable_experimental_feature_warning": "",
+}
+
+
+def _wrap_function(fn, name: str):
     @functools.wraps(fn)
     def w(*args, **kwargs):
         return call_backend(name, fn, args, kwargs)
@@ -158,6 +227,12 @@ def forward(name: str, sub: str | None = None, owner: str = "cuflow") -> Any:
     try:
         obj = getattr(mod, name)
     except AttributeError:
+        if sub is None and not b.is_gpu and name in _CUPY_ONLY:
+            hint = _CUPY_ONLY[name]
+            raise AttributeError(
+                f"module {owner!r} has no attribute {name!r} on the {b.name} backend: "
+                f"cuflow.{name} is CuPy's cupy.{name} and needs the CuPy backend"
+                f"{'; ' + hint if hint else ''}") from None
         raise AttributeError(
             f"module {owner!r} has no attribute {name!r} (not in cuflow nor in "
             f"{mod.__name__})") from None
@@ -168,8 +243,10 @@ def forward(name: str, sub: str | None = None, owner: str = "cuflow") -> Any:
         obj = _by_form(obj, own, _BACKEND_FORM.get((sub or "", name)))
     if mod is compat and b.name == "cupy" and (sub or "", name) in _EMPTY_BY_NUMPY:
         obj = _empty_by_numpy(obj, sub, name)
+    if sub == "random" and not b.is_gpu and name in _RANDOM_DTYPE and callable(obj):
+        obj = _random_dtype(obj, name, *_RANDOM_DTYPE[name])
     if callable(obj) and not isinstance(obj, type) and not isinstance(obj, types.ModuleType):
-        obj = _wrap_function(obj)
+        obj = _wrap_function(obj, name if sub is None else f"{sub}.{name}")
     _cache[key] = obj
     return obj
 

@@ -33,11 +33,11 @@ import numpy
 
 from .._errors import (
     ArgumentError, ArgumentIndexError, ArgumentOverflowError, ArgumentTypeError,
-    ArgumentZeroDivisionError, AxisError, BackendError, CudaError, CuflowError, LinAlgError,
-    OutOfMemoryError,
+    ArgumentZeroDivisionError, AxisError, BackendError, CudaError, CuflowError, DstTypeError,
+    LinAlgError, OutOfMemoryError,
 )
 from ._contract import (
-    broadcast_shape, check_out_pair, prepare_out, resolve_out, translate_type_error,
+    bad_input, broadcast_shape, check_out_pair, prepare_out, resolve_out, translate_type_error,
 )
 from . import _runtime
 from ._engine import OPS, ew_op
@@ -311,8 +311,29 @@ def call_backend(name: str, fn: Callable[..., Any], args: tuple, kwargs: dict[st
     try:
         r = fn(*args, **kwargs)
     except Exception as e:  # the backend's own errors, as cuflow's (reraise's table)
+        if isinstance(e, AttributeError):
+            _refuse_non_array(rt, name, e, args, kwargs)
         reraise(name, e)
     return _own_result(rt, r, (*args, *kwargs.values()))
+
+
+def _refuse_non_array(rt: Any, name: str, e: AttributeError, args: tuple,
+                      kwargs: dict[str, Any]) -> None:
+    """The input error for a function that read an array attribute (``x.ndim``) of an
+    argument that is no array: array-api-compat's functions take arrays only, and say so
+    with a bare AttributeError (``nonzero([1, 0, 2])``); CuPy's own functions refuse such
+    arguments with a TypeError, which becomes the same error."""
+    # the object whose attribute was missing, where Python says; compiled code (CuPy's
+    # Cython) may leave it unset, and its message names the object's type
+    obj = getattr(e, "obj", None)
+    msg = str(e)
+    for a in (*args, *kwargs.values()):
+        named = obj is None and msg.startswith(f"'{type(a).__name__}' object has no attribute ")
+        if ((obj is not None and a is obj) or named) and not isinstance(a, rt.ndarray):
+            try:
+                bad_input(name, a, scalars=False)
+            except DstTypeError as refused:
+                raise refused from e
 
 
 _UFUNC_METHODS = ("reduce", "accumulate", "outer", "reduceat", "at")

@@ -127,7 +127,11 @@ def finfo(type: Any, /) -> Any:  # noqa: A002
     """Machine limits of a floating dtype, or of an array's dtype (array API ``finfo``).
 
     ``bits``, ``eps``, ``max``, ``min`` and ``smallest_normal`` are Python numbers, as
-    the array API asks; NumPy's other fields are there too.
+    the array API asks; NumPy's other fields are there too.  NumPy's and CuPy's ``finfo``
+    give scalars of the dtype instead, and the two promote differently: a Python float is
+    weak, so ``full(2, finfo(float32).min)`` is float64 and ``x + finfo(float32).eps`` of a
+    float16 ``x`` is float16, eps rounded away.  Pass ``dtype=`` or take
+    ``numpy.finfo(...)`` where the dtype's scalars are meant.
     """
     dt = _limits_dtype("finfo", type, "fc", "a floating or complex")
     return _Finfo(numpy.finfo(dt))

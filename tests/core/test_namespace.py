@@ -384,3 +384,117 @@ def test_numpys_forms_of_the_standards_linalg_functions(cf, rng):
     if not cf.get_backend().is_gpu:  # (empty stacks: NumPy's answer)
         assert to_host(cf.linalg.matrix_rank(cf.empty((2, 0, 0)))).tolist() == [0, 0]
     assert cf.permute_dims(cf.ones((2, 3, 4))).shape == (4, 3, 2)
+
+
+@pytest.mark.parametrize("call", [
+    lambda r, dt: r.rand(3, dtype=dt), lambda r, dt: r.randn(2, 3, dtype=dt),
+    lambda r, dt: r.random_sample(3, dt), lambda r, dt: r.uniform(0, 1, (3,), dtype=dt),
+    lambda r, dt: r.normal(0, 1, 3, dt), lambda r, dt: r.standard_normal(3, dtype=dt),
+    lambda r, dt: r.exponential(2.0, 3, dtype=dt), lambda r, dt: r.rand(dtype=dt),
+], ids=["rand", "randn", "random_sample", "uniform", "normal", "standard_normal",
+        "exponential", "rand_0d"])
+def test_random_takes_cupys_dtype(cf, call):
+    """CuPy's random functions take ``dtype=`` (by keyword, or by position after ``size``),
+    float32 or float64 where CuPy draws with cuRAND; on NumPy too."""
+    cf.random.seed(0)
+    for dt in (cf.float32, cf.float64, "float32"):
+        r = call(cf.random, dt)
+        assert isinstance(r, cf.darray) and r.dtype == np.dtype(dt), (dt, r.dtype)
+        assert np.isfinite(to_host(r)).all()
+    with pytest.raises(cf.ArgumentTypeError, match=r"cuflow\.random\.\w+: .*float32"):
+        call(cf.random, cf.float16)
+
+
+def test_random_kernels_take_any_dtype_of_numbers(cf):
+    """The distributions CuPy draws with its own kernels write the dtype asked for."""
+    cf.random.seed(0)
+    p = cf.random.poisson(3.0, 50, dtype=cf.int32)
+    assert isinstance(p, cf.darray) and p.dtype == np.int32 and (to_host(p) >= 0).all()
+    g = cf.random.gamma(2.0, 1.0, 5, cf.float32)
+    assert g.dtype == np.float32 and g.shape == (5,)
+    assert cf.random.rand(3).dtype == np.float64  # no dtype: the default
+    assert cf.random.randint(0, 5, 3, dtype=cf.int8).dtype == np.int8
+
+
+#: array API functions the namespace takes from array-api-compat, whose wrappers read
+#: attributes of their operands
+_STANDARD = ["nonzero", "unique_all", "unique_counts", "unique_inverse", "unique_values",
+             "unstack", "matrix_transpose", "permute_dims", "count_nonzero", "cumulative_sum",
+             "cumulative_prod", "vecdot", "isin", "searchsorted", "meshgrid", "tensordot",
+             "linalg.pinv", "linalg.matrix_rank", "linalg.matrix_transpose", "linalg.det",
+             "linalg.inv", "linalg.qr", "linalg.svd", "linalg.svdvals", "linalg.slogdet",
+             "linalg.vector_norm", "linalg.matrix_norm", "linalg.trace", "linalg.diagonal",
+             "linalg.eigh", "linalg.eigvalsh", "linalg.cholesky", "linalg.solve",
+             "linalg.tensordot", "linalg.vecdot", "linalg.matmul", "linalg.matrix_power"]
+
+
+@pytest.mark.parametrize("name", _STANDARD)
+def test_forwarded_functions_refuse_non_arrays_with_the_input_error(cf, name):
+    """A list or a number where a forwarded function reads an array's attributes is the
+    namespace's input error (a TypeError naming the function), never a bare AttributeError;
+    NumPy's functions that take lists still do on the NumPy backend."""
+    fn = cf
+    for part in name.split("."):
+        fn = getattr(fn, part)
+    for args in ([[1.0, 0.0, 2.0]], [[[2.0, 1.0], [1.0, 3.0]]], [3],
+                 [[[2.0, 1.0], [1.0, 3.0]], [[2.0, 1.0], [1.0, 3.0]]]):
+        try:
+            fn(*args)
+        except (AttributeError, TypeError) as e:
+            assert isinstance(e, TypeError) and isinstance(e, cf.CuflowError), \
+                f"cuflow.{name}{tuple(args)}: {e!r}"
+            assert f"cuflow.{name}" in str(e), e
+        except Exception:  # other rules of the function (a 1-d matrix ...)
+            pass
+    with pytest.raises(cf.DstTypeError, match="cuflow.nonzero: inputs must be arrays .*got builtins.list"):
+        cf.nonzero([1, 0, 2])
+
+
+def test_is_available_says_whether_arrays_are_on_a_gpu(cf):
+    assert cf.is_available() is cf.get_backend().is_gpu
+
+
+@pytest.mark.parametrize("name", ["RawKernel", "RawModule", "ElementwiseKernel",
+                                  "ReductionKernel", "get_default_pinned_memory_pool"])
+def test_cupy_only_names_say_they_need_the_cupy_backend(cf, name):
+    if cf.get_backend().is_gpu:
+        assert hasattr(cf, name)
+        return
+    assert not hasattr(cf, name)
+    with pytest.raises(AttributeError, match=f"cupy.{name} and needs the CuPy backend"):
+        getattr(cf, name)
+
+
+def test_get_default_memory_pool_is_the_pool_that_serves_allocations(cf):
+    """CuPy's ``get_default_memory_pool()`` is cuflow's pool where that one is CuPy's
+    allocator: its figures and its limit are of the memory in use."""
+    pool = cf.get_default_memory_pool()
+    if cf.get_backend().is_gpu and not cf.memory._INSTALLED:  # CUFLOW_POOL=off
+        import cupy
+
+        assert pool is cupy.get_default_memory_pool()
+        return
+    assert pool is cf.memory.get_pool()
+    before = pool.get_limit()
+    try:
+        pool.set_limit(size=1 << 40)
+        assert pool.get_limit() == 1 << 40 and cf.memory.stats()["limit_bytes"] == 1 << 40
+    finally:
+        pool.set_limit(size=before)
+    assert pool.used_bytes() >= 0 and pool.total_bytes() >= pool.used_bytes()
+    if cf.get_backend().is_gpu:
+        before = pool.used_bytes()
+        held = [cf.empty(1 << 20, dtype=cf.uint8)]
+        assert pool.used_bytes() >= before + (1 << 20)
+        held.clear()
+    pool.free_all_blocks()
+
+
+@pytest.mark.gpu
+def test_get_default_memory_pool_is_cupys_with_the_pool_off(gpu_cf):
+    code = ("import cupy, cuflow as cp; cp.zeros(3); "
+            "assert cp.get_default_memory_pool() is cupy.get_default_memory_pool()")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**os.environ, "CUFLOW_POOL": "off", "CUFLOW_BACKEND": "cupy"},
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
