@@ -36,6 +36,7 @@ from .._errors import ArgumentError, ArgumentTypeError, CuflowError, DeviceError
 from ..core import (Device, Event, Stream, as_cupy_stream, as_darray, as_stream, copy, empty,
                     get_backend)
 from ..core._creation import check_fill_value
+from ..memory import record_stream
 
 __all__ = ["Bufferizer", "BufferizerError", "BufferizerHookError", "BufferizerStateError"]
 
@@ -233,7 +234,7 @@ class Bufferizer:
         self._changes = 0
         self._freed: list[Event | None] = []
         self._taken: list[bool] = []
-        self._stale = 0  # batches taken before allocate() replaced their buffers
+        self._stale: list[Any] = []  # taken buffers allocate() replaced, until released
         self._producer_done = Event(timing=False)
         self.allocate()
         self._flush_hook = _check_hook("flush_hook", flush_hook)
@@ -272,7 +273,7 @@ class Bufferizer:
         self._n = 0
         self._freed = [None] * self._n_buffers  # consumer done
         # batches taken from the old buffers: their consumers still release them
-        self._stale += sum(self._taken)
+        self._stale = self._stale + [b for b, t in zip(old[0], self._taken) if t]
         self._taken = [False] * self._n_buffers
         self._changes += 1
         if self._allocate_hook is not None:
@@ -321,13 +322,15 @@ class Bufferizer:
         Notes
         -----
         Stream semantics: asynchronous; the copy is queued on the buffer's
-        stream after the work queued so far on ``stream`` (default: current).
+        stream after the work queued so far on ``stream`` (default: current), and
+        the pool reuses the element's memory only after the copy has read it (a
+        temporary, ``append(x + 1)``, is safe).
         """
         producer = _producer("append_one", stream)
         self._check(element, "append_one", batched=False)
         self._room(1, "append_one")
         self._prepare_write(producer)
-        self._copy(element, self._buffers[self._active][self._n, ...])
+        self._copy(element, self._buffers[self._active][self._n, ...], producer)
         self._appended(1, self._append_one_hook)
 
     @_on_own_device
@@ -357,17 +360,17 @@ class Bufferizer:
         buf = self._buffers[self._active]
         if isinstance(element, list | tuple):
             for i, e in enumerate(element):
-                self._copy(e, buf[self._n + i, ...])
+                self._copy(e, buf[self._n + i, ...], producer)
         else:
-            self._copy(element, buf[self._n:self._n + k])
+            self._copy(element, buf[self._n:self._n + k], producer)
         self._appended(k, self._append_multiple_hook)
 
     @_on_own_device
     def next_slot(self, *, stream: Any = None) -> Any:
         """The view of the next free element, for a kernel to write into with ``dst=``.
 
-        Queue the kernel on :attr:`stream`, then call :meth:`commit` to count
-        the element.  No copy is made.  Raises :class:`BufferizerStateError`
+        Queue the kernel on any stream, then call :meth:`commit` (with that
+        ``stream=``, default: the current stream) to count the element.  No copy is made.  Raises :class:`BufferizerStateError`
         when full.  A kernel that fails before :meth:`commit` leaves the
         Bufferizer unchanged.
 
@@ -381,13 +384,23 @@ class Bufferizer:
         self._prepare_write(producer)
         return self._buffers[self._active][self._n, ...]  # (a view, also of a 0-d element)
 
-    def commit(self, n: int = 1) -> None:
-        """Count ``n`` elements written through :meth:`next_slot` (fires the append hooks)."""
+    @_on_own_device
+    def commit(self, n: int = 1, *, stream: Any = None) -> None:
+        """Count ``n`` elements written through :meth:`next_slot` (fires the append hooks).
+
+        Notes
+        -----
+        Stream semantics: the buffer's stream is ordered after the work queued so far on
+        ``stream`` (default: current), the stream of the kernels that wrote the elements,
+        so a consumer of :meth:`take` reads them written.
+        """
+        producer = _producer("commit", stream)
         if not is_integer(n):
             raise ArgumentTypeError(f"Bufferizer.commit: n must be an int >= 1, got {n!r}")
         if n < 1:
             raise ArgumentError(f"Bufferizer.commit: n must be an int >= 1, got {n!r}")
         self._room(int(n), "commit")
+        self._after(producer)
         self._appended(int(n), self._append_one_hook if n == 1 else self._append_multiple_hook)
 
     # -------------------------------------------------------------- consumers
@@ -429,15 +442,16 @@ class Bufferizer:
         if no buffer is taken.
         """
         consumer = _stream_arg("release", as_stream, stream)
+        if self._stale:  # the oldest: a buffer allocate() replaced, whose memory goes back to
+            # the pool once the view is gone; the pool reuses it after the consumer's work
+            record_stream(self._stale.pop(0), consumer)
+            return
         order = [(self._active + k) % self._n_buffers for k in range(self._n_buffers)]
         for i in order:
             if self._taken[i]:
                 self._freed[i] = consumer.record()
                 self._taken[i] = False
                 return
-        if self._stale:  # a batch of buffers allocate() replaced: their memory is the view's
-            self._stale -= 1
-            return
         raise BufferizerStateError("Bufferizer.release: no buffer has been taken")
 
     @property
@@ -618,13 +632,17 @@ class Bufferizer:
                 f"Bufferizer.{name}: buffer {self._active} was taken and not released; call "
                 "release(stream=consumer) after queuing the consumer's work")
 
-    def _copy(self, src: Any, dst: Any) -> None:
+    def _copy(self, src: Any, dst: Any, producer: Any) -> None:
         """``src`` -> ``dst`` (a slice of a buffer, C-contiguous) on the buffer's stream."""
         s = self._stream.cupy
         if s is not None and src.flags.c_contiguous:
             dst.data.copy_from_device_async(src.data, src.nbytes, s)  # one cudaMemcpyAsync
         else:
             copy(src, dst=dst, stream=self._stream)
+        if s is not None and producer.ptr != s.ptr:
+            # src may be a temporary (append(x + 1)) freed on return: the pool must not
+            # hand its memory to the producer's stream before this copy has read it
+            record_stream(src, s)
 
     def _prepare_write(self, producer: Any) -> None:
         """Order the buffer's stream after ``producer`` (a resolved CuPy stream; None on the
@@ -633,9 +651,11 @@ class Bufferizer:
         if self._freed[i] is not None:
             self._stream.wait(self._freed[i])
             self._freed[i] = None
-        if self._stream.cupy is None:
-            return
-        if producer.ptr != self._stream.ptr:
+        self._after(producer)
+
+    def _after(self, producer: Any) -> None:
+        """Order the buffer's stream after the work queued so far on ``producer``."""
+        if self._stream.cupy is not None and producer.ptr != self._stream.ptr:
             self._producer_done.record(producer)  # one reused event, no allocation
             self._stream.wait(self._producer_done)
 

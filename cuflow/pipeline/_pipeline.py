@@ -338,7 +338,7 @@ class Pipeline:
         s = self._slots[k]
         self.compute_stream.wait(s.uploaded)
         self._preprocess(dev, buf.next_slot(stream=self.compute_stream))
-        buf.commit()
+        buf.commit(stream=self.compute_stream)
         s.used = self.compute_stream.record(s.used or Event(timing=False))
 
     def _bufferizer(self, frame_shape: tuple[int, ...]) -> Bufferizer:

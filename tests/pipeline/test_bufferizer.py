@@ -224,7 +224,7 @@ def test_dtype_is_required(cf):
 
 
 @pytest.mark.parametrize("call", ["append_one", "append", "append_multiple", "next_slot",
-                                  "take", "release"])
+                                  "commit", "take", "release"])
 @pytest.mark.parametrize("bad", [5, "zz"])
 def test_stream_is_checked_first_on_every_path(cf, rng, call, bad):
     """The NumPy backend queues nothing, and must refuse what the GPU refuses."""
@@ -409,3 +409,52 @@ def test_a_batch_taken_before_allocate_is_still_released(cf):
     assert float(cf.asnumpy(taken).sum()) == 2.0
     with pytest.raises(BufferizerStateError, match="no buffer has been taken"):
         b.release()
+
+
+# --------------------------------------------------- stream ordering (GPU)
+# A spin kernel keeps one stream busy: work not ordered after it runs first, and reads
+# back wrong values.
+
+@pytest.mark.gpu
+def test_a_slot_written_on_the_current_stream_is_read_written_by_the_consumer(gpu_cf, rng,
+                                                                              spin):
+    cf = gpu_cf
+    n = 1 << 20
+    xs = rng.standard_normal((2, n)).astype(np.float32)
+    x = cf.asarray(xs)
+    buf = cf.Bufferizer((n,), 2, cf.float32)
+    producer, consumer = cf.Stream(non_blocking=True), cf.Stream(non_blocking=True)
+    with producer:  # the kernels on the current stream, as in the pipelines guide
+        cf.add(x[0], 1.0, dst=buf.next_slot())
+        buf.commit()
+        slot = buf.next_slot()
+        spin(producer)  # the chain that feeds the last slot is slow
+        cf.add(x[1], 1.0, dst=slot)
+        buf.commit()
+        batch = buf.take(stream=consumer)
+    with consumer:
+        got = cf.asnumpy(cf.copy(batch), stream=consumer)
+    np.testing.assert_array_equal(got, xs + np.float32(1.0))
+
+
+@pytest.mark.gpu
+def test_an_appended_temporary_is_copied_before_its_memory_is_reused(gpu_cf, rng, spin):
+    cf = gpu_cf
+    n = 1 << 20
+    xs = rng.standard_normal(n).astype(np.float32)
+    x = cf.asarray(xs)
+    buf = cf.Bufferizer((n,), 2, cf.float32)
+    producer = cf.Stream(non_blocking=True)
+    with producer:  # the sizes warm in the producer stream's cache
+        buf.append(cf.add(x, 1.0))
+        cf.full((n,), -7.0, dtype=cf.float32)
+    cf.get_backend().xp.cuda.Device().synchronize()
+    buf.reset()
+    spin(buf.stream)  # the buffer's copies wait behind earlier work
+    with producer:
+        buf.append(cf.add(x, 1.0))  # freed on return, while its copy is still queued
+        junk = [cf.full((n,), -7.0, dtype=cf.float32) for _ in range(4)]
+    del junk
+    batch = buf.take(stream=producer)
+    got = cf.asnumpy(cf.copy(batch, stream=producer), stream=producer)
+    np.testing.assert_array_equal(got[0], xs + np.float32(1.0))
