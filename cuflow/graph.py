@@ -9,7 +9,9 @@
   result copies new inputs into the static buffers, replays the graph and
   returns the static outputs.  ``capture(fn)`` without examples (or the
   :func:`graphed` decorator) captures on the first call.
-* ``with capture() as g:`` records the block; ``g.replay()`` launches it.
+* ``with capture() as g:`` records the block; ``g.replay()`` launches it on the
+  current stream (or on ``stream=``), so it runs after the work queued there before it,
+  as CuPy's ``Graph.launch`` and PyTorch's ``CUDAGraph.replay`` do.
 
 Memory allocated while capturing belongs to the graph: its kernels read and
 write those addresses on every replay, so a shared pool must never hand it to
@@ -55,7 +57,12 @@ class GraphCaptureError(CuflowError, RuntimeError):
 
 
 class Graph:
-    """A captured graph (CuPy's ``cupy.cuda.graph.Graph``) and its private memory."""
+    """A captured graph (CuPy's ``cupy.cuda.graph.Graph``) and its private memory.
+
+    ``stream`` is the stream that captured it, kept as long as the graph: the memory pool
+    watches the streams it lends memory on, and a destroyed stream's memory is reused only
+    after a device synchronize.
+    """
 
     def __init__(self, pool: Any, owner: Any, stream: Any) -> None:
         self._graph: Any = None
@@ -64,16 +71,19 @@ class Graph:
         self.stream = stream
 
     def replay(self, *, stream: Any = None) -> None:
-        """Launch the graph on ``stream`` (default: the capture stream).
+        """Launch the graph on ``stream`` (default: the current stream).
 
         Notes
         -----
-        Stream semantics: asynchronous; one graph launch queued on ``stream``.
+        Stream semantics: asynchronous; one graph launch queued on ``stream`` or the
+        current stream, after the work queued there before it (the inputs the graph reads),
+        and before the work queued after it (what reads its outputs).  Not on the stream
+        that captured it, which nothing orders with the caller's work.
         """
+        s = as_cupy_stream(stream, "graph.Graph.replay")  # (checked on every backend)
         if self._graph is None:
             raise BackendError("cuflow.graph: nothing to replay (the capture failed, the graph "
                                "was closed, or the NumPy backend has no graphs)")
-        s = self.stream if stream is None else as_cupy_stream(stream)
         self._graph.launch(stream=s)
 
     launch = replay
@@ -115,7 +125,8 @@ def _capture_block(stream: Any = None, _what: str = "the block"):
     if not b.is_gpu:
         yield Graph(None, None, None)
         return
-    s = b.xp.cuda.Stream(non_blocking=True) if stream is None else as_cupy_stream(stream)
+    s = (b.xp.cuda.Stream(non_blocking=True) if stream is None
+         else as_cupy_stream(stream, "graph.capture"))
     with _private_memory(s) as (pool, owner):
         g = Graph(pool, owner, s)
         ok = False
@@ -237,7 +248,12 @@ class CapturedFunction:
     -----
     Stream semantics: asynchronous; the input copies and the graph launch are
     queued on ``stream=`` of the call (default: the current stream), in that
-    order, so the outputs are ready for later work on that stream.
+    order, so the outputs are ready for later work on that stream.  The capture
+    runs on a stream of its own, after the work queued so far on the current
+    stream (on the call's stream, for a capture at the first call); that stream,
+    and each later call's stream until the capture's work is done, wait for it,
+    so a call never overwrites the static inputs before the capture's own copies
+    of the examples.
     """
 
     def __init__(self, fn: Callable[..., Any], example_inputs: tuple[Any, ...] | None = None, *,
@@ -257,11 +273,14 @@ class CapturedFunction:
         self.inputs: tuple[Any, ...] = ()
         self.outputs: Any = None
         self._captured = False
+        self._ready: Any = None  # the capture stream's work, while it may be incomplete
         functools.update_wrapper(self, fn, updated=())
         if example_inputs is not None:
             self._capture(example_inputs)
 
-    def _capture(self, examples: tuple[Any, ...]) -> None:
+    def _capture(self, examples: tuple[Any, ...], after: Any = None) -> None:
+        """Capture on a new stream ordered after ``after`` (a CuPy stream, where the examples
+        were made; None: the current one), which then waits for the capture's work."""
         # (captured only once it all succeeded: a capture that raised is tried again by the
         # next call, not left half made)
         b = get_backend()
@@ -270,8 +289,9 @@ class CapturedFunction:
                                 for x in examples)
             self._captured = True
             return
+        base = b.xp.cuda.get_current_stream() if after is None else after
         s = b.xp.cuda.Stream(non_blocking=True)
-        s.wait_event(b.xp.cuda.get_current_stream().record())  # the examples are ready
+        s.wait_event(base.record())  # the examples are ready
         with s:
             # Held for the graph's life, so an ordinary allocation is safe.
             statics = tuple(runtime().wrap(x.copy()) if isinstance(x, b.ndarray) else x
@@ -281,9 +301,23 @@ class CapturedFunction:
         with _capture_block(stream=s, _what=self._name) as g:
             out = self.fn(*statics)
         _check_outputs(out, b.ndarray, self._name)
-        g.stream = None  # replays go to the caller's stream
+        # The copies of the examples into the static inputs and the warm-up calls are still
+        # queued on s: the examples' stream waits for them here (its later writes to the
+        # examples, and calls on it), and a call on another stream while they may run (_wait)
+        ready = s.record()
+        base.wait_event(ready)
         self.graph, self.inputs, self.outputs = g, statics, out
+        self._ready = ready
         self._captured = True
+
+    def _wait(self, s: Any) -> None:
+        """Order CuPy stream ``s`` after the capture's own work, until that is done."""
+        ready = self._ready
+        if ready is not None:
+            if ready.done:
+                self._ready = None
+            else:
+                s.wait_event(ready)
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         """As a method: one captured function per instance (its graph records that
@@ -305,11 +339,13 @@ class CapturedFunction:
         return bound
 
     def __call__(self, *inputs: Any, stream: Any = None) -> Any:
-        if not self._captured:
-            self._capture(inputs)
         b = get_backend()
-        s = as_cupy_stream(stream)
+        s = as_cupy_stream(stream, f"graph.CapturedFunction({self._name})")
+        if not self._captured:
+            self._capture(inputs, s if stream is not None else None)
         self._check(inputs, b.ndarray)
+        if b.is_gpu:
+            self._wait(s)  # (before the copies: the capture's copies of the examples come first)
         for x, static in zip(inputs, self.inputs, strict=True):
             if isinstance(static, b.ndarray) and x is not static:
                 with contextlib.nullcontext() if s is None else s:  # (None: NumPy's)
@@ -349,16 +385,22 @@ class CapturedFunction:
 
     def replay(self, *, stream: Any = None) -> Any:
         """Replay on the current static inputs (no copies) and return the static outputs
-        (on the NumPy backend: ``fn`` of the last inputs)."""
+        (on the NumPy backend: ``fn`` of the last inputs).
+
+        Notes
+        -----
+        Stream semantics: asynchronous; one graph launch queued on ``stream`` or the
+        current stream.
+        """
         b = get_backend()
+        s = as_cupy_stream(stream, f"graph.CapturedFunction({self._name}).replay")
         if not b.is_gpu and self._captured:
-            as_cupy_stream(stream)  # (checked as on the GPU)
             return self._run_eagerly()
         if self.graph is None:
             raise BackendError(f"cuflow.graph: {self._name} has not been captured yet (call it "
                                "once, or pass example inputs to capture)")
-        self.graph.replay(stream=stream if stream is not None else get_backend().xp.cuda
-                          .get_current_stream())
+        self._wait(s)
+        self.graph.replay(stream=s)
         return self.outputs
 
     def close(self) -> None:
@@ -366,6 +408,7 @@ class CapturedFunction:
         if self.graph is not None:
             self.graph.close()
         self.graph, self.inputs, self.outputs = None, (), None
+        self._ready = None
         self._captured = False
 
 
@@ -382,7 +425,8 @@ def capture(fn: Callable[..., Any] | None = None, *example_inputs: Any, stream: 
         Arrays of the shapes and dtypes of later calls.  Without them the
         capture happens on the first call.
     stream : Stream, optional
-        Block form only: the capturing stream (default: a new non-blocking one).
+        Block form only: the capturing stream (default: a new non-blocking one).  Replays
+        run on the current stream, or on ``replay(stream=)``, not on this one.
     warmup : int, default 1
         Eager calls before capturing (function form only: a block runs once, as written).
 
@@ -400,6 +444,7 @@ def capture(fn: Callable[..., Any] | None = None, *example_inputs: Any, stream: 
             raise ArgumentError(f"cuflow.graph.capture: warmup= is for a captured function; a "
                                 f"block (with capture():) is captured as it runs, got "
                                 f"warmup={warmup!r}")
+        as_cupy_stream(stream, "graph.capture")  # (checked here, on every backend)
         return _capture_block(stream=stream)
     if stream is not None:
         raise ArgumentError("cuflow.graph.capture: stream= is for the block form (with "

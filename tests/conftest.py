@@ -87,24 +87,29 @@ def poisons():
 
 
 _SPIN_SRC = r"""
-extern "C" __global__ void cf_test_spin(unsigned long long ns) {
+extern "C" __global__ void cuflow_test_spin(unsigned long long ns) {
     unsigned long long t0, t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
     do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
 }"""
+SPIN_MS = 150  # long against everything a test queues after it, short against a test's time
 
 
-def _spin(stream, ms: float = 100.0) -> None:
+def _spin(stream, ms: float = SPIN_MS) -> None:
+    import gc
+
     import cupy
 
-    kernel = cupy.RawKernel(_SPIN_SRC, "cf_test_spin")  # (CuPy caches the module)
+    gc.collect()  # the memory of streams destroyed so far is taken back first: the pool
+    cuflow.memory.empty_cache()  # synchronizes the device for it, which would wait for the spin
+    kernel = cupy.RawKernel(_SPIN_SRC, "cuflow_test_spin")  # (CuPy caches the module)
     with getattr(stream, "cupy", stream):
         kernel((1,), (1,), (np.uint64(int(ms * 1e6)),))
 
 
 @pytest.fixture
 def spin():
-    """``spin(stream, ms=100)`` keeps ``stream`` (a cuflow or CuPy stream) busy for ``ms``
+    """``spin(stream, ms=150)`` holds ``stream`` (a cuflow or CuPy stream) busy for ``ms``
     ms of GPU time: work queued on another stream and not ordered after it runs first, so a
     missing ordering shows as a wrong value read back."""
     return _spin

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+
 import numpy as np
 import pytest
 
@@ -232,3 +233,103 @@ def test_a_capture_that_raised_is_tried_again(cf, rng):
     with pytest.raises(RuntimeError, match="first call"):
         f(x)
     np.testing.assert_array_equal(cf.asnumpy(f(x)), cf.asnumpy(x) * 2)
+
+
+def test_stream_arguments_are_checked_on_every_backend(cf, rng):
+    a = cf.asarray(rng.uniform(-9, 9, size=(8,)).astype(np.float32))
+    f = cf.graph.capture(lambda x: x * 2, a)
+    with pytest.raises(cf.ArgumentTypeError, match=r"cuflow\.graph\.capture: stream= must be "
+                                                    r".* got int 5$"):
+        cf.graph.capture(stream=5)
+    with pytest.raises(cf.ArgumentTypeError, match=r"CapturedFunction\(.*<lambda>\): stream= "
+                                                    r"must be .* got str 'q'$"):
+        f(a, stream="q")
+    with pytest.raises(cf.ArgumentTypeError, match=r"\.replay: stream= must be .* got int 7$"):
+        f.replay(stream=7)
+    s = cf.Stream()
+    out = f(a, stream=s)
+    s.synchronize()
+    np.testing.assert_array_equal(cf.asnumpy(out), cf.asnumpy(a) * 2)
+
+
+@pytest.mark.gpu
+def test_a_block_replays_on_the_current_stream(gpu_cf, rng, spin):
+    """g.replay() runs after the work queued on the current stream before it: a replay on the
+    capture's own stream would read x before the copy of this step's input into it."""
+    import cupy  # noqa: PLC0415  (optional dependency)
+
+    cf = gpu_cf
+    old, new = (rng.uniform(-1, 1, size=(1 << 20,)).astype(np.float32) for _ in range(2))
+    x, x_new = cf.asarray(old), cf.asarray(new)
+    with cf.graph.capture() as g:
+        y = cf.add(x, 1.0)
+    cf.synchronize()
+    busy = cupy.cuda.Stream(non_blocking=True)
+    spin(busy)
+    with busy:  # the current stream, with earlier work queued
+        cf.copy(x_new, dst=x)  # this step's input
+        g.replay()
+        running = not busy.done
+        got = cf.asnumpy(y)  # on the current stream, after the replay
+    assert running, "the current stream finished first: the test would prove nothing"
+    np.testing.assert_allclose(got, new + 1, rtol=1e-6)
+    with cf.Stream() as s:
+        cf.copy(x_new * 2, dst=x)
+        g.replay(stream=s)
+        np.testing.assert_allclose(cf.asnumpy(y, stream=s), 2 * new + 1, rtol=1e-6)
+
+
+@pytest.mark.gpu
+def test_the_capture_copies_its_examples_before_any_call(gpu_cf, rng, spin):
+    """capture(fn, x0) copies x0 into the static input on its own stream, after the current
+    stream's work; a call on another stream copies x1 there on that stream.  The call waits
+    for the capture's copy, or x0 lands last and a later replay computes fn(x0)."""
+    import cupy  # noqa: PLC0415  (optional dependency)
+
+    cf = gpu_cf
+
+    def f(t):
+        return t * 2.0 + 1.0
+
+    h0, h1 = (rng.uniform(-1, 1, size=(1 << 20,)).astype(np.float32) for _ in range(2))
+    x0, x1 = cf.asarray(h0), cf.asarray(h1)
+    warm = cf.graph.capture(f, x0)  # the kernels compile here, not under the spin
+    warm(x1)
+    cf.synchronize()
+    busy = cupy.cuda.Stream(non_blocking=True)
+    spin(busy)
+    with busy:  # capture while the current stream has work queued
+        g = cf.graph.capture(f, x0)
+    q = cf.Stream()
+    out = g(x1, stream=q)
+    running = not busy.done
+    with q:
+        first = cf.asnumpy(out, stream=q)
+    cf.synchronize()
+    again = cf.asnumpy(g.replay())  # on the static input as the call left it: x1
+    assert running, "the current stream finished first: the test would prove nothing"
+    np.testing.assert_allclose(first, h1 * 2 + 1, rtol=1e-6)
+    np.testing.assert_allclose(again, h1 * 2 + 1, rtol=1e-6)
+    g.close()
+    warm.close()
+
+
+@pytest.mark.gpu
+def test_a_capture_at_the_first_call_follows_the_calls_stream(gpu_cf, rng, spin):
+    """graphed's capture at a first call on stream q, whose input is still being written
+    there: the capture's copy of the example waits for q, and q for the capture's work,
+    so the call and a later replay give fn of the input."""
+    cf = gpu_cf
+    h = rng.uniform(-1, 1, size=(1 << 20,)).astype(np.float32)
+    step = cf.graph.graphed(lambda t: t * 3.0)
+    src = cf.asarray(h)
+    q = cf.Stream()
+    cf.synchronize()
+    spin(q.cupy)
+    x = cf.multiply(src, 1.0, stream=q)  # written on q, after the spin
+    out = step(x, stream=q)
+    with q:
+        got = cf.asnumpy(out, stream=q)
+    np.testing.assert_allclose(got, h * 3, rtol=1e-6)
+    cf.synchronize()
+    np.testing.assert_allclose(cf.asnumpy(step.replay()), h * 3, rtol=1e-6)
