@@ -1,6 +1,7 @@
 """Shape manipulation with ``dst=``: views where possible, copies into ``dst`` when given.
 
-Stream semantics: copies are queued on ``stream`` or the current stream.
+Stream semantics: every copy an op makes (into ``dst``, or where a view is impossible) is
+queued on ``stream`` or the current stream; a view launches nothing.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ import numpy
 from .._checks import is_integer
 from .._errors import ArgumentError, ArgumentIndexError, ArgumentTypeError, AxisError
 from ._contract import bad_input, check_ints, may_share, prepare_out, resolve_out
-from ._dispatch import call, reraise, run_on, wrap_view
+from ._dispatch import call, reraise, wrap_view
 from ._interop import astype, copy_into
 from ._interop import copy as copy_fn
 from ._runtime import runtime
+from ._streams import use_stream
 
 __all__ = ["flatten", "ravel", "reshape", "transpose", "ascontiguousarray", "concatenate",
            "stack", "take", "take_along_axis"]
@@ -46,7 +48,8 @@ def flatten(a, dst=None, *, out=None, order="C", stream=None):
     dst = resolve_out(dst, out, "flatten")
     _order("flatten", order)
     if stream is not None:
-        return run_on(stream, flatten, a, dst, order=order)
+        with use_stream(stream, "flatten"):
+            return flatten(a, dst, order=order)
     try:
         if dst is None:
             return rt.wrap(rt.ndarray.flatten(a, order))
@@ -71,12 +74,21 @@ def _view(name: str, fn, a, *args, **kwargs):
 
 
 def ravel(a, order="C", *, dst=None, out=None, stream=None):
-    """View of ``a`` as 1-D when possible; with ``dst`` a copy into it (as :func:`flatten`)."""
+    """View of ``a`` as 1-D when possible; with ``dst`` a copy into it (as :func:`flatten`).
+
+    Notes
+    -----
+    Stream semantics: a view launches nothing; the copy of a layout that cannot be viewed
+    as 1-D, or into ``dst``, is queued on ``stream`` or the current stream.
+    """
     rt = runtime()
     dst = resolve_out(dst, out, "ravel")
     _order("ravel", order)
-    if dst is not None or stream is not None:
+    if dst is not None:
         return flatten(a, dst, order=order, stream=stream)
+    if stream is not None:  # (a view still, where it can be one: as without stream=)
+        with use_stream(stream, "ravel"):
+            return call("ravel", rt.xp.ravel, a, order)
     return call("ravel", rt.xp.ravel, a, order)
 
 
@@ -87,6 +99,12 @@ def reshape(a, shape=None, order="C", *, copy=None, newshape=None, dst=None, out
     A view where the layout allows; ``copy=True`` always copies, ``copy=False``
     raises where a view is impossible.  ``newshape`` is NumPy's older spelling of
     ``shape``.
+
+    Notes
+    -----
+    Stream semantics: a view launches nothing; every copy (``copy=True``, a layout that
+    cannot be viewed in the new shape, ``dst``) is queued on ``stream`` or the current
+    stream.
     """
     rt = runtime()
     if newshape is not None:
@@ -94,6 +112,9 @@ def reshape(a, shape=None, order="C", *, copy=None, newshape=None, dst=None, out
             raise ArgumentTypeError("cuflow.reshape: give shape (or NumPy's older newshape), not both")
         shape = newshape
     dst = resolve_out(dst, out, "reshape")
+    if stream is not None:
+        with use_stream(stream, "reshape"):
+            return reshape(a, shape, order, copy=copy, dst=dst)
     shape = check_ints("reshape", shape, "shape", lists=True)
     _order("reshape", order, "CFA")
     if copy is False:
@@ -118,41 +139,48 @@ def reshape(a, shape=None, order="C", *, copy=None, newshape=None, dst=None, out
             v = copy_fn(v)
     if dst is None:
         return v
-    if stream is None:
-        return copy_into("reshape", dst, v, "same_kind")
-    return copy_fn(v, dst, stream=stream)
+    return copy_into("reshape", dst, v, "same_kind")
 
 
 def transpose(a, axes=None, *, dst=None, out=None, stream=None):
-    """Transposed view of ``a``; with ``dst`` the transposed data is copied there (contiguous)."""
+    """Transposed view of ``a``; with ``dst`` the transposed data is copied there (contiguous).
+
+    Notes
+    -----
+    Stream semantics: the view launches nothing; the copy into ``dst`` is queued on
+    ``stream`` or the current stream.
+    """
     rt = runtime()
     dst = resolve_out(dst, out, "transpose")
+    if stream is not None:
+        with use_stream(stream, "transpose"):
+            return transpose(a, axes, dst=dst)
     axes = check_ints("transpose", axes, "axes", lists=True)
     v = _view("transpose", rt.xp.transpose, a, axes)
     if dst is None:
         return v
-    if stream is None:
-        return copy_into("transpose", dst, v, "same_kind")
-    return copy_fn(v, dst, stream=stream)
+    return copy_into("transpose", dst, v, "same_kind")
 
 
 def ascontiguousarray(a, dtype=None, *, dst=None, out=None, stream=None):
     """C-contiguous version of ``a`` (``a`` itself when already so); with ``dst`` copied there."""
     rt = runtime()
     dst = resolve_out(dst, out, "ascontiguousarray")
+    if stream is not None:
+        with use_stream(stream, "ascontiguousarray"):
+            return ascontiguousarray(a, dtype, dst=dst)
     if dst is not None:
         if dtype:
-            return astype(a, dtype, dst, stream=stream)
-        return copy_fn(a, dst, stream=stream)
-    if stream is not None:
-        return run_on(stream, ascontiguousarray, a, dtype)
+            return astype(a, dtype, dst)
+        return copy_fn(a, dst)
     return _view("ascontiguousarray", rt.xp.ascontiguousarray, a, dtype=dtype)
 
 
 def _join(name, arrays, axis, dst, dtype, casting, stream, stack):
     rt = runtime()
     if stream is not None:
-        return run_on(stream, _join, name, arrays, axis, dst, dtype, casting, None, stack)
+        with use_stream(stream, name):
+            return _join(name, arrays, axis, dst, dtype, casting, None, stack)
     fn = rt.xp.stack if stack else rt.xp.concatenate
     np_fn = numpy.stack if stack else numpy.concatenate
     axis = check_ints(name, axis)
@@ -222,7 +250,8 @@ def take(a, indices, axis=None, dst=None, *, out=None, stream=None):
     rt = runtime()
     dst = resolve_out(dst, out, "take")
     if stream is not None:
-        return run_on(stream, take, a, indices, axis, dst)
+        with use_stream(stream, "take"):
+            return take(a, indices, axis, dst)
     if not isinstance(a, rt.ndarray):
         bad_input("take", a, scalars=False)
     nd = max(a.ndim, 1)  # a 0-d array is taken from as a 1-d one (NumPy, CuPy)
@@ -282,7 +311,8 @@ def take_along_axis(a, indices, axis=-1, dst=None, *, out=None, stream=None):
     """
     dst = resolve_out(dst, out, "take_along_axis")
     if stream is not None:
-        return run_on(stream, take_along_axis, a, indices, axis, dst)
+        with use_stream(stream, "take_along_axis"):
+            return take_along_axis(a, indices, axis, dst)
     axis = check_ints("take_along_axis", axis)
     r = call("take_along_axis", runtime().xp.take_along_axis, a, indices, axis)
     return r if dst is None else copy_into("take_along_axis", dst, r, "same_kind")

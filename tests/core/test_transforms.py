@@ -392,3 +392,88 @@ def test_inputs_that_do_not_broadcast_are_the_inputs_fault(cf):
 def test_where_of_one_argument_takes_no_dst(cf):
     with pytest.raises(cuflow.ArgumentError, match="cuflow.where: the one-argument form"):
         cf.where(cf.asarray([True, False]), dst=cf.zeros(2))
+
+
+# ---------------------------------------------------------------- stream= of the views
+def test_views_and_their_copies_take_stream(cf, rng):
+    """reshape, transpose and ravel give the same results with stream=, a view where they
+    give one without it, and a copy queued on the stream otherwise."""
+    h = random_array((6, 8), "float32", rng, host=True)
+    a = cf.asarray(h)
+    d1, d2, d3 = (cf.full(shape, np.nan) for shape in ((48,), (8, 6), (48,)))
+    s = cf.Stream()
+    s.wait_stream(cf.current_stream())  # (a and the dsts were written there)
+    shares = cf.get_backend().xp.shares_memory
+    cases = [
+        (lambda: cf.reshape(a, (8, 6), stream=s), h.reshape(8, 6), True),
+        (lambda: cf.reshape(a.T, (-1,), stream=s), h.T.reshape(-1), False),
+        (lambda: cf.reshape(a, (8, 6), copy=True, stream=s), h.reshape(8, 6), False),
+        (lambda: cf.reshape(a.T, (48,), dst=d1, stream=s), h.T.ravel(), False),
+        (lambda: cf.transpose(a, stream=s), h.T, True),
+        (lambda: cf.transpose(a, dst=d2, stream=s), h.T, False),
+        (lambda: cf.ravel(a, stream=s), h.ravel(), True),
+        (lambda: cf.ravel(a.T, stream=s), h.T.ravel(), False),
+        (lambda: cf.ravel(a, "F", dst=d3, stream=s), h.ravel("F"), False),
+    ]
+    for i, (call, want, view) in enumerate(cases):
+        got = call()
+        s.synchronize()
+        np.testing.assert_array_equal(to_host(got), want, err_msg=f"case {i}")
+        assert bool(shares(got, a)) == view, f"case {i}: a view is {view}"
+
+
+@pytest.mark.parametrize("name, call", [
+    ("reshape", lambda cf, a, v: cf.reshape(a, (-1,), stream=v)),
+    ("transpose", lambda cf, a, v: cf.transpose(a, stream=v)),
+    ("ravel", lambda cf, a, v: cf.ravel(a, stream=v)),
+    ("flatten", lambda cf, a, v: cf.flatten(a, stream=v)),
+    ("take", lambda cf, a, v: cf.take(a, [0], stream=v)),
+    ("concatenate", lambda cf, a, v: cf.concatenate([a, a], stream=v)),
+])
+def test_a_bad_stream_is_refused_by_name(cf, name, call):
+    a = cf.ones((2, 3))
+    with pytest.raises(cuflow.ArgumentTypeError,
+                       match=rf"cuflow\.{name}: stream= must be .* got int 123$"):
+        call(cf, a, 123)
+
+
+# name -> (the op on a, into d, on stream s; its result from the host copy h; d's shape)
+_COPIES_ON_A_STREAM = {
+    "reshape-needs-copy": (lambda cf, a, d, s: cf.reshape(a.T, (-1,), stream=s),
+                           lambda h: h.T.reshape(-1), None),
+    "reshape-copy": (lambda cf, a, d, s: cf.reshape(a, (-1,), copy=True, stream=s),
+                     lambda h: h.reshape(-1), None),
+    "reshape-dst": (lambda cf, a, d, s: cf.reshape(a.T, (-1,), dst=d, stream=s),
+                    lambda h: h.T.reshape(-1), lambda h: (h.size,)),
+    "transpose-dst": (lambda cf, a, d, s: cf.transpose(a, dst=d, stream=s),
+                      lambda h: h.T, lambda h: h.shape[::-1]),
+    "ravel-copy": (lambda cf, a, d, s: cf.ravel(a.T, stream=s), lambda h: h.T.ravel(), None),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", sorted(_COPIES_ON_A_STREAM))
+def test_the_copies_run_on_the_stream_given(gpu_cf, rng, case, spin):
+    """With the current stream held busy, the op's result read on its own stream is right:
+    a copy queued on the current stream instead would not have run yet (the result would
+    hold dst's NaN, or whatever the memory the pool handed out held)."""
+    import cupy
+
+    cf = gpu_cf
+    op, ref, dst_shape = _COPIES_ON_A_STREAM[case]
+    s = cf.Stream()
+    for _ in range(2):  # the first run compiles; the second one meets a warm pool
+        h = random_array((192, 256), "float32", rng, host=True)
+        a = cf.asarray(h)
+        d = None if dst_shape is None else cf.full(dst_shape(h), np.nan, dtype=cf.float32)
+        cf.synchronize()
+        busy = cupy.cuda.Stream(non_blocking=True)
+        spin(busy)
+        with busy:  # the current stream, with earlier work queued
+            r = op(cf, a, d, s)
+            with s:
+                got = cf.asnumpy(r, stream=s)
+            running = not busy.done
+        busy.synchronize()
+        np.testing.assert_array_equal(got, ref(h))
+        assert running, "the current stream finished first: the test would prove nothing"
