@@ -639,6 +639,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
                 ev = self.backend.record(s)
                 if ev is not None:
                     self.backend.wait(b.stream, ev)
+                    self._retire(ev)  # (destroyed once complete: the wait holds what it needs)
         if seg.owner is None:
             self._source.free(seg.ptr, seg.nbytes, b.stream)
         else:

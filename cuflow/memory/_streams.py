@@ -2,9 +2,11 @@
 
 A block used on other streams (``record_stream``) is not reused until events
 recorded on those streams at free time have completed; a block freed on
-another stream is borrowed by making this stream wait on an event recorded
-there (no host synchronization).  A destroyed stream's cached blocks become
-orphans (``DEAD_STREAM``), reused on stream 0 after a device synchronize,
+another stream is borrowed from a stream whose work has all finished where
+there is one, else by making this stream wait on an event recorded there (no
+host synchronization).  Every event recorded here is handed to ``Backend.done``
+until it completes (which destroys it).  A destroyed stream's cached blocks
+become orphans (``DEAD_STREAM``), reused on stream 0 after a device synchronize,
 since CUDA may give the handle to a new stream.  Nothing here may record an
 event on, or synchronize with, a stream that captures a graph.
 """
@@ -37,6 +39,10 @@ def _no_gc() -> Iterator[None]:
 
 class StreamsMixin:
     """The stream bookkeeping of :class:`~cuflow.memory._pool.Pool` (its state, its lock)."""
+
+    #: events that ordered one stream after another, kept until ``Backend.done`` says they
+    #: completed (which destroys them); a pool makes its own list at its first such event
+    _order_events: list[Any] | None = None
 
     def record_stream(self, b: Block, stream: int, stream_obj: Any = None) -> None:
         """Mark ``b`` as used on ``stream`` (PyTorch's ``record_stream``); the pool watches
@@ -126,22 +132,68 @@ class StreamsMixin:
 
     # ------------------------------------------------------- cross-stream reuse
     def _borrow(self, size: int, stream: int, most: int | None) -> Block | None:
-        """A free block of another stream, with ``stream`` ordered after its last use."""
-        gone = self._gone
+        """A free block of another stream, with ``stream`` ordered after its last use.
+
+        The first fit on a stream whose work has all finished is taken as it is; without
+        one, the first fit found, and ``stream`` waits for the work queued so far on the
+        fit's stream (all of it: the pool does not know which of it used the block).
+        Whether a stream's work has finished is asked only while no stream captures (a
+        query may not run during a capture): then the first fit is taken.
+        """
+        gone, capturing = self._gone, self._capturing
+        probe = not capturing
+        if probe:
+            self._reap_order_events()
+        first = None  # (free list, block, event): the fallback, on a stream still at work
         with _no_gc():  # a collection between the check and the record could destroy s
             for (o, s), fl in self._lists.items():
-                if o is not None or s == stream or s in self._capturing or s in gone:
+                if o is not None or s == stream or s in capturing or s in gone:
                     continue  # (an event recorded on a capturing stream would be captured)
                 b = fl.pop_fit(size, most)
-                if b is not None:
-                    ev = self.backend.record(s)
-                    if ev is not None:
-                        self.backend.wait(stream, ev)
-                    b.stream = stream
-                    b.seg.streams.add(stream)
-                    self.num_cross_stream += 1
-                    return b
-        return None
+                if b is None:
+                    continue
+                ev = self.backend.record(s)
+                if ev is None or (probe and self.backend.done(ev)):
+                    # s's work so far, the block's last use included, has finished
+                    if first is not None:
+                        first[0].push(first[1])
+                        self._retire(first[2])
+                    return self._lend(b, stream)
+                if first is None:
+                    first = (fl, b, ev)
+                    if not probe:
+                        break
+                else:  # a fit of a stream at work, after the first one: left where it was
+                    fl.push(b)
+                    self._retire(ev)
+        if first is None:
+            return None
+        self.backend.wait(stream, first[2])
+        self._retire(first[2])
+        return self._lend(first[1], stream)
+
+    def _lend(self, b: Block, stream: int) -> Block:
+        """``b``, borrowed from another stream's free list, for ``stream``."""
+        b.stream = stream
+        b.seg.streams.add(stream)
+        self.num_cross_stream += 1
+        return b
+
+    def _retire(self, ev: Any) -> None:
+        """``ev`` is awaited by nothing more: destroyed once it completes (a wait queued on
+        it already holds what it needs)."""
+        evs = self._order_events
+        if evs is None:
+            evs = self._order_events = []
+        evs.append(ev)
+
+    def _reap_order_events(self) -> None:
+        """Hand the retired events to ``Backend.done``, keeping those not yet complete (no
+        capture may be running)."""
+        evs = self._order_events
+        if evs:
+            done = self.backend.done
+            self._order_events = [ev for ev in evs if not done(ev)]
 
     def _await_uses(self, b: Block) -> None:
         """Hold freed ``b`` until the work of the other streams that used it is done."""
@@ -166,6 +218,7 @@ class StreamsMixin:
     def _process_pending(self, wait: bool = False) -> bool:
         """Move blocks whose cross-stream events completed to the free lists (no capture may
         be running)."""
+        self._reap_order_events()
         for b in self._deferred:  # freed during a capture: their events can be recorded now
             b.events = self._events_after(b.uses)
             b.uses = None

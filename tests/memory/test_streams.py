@@ -186,3 +186,164 @@ def test_record_stream_on_a_stream_destroyed_before_the_free(pooled, monkeypatch
     b.fill(3.0)
     assert float(b.sum()) == 3.0 * (1 << 20)
     assert "sync" in calls and handle not in calls
+
+
+class _LifeBackend(EventBackend):
+    """Events that are created, complete when their stream is not listed in ``busy``, and are
+    destroyed when ``done`` first answers True (as CUDA's backend does); queries are refused
+    while ``capturing`` says a stream captures."""
+
+    def __init__(self):
+        super().__init__()
+        self.busy = set()
+        self.live = set()
+        self.capturing = False
+
+    def record(self, stream):
+        ev = super().record(stream)
+        self.live.add(id(ev))
+        return ev
+
+    def done(self, event):
+        assert not self.capturing, "an event query while a stream captures a graph"
+        if event["stream"] in self.busy and not event["done"]:
+            return False
+        self.live.discard(id(event))
+        return True
+
+    def settle(self, pool):
+        """Every stream's work done; one more borrow (by a new stream) hands the pool's
+        retired events to done()."""
+        self.busy = set()
+        self.finish_all()
+        pool.free(pool.alloc(1 << 20, 99))
+
+
+def test_borrowing_destroys_the_events_it_records():
+    """Every borrow across streams records an event; each one is handed to done() until it
+    completes, which destroys it (a cudaEvent per borrow leaked otherwise)."""
+    be = _LifeBackend()
+    pool = Pool(be)
+    for i in range(50):
+        be.busy = {11, 12} if i % 2 else set()  # half the borrows wait on a stream at work
+        pool.free(pool.alloc(1 << 20, 11))
+        pool.free(pool.alloc(1 << 20, 12))  # stream 12 borrows stream 11's block, and back
+    assert pool.stats()["num_cross_stream_reuse"] >= 50
+    be.settle(pool)
+    assert not be.live, f"{len(be.live)} of {len(be.events)} events never destroyed"
+
+
+def test_releasing_a_segment_used_on_two_streams_destroys_its_event():
+    """A segment released to the backend is ordered after every stream that used it, with
+    an event recorded there; that event is destroyed once complete, as a borrow's is."""
+    be = _LifeBackend()
+    pool = Pool(be)
+    for _ in range(5):
+        b = pool.alloc(1 << 20, 11)
+        pool.record_stream(b, 12)  # (read on stream 12 too)
+        pool.free(b)
+        be.finish_all()
+        assert pool.empty_cache() == 1
+    pool.empty_cache()  # (retired events are handed to done() by the pool's next settling)
+    assert not be.live, f"{len(be.live)} of {len(be.events)} events never destroyed"
+
+
+def test_a_borrow_takes_a_stream_whose_work_is_done_first():
+    """A block of a stream whose work has all finished needs no ordering; only when every
+    fit is on a stream at work does the borrower wait, for the first one's work."""
+    be = _LifeBackend()
+    pool = Pool(be)
+    a = pool.alloc(1 << 20, 11)  # stream 11's free list comes first
+    b = pool.alloc(1 << 20, 13)
+    pool.free(a)
+    pool.free(b)
+    be.busy = {11}
+    c = pool.alloc(1 << 20, 12)
+    assert c.ptr == b.ptr and be.waits == []  # stream 13's block, no wait
+    pool.free(c)  # back, on stream 12 now
+    be.busy = {11, 12}
+    d = pool.alloc(1 << 20, 14)
+    assert d.ptr == a.ptr and be.waits == [(14, 11)]
+    pool.free(d)
+    be.settle(pool)
+    assert not be.live
+
+
+def test_a_borrow_during_a_capture_queries_no_event():
+    """While a stream captures, no event may be queried: a borrow then waits for the first
+    fit's stream, and its event is destroyed after the capture."""
+    be = _LifeBackend()
+    pool = Pool(be)
+    pool.free(pool.alloc(1 << 20, 11))
+    pool.begin_private(20)
+    be.capturing = True
+    b = pool.alloc(1 << 20, 12)  # (stream 12 does not capture: the general pool)
+    assert be.waits == [(12, 11)] and len(be.live) == 1
+    be.capturing = False
+    pool.end_private(20)
+    pool.free(b)
+    be.settle(pool)
+    assert not be.live
+
+
+@pytest.mark.gpu
+def test_a_borrow_does_not_wait_for_a_stream_at_work(pooled, spin):
+    """Two streams cache a block of the size a third one asks for; one of them is busy.  The
+    borrower takes the idle stream's block, so its work does not wait for the busy one."""
+    import cupy
+
+    cf = pooled
+    pool = cf.memory.get_pool()
+    cf.memory.empty_cache()
+    busy, idle, user = (cupy.cuda.Stream(non_blocking=True) for _ in range(3))
+    n = (96 << 20) // 4 + 333  # a size no other stream caches
+    with busy:  # busy's free list is made first: a borrow that does not look takes from it
+        b = cupy.empty((n,), cupy.float32)
+    with idle:
+        a = cupy.empty((n,), cupy.float32)
+    spin(busy)  # (after taking back destroyed streams' memory: no device synchronize below)
+    del a, b  # each back in its stream's cache
+    before = pool.stats()["num_cross_stream_reuse"]
+    with user:
+        u = cupy.empty((n,), cupy.float32)
+        u.fill(1.0)
+    user.synchronize()
+    waited = busy.done
+    borrowed = pool.stats()["num_cross_stream_reuse"] - before
+    busy.synchronize()
+    assert borrowed == 1, "the test meant a borrow; the pool made a new segment"
+    assert not waited, "the borrower waited for the busy stream's unrelated work"
+    del u
+
+
+@pytest.mark.gpu
+def test_borrowing_destroys_its_cuda_events(pooled, monkeypatch):
+    """Every event a borrow records on the device is destroyed once complete."""
+    import cupy
+
+    cf = pooled
+    pool = cf.memory.get_pool()
+    be = pool.backend
+    made, destroyed = [], []
+    record, done = be.record, be.done
+    s1, s2 = (cupy.cuda.Stream(non_blocking=True) for _ in range(2))
+    n = (40 << 20) // 4 + 77
+    with s1:  # the one miss (a miss may release free segments: not a borrow's events)
+        cupy.empty((n,), cupy.float32)  # (freed at once)
+    monkeypatch.setattr(be, "record", lambda s: made.append(record(s)) or made[-1])
+    monkeypatch.setattr(be, "done", lambda ev: done(ev) and (destroyed.append(ev) or True))
+    for _ in range(20):  # from here on, each allocation borrows the other stream's block
+        with s1:
+            x = cupy.empty((n,), cupy.float32)
+            x.fill(1.0)  # work on s1 that the next borrow may have to wait for
+        del x
+        with s2:
+            y = cupy.empty((n,), cupy.float32)
+            y.fill(2.0)
+        del y
+    cf.synchronize()
+    with s1:  # a last borrow, with all work done: the retired events are handed to done()
+        cupy.empty((n,), cupy.float32)  # (freed at once)
+    monkeypatch.undo()
+    assert made and len(destroyed) == len(made), (
+        f"{len(made) - len(destroyed)} of {len(made)} events never destroyed")
