@@ -182,6 +182,9 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
         device's current stream; the source device's current stream then waits
         for the copy, so the source's memory is not reused before it is read.
         """
+        # (checked on every backend, before an early return; None stays None)
+        given = _ns().core.as_cupy_stream(stream, "darray.to_device") if stream is not None \
+            else None
         if backend == "numpy":
             return _host_to_device(self, device)
         cupy = sys.modules["cupy"]
@@ -195,8 +198,7 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
             ready = cupy.cuda.Event(disable_timing=True)
             ready.record()  # the work queued so far on the source device's current stream
         with cupy.cuda.Device(dev):
-            s = cupy.cuda.get_current_stream() if stream is None else getattr(stream, "cupy",
-                                                                               stream)
+            s = cupy.cuda.get_current_stream() if given is None else given
             with s:
                 s.wait_event(ready)
                 r = cls(src.shape, src.dtype)

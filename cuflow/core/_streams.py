@@ -12,14 +12,17 @@ resolve it with :func:`as_cupy_stream`.
 from __future__ import annotations
 
 import contextlib
+import reprlib
+import sys
 import threading
 import time
+import weakref
 from typing import Any
 
 import numpy
 
 from ._runtime import Device, get_backend
-from .._errors import ArgumentError, ArgumentTypeError, DeviceError
+from .._errors import ArgumentError, ArgumentTypeError, CudaError, DeviceError
 
 __all__ = ["Stream", "Event", "current_stream", "synchronize", "streams", "as_cupy_stream",
            "as_stream", "use_stream"]
@@ -158,7 +161,7 @@ class Stream:
 
     def wait_stream(self, other: Stream) -> None:
         """Make future work on this stream wait for the work queued so far on ``other``."""
-        self.wait(as_stream(other).record())
+        self.wait(as_stream(other, "Stream.wait_stream").record())
 
 
 class Event:
@@ -206,7 +209,7 @@ class Event:
                 raise DeviceError(f"cuflow.Event.record: the event belongs to device "
                                   f"{self._dev} but the stream to device {sdev}; make the "
                                   f"event under `with cuflow.Device({sdev}):`")
-        s = as_cupy_stream(stream)  # (checks stream on every backend)
+        s = as_cupy_stream(stream, "Event.record")  # (checks stream on every backend)
         self._t = time.perf_counter()
         if self._cp is not None:
             self._cp.record(s)
@@ -222,8 +225,10 @@ class Event:
         return True if self._cp is None else bool(self._cp.done)
 
     def elapsed_time(self, end: Event) -> float:
-        """Milliseconds from this event to ``end`` (both made with ``timing=True`` and
-        recorded; ``end`` is synchronized)."""
+        """Milliseconds from this event to ``end``.
+
+        Both events must be made with ``timing=True``, on the same device, and recorded; the
+        host waits until both are complete (they may be on different streams)."""
         if not isinstance(end, Event):
             raise ArgumentTypeError(f"cuflow.Event.elapsed_time: end must be a cuflow.Event, "
                                     f"got {type(end).__name__}")
@@ -239,27 +244,38 @@ class Event:
             raise ArgumentError("cuflow.Event.elapsed_time: both events must be recorded "
                                 f"first (start recorded: {self._t is not None}, end recorded: "
                                 f"{end._t is not None})")
+        if self._dev != end._dev:  # (CUDA times events of one context only)
+            raise DeviceError(f"cuflow.Event.elapsed_time: the start event belongs to device "
+                              f"{self._dev} and the end event to device {end._dev}; time "
+                              f"events of one device")
         if self._cp is None:
             return (end._t - self._t) * 1e3
-        end.synchronize()
+        b = get_backend()
         from cupy.cuda import get_elapsed_time  # noqa: PLC0415
 
-        return float(get_elapsed_time(self._cp, end._cp))
+        try:
+            # both: CUDA answers "not ready" while either event is incomplete, and the start
+            # event may be on a stream that is behind the end event's
+            self._cp.synchronize()
+            end._cp.synchronize()
+            return float(get_elapsed_time(self._cp, end._cp))
+        except b.cuda_errors as e:
+            raise CudaError(f"cuflow.Event.elapsed_time: CUDA call failed: {e}") from e
 
 
-def as_cupy_stream(stream: Any):
+def as_cupy_stream(stream: Any, op: str | None = None):
     """Resolve ``stream=`` to a ``cupy.cuda.Stream`` (None: the current stream).
 
     Accepts a cuflow ``Stream``, a CuPy stream, or any object with
     ``__cuda_stream__`` (cuda.core) or ``cuda_stream`` (PyTorch).  Returns None
-    on the NumPy backend.
+    on the NumPy backend.  ``op`` names the caller in the error for anything else.
     """
     b = get_backend()
     if not b.is_gpu:
         if stream is None or isinstance(stream, Stream) or hasattr(stream, "__cuda_stream__") \
                 or hasattr(stream, "cuda_stream"):
             return None
-        _bad_stream(stream)
+        _bad_stream(stream, op)
     cuda = b.xp.cuda
     if stream is None:
         return cuda.get_current_stream()
@@ -268,10 +284,64 @@ def as_cupy_stream(stream: Any):
     if isinstance(stream, cuda.Stream | cuda.ExternalStream):
         return stream
     if hasattr(stream, "__cuda_stream__"):
-        return cuda.ExternalStream(int(stream.__cuda_stream__()[1]))
+        return _foreign_stream(b, stream, int(stream.__cuda_stream__()[1]))
     if hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
-        return cuda.ExternalStream(int(stream.cuda_stream))
-    _bad_stream(stream)
+        return _foreign_stream(b, stream, int(stream.cuda_stream))
+    _bad_stream(stream, op)
+
+
+#: (handle, device) -> (the CuPy stream object of a foreign stream, a weak reference to the
+#: foreign object it was made for, or None for a stream that is never destroyed)
+_foreign: dict[tuple[int, int], tuple[Any, Any]] = {}
+
+
+def _foreign_stream(b: Any, obj: Any, handle: int) -> Any:
+    """One ``cupy.cuda.ExternalStream`` per foreign stream, for as long as the object that
+    named it lives.
+
+    The memory pool watches the CuPy stream object that is current at a stream's first
+    allocation and takes that object's death for the stream's: the stream's cached blocks
+    then wait for a device synchronize, since CUDA may give a destroyed stream's handle to a
+    new stream and no event may be recorded on it.  A new wrapper per call would die after
+    every op.  So the wrapper lives as long as the foreign object it was made for; once that
+    object is gone, the next object naming the handle gets a new wrapper (the handle may be
+    a new stream's by then).  PyTorch never destroys its own streams (it keeps them in a
+    pool), so their wrappers live on; an object that cannot be weakly referenced gets a new
+    wrapper per call, as its death cannot be seen.
+    """
+    key = (handle, b.current_device())
+    entry = _foreign.get(key)
+    if entry is not None:
+        if entry[1] is None or entry[1]() is not None:
+            return entry[0]
+        _forget_foreign(key, entry[1])  # (its object died; a collection is yet to tell)
+    wrapper = b.xp.cuda.ExternalStream(handle)
+    if handle <= 2 or _never_destroyed(obj):  # (0, 1, 2: CUDA's default streams)
+        ref = None
+    else:
+        try:
+            ref = weakref.ref(obj, lambda r, key=key: _forget_foreign(key, r))
+        except TypeError:
+            return wrapper
+    # (another thread may have stored one meanwhile: that one is used by both)
+    return _foreign.setdefault(key, (wrapper, ref))[0]
+
+
+def _forget_foreign(key: tuple[int, int], ref: Any) -> None:
+    """The foreign object behind ``_foreign[key]`` died: drop its wrapper (and with it, the
+    pool's watch on the stream)."""
+    entry = _foreign.get(key)
+    if entry is not None and entry[1] is ref:
+        _foreign.pop(key, None)
+
+
+def _never_destroyed(obj: Any) -> bool:
+    """Whether ``obj`` is one of PyTorch's own streams (``torch.cuda.ExternalStream`` wraps a
+    handle its user may destroy)."""
+    cuda = getattr(sys.modules.get("torch"), "cuda", None)
+    own, external = getattr(cuda, "Stream", None), getattr(cuda, "ExternalStream", None)
+    return (isinstance(own, type) and isinstance(obj, own)
+            and not (isinstance(external, type) and isinstance(obj, external)))
 
 
 def _check_priority(owner: str, priority: Any) -> None:
@@ -293,17 +363,23 @@ def _flag(owner: str, name: str, value: Any) -> bool:
     raise ArgumentTypeError(f"cuflow.{owner}: {name} must be True or False, got {value!r}")
 
 
-def _bad_stream(stream: Any):
+_short = reprlib.Repr()
+_short.maxstring = _short.maxother = 60
+
+
+def _bad_stream(stream: Any, op: str | None = None):
+    who = f"cuflow.{op}: " if op else ""  # (callers without a name prefix their own)
     raise ArgumentTypeError(
-        "stream= must be a cuflow.Stream, a cupy.cuda.Stream, or an object with "
-        f"__cuda_stream__ / cuda_stream; got {type(stream).__name__}")
+        f"{who}stream= must be a cuflow.Stream, a cupy.cuda.Stream, or an object with "
+        f"__cuda_stream__ / cuda_stream (a cuda.core or PyTorch stream), or None for the "
+        f"current stream; got {type(stream).__name__} {_short.repr(stream)}")
 
 
-def as_stream(stream: Any) -> Stream:
+def as_stream(stream: Any, op: str | None = None) -> Stream:
     """Resolve anything :func:`as_cupy_stream` takes to a cuflow ``Stream``."""
     if isinstance(stream, Stream):
         return stream
-    s = as_cupy_stream(stream)
+    s = as_cupy_stream(stream, op)
     if s is None and stream is None:  # the NumPy backend's current stream
         if _host.current is not None:
             return _host.current
@@ -357,19 +433,21 @@ def streams(n: int, non_blocking: bool = True, priority: int | None = None) -> l
     return [Stream(non_blocking=non_blocking, priority=priority) for _ in range(n)]
 
 
-def use_stream(stream: Any) -> Any:
-    """A context that makes ``stream`` current for the block (nothing to do when None)."""
+def use_stream(stream: Any, op: str | None = None) -> Any:
+    """A context that makes ``stream`` current for the block (nothing to do when None);
+    ``op`` names the caller in the errors of a bad ``stream``."""
     if stream is None:
         return contextlib.nullcontext()
     if isinstance(stream, Stream):
-        _check_device("stream=", stream._dev)
-    s = as_cupy_stream(stream)
+        _check_device("stream=", stream._dev, op)
+    s = as_cupy_stream(stream, op)
     return contextlib.nullcontext() if s is None else s
 
 
-def _check_device(what: str, dev: int | None) -> None:
+def _check_device(what: str, dev: int | None, op: str | None = None) -> None:
     """A stream of device ``dev`` used where another device is current is an error, not a hang."""
     b = get_backend()
     if b.multi and dev is not None and dev != b.current_device():
-        raise DeviceError(f"cuflow: {what} belongs to device {dev} but the current device is "
+        who = f"cuflow.{op}" if op else "cuflow"
+        raise DeviceError(f"{who}: {what} belongs to device {dev} but the current device is "
                           f"{b.current_device()}; use it under `with cuflow.Device({dev}):`")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 
@@ -144,3 +147,136 @@ def test_a_stream_block_restores_what_was_current_at_its_entry(cf):
     if not cf.get_backend().is_gpu:  # (CuPy's own stream objects say what they say)
         with pytest.raises(cuflow.ArgumentError, match="not entered"):
             s1.__exit__(None, None, None)
+
+
+# ------------------------------------------- orderings observed with a stream held busy
+def read_on(cf, s, x):
+    """``x`` on the host, copied on stream ``s`` only (no other stream is waited for)."""
+    with s:
+        return cf.asnumpy(x, stream=s)
+
+
+def test_a_bad_stream_is_refused_naming_the_call_and_the_value(cf):
+    x = cf.ones(3)
+    here = 0 if cf.get_backend().is_gpu else "cpu"
+    for call, name in [(lambda v: cf.Event().record(v), "Event.record"),
+                       (lambda v: cf.Stream().wait_stream(v), "Stream.wait_stream"),
+                       (lambda v: x.to_device(here, stream=v), "darray.to_device")]:
+        with pytest.raises(cuflow.ArgumentTypeError,
+                           match=rf"cuflow\.{name}: stream= must be .* got int 5$"):
+            call(5)
+        with pytest.raises(cuflow.ArgumentTypeError) as info:
+            call("s" * 1000)
+        assert "got str 'ssss" in str(info.value) and len(str(info.value)) < 400
+
+
+def test_elapsed_time_needs_events_of_one_device(dcf):
+    if dcf.Device().count < 2:
+        pytest.skip("needs two devices; this machine has one GPU")
+    with dcf.Device(0):
+        start = dcf.Event().record()
+    with dcf.Device(1):
+        end = dcf.Event().record()
+    with pytest.raises(dcf.DeviceError, match="start event belongs to device 0 and the end "
+                                              "event to device 1"):
+        start.elapsed_time(end)
+
+
+@pytest.mark.gpu
+def test_elapsed_time_waits_for_a_start_event_still_queued(gpu_cf, spin):
+    """The start event on a stream still at work, the end event on an idle one: CUDA answers
+    "not ready" until both are complete, so elapsed_time waits for both."""
+    cf = gpu_cf
+    a, b = cf.streams(2)
+    spin(a)
+    start = a.record()
+    end = b.record()
+    ms = start.elapsed_time(end)  # a raw CUDARuntimeError (not ready) when only end is waited for
+    assert isinstance(ms, float) and start.query() and end.query()
+
+
+@pytest.mark.gpu
+def test_the_guide_example_orders_its_streams_after_the_current_one(gpu_cf, rng, spin):
+    """docs/guide/streams.md's example, under a current stream still at work: s1 reads the
+    upload queued there only after it ran."""
+    import cupy
+
+    cf = gpu_cf
+    host = rng.standard_normal((256, 256), dtype=np.float32)
+    source = cf.asarray(host)
+    cf.synchronize()
+    busy = cupy.cuda.Stream(non_blocking=True)
+    spin(busy)
+    with busy:  # the current stream, with earlier work queued (a decoder's, say)
+        a = source + 0  # the upload (a copy from pageable memory may wait on the host)
+        c = cf.empty_like(a)
+        s1, s2 = cf.streams(2)
+        s1.wait_stream(cf.current_stream())
+        x = cf.multiply(a, 2, stream=s1)
+        s2.wait(s1.record())
+        cf.add(x, 1, dst=c, stream=s2)
+        got = read_on(cf, s2, c)
+    np.testing.assert_allclose(got, host * 2 + 1, rtol=1e-6)
+
+
+class _ForeignStream:
+    """A stream of another library, known only by the CUDA stream protocol (cuda.core's)."""
+
+    def __init__(self, cupy_stream):
+        self.inner = cupy_stream
+
+    def __cuda_stream__(self):
+        return (0, self.inner.ptr)
+
+
+@pytest.mark.gpu
+def test_a_foreign_stream_is_one_cupy_stream_while_its_object_lives(gpu_cf, monkeypatch):
+    """A foreign stream object maps to one CuPy stream for as long as the object lives.  A
+    new wrapper per op would die with the op, and the pool, taking that for the stream's
+    destruction, would make the stream's blocks wait for a device synchronize: every op
+    with a PyTorch or cuda.core stream would synchronize the device."""
+    import cupy
+
+    cf = gpu_cf
+    if not cf.memory._INSTALLED:
+        pytest.skip("cuflow's pool is off (CUFLOW_POOL=off): CuPy keeps its own allocator")
+    inner = cupy.cuda.Stream(non_blocking=True)
+    fs = _ForeignStream(inner)
+    wrapper = cf.core.as_cupy_stream(fs)
+    assert cf.core.as_cupy_stream(fs) is wrapper and wrapper.ptr == inner.ptr
+    x = cf.ones(4096, dtype=cf.float32)
+    cf.multiply(x, 2.0, stream=fs)
+    cf.synchronize()
+    be = cf.memory.get_pool().backend
+    gc.collect()
+    cf.memory.empty_cache()  # (the memory of streams destroyed before: a synchronize)
+    syncs = []
+    monkeypatch.setattr(be, "synchronize", lambda real=be.synchronize: (syncs.append(1), real()))
+    for k in range(3):
+        y = cf.multiply(x, 2.0, stream=fs)
+        del y
+        z = cf.empty(((64 + 8 * k) << 20) // 4, dtype=cf.float32, stream=fs)  # a miss
+        del z
+    monkeypatch.undo()
+    inner.synchronize()
+    assert not syncs, f"{len(syncs)} device synchronize(s) by the pool on a foreign stream"
+    ref = weakref.ref(wrapper)
+    del wrapper, fs
+    gc.collect()
+    assert ref() is None  # the foreign object gone, its handle may become another stream's
+
+
+@pytest.mark.gpu
+def test_pytorch_streams_keep_one_cupy_stream(gpu_cf):
+    """torch.cuda.current_stream() is a new object at each call; PyTorch never destroys its
+    own streams, so they all map to one CuPy stream."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch has no CUDA here")
+    cf = gpu_cf
+    ts = torch.cuda.Stream()
+    with torch.cuda.stream(ts):
+        first = cf.core.as_cupy_stream(torch.cuda.current_stream())
+        gc.collect()
+        assert cf.core.as_cupy_stream(torch.cuda.current_stream()) is first
+        assert first.ptr == ts.cuda_stream
