@@ -298,11 +298,17 @@ class Fused(object if FastCall is None else FastCall):
                                     f"for {len(ent.out_shapes)} outputs")
             outs = list(dsts)
             writes = []
+            given = arrays
             for d, s, dt in zip(dsts, ent.out_shapes, ent.out_dtypes):
                 arrays = list(prepare_out(self.name, d, s, dt, inputs=arrays,
                                           overlap="elementwise" if ent.reduction is None
                                           else "copy"))
                 writes.append(d if d.flags.c_contiguous else rt.darray(s, d.dtype))
+            if any(a is not g for a, g in zip(arrays, given)):
+                # inputs that overlap dst were copied: the kernel was planned for their own
+                # strides and alignment, so the call runs again with the copies in their place
+                args, kwargs = _substitute(ent.arr_pos, args, kwargs, given, arrays)
+                return self._call(*args, dst=dst, **kwargs)
         tmp = None
         p = ent.plan
         if p.reduction is not None and not p.n:
@@ -529,6 +535,21 @@ class Fused(object if FastCall is None else FastCall):
 
 #: the key of a static argument that has none (unhashable): its call is traced, not cached
 _UNKEYED = object()
+
+
+def _substitute(positions: list[int], args: tuple, kwargs: dict, old: list,
+                new: list) -> tuple[tuple, dict]:
+    """``args`` and ``kwargs`` with the arrays at ``positions`` (in the order positional
+    arguments, then keyword arguments by name) replaced by ``new`` where it differs from
+    ``old``."""
+    args, kwargs, names = list(args), dict(kwargs), sorted(kwargs)
+    for pos, o, n in zip(positions, old, new):
+        if n is not o:
+            if pos < len(args):
+                args[pos] = n
+            else:
+                kwargs[names[pos - len(args)]] = n
+    return tuple(args), kwargs
 
 
 def _static_key(a: Any) -> Any:

@@ -234,6 +234,63 @@ def test_in_place_and_stream(cf, rng):
     np.testing.assert_array_equal(host(x), want)
 
 
+@pytest.mark.parametrize("case", ["transpose", "reversed", "column", "keyword", "reduce"])
+def test_an_input_overlapping_dst_in_another_layout_is_read_as_it_was(cf, rng, case):
+    """An input that shares memory with dst= in another layout is copied first: the kernel
+    reads the copy with the copy's own strides, so the result is NumPy's."""
+    xa = rand(rng, (64, 64), np.float32)
+    x = cf.asarray(xa.copy())
+    if case == "transpose":
+        r, want = cf.fuse(lambda a, b: (a + b) * 0.5)(x, x.T, dst=x), (xa + xa.T) * 0.5
+    elif case == "reversed":
+        r, want = cf.fuse(lambda a: a * 1)(x[::-1], dst=x), xa[::-1] * 1
+    elif case == "column":
+        r, want = cf.fuse(lambda a, c: a / c)(x, x[:, :1], dst=x), xa / xa[:, :1]
+    elif case == "keyword":
+        f = cf.fuse(lambda a, *, other: a - other)
+        r, want = f(x, other=x.T, dst=x), xa - xa.T
+    else:
+        d = x[0]
+        r, want = cf.fuse(lambda a: (a * 1).sum(axis=1))(x.T, dst=d), (xa.T * 1).sum(axis=1)
+        check(host(r), want)
+        return
+    assert r is x
+    check(host(x), want)
+
+
+def test_uint64_compares_with_signed_integers_exactly(cf, rng):
+    """NumPy compares uint64 with int64 exactly (its qQ->? loops): a negative is less than
+    any unsigned value, where C's conversion to unsigned would make -1 the largest."""
+    big = np.iinfo(np.uint64).max
+    ua = np.concatenate([np.array([0, 5, big, 2**63, 2**63 - 1], np.uint64),
+                         rng.integers(0, big, 59, dtype=np.uint64, endpoint=True)])
+    ia = np.concatenate([np.array([-1, -1, -1, -(2**63), 2**63 - 1], np.int64),
+                         rng.integers(-(2**63), 2**63 - 1, 59, dtype=np.int64)])
+    f = cf.fuse(lambda u, i: (u < i, u <= i, u == i, u != i, u > i, u >= i,
+                              i < u, i >= u, cuflow.where(u > i, u, 0)))
+    for got, want in zip(f(cf.asarray(ua), cf.asarray(ia)),
+                         (ua < ia, ua <= ia, ua == ia, ua != ia, ua > ia, ua >= ia,
+                          ia < ua, ia >= ua, np.where(ua > ia, ua, 0))):
+        np.testing.assert_array_equal(host(got), want)
+    if HAVE_NVRTC:
+        assert _engine.compile_cubin(f.cuda_source(ua, ia), 90)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_a_scalar_power_of_one_half_is_numpys_sqrt(cf, dtype):
+    """NumPy's x ** s takes sqrt where s is 0.5, with sqrt's special values (-inf ** 0.5 is
+    NaN, -0.0 ** 0.5 is -0.0), for a constant and for a scalar argument alike."""
+    xa = np.array([-np.inf, -0.0, 0.0, 4.0, 2.0, np.inf, np.nan, -1.0], dtype)
+    x = cf.asarray(xa)
+    with np.errstate(invalid="ignore"):
+        want = xa ** 0.5
+        for got in (cf.fuse(lambda a: a ** 0.5)(x), cf.fuse(lambda a, e: a ** e)(x, 0.5),
+                    x ** 0.5):
+            np.testing.assert_array_equal(host(got), want)
+            assert np.array_equal(np.signbit(host(got)), np.signbit(want))
+        check(host(cf.fuse(lambda a, e: a ** e)(x, 2.5)), xa ** 2.5)
+
+
 def test_dst_dtype_cast_and_contract(cf, rng):
     x = cf.asarray(rand(rng, (100,), np.float32))
     f = cf.fuse(lambda v: v * 3)
