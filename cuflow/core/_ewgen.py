@@ -328,6 +328,26 @@ def _unary(op: str, dt: numpy.dtype, a: str) -> str:
     raise ArgumentTypeError(f"cuflow: {op} has no kernel for dtype {dt}")
 
 
+def _runtime_scalar(node: Any) -> bool:
+    """Whether ``node`` is a kernel parameter (a scalar argument), cast or not."""
+    while node.op == "cast":
+        node = node.args[0]
+    return node.op == "scalar"
+
+
+def _mixed_compare(op: str, da: numpy.dtype, db: numpy.dtype, a: str, b: str) -> str:
+    """``a OP b`` of operands of two dtypes (NumPy's exact uint64-with-signed loops): C would
+    convert a negative signed operand to unsigned, where it is less than any unsigned."""
+    sym = _CMP[op]
+    if not ({da.kind, db.kind} == {"u", "i"} and numpy.uint64 in (da, db)):
+        return f"({a} {sym} {b})"
+    if da.kind == "i":  # a negative: a < b
+        neg = "true" if op in ("less", "less_equal", "not_equal") else "false"
+        return f"(({a} < 0) ? {neg} : ((unsigned long long){a} {sym} {b}))"
+    neg = "true" if op in ("greater", "greater_equal", "not_equal") else "false"
+    return f"(({b} < 0) ? {neg} : ({a} {sym} (unsigned long long){b}))"
+
+
 def _binary(op: str, dt: numpy.dtype, a: str, b: str) -> str:
     T = _CT[dt.name]
     f = dt.kind == "f"
@@ -447,6 +467,12 @@ def body(outputs: tuple, inputs: dict, scalars: dict) -> tuple[list, list]:
             e = f"({args[0]} ? {args[1]} : {args[2]})"
         elif len(args) == 1:
             e = _unary(node.op, node.args[0].dtype, args[0])
+        elif node.op == "power" and dt.kind == "f" and _runtime_scalar(node.args[1]):
+            # NumPy's x ** s takes sqrt for s == 0.5 (-inf ** 0.5 is NaN, -0.0 ** 0.5 is -0.0)
+            e = (f"(({args[1]} == 0.5) ? {_unary('sqrt', node.args[0].dtype, args[0])} : "
+                 f"{_binary('power', node.args[0].dtype, *args)})")
+        elif node.op in _CMP and node.args[0].dtype != node.args[1].dtype:
+            e = _mixed_compare(node.op, node.args[0].dtype, node.args[1].dtype, *args)
         else:
             e = _binary(node.op, node.args[0].dtype, args[0], args[1])
         if dt == numpy.float16 and node.op not in ("cast", "where"):

@@ -441,14 +441,12 @@ def apply(name: str, *xs: Any, dtype: Any = None, casting: str = "same_kind") ->
     # the ufunc computes in its loop dtypes: cast the operands to them first
     cargs = tuple(_cast_node(a, dt, name) for a, dt in zip(args, ins))
     if name == "power" and cargs[1].op == "const" and out.kind == "f":
-        # small constant exponents as NumPy's scalar power does: multiplies, sqrt, reciprocal
+        # the constant exponents NumPy's scalar power (x ** e) computes otherwise: square,
+        # sqrt, reciprocal, identity; any other, 3 included, is pow
         e = cargs[1].value
         b = cargs[0]
-        if e in (2, 3, 4):
-            r = Expr("multiply", (b, b), out, shape)
-            for _ in range(int(e) - 2):
-                r = Expr("multiply", (r, b), out, shape)
-            return r
+        if e == 2:
+            return Expr("multiply", (b, b), out, shape)
         if e == 0.5:
             return Expr("sqrt", (b,), out, shape)
         if e == -1:
