@@ -462,7 +462,7 @@ def test_the_copies_run_on_the_stream_given(gpu_cf, rng, case, spin):
     cf = gpu_cf
     op, ref, dst_shape = _COPIES_ON_A_STREAM[case]
     s = cf.Stream()
-    for _ in range(2):  # the first run compiles; the second one meets a warm pool
+    for _ in range(2):  # the first run compiles (longer than the spin on a fresh machine)
         h = random_array((192, 256), "float32", rng, host=True)
         a = cf.asarray(h)
         d = None if dst_shape is None else cf.full(dst_shape(h), np.nan, dtype=cf.float32)
@@ -476,4 +476,4 @@ def test_the_copies_run_on_the_stream_given(gpu_cf, rng, case, spin):
             running = not busy.done
         busy.synchronize()
         np.testing.assert_array_equal(got, ref(h))
-        assert running, "the current stream finished first: the test would prove nothing"
+    assert running, "the current stream finished first: the test would prove nothing"
