@@ -161,12 +161,13 @@ class _CudaEvents(Backend):
 
     def done(self, event: Any) -> bool:
         rt = self._rt
-        try:
-            rt.eventQuery(event)
-        except rt.CUDARuntimeError as e:
-            if e.status == 600:  # cudaErrorNotReady
-                return False
-            raise
+        # CuPy's runtime.eventQuery returns cudaEventQuery's status, it does not raise: not
+        # ready is 600 (cudaErrorNotReady), and only 0 means the recorded work is done
+        status = rt.eventQuery(event)
+        if status == 600:
+            return False
+        if status:
+            raise rt.CUDARuntimeError(status)
         rt.eventDestroy(event)
         return True
 

@@ -347,3 +347,18 @@ def test_borrowing_destroys_its_cuda_events(pooled, monkeypatch):
     monkeypatch.undo()
     assert made and len(destroyed) == len(made), (
         f"{len(made) - len(destroyed)} of {len(made)} events never destroyed")
+
+
+@pytest.mark.gpu
+def test_an_event_behind_queued_work_is_not_done(pooled, spin):
+    """The pool's events say done only once the work before them has run: every cross-stream
+    ordering (record_stream, borrowing, segment release) rests on it."""
+    import cupy
+
+    be = pooled.memory.get_pool().backend
+    s = cupy.cuda.Stream(non_blocking=True)
+    spin(s)
+    ev = be.record(s.ptr)
+    assert not be.done(ev) and not s.done
+    s.synchronize()
+    assert be.done(ev)  # (and destroyed: not asked again)
