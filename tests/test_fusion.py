@@ -287,7 +287,8 @@ def test_a_scalar_power_of_one_half_is_numpys_sqrt(cf, dtype):
         for got in (cf.fuse(lambda a: a ** 0.5)(x), cf.fuse(lambda a, e: a ** e)(x, 0.5),
                     x ** 0.5):
             np.testing.assert_array_equal(host(got), want)
-            assert np.array_equal(np.signbit(host(got)), np.signbit(want))
+            num = ~np.isnan(want)  # (the sign of a NaN differs between C libraries)
+            assert np.array_equal(np.signbit(host(got))[num], np.signbit(want)[num])
         check(host(cf.fuse(lambda a, e: a ** e)(x, 2.5)), xa ** 2.5)
 
 

@@ -80,6 +80,14 @@ def test_dolphin_documented_api(cf):
     assert_equal_host(h, np.array([[1, 0], [1, 0]], np.float32))
 
 
+def test_copies_of_float16_keep_every_bit(cf):
+    """A copy moves bits: NaN payloads and signs, and -0.0, stay as they were."""
+    bits = np.array([0x7E00, 0xFE00, 0x7C01, 0x7D55, 0x8000, 0x3C00, 0xFC00], np.uint16)
+    x = cf.asarray(bits.view(np.float16))
+    for y in (x.copy(), cf.copy(x), x.astype(np.float16, copy=True), cf.asarray(x, copy=True)):
+        np.testing.assert_array_equal(cf.asnumpy(y).view(np.uint16), bits)
+
+
 @pytest.mark.parametrize("dtype", ["uint8", "int32", "float16", "float32", "float64", "complex64"])
 def test_astype_copy_flatten_with_dst(cf, rng, dtype):
     host = random_array((5, 7), "float32", rng, host=True)
