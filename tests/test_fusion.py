@@ -292,6 +292,20 @@ def test_a_scalar_power_of_one_half_is_numpys_sqrt(cf, dtype):
         check(host(cf.fuse(lambda a, e: a ** e)(x, 2.5)), xa ** 2.5)
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_cubes_and_fourth_powers_round_once(cf, rng, dtype):
+    """x ** 3 and x ** 4 are multiplied out (a float16 one in float32, rounded once at the
+    end), within the dtype's tolerance of NumPy's pow."""
+    xa = rand(rng, (4096,), dtype, lo=-6.0, hi=6.0)
+    got3, got4 = cf.fuse(lambda a: (a ** 3, a ** 4))(cf.asarray(xa))
+    check(host(got3), xa ** 3)
+    check(host(got4), xa ** 4)
+    if dtype == np.float16:  # at most one rounding away from the exact power
+        exact = xa.astype(np.float64) ** 3
+        spacing = np.spacing(np.abs(exact).astype(np.float16)).astype(np.float64)
+        assert np.all(np.abs(host(got3).astype(np.float64) - exact) <= spacing)
+
+
 def test_dst_dtype_cast_and_contract(cf, rng):
     x = cf.asarray(rand(rng, (100,), np.float32))
     f = cf.fuse(lambda v: v * 3)

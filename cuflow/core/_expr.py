@@ -441,12 +441,21 @@ def apply(name: str, *xs: Any, dtype: Any = None, casting: str = "same_kind") ->
     # the ufunc computes in its loop dtypes: cast the operands to them first
     cargs = tuple(_cast_node(a, dt, name) for a, dt in zip(args, ins))
     if name == "power" and cargs[1].op == "const" and out.kind == "f":
-        # the constant exponents NumPy's scalar power (x ** e) computes otherwise: square,
-        # sqrt, reciprocal, identity; any other, 3 included, is pow
+        # small constant exponents as NumPy's scalar power (x ** e) computes them: square,
+        # sqrt, reciprocal, identity; 3 and 4 multiplied out too, where NumPy calls pow
+        # (within 2 ulp of it, and pow would make a GELU chain compute-bound: bench
+        # fusion, gelu), a float16 one in float32 with one rounding at the end
         e = cargs[1].value
         b = cargs[0]
         if e == 2:
             return Expr("multiply", (b, b), out, shape)
+        if e in (3, 4):
+            half = out == numpy.float16
+            w = _cast_node(b, numpy.dtype(numpy.float32)) if half else b
+            r = Expr("multiply", (w, w), w.dtype, shape)
+            for _ in range(int(e) - 2):
+                r = Expr("multiply", (r, w), w.dtype, shape)
+            return _cast_node(r, out) if half else r
         if e == 0.5:
             return Expr("sqrt", (b,), out, shape)
         if e == -1:
