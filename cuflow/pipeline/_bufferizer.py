@@ -236,6 +236,7 @@ class Bufferizer:
         self._taken: list[bool] = []
         self._stale: list[Any] = []  # taken buffers allocate() replaced, until released
         self._producer_done = Event(timing=False)
+        self._slot_ready = Event(timing=False)  # (one reused event, no allocation per slot)
         self.allocate()
         self._flush_hook = _check_hook("flush_hook", flush_hook)
         self._allocate_hook = _check_hook("allocate_hook", allocate_hook)
@@ -369,20 +370,26 @@ class Bufferizer:
     def next_slot(self, *, stream: Any = None) -> Any:
         """The view of the next free element, for a kernel to write into with ``dst=``.
 
-        Queue the kernel on any stream, then call :meth:`commit` (with that
-        ``stream=``, default: the current stream) to count the element.  No copy is made.  Raises :class:`BufferizerStateError`
-        when full.  A kernel that fails before :meth:`commit` leaves the
-        Bufferizer unchanged.
+        Queue the kernel on ``stream`` (default: the current stream), then call
+        :meth:`commit` with the same ``stream=`` to count the element.  No copy is
+        made.  Raises :class:`BufferizerStateError` when full.  A kernel that fails
+        before :meth:`commit` leaves the Bufferizer unchanged.
 
         Notes
         -----
-        Stream semantics: the buffer's stream is ordered after ``stream``
-        (default: current) and after the previous consumer of this buffer.
+        Stream semantics: ``stream`` is ordered after the work queued so far on the
+        buffer's stream (its zero-fill) and after the previous consumer of this buffer,
+        so the kernel writes the slot after both.
         """
         producer = _producer("next_slot", stream)
         self._room(1, "next_slot")
-        self._prepare_write(producer)
-        return self._buffers[self._active][self._n, ...]  # (a view, also of a 0-d element)
+        i = self._active
+        if self._freed[i] is not None:
+            self._stream.wait(self._freed[i])
+            self._freed[i] = None
+        if self._stream.cupy is not None and producer.ptr != self._stream.ptr:
+            as_stream(producer).wait(self._stream.record(self._slot_ready))
+        return self._buffers[i][self._n, ...]  # (a view, also of a 0-d element)
 
     @_on_own_device
     def commit(self, n: int = 1, *, stream: Any = None) -> None:

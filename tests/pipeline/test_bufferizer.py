@@ -434,17 +434,45 @@ def test_a_slot_written_on_the_current_stream_is_read_written_by_the_consumer(gp
         batch = buf.take(stream=consumer)
     with consumer:
         got = cf.asnumpy(cf.copy(batch), stream=consumer)
+        running = not producer.cupy.done
     np.testing.assert_array_equal(got, xs + np.float32(1.0))
+    assert running, "the producer finished first: the test would prove nothing"
+
+
+def _vector_buffer(cf, rng, n=1 << 20):
+    """(n, the host data, its device copy, a Bufferizer of two such vectors, a producer
+    stream)."""
+    xs = rng.standard_normal(n).astype(np.float32)
+    return n, xs, cf.asarray(xs), cf.Bufferizer((n,), 2, cf.float32), cf.Stream(non_blocking=True)
+
+
+@pytest.mark.gpu
+def test_a_slot_is_written_after_the_buffers_own_fill(gpu_cf, rng, spin):
+    """flush() zero-fills on the buffer's stream; a kernel that writes the next slot on
+    another stream runs after that fill, not before it (the fill would wipe the slot)."""
+    cf = gpu_cf
+    n, xs, x, buf, producer = _vector_buffer(cf, rng)
+    with producer:
+        cf.add(x, 1.0, dst=buf.next_slot())  # (compiled and warm before the spin)
+    buf.commit(stream=producer)
+    buf.flush()
+    cf.get_backend().xp.cuda.Device().synchronize()
+    spin(buf.stream)  # the next fill waits behind it on the buffer's stream
+    buf.flush()
+    with producer:
+        cf.add(x, 1.0, dst=buf.next_slot())
+        buf.commit()
+        running = not buf.stream.cupy.done
+        batch = buf.take(stream=producer)
+        got = cf.asnumpy(cf.copy(batch), stream=producer)
+    np.testing.assert_array_equal(got[0], xs + np.float32(1.0))
+    assert running, "the buffer's stream finished first: the test would prove nothing"
 
 
 @pytest.mark.gpu
 def test_an_appended_temporary_is_copied_before_its_memory_is_reused(gpu_cf, rng, spin):
     cf = gpu_cf
-    n = 1 << 20
-    xs = rng.standard_normal(n).astype(np.float32)
-    x = cf.asarray(xs)
-    buf = cf.Bufferizer((n,), 2, cf.float32)
-    producer = cf.Stream(non_blocking=True)
+    n, xs, x, buf, producer = _vector_buffer(cf, rng)
     with producer:  # the sizes warm in the producer stream's cache
         buf.append(cf.add(x, 1.0))
         cf.full((n,), -7.0, dtype=cf.float32)
