@@ -575,12 +575,28 @@ def test_in_place_update_of_a_traced_array_is_refused_and_leaves_it_unchanged(cf
     name), so it is an error on every backend, and the argument keeps its values."""
     xa = np.random.default_rng(1).standard_normal(5).astype(np.float32)
     a, b = cf.asarray(xa.copy()), cf.asarray(xa[::-1].copy())
-    with pytest.raises(cuflow.TraceError, match=r"in-place update .*test_fusion.py:\d+.*dst="):
+    with pytest.raises(cuflow.TraceError,
+                       match=r"(in-place update|item assignment) .*test_fusion.py:\d+.*dst="):
         cf.fuse(fn)(a, b if fn is not _scale_in_place else 3.0)
     check(host(a), xa)
     f = cf.fuse(lambda a, b: (a + b) * 2)  # the suggested form
     f(a, b, dst=a)
     check(host(a), (xa + xa[::-1]) * 2)
+
+
+def test_augmented_assignment_of_an_intermediate_traces(cf, rng):
+    """``s += b`` on a value the function computed rebinds a local name, as in Python: it
+    fuses (Horner's scheme, accumulations)."""
+    xa = rand(rng, (257,), np.float32, lo=-2.0, hi=2.0)
+
+    def horner(x):
+        acc = x * 0.5
+        acc += 1.0
+        acc *= x
+        acc -= 0.25
+        return acc
+
+    check(host(cf.fuse(horner)(cf.asarray(xa))), horner(xa))
 
 
 def test_a_value_the_op_refuses_raises_the_ops_cuflow_error(cf):

@@ -212,18 +212,22 @@ class Expr:
     __hash__ = object.__hash__
 
     def _in_place(self, o):
-        # Python would rebind the name to a new value and leave the argument unwritten
+        if self.op != "input":  # an intermediate: Python then computes x + y and rebinds x
+            return NotImplemented
+        # an argument: Python would rebind the name to a new value and leave it unwritten
         raise TraceError(
-            f"cuflow.fuse cannot trace an in-place update (x += y, x[...] = y) at "
-            f"{caller_line()}: return the new value and write it into the argument with the "
-            "fused call's dst= (f(x, y, dst=x))")
+            f"cuflow.fuse cannot trace an in-place update of an argument (x += y, x[...] = y) "
+            f"at {caller_line()}: return the new value and write it into the argument with "
+            "the fused call's dst= (f(x, y, dst=x))")
 
     __iadd__ = __isub__ = __imul__ = __itruediv__ = __ifloordiv__ = __imod__ = _in_place
     __ipow__ = __iand__ = __ior__ = __ixor__ = __ilshift__ = __irshift__ = _in_place
     __imatmul__ = _in_place
 
     def __setitem__(self, key, value):
-        self._in_place(value)
+        raise TraceError(f"cuflow.fuse cannot trace an item assignment (x[...] = y) at "
+                         f"{caller_line()}: a fused kernel writes its outputs whole; return the "
+                         "new value (and pass dst= to write it into an argument)")
 
     # --------------------------------------------------------------- methods
     def astype(self, dtype, *args, **kwargs):
