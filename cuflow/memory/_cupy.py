@@ -22,7 +22,7 @@ from ..core._streams import as_cupy_stream
 from ._backends import Backend
 from ._env import POOL_HOTPATH
 from ._exceptions import MemoryTypeError, MemoryValueError
-from ._limit import limit_bytes, limit_of
+from ._limit import limit_bytes
 from ._pool import Pool as _CorePool
 
 try:  # the allocator hook in C (the same extension as the pool's hot path)
@@ -38,36 +38,14 @@ __all__ = ["Pool", "device_malloc", "make_cupy_malloc"]
 class Pool(_CorePool):
     """A caching allocator (see the module docstring), with CuPy's pool methods.
 
-    ``Pool(backend)`` builds one over any :class:`Backend`; :func:`get_pool`
-    returns the one cuflow installed for a device.
-
-    Parameters
-    ----------
-    backend : Backend
-        Segment source (:class:`~cuflow.memory.DriverPoolBackend` on the GPU).
-    limit : int, float, str, optional
-        Most bytes the pool may reserve, in any form :func:`cuflow.memory.set_limit` takes;
-        ``None`` or 0 bytes for no limit.
+    ``Pool(backend, limit=None)`` builds one over any :class:`Backend` (the parameters
+    of the core pool: a limit in any form :func:`cuflow.memory.set_limit` takes, ``None`` or
+    0 bytes for none); :func:`get_pool` returns the one cuflow installed for a device.
     """
 
     def __init__(self, backend: Backend, limit: int | float | str | None = None) -> None:
         super().__init__(backend, limit)
         self._cupy_malloc: Callable[[int], Any] | None = None
-
-    @property
-    def limit(self) -> int | None:
-        """Most bytes the pool may reserve, ``None`` for no limit.
-
-        It is set in any form :func:`cuflow.memory.set_limit` takes; 0 bytes (``0``,
-        ``"0B"``), as ``None``, removes the limit.
-        """
-        return _CorePool.limit.fget(self)
-
-    @limit.setter
-    def limit(self, value: int | float | str | None) -> None:
-        # 0 bytes is no limit, as in CuPy (MemoryPool.set_limit(size=0)): a cap of 0 would
-        # refuse every segment, which no pool is made for, and CuPy code means "unlimited"
-        _CorePool.limit.fset(self, limit_of(value, self.backend) or None)
 
     # -- CuPy allocator protocol (cupy.cuda.set_allocator(pool.malloc)) --------
     @property

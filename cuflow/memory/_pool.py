@@ -147,7 +147,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         Segment source (:class:`~cuflow.memory.DriverPoolBackend` on the GPU).
     limit : int, float, str, optional
         Most bytes the pool may reserve, in any form :func:`cuflow.memory.set_limit` takes;
-        ``None`` for no limit.
+        ``None`` or 0 bytes for no limit.
     """
 
     requested = _state_field("requested", "Bytes requested by the lent blocks.")
@@ -537,14 +537,17 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
 
     @property
     def limit(self) -> int | None:
-        """Most bytes the pool may reserve (``None``: no limit).  A limit is a
+        """Most bytes the pool may reserve (``None``: no limit), set in any form
+        :func:`cuflow.memory.set_limit` takes; 0 bytes, as ``None``, removes it.  A limit is a
         :class:`~cuflow.memory.LimitingAdaptor` over the backend, absent without one."""
         src = self._source
         return src.limit if isinstance(src, LimitingAdaptor) else None
 
     @limit.setter
     def limit(self, value: int | float | str | None) -> None:
-        value = limit_of(value, self.backend)  # set_limit's forms and checks
+        # set_limit's forms and checks; 0 bytes is no limit, as in CuPy
+        # (MemoryPool.set_limit(size=0)): a cap of 0 would refuse every segment
+        value = limit_of(value, self.backend) or None
         if value is None:
             self._source = self.backend
         elif isinstance(self._source, LimitingAdaptor):
@@ -713,5 +716,8 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
             if self._orphans:
                 self._adopt_orphans()
             n = self._release_free_segments(split=True)
-            self.backend.trim()  # (under the lock: no capture starts while it synchronizes)
+            held = self.backend.device_reserved()
+            if n or (held is not None and held[0] > self.reserved):
+                # (under the lock: no capture starts while it synchronizes the device)
+                self.backend.trim()
             return n
