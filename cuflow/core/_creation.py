@@ -7,9 +7,9 @@ runs) and the array API's ``device=`` (None or the current device).
 
 Shapes are an int or a sequence of ints >= 0 (``ArgumentTypeError`` /
 ``ArgumentError`` otherwise); an int may be a 0-d integer array, as NumPy and
-CuPy take one (``cuflow.zeros(mask.sum())``), not a bool or a float.  A request that cannot be met raises
-:class:`~cuflow.OutOfMemoryError` (also a ``MemoryError``) naming the shape,
-dtype and bytes asked for.
+CuPy take one (``cuflow.zeros(mask.sum())``), not a bool or a float.  A request
+that cannot be met raises :class:`~cuflow.OutOfMemoryError` (also a
+``MemoryError``) naming the shape, dtype and bytes asked for.
 
 Stream semantics: asynchronous; any initialization is queued on ``stream`` or
 the current stream.  A size given as a device array is read first: the host

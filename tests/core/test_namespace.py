@@ -446,7 +446,8 @@ def test_forwarded_functions_refuse_non_arrays_with_the_input_error(cf, name):
             assert f"cuflow.{name}" in str(e), e
         except Exception:  # other rules of the function (a 1-d matrix ...)
             pass
-    with pytest.raises(cf.DstTypeError, match="cuflow.nonzero: inputs must be arrays .*got builtins.list"):
+    with pytest.raises(cf.DstTypeError,
+                       match="cuflow.nonzero: inputs must be arrays .*got builtins.list"):
         cf.nonzero([1, 0, 2])
 
 
