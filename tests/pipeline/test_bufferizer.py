@@ -432,9 +432,9 @@ def test_a_slot_written_on_the_current_stream_is_read_written_by_the_consumer(gp
         cf.add(x[1], 1.0, dst=slot)
         buf.commit()
         batch = buf.take(stream=consumer)
+        running = not producer.cupy.done  # (the consumer's read below waits for it)
     with consumer:
         got = cf.asnumpy(cf.copy(batch), stream=consumer)
-        running = not producer.cupy.done
     np.testing.assert_array_equal(got, xs + np.float32(1.0))
     assert running, "the producer finished first: the test would prove nothing"
 
