@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 import numpy
 
+from .._checks import as_index
 from .._errors import (ArgumentError, ArgumentTypeError, AxisError, DstDtypeError, DstError,
                        DstShapeError, DstTypeError)
 from ._runtime import runtime
@@ -291,17 +292,23 @@ def check_ints(name: str, value: Any, what: str = "axis", lists: bool = False) -
     also a list, range or 1-d NumPy array of them, as NumPy's ``transpose`` and ``reshape``
     take), returned with its integers as Python ints (a NumPy integer or 0-d integer array
     becomes one, a sequence a tuple), which CuPy takes as NumPy does.  An integer is
-    anything with ``__index__`` but a bool or an array of another shape or kind; a device
-    array is refused rather than read (that would synchronize).  CuPy would read ``False``
-    as axis 0 (or size 0), ``[]`` as no axis and an array of axes by its length."""
+    anything with ``__index__`` but a bool or an array of another shape or kind.  A shape's
+    sizes are data, read as the creation functions read them (:func:`~cuflow._checks.as_index`:
+    a device 0-d integer array too, ``n = mask.sum()``, and the host waits for it); an axis
+    on the device is refused rather than read, since it would synchronize.  CuPy would read
+    ``False`` as axis 0 (or size 0), ``[]`` as no axis and an array of axes by its length."""
     if value is None or type(value) is int:
         return value
     seq = isinstance(value, tuple) or lists and (
         isinstance(value, list | range) or isinstance(value, numpy.ndarray) and value.ndim == 1)
     out = []
     for v in value if seq else (value,):
+        size = as_index(v) if what == "shape" else None
+        if size is not None:
+            out.append(size)
+            continue
         if (isinstance(v, bool | numpy.bool_) or not hasattr(type(v), "__index__")
-                or hasattr(v, "__cuda_array_interface__")
+                or what == "shape" or hasattr(v, "__cuda_array_interface__")
                 or isinstance(v, numpy.ndarray) and (v.ndim or v.dtype.kind not in "iu")):
             got = (f"an array of shape {value.shape} and dtype {value.dtype}"
                    if hasattr(value, "shape") and hasattr(value, "dtype") else repr(value))

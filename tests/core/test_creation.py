@@ -100,6 +100,20 @@ def test_a_0d_integer_array_is_a_size(cf, rng):
         assert cf.zeros(size).shape == (3,) and cf.empty((1, size)).shape == (1, 3)
 
 
+def test_a_0d_integer_array_is_a_size_to_reshape_too(cf, rng):
+    """The same rule as creation's: ``x.reshape(n, -1)`` with ``n = mask.sum()``."""
+    mask = cf.asarray(np.array([True, False, True, True]))
+    n = mask.sum()
+    x = cf.asarray(rng.standard_normal(12).astype(np.float32))
+    got = cf.reshape(x, (n, -1))
+    assert got.shape == (3, 4) and np.array_equal(to_host(got), to_host(x).reshape(3, 4))
+    assert x.reshape(n, 4).shape == (3, 4) and x.reshape([2, n, 2]).shape == (2, 3, 2)
+    for size in (np.array(3), np.uint8(3), _Three()):
+        assert cf.reshape(x, (size, 4)).shape == (3, 4)
+    with pytest.raises(cf.ArgumentTypeError, match="shape must be"):
+        cf.reshape(x, (cf.asarray(3.0), 4))
+
+
 @pytest.mark.parametrize("size", [2.0, True], ids=["float", "bool"])
 def test_a_0d_array_of_floats_or_bools_is_no_size(cf, size):
     x = cf.asarray(size)
