@@ -5,7 +5,9 @@ Each chain is one Python function written once against a namespace ``m``
 more, and timed on the device (CUDA events, medians, the implementations
 interleaved round by round).  The floor is the bytes the chain must read and
 write over the device-to-device copy bandwidth measured in the same run.
-``cupy.fuse`` and ``torch.compile`` are reported where they run the chain.
+``cupy.fuse`` and ``torch.compile`` are reported where they run the chain, and a
+device-to-device copy of the same bytes (``cudaMemcpyAsync``) in the same rounds: the share
+of the floor that any kernel of that size reaches.
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ from typing import Any
 
 import numpy
 
-__all__ = ["CHAINS", "fusion_rows", "namespaces", "cold_start_rows"]
+__all__ = ["CHAINS", "COPY", "fusion_rows", "namespaces", "cold_start_rows"]
+
+#: the reference case of each chain: a device-to-device copy of the chain's floor bytes
+COPY = "copy of the same bytes"
 
 
 # ----------------------------------------------------------------- chains
@@ -194,6 +199,12 @@ def fusion_rows(cf, quick: bool, copy_tbps: float, interleaved, device_time_us,
                     tc_ms = None
                     rows.append({"group": f"fusion {name}", "case": "torch.compile",
                                  "fails": f"{type(e).__name__}: {str(e)[:60]}"})
+        # the floor's bytes moved by the copy engine's own path: what a kernel of this size
+        # can reach at all (a short kernel pays its launch gap, ramp-up and tail)
+        half = _nbytes(cf_args, out) // 32 * 16
+        c_src, c_dst = cupy.empty(half, cupy.uint8), cupy.empty(half, cupy.uint8)
+        cases[COPY] = lambda: cupy.cuda.runtime.memcpyAsync(
+            c_dst.data.ptr, c_src.data.ptr, half, 3, cupy.cuda.get_current_stream().ptr)
         times = interleaved(cases, rounds, 10, timer=device_time_us)
         base = times["cuflow.fuse"]
         group = f"fusion {name}: {kind}, floor {floor_us:.1f} us, device us"
