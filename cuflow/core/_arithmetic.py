@@ -134,7 +134,8 @@ def divmod(src: Any, other: Any, *dst_pair: Any, dst: Any = None, out: Any = Non
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
-    return ufunc_multi("divmod", (src, other), dst_pair or dst, out, stream, casting, dtype)
+    return ufunc_multi("divmod", (src, other), dst, out, stream, casting, dtype,
+                       dst_pair)
 
 
 @fast_call(2)
@@ -478,7 +479,8 @@ def frexp(src: Any, *dst_pair: Any, dst: Any = None, out: Any = None, stream: An
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
-    return ufunc_multi("frexp", (src,), dst_pair or dst, out, stream, casting, dtype)
+    return ufunc_multi("frexp", (src,), dst, out, stream, casting, dtype,
+                       dst_pair)
 
 
 def modf(src: Any, *dst_pair: Any, dst: Any = None, out: Any = None, stream: Any = None,
@@ -492,7 +494,8 @@ def modf(src: Any, *dst_pair: Any, dst: Any = None, out: Any = None, stream: Any
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
-    return ufunc_multi("modf", (src,), dst_pair or dst, out, stream, casting, dtype)
+    return ufunc_multi("modf", (src,), dst, out, stream, casting, dtype,
+                       dst_pair)
 
 
 @fast_call(2)

@@ -36,7 +36,7 @@ from .._errors import (ArgumentError, ArgumentTypeError, AxisError, DstDtypeErro
 from ._runtime import runtime
 
 __all__ = ["prepare_out", "resolve_out", "check_casting", "check_cast", "check_out_pair",
-           "bad_input", "check_dtype", "check_host_out", "translate_type_error", "reduced_shape",
+           "check_order", "positional_pair", "bad_input", "check_dtype", "check_host_out", "translate_type_error", "reduced_shape",
            "broadcast_shape", "may_share", "span"]
 
 Overlap = Literal["elementwise", "copy", "refuse"]
@@ -109,6 +109,9 @@ def prepare_out(name: str, dst: Any, shape: Sequence[int], dtype: Any = None, *,
     if not getattr(dst.flags, "writeable", True):  # (NumPy's flag: CuPy arrays have none)
         raise DstError(f"cuflow.{name}: dst must be writable, got a read-only array "
                        "(flags.writeable is False); pass a writable output or none")
+    if not rt.is_gpu and dst.dtype.kind not in "biufc":  # (a CuPy array holds numbers only)
+        raise DstDtypeError(f"cuflow.{name}: dst.dtype must be bool, an integer, real or "
+                            f"complex dtype, got {dst.dtype}")
     shape = tuple(shape)
     if dst.shape != shape:
         raise DstShapeError(
@@ -278,6 +281,25 @@ def check_cast(name: str, from_dtype: Any, to_dtype: Any, casting: str) -> None:
                             f"{numpy.dtype(to_dtype)} under casting={casting!r}")
 
 
+def positional_pair(name: str, dst_pair: tuple, dst: Any, out: Any) -> Any:
+    """The outputs of a two-output op, given positionally (NumPy's spelling) or as ``dst=``
+    or ``out=``, but once."""
+    if not dst_pair:
+        return dst
+    if dst is not None or out is not None:
+        raise DstError(f"cuflow.{name}: give the outputs once, positionally or as dst=, got "
+                       f"{len(dst_pair)} positional and a {'dst' if dst is not None else 'out'}= "
+                       "too")
+    return dst_pair
+
+
+def check_order(name: str, order: Any, allowed: str = "CFAK") -> None:
+    """Refuse a memory order other than NumPy's letters (CuPy's message omits the value)."""
+    if not (isinstance(order, str) and len(order) == 1 and order.upper() in allowed):
+        raise ArgumentError(f"cuflow.{name}: order must be one of {', '.join(allowed)}, "
+                            f"got {order!r}")
+
+
 def check_out_pair(name: str, dst: Any) -> None:
     """Ops with two outputs (``modf``, ``frexp``, ``divmod``) take ``dst`` as a pair."""
     if not (isinstance(dst, tuple | list) and len(dst) == 2):
@@ -285,6 +307,11 @@ def check_out_pair(name: str, dst: Any) -> None:
                f"a {type(dst).__name__} of {len(dst)}" if isinstance(dst, tuple | list) else
                type(dst).__name__)
         raise DstError(f"cuflow.{name}: dst must be a pair of arrays, got {got}")
+    nd = runtime().ndarray
+    if isinstance(dst[0], nd) and isinstance(dst[1], nd) and may_share(dst[0], dst[1]):
+        raise DstError(f"cuflow.{name}: the two outputs of dst must not share memory (each "
+                       f"would overwrite the other), got arrays of shapes {dst[0].shape} and "
+                       f"{dst[1].shape} over the same bytes")
 
 
 def check_ints(name: str, value: Any, what: str = "axis", lists: bool = False) -> Any:
@@ -345,6 +372,9 @@ def check_host_out(name: str, a: Any, out: Any) -> None:
     if dtype is not None and out.dtype != dtype:
         raise DstDtypeError(f"cuflow.{name}: out.dtype must equal the array's dtype {dtype} "
                             f"(the copy does not cast), got {out.dtype}")
+    if not out.flags.writeable:
+        raise DstError(f"cuflow.{name}: out must be writable, got a read-only array "
+                       "(flags.writeable is False)")
 
 
 def bad_input(name: str, x: Any, why: str | None = None, *, scalars: bool = True):

@@ -110,7 +110,9 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
                     r = fast.ew(cast_op(dtype), (self,), None)
                     if r is not None:
                         return r
-                return _wrap(base_astype(self, dtype, order=order, copy=copy))
+                r = base_astype(self, dtype, order=order, copy=copy)
+                if r.dtype.kind in "biufc":  # (NumPy casts to text and objects too)
+                    return _wrap(r)
             except Exception:  # (the namespace's checks below say what is wrong, as cuflow's)
                 pass
         return _ns().astype(self, dtype, dst, out=out, order=order,

@@ -37,7 +37,8 @@ from .._errors import (
     LinAlgError, OutOfMemoryError,
 )
 from ._contract import (
-    bad_input, broadcast_shape, check_out_pair, prepare_out, resolve_out, translate_type_error,
+    bad_input, broadcast_shape, check_out_pair, positional_pair, prepare_out, resolve_out,
+    translate_type_error,
 )
 from . import _runtime
 from ._engine import OPS, ew_op
@@ -113,6 +114,15 @@ def _shape(nd: type, x: Any) -> tuple:
     return x.shape if isinstance(x, nd) else ()
 
 
+def _host_operands(name: str, rt: Any, args: tuple) -> None:
+    """CuPy's rule on the NumPy backend too: an operand is an array of the backend or a
+    scalar.  NumPy would take a list, which CuPy refuses; the CPU oracle takes only what the
+    GPU takes."""
+    for x in args:
+        if not isinstance(x, rt.ndarray | numpy.generic | int | float | complex):
+            bad_input(name, x)
+
+
 def fast_call(nin: int) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator of an elementwise function of ``nin`` operands named as its ufunc: a call
     with only the operands and ``dst`` (positional or keyword) goes from C straight to the
@@ -151,6 +161,8 @@ def ufunc2(name: str, src: Any, other: Any, dst: Any, out: Any, stream: Any, cas
     if stream is not None:
         return run_on(stream, ufunc2, name, src, other, dst, None, None, casting, dtype)
     rt = runtime()
+    if not rt.is_gpu:
+        _host_operands(name, rt, (src, other))
     uf = _ufunc(rt, name, (src, other) if dtype is None else ())
     if rt.multi:
         rt.check_devices(name, src, other)
@@ -201,6 +213,8 @@ def ufunc1(name: str, src: Any, dst: Any, out: Any, stream: Any, casting: str,
     if stream is not None:
         return run_on(stream, ufunc1, name, src, dst, None, None, casting, dtype)
     rt = runtime()
+    if not rt.is_gpu:
+        _host_operands(name, rt, (src,))
     uf = _ufunc(rt, name, (src,) if dtype is None else ())
     if rt.multi:
         rt.check_devices(name, src)
@@ -233,12 +247,15 @@ def traced(name: str, args: tuple, dst: Any, out: Any, dtype: Any) -> Any:
 
 
 def ufunc_multi(name: str, args: tuple, dst: Any, out: Any, stream: Any, casting: str,
-                dtype: Any) -> Any:
-    """Ufuncs with two outputs (``modf``, ``frexp``, ``divmod``): ``dst`` is a pair."""
-    dst = resolve_out(dst, out, name)
+                dtype: Any, dst_pair: tuple = ()) -> Any:
+    """Ufuncs with two outputs (``modf``, ``frexp``, ``divmod``): ``dst`` is a pair, given
+    as ``dst=`` or ``out=`` or positionally (``dst_pair``, NumPy's spelling)."""
+    dst = resolve_out(positional_pair(name, dst_pair, dst, out), out, name)
     if stream is not None:
         return run_on(stream, ufunc_multi, name, args, dst, None, None, casting, dtype)
     rt = runtime()
+    if not rt.is_gpu:
+        _host_operands(name, rt, args)
     uf = _ufunc(rt, name, ())
     if rt.multi:
         rt.check_devices(name, *args)

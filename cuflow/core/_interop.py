@@ -14,8 +14,8 @@ import functools
 import numpy
 
 from .._errors import ArgumentError, ArgumentOverflowError, ArgumentTypeError, CuflowError
-from ._contract import (as_dtype, bad_input, check_cast, check_dtype, check_host_out, may_share,
-                        prepare_out, resolve_out)
+from ._contract import (as_dtype, bad_input, check_cast, check_dtype, check_host_out, check_order,
+                        may_share, prepare_out, resolve_out)
 from ._dispatch import reraise, run_on
 from ._expr import Expr
 from ._runtime import runtime
@@ -39,6 +39,8 @@ def as_darray(x):
 def copy_into(name, dst, src, casting, dtype=None):
     """Validated ``copyto(dst, src)`` where ``src`` has exactly the result shape."""
     rt = runtime()
+    if not isinstance(src, rt.ndarray):
+        bad_input(name, src, scalars=False)
     prepare_out(name, dst, src.shape, src.dtype if dtype is None else dtype, casting=casting)
     if src is not dst and may_share(src, dst):
         if src.shape == dst.shape and src.strides == dst.strides and rt.data_ptr(src) == rt.data_ptr(dst):
@@ -104,7 +106,7 @@ def astype(a, dtype, dst=None, *, out=None, order="K", casting="unsafe", copy=Tr
     if not hasattr(a, "dtype") or not hasattr(a, "shape"):  # (NumPy's TypeError)
         raise ArgumentTypeError(f"cuflow.astype takes an array, got {type(a).__name__}; "
                                 "convert it with cuflow.asarray first")
-    dt = as_dtype("astype", dtype)
+    dt = check_dtype("astype", as_dtype("astype", dtype))
     try:
         check_cast("astype", a.dtype, dt, casting)
         if dst is None:
@@ -362,6 +364,7 @@ def from_dlpack(x, /, *, device=None, copy=None, stream=None):
 def asnumpy(a, stream=None, order="C", out=None, blocking=True):
     """Copy to a ``numpy.ndarray`` (waits for the data unless ``blocking=False`` with pinned ``out``)."""
     rt = runtime()
+    check_order("asnumpy", order)
     if out is not None:
         check_host_out("asnumpy", a, out)
     if isinstance(a, numpy.ndarray) and not isinstance(a, rt.ndarray) or not rt.is_gpu:

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy
 
-from .._errors import ArgumentError
+from .._errors import ArgumentError, ArgumentOverflowError
 from ._contract import prepare_out
 from . import _runtime
 from ._dispatch import call, fast_call, reraise, run_on, ufunc1, ufunc2, ufunc_methods
@@ -60,6 +60,7 @@ def where(condition: Any, x1: Any = None, x2: Any = None, /, *, dst: Any = None,
         condition = rt.xp.asarray(condition)  # CuPy's where takes only array conditions
     if x1 is None and x2 is None:
         return call("where", rt.xp.where, condition)
+    _int_scalars_fit(rt, x1, x2)
     if dst is None:
         return call("where", rt.xp.where, condition, x1, x2)
     try:
@@ -69,6 +70,18 @@ def where(condition: Any, x1: Any = None, x2: Any = None, /, *, dst: Any = None,
         return dst
     except Exception as e:
         reraise("where", e, dst)
+
+
+def _int_scalars_fit(rt: Any, x1: Any, x2: Any) -> None:
+    """A Python int beside an integer array must fit the result dtype, as in every other op
+    (NumPy's where would wrap ``where(c, uint8_array, 300)`` to 44)."""
+    for s, other in ((x1, x2), (x2, x1)):
+        if type(s) is int and isinstance(other, rt.ndarray) and other.dtype.kind in "iu":
+            info = numpy.iinfo(other.dtype)
+            if not info.min <= s <= info.max:
+                raise ArgumentOverflowError(
+                    f"cuflow.where: Python integer {s} is out of the range of the other "
+                    f"operand's dtype {other.dtype}, [{info.min}, {info.max}]")
 
 
 @fast_call(2)

@@ -10,7 +10,8 @@ import numpy
 
 from .._checks import is_integer
 from .._errors import ArgumentError, ArgumentIndexError, ArgumentTypeError, AxisError
-from ._contract import bad_input, check_ints, may_share, prepare_out, resolve_out
+from ._contract import (bad_input, check_dtype, check_ints, check_order, may_share, prepare_out,
+                        resolve_out)
 from ._dispatch import call, reraise, wrap_view
 from ._interop import astype, copy_into
 from ._interop import copy as copy_fn
@@ -19,13 +20,6 @@ from ._streams import use_stream
 
 __all__ = ["flatten", "ravel", "reshape", "transpose", "ascontiguousarray", "concatenate",
            "stack", "take", "take_along_axis"]
-
-
-def _order(name: str, order, allowed: str = "CFAK") -> None:
-    """Refuse a memory order other than NumPy's letters (CuPy's message omits the value)."""
-    if not (isinstance(order, str) and len(order) == 1 and order.upper() in allowed):
-        raise ArgumentError(f"cuflow.{name}: order must be one of {', '.join(allowed)}, "
-                            f"got {order!r}")
 
 
 def _memory_order(a, order: str) -> str:
@@ -46,7 +40,9 @@ def flatten(a, dst=None, *, out=None, order="C", stream=None):
     """
     rt = runtime()
     dst = resolve_out(dst, out, "flatten")
-    _order("flatten", order)
+    check_order("flatten", order)
+    if not isinstance(a, rt.ndarray):
+        bad_input("flatten", a, scalars=False)
     if stream is not None:
         with use_stream(stream, "flatten"):
             return flatten(a, dst, order=order)
@@ -83,7 +79,7 @@ def ravel(a, order="C", *, dst=None, out=None, stream=None):
     """
     rt = runtime()
     dst = resolve_out(dst, out, "ravel")
-    _order("ravel", order)
+    check_order("ravel", order)
     if dst is not None:
         return flatten(a, dst, order=order, stream=stream)
     if stream is not None:  # (a view still, where it can be one: as without stream=)
@@ -111,12 +107,15 @@ def reshape(a, shape=None, order="C", *, copy=None, newshape=None, dst=None, out
         if shape is not None:
             raise ArgumentTypeError("cuflow.reshape: give shape (or NumPy's older newshape), not both")
         shape = newshape
+    if shape is None:
+        raise ArgumentTypeError("cuflow.reshape: shape is required (an int or a tuple of ints, "
+                                "-1 for the one inferred), got none")
     dst = resolve_out(dst, out, "reshape")
     if stream is not None:
         with use_stream(stream, "reshape"):
             return reshape(a, shape, order, copy=copy, dst=dst)
     shape = check_ints("reshape", shape, "shape", lists=True)
-    _order("reshape", order, "CFA")
+    check_order("reshape", order, "CFA")
     if copy is False:
         if not isinstance(a, rt.ndarray):
             raise ArgumentTypeError(f"cuflow.reshape: copy=False reshapes an array in place of "
@@ -184,6 +183,7 @@ def _join(name, arrays, axis, dst, dtype, casting, stream, stack):
     fn = rt.xp.stack if stack else rt.xp.concatenate
     np_fn = numpy.stack if stack else numpy.concatenate
     axis = check_ints(name, axis)
+    dtype = check_dtype(name, dtype)
     if rt.multi:  # CuPy would read another device's array in its copy kernel
         rt.check_devices(name, *(arrays if isinstance(arrays, list | tuple) else (arrays,)))
     try:
@@ -202,8 +202,10 @@ def _join(name, arrays, axis, dst, dtype, casting, stream, stack):
             raise ArgumentTypeError(f"cuflow.{name}: the inputs do not cast to dtype={dtype} "
                                     f"under casting={casting!r}: {e}") from e
         prepare_out(name, dst, res.shape, res.dtype, casting=casting)
+        if dtype is not None:  # (NumPy takes out= or dtype=, not both)
+            arrays = [a.astype(res.dtype, copy=False) for a in arrays]
         arrays = [a.copy() if may_share(a, dst) else a for a in arrays]
-        fn(arrays, axis=axis, out=dst, dtype=dtype, casting=casting)
+        fn(arrays, axis=axis, out=dst, casting=casting)
         return dst
     except Exception as e:
         reraise(name, e, dst)
@@ -314,5 +316,7 @@ def take_along_axis(a, indices, axis=-1, dst=None, *, out=None, stream=None):
         with use_stream(stream, "take_along_axis"):
             return take_along_axis(a, indices, axis, dst)
     axis = check_ints("take_along_axis", axis)
+    if not isinstance(a, runtime().ndarray):
+        bad_input("take_along_axis", a, scalars=False)
     r = call("take_along_axis", runtime().xp.take_along_axis, a, indices, axis)
     return r if dst is None else copy_into("take_along_axis", dst, r, "same_kind")

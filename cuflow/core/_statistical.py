@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy
 
-from .._errors import ArgumentError
+from .._errors import ArgumentError, ArgumentTypeError
 from ._contract import may_share, prepare_out, reduced_shape, resolve_out
-from ._contract import bad_input, check_ints, one_element_axis
+from ._contract import bad_input, check_dtype, check_ints, one_element_axis
 from ._dispatch import reraise, run_on
 from ._engine import ew_op
 from ._expr import Expr, TraceError, caller_line
@@ -80,7 +80,10 @@ def _reduce(name: str, a: Any, axis: Any, dtype: Any, dst: Any, keepdims: bool, 
     if keepdims:
         kw["keepdims"] = True
     if dtype is not None:
-        kw["dtype"] = dtype
+        kw["dtype"] = dtype = check_dtype(name, dtype)
+        if name in ("var", "std") and dtype.kind not in "fc":
+            raise ArgumentTypeError(f"cuflow.{name}: dtype must be a real or complex floating "
+                                    f"dtype (the spread is computed in it), got {dtype}")
     if ddof:
         kw["ddof"] = ddof
     try:

@@ -124,3 +124,86 @@ def test_add_dst_validation_property(cf, sa, sb, sd, da, db, dd, casting):
         ok = np.isfinite(real) & (real > info.min - 1) & (real < info.max + 1)
         got, want = got[ok], want[ok]
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", ["U8", "S8", object, "V8", "m8[s]"])
+def test_a_dst_that_holds_no_numbers_is_refused(cf, rng, dtype):
+    """A host array of text, bytes, objects or time is no dst on any backend (NumPy would
+    write float64 results into it as text)."""
+    a = cf.asarray(rng.standard_normal((2, 3)))
+    for call in (lambda d: cf.add(a, a, dst=d), lambda d: cf.sum(a, axis=0, dst=d[0]),
+                 lambda d: cf.copy(a, dst=d), lambda d: cf.concatenate([a[:1], a[1:]], dst=d)):
+        # (on the GPU a host array is no dst at all: DstTypeError)
+        with pytest.raises((cuflow.DstDtypeError, cuflow.DstTypeError)):
+            call(np.empty((2, 3), dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", ["U8", object, "V8"])
+def test_a_dtype_that_holds_no_numbers_is_refused(cf, rng, dtype):
+    a = cf.asarray(rng.standard_normal((2, 3)))
+    for call in (lambda: cf.astype(a, dtype), lambda: a.astype(dtype),
+                 lambda: cf.sum(a, dtype=dtype), lambda: a.sum(dtype=dtype),
+                 lambda: cf.concatenate([a, a], dtype=dtype)):
+        with pytest.raises(cuflow.ArgumentTypeError, match="integer, real or complex"):
+            call()
+
+
+def test_join_with_a_dtype_into_dst(cf, rng):
+    """dtype= and dst= together: the inputs are cast to dtype, the result written to dst."""
+    h = rng.standard_normal((2, 3))
+    a = cf.asarray(h)
+    for fn, np_fn, shape in ((cf.concatenate, np.concatenate, (4, 3)),
+                             (cf.stack, np.stack, (2, 2, 3))):
+        for dt in ("float32", "float64"):
+            d = cf.empty(shape, dtype="float64")
+            assert fn([a, a], dst=d, dtype=dt) is d
+            np.testing.assert_array_equal(to_host(d), np_fn([h, h], dtype=dt).astype("float64"))
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "bool"])
+def test_a_spread_in_an_integer_dtype_is_refused(cf, rng, dtype):
+    """var and std are computed in floating point; NumPy would truncate the result."""
+    a = cf.asarray(rng.integers(-1000, 1000, 16))
+    for call in (lambda: cf.std(a, dtype=dtype), lambda: cf.var(a, dtype=dtype, dst=cf.empty(())),
+                 lambda: a.std(dtype=dtype)):
+        with pytest.raises(cuflow.ArgumentTypeError, match="floating dtype"):
+            call()
+    assert float(to_host(cf.std(a, dtype="float64"))) == pytest.approx(np.std(to_host(a)))
+
+
+def test_inputs_that_are_not_arrays_are_refused_where_an_array_is_copied(cf):
+    d3 = cf.empty(3)
+    for call in (lambda: cf.flatten([1.0, 2.0, 3.0], dst=d3), lambda: cf.ravel([1.0, 2.0, 3.0], dst=d3),
+                 lambda: cf.ascontiguousarray([1.0, 2.0, 3.0], dst=d3),
+                 lambda: cf.copy([1.0, 2.0, 3.0], d3), lambda: cf.take_along_axis([1.0, 2.0], [0])):
+        with pytest.raises(cuflow.DstTypeError, match="cuflow.asarray first"):
+            call()
+
+
+def test_a_host_out_must_be_writable_and_the_order_a_letter(cf, rng):
+    a = cf.asarray(rng.standard_normal(3))
+    ro = np.zeros(3)
+    ro.flags.writeable = False
+    for call in (lambda: cf.asnumpy(a, out=ro), lambda: a.get(out=ro)):
+        with pytest.raises(cuflow.DstError, match="writable"):
+            call()
+    assert not ro.any()
+    with pytest.raises(cuflow.ArgumentError, match="order must be one of"):
+        cf.asnumpy(a, order="X")
+
+
+def test_reshape_needs_a_shape(cf):
+    with pytest.raises(cuflow.ArgumentTypeError, match="shape is required"):
+        cf.reshape(cf.ones(6))
+
+
+@pytest.mark.parametrize("value", [300, -1])
+def test_where_refuses_a_python_int_its_integer_operand_cannot_hold(cf, value):
+    """As every other op does (NumPy's where would wrap 300 to 44)."""
+    c = cf.asarray(np.array([True, False, True]))
+    u = cf.asarray(np.array([1, 2, 3], np.uint8))
+    for call in (lambda: cf.where(c, u, value), lambda: cf.where(c, value, u),
+                 lambda: cf.where(c, u, value, dst=cf.empty(3, dtype=cf.uint8))):
+        with pytest.raises(cuflow.ArgumentOverflowError, match=str(value)):
+            call()
+    assert to_host(cf.where(c, u, 255)).tolist() == [1, 255, 3]
