@@ -29,8 +29,8 @@ Every error is a :class:`cuflow.CuflowError`: :class:`ImageFormatError` (also a
 ``ValueError``) for a value that breaks a rule, :class:`ImageTypeError` (also a
 ``TypeError``) for an argument of the wrong type or dtype (frames that are not uint8,
 a ``denormalize`` source that is not float32 or float16).  Sizes are ints (``10.9`` is
-refused, not truncated); ``pad``, ``mean``, ``std`` and ``scale`` are finite,
-``std`` and ``scale`` non-zero (see :class:`Norm`); ``flip`` and
+refused, not truncated); ``pad``, ``mean``, ``std`` and ``scale`` are finite real
+numbers (not bools or text), ``std`` and ``scale`` non-zero (see :class:`Norm`); ``flip`` and
 ``full_range`` are bools.
 
 Conventions

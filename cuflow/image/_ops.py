@@ -7,7 +7,8 @@ import numpy
 from . import _plan
 from ._options import Norm
 from ..core import runtime, use_stream
-from ._parse import ImageFormatError, device_vector, out_dtype, size as _size
+from ._parse import (CHANNELS, YUV, ImageFormatError, device_vector, out_dtype,
+                     size as _size)
 
 __all__ = ["crop_resize", "cvt_color", "denormalize", "letterbox", "normalize", "resize",
            "resize_normalize"]
@@ -168,7 +169,10 @@ def cvt_color(src, src_format, out_format, *, matrix="bt601", full_range=False, 
     current stream).  The source must not be modified until it has run.
     """
     if src_format is None or out_format is None:
-        raise ImageFormatError("cuflow.image.cvt_color: name both src_format and out_format")
+        raise ImageFormatError(
+            f"cuflow.image.cvt_color: src_format and out_format must both be given (src_format "
+            f"one of {sorted(CHANNELS.keys() | YUV.keys())}, out_format one of "
+            f"{sorted(CHANNELS)}), got src_format={src_format!r}, out_format={out_format!r}")
     return _plan.warp("cvt_color", src, interpolation="nearest", src_format=src_format,
                       out_format=out_format, layout="NHWC", dtype=numpy.uint8, matrix=matrix,
                       full_range=full_range, identity_affine=True, dst=dst, stream=stream)[0]

@@ -7,21 +7,28 @@ import math
 
 import numpy
 
-from ._parse import ImageFormatError, ImageTypeError
+from ._parse import ImageFormatError, ImageTypeError, is_real
 
 #: The kernels compute in float32: every coefficient must be a finite float32.
 _F32_MAX = float(numpy.finfo(numpy.float32).max)
 
 
+def _value(x):
+    """An array (of any backend) or a NumPy scalar as the Python values it holds, where text
+    and bools stay text and bools (and are refused as such)."""
+    return x.tolist() if hasattr(x, "dtype") else x
+
+
 def _floats(what: str, v) -> tuple[float, ...]:
+    items = _value(v)
     try:
-        vals = None if isinstance(v, str | bytes) else (
-            (float(v),) if numpy.ndim(v) == 0 else tuple(float(x) for x in v))
-    except (TypeError, ValueError):
-        vals = None
-    if vals is None:
+        items = (items,) if numpy.ndim(items) == 0 else tuple(map(_value, items))
+    except (TypeError, ValueError):  # (ragged nested sequences)
+        items = None
+    if items is None or not all(map(is_real, items)):
         raise ImageTypeError(f"cuflow.image.Norm: {what} must be a real number or a sequence "
-                             f"of them (one per channel), got {v!r}")
+                             f"of them (one per channel; not bools or text), got {v!r}")
+    vals = tuple(map(float, items))
     if not vals or not all(math.isfinite(x) for x in vals):
         raise ImageFormatError(f"cuflow.image.Norm: {what} must be finite (one value, or one "
                                f"per channel), got {v!r}")
@@ -52,7 +59,8 @@ class Norm:
         :func:`denormalize` ``std / scale``, ``mean / scale``) is not a finite
         float32, as with a denormal ``std`` such as ``1e-320``.
     ImageTypeError
-        A value is not a real number.
+        A value is not a real number (a bool or a string is not one, inside a
+        sequence too).
     """
 
     mean: tuple[float, ...] = (0.0,)

@@ -70,6 +70,28 @@ def out_dtype(dtype: Any, dst: Any) -> Any:
     return dt if dt is not None and dt.name in OUT_DTYPES else numpy.float32
 
 
+def checked_dtype(name: str, dtype: Any) -> numpy.dtype:
+    """``dtype`` as a NumPy dtype the kernels write: one of OUT_DTYPES, in the machine's
+    byte order."""
+    try:
+        dt = numpy.dtype(dtype)
+    except TypeError:
+        raise ImageTypeError(f"cuflow.image.{name}: dtype must be one of {list(OUT_DTYPES)}, "
+                             f"got {dtype!r}") from None
+    choice(name, "dtype", dt.name, OUT_DTYPES)
+    if not dt.isnative:  # (the kernels write the machine's byte order)
+        raise ImageTypeError(f"cuflow.image.{name}: dtype must be in the machine's byte order, "
+                             f"got {dt.str}")
+    return dt
+
+
+def is_real(value: Any) -> bool:
+    """Whether ``value`` is one real number, Python's or NumPy's: not a bool (``True`` is a
+    mistake, not 1), nor text (``"0.5"`` is not parsed)."""
+    return isinstance(value, int | float | numpy.integer | numpy.floating) and not isinstance(
+        value, bool | numpy.bool_)
+
+
 def flag(name: str, what: str, value: Any) -> bool:
     """``value`` as a bool: True or False (or NumPy's); anything else is refused."""
     if isinstance(value, bool | numpy.bool_):
@@ -79,8 +101,7 @@ def flag(name: str, what: str, value: Any) -> bool:
 
 def finite(name: str, what: str, value: Any) -> float:
     """``value`` as a finite float (a NaN or infinite parameter cannot be meant)."""
-    if isinstance(value, bool | numpy.bool_) or not isinstance(
-            value, int | float | numpy.integer | numpy.floating):
+    if not is_real(value):
         raise ImageTypeError(f"cuflow.image.{name}: {what} must be a real number, got "
                              f"{value!r}")
     v = float(value)

@@ -19,8 +19,8 @@ from ..raw_kernels import _launch  # its launch is looked up per call (cuflow.de
 from ..raw_kernels._registry import LIN_SOURCES, VEC_CHANNELS, vec_run
 from . import _reference
 from ._options import Norm
-from ._parse import (CHANNELS, INTERP, LAYOUTS, MATRICES, OUT_DTYPES, ImageFormatError,
-                     ImageTypeError, Src, choice, finite, flag, out_map, out_shape, parse_src,
+from ._parse import (CHANNELS, INTERP, LAYOUTS, MATRICES, ImageFormatError, ImageTypeError,
+                     Src, checked_dtype, choice, finite, flag, out_map, out_shape, parse_src,
                      per_channel, yuv_coefficients)
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +77,13 @@ class Letterbox:
         rt = runtime()
         xp = rt.xp
         if not hasattr(boxes, "shape"):  # (a list of boxes)
-            boxes = numpy.asarray(boxes)
+            try:
+                boxes = numpy.asarray(boxes)
+            except ValueError as e:  # ragged
+                raise ImageFormatError(
+                    f"cuflow.image.Letterbox.unmap_boxes: boxes must be a real array of shape "
+                    f"(..., 4) (x1, y1, x2, y2), got a ragged {type(boxes).__name__}: "
+                    f"{boxes!r}") from e
         shape = boxes.shape
         kind = getattr(getattr(boxes, "dtype", None), "kind", "")
         if not shape or shape[-1] != 4 or kind not in "iuf":
@@ -124,6 +130,21 @@ _LIN_PX, _LIN_ROWS = 1, 4
 _NV12_ROWS = 2
 _PLANS: dict[tuple, Any] = {}  # Plan and DenormPlan, keyed by operator name and options
 _MAX_PLANS = 512
+
+
+def _values_key(v: Any) -> tuple:
+    """``mean``, ``std`` or ``scale`` as given, as part of a plan key.
+
+    A list or array becomes the tuple of its values, so that it finds the plan of that
+    tuple rather than making the key unhashable (and the plan rebuilt on every call).  The
+    values' types are part of the key: ``True == 1``, and a plan built for ``1`` must not
+    answer a call given ``True``, which :class:`Norm` refuses.
+    """
+    if hasattr(v, "dtype"):
+        v = v.tolist()
+    if isinstance(v, list):
+        v = tuple(v)
+    return v, tuple(map(type, v)) if isinstance(v, tuple) else type(v)
 
 
 def _cached_plan(key: tuple, build: Callable[[], Any]) -> Any:
@@ -219,15 +240,7 @@ def _make_plan(name, src, *, size, letterbox_pad, rois, interpolation, norm, src
                out_format, layout, dtype, flip, pad, matrix, full_range,
                identity_affine) -> Plan:
     choice(name, "layout", layout, LAYOUTS)
-    try:
-        dtype = numpy.dtype(dtype)
-    except TypeError:
-        raise ImageTypeError(f"cuflow.image.{name}: dtype must be one of {list(OUT_DTYPES)}, "
-                             f"got {dtype!r}") from None
-    choice(name, "dtype", dtype.name, OUT_DTYPES)
-    if not dtype.isnative:  # (the kernels write the machine's byte order)
-        raise ImageTypeError(f"cuflow.image.{name}: dtype must be in the machine's byte order, "
-                             f"got {dtype.str}")
+    dtype = checked_dtype(name, dtype)
     choice(name, "interpolation", interpolation, INTERP)
     choice(name, "matrix", matrix, MATRICES)
     flip = flag(name, "flip", flip)
@@ -341,9 +354,9 @@ def warp(name: str, src, *, size=None, letterbox_pad=False, rois=None, roi_frame
     # flip, full_range and pad with their types: 1 == 1.0 == True would otherwise find the
     # plan of a valid call for an invalid one (flip=1.0, pad=True) and skip its checks
     key = (b, name, src.shape, src.strides, src.dtype, None if rois is None else rois.shape,
-           size, letterbox_pad, interpolation, norm, mean, std, scale, src_format, out_format,
-           layout, dtype, flip, type(flip), pad, type(pad), matrix, full_range,
-           type(full_range), identity_affine)
+           size, letterbox_pad, interpolation, norm, _values_key(mean), _values_key(std),
+           _values_key(scale), src_format, out_format, layout, dtype, flip, type(flip), pad,
+           type(pad), matrix, full_range, type(full_range), identity_affine)
     plan = _cached_plan(key, lambda: _make_plan(
         name, src, rois=rois, size=size, letterbox_pad=letterbox_pad,
         interpolation=interpolation,
@@ -398,8 +411,8 @@ def denorm(src, *, norm, mean, std, scale, layout, src_format, out_format, dst, 
         raise ImageTypeError(f"cuflow.image.denormalize: src must be a float32 or float16 "
                              f"array of the active {b.name} backend, got "
                              f"{getattr(src, 'dtype', type(src).__name__)}")
-    key = (b, "denormalize", src.shape, src.strides, src.dtype, norm, mean, std, scale, layout,
-           src_format, out_format)
+    key = (b, "denormalize", src.shape, src.strides, src.dtype, norm, _values_key(mean),
+           _values_key(std), _values_key(scale), layout, src_format, out_format)
     plan = _cached_plan(key, lambda: _denorm_plan(
         src, Norm.of("denormalize", norm, mean, std, scale), layout, src_format, out_format))
     return plan.run(src, dst, stream)

@@ -34,8 +34,8 @@ from .. import image, memory
 from .._checks import is_integer
 from .._errors import ArgumentError, ArgumentTypeError, CuflowError
 from ..core import Device, Event, Stream, as_stream, copy, empty, get_backend, zeros
-from ..image._parse import (CHANNELS, OUT_DTYPES, YUV, ImageTypeError, choice, out_dtype, out_map,
-                            per_channel)
+from ..image._parse import (CHANNELS, INTERP, LAYOUTS, YUV, checked_dtype, choice, finite,
+                            is_real, out_dtype, out_map, per_channel)
 from ._bufferizer import Bufferizer
 
 __all__ = ["Pipeline", "PipelineError", "PipelineOptions"]
@@ -51,7 +51,8 @@ class PipelineOptions:
 
     ``size`` is ``(height, width)``; ``letterbox=True`` keeps the aspect ratio
     and pads with ``pad`` (YOLO-style), else the frame is stretched.  The rest
-    is passed to :func:`cuflow.image.resize_normalize` / :func:`~cuflow.image.letterbox`.
+    is passed to :func:`cuflow.image.resize_normalize` / :func:`~cuflow.image.letterbox`;
+    ``mean`` and ``std`` given as sequences (lists, arrays) are kept as tuples of floats.
     With ``frames_reused=False``, ``n_staging`` frames are in flight ahead of the
     one being processed (one otherwise); ``copy_threads`` host threads copy
     pageable frames into pinned memory (``0``: upload pageable frames directly,
@@ -112,17 +113,12 @@ class PipelineOptions:
                 raise ArgumentTypeError(f"Pipeline: {name} must be True or False, "
                                         f"got {getattr(self, name)!r}")
         # checked here, once, rather than at the first frame
-        image.Norm(self.mean, self.std, self.scale)
-        if self.letterbox:
-            pad = self.pad
-            if not isinstance(pad, int | float | numpy.integer | numpy.floating) or \
-                    isinstance(pad, bool) or not numpy.isfinite(pad):
-                raise ArgumentError(f"Pipeline: pad must be a finite number, got {pad!r}")
-        for name, allowed in (("layout", ("NCHW", "NHWC")),
-                              ("interpolation", ("bilinear", "nearest", "area"))):
-            if getattr(self, name) not in allowed:
-                raise ArgumentError(f"Pipeline: {name} must be one of {list(allowed)}, got "
-                                    f"{getattr(self, name)!r}")
+        norm = image.Norm(self.mean, self.std, self.scale)
+        for name in ("mean", "std"):
+            if not is_real(getattr(self, name)):
+                # a sequence kept as the checked tuple of floats: a list or an array would
+                # be converted again for every frame's plan lookup
+                object.__setattr__(self, name, getattr(norm, name))
         self._check_image_options()
 
     def _check_image_options(self) -> None:
@@ -130,12 +126,11 @@ class PipelineOptions:
         rather than at the first frame (after it was taken from the source); they raise
         the errors the kernel would, naming it."""
         name = "letterbox" if self.letterbox else "resize_normalize"
-        try:
-            dtype = numpy.dtype(out_dtype(self.dtype, None))
-        except TypeError:
-            raise ImageTypeError(f"cuflow.image.{name}: dtype must be one of "
-                                 f"{list(OUT_DTYPES)}, got {self.dtype!r}") from None
-        choice(name, "dtype", dtype.name, OUT_DTYPES)
+        choice(name, "layout", self.layout, LAYOUTS)
+        checked_dtype(name, out_dtype(self.dtype, None))
+        choice(name, "interpolation", self.interpolation, INTERP)
+        if self.letterbox:
+            finite(name, "pad", self.pad)
         if self.src_format is not None:
             choice(name, "src_format", self.src_format, set(CHANNELS) | set(YUV))
             # out_map reads only the colours of the source, which src_format fixes (YUV
@@ -220,7 +215,8 @@ class Pipeline:
     --------
     Bad options raise :class:`cuflow.ArgumentError` / :class:`cuflow.ArgumentTypeError`
     when the Pipeline is made; those passed on to :mod:`cuflow.image` (``mean``,
-    ``std``, ``scale``, ``src_format``, ``out_format``, ``dtype``) raise its
+    ``std``, ``scale``, ``src_format``, ``out_format``, ``layout``, ``dtype``,
+    ``interpolation``, ``pad``) raise its
     :class:`~cuflow.image.ImageFormatError` / :class:`~cuflow.image.ImageTypeError`
     then too.  A bad frame raises the same errors, naming its shape, whatever
     ``copy_threads`` is.  An error during :meth:`batches` (a bad frame,
@@ -524,6 +520,10 @@ class Pipeline:
                 "Pipeline: frames must be uint8 numpy.ndarray (H, W, C) or (H*3//2, W), got "
                 f"{type(frame).__module__}.{type(frame).__name__}"
                 f"{' of ' + str(frame.dtype) if hasattr(frame, 'dtype') else ''}")
+        fmt = self.options.src_format
+        if fmt in YUV and frame.ndim != 2:  # (the kernel would take a 3-D one as a batch)
+            raise ArgumentError(f"Pipeline: with src_format={fmt!r} a frame is (H*3//2, W), "
+                                f"one frame per item, got shape {frame.shape}")
         if frame.ndim not in (2, 3):
             raise ArgumentError(f"Pipeline: a frame is (H, W, C) or (H*3//2, W), got shape "
                                 f"{frame.shape}")

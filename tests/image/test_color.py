@@ -81,3 +81,14 @@ def test_alpha_is_carried_never_added(cf, rng, src_format, shape, out_format):
     rgba = u8_frames(rng, (4, 6, 4))
     got = to_host(image.cvt_color(cf.asarray(rgba), "RGBA", out_format))
     np.testing.assert_array_equal(got, rgba if out_format == "RGBA" else rgba[..., [2, 1, 0, 3]])
+
+
+@pytest.mark.parametrize("src_format, out_format", [("RGB", None), (None, "BGR"), (None, None)])
+def test_cvt_color_needs_both_formats(cf, rng, src_format, out_format):
+    x = cf.asarray(u8_frames(rng, (6, 8, 3)))
+    with pytest.raises(image.ImageFormatError) as e:
+        image.cvt_color(x, src_format, out_format)
+    msg = str(e.value)
+    assert "src_format and out_format must both be given" in msg
+    assert f"got src_format={src_format!r}, out_format={out_format!r}" in msg
+    assert "'NV12'" in msg and "'BGRA'" in msg  # the formats allowed

@@ -35,6 +35,16 @@ def test_unmap_boxes_takes_four_real_coordinates(cf, rng):
             info.unmap_boxes(bad)
 
 
+def test_unmap_boxes_refuses_ragged_boxes(cf, rng):
+    # as crop_resize does: an ImageFormatError naming the rule and the boxes given
+    _, info = image.letterbox(cf.asarray(u8_frames(rng, (16, 32, 3))), 16)
+    ragged = [rng.uniform(0, 16, 4).tolist(), [1.5, 2.5]]
+    with pytest.raises(image.ImageFormatError) as e:
+        info.unmap_boxes(ragged)
+    assert "unmap_boxes: boxes must be a real array of shape (..., 4)" in str(e.value)
+    assert repr(ragged) in str(e.value)
+
+
 
 def test_letterbox_pad_is_normalized(cf, rng):
     x = cf.asarray(u8_frames(rng, (10, 20, 3)))

@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 from cuflow import image
+from cuflow.image import _plan
 from cuflow.image._plan import warp  # the plan a call takes: private by nature
-from image_helpers import MEAN, close, on_numpy, poisoned, u8_frames
+from cuflow.testing import to_host
+from image_helpers import MEAN, STD, close, on_numpy, poisoned, u8_frames
 
 
 def test_bilinear_plans_take_the_fast_kernel_where_it_applies(cf, rng):
@@ -132,3 +134,23 @@ def test_kernel_matches_reference(gpu_cf, rng, case, layout, dtype):
     r = fn(gpu_cf.asarray(x), *args, dst=poisoned(gpu_cf, want.shape, dtype), **kw)
     got = r[0] if isinstance(r, tuple) else r
     close(got, want, dtype, kw)
+
+
+def test_mean_std_as_lists_or_arrays_share_the_plan_of_tuples(cf, rng, monkeypatch):
+    """A plan is built once for the values, however the sequence is spelled (lists are
+    torchvision's spelling): a list must not make the cache miss on every call."""
+    monkeypatch.setattr(_plan, "_PLANS", {})  # (the cache: empty, for this test only)
+    x = cf.asarray(u8_frames(rng, (2, 12, 16, 3)))
+    spellings = [(list(MEAN), list(STD)), (list(MEAN), list(STD)), (MEAN, STD),
+                 (np.array(MEAN), np.array(STD))]
+    outs, infos = zip(*(image.letterbox(x, 8, mean=m, std=s) for m, s in spellings),
+                      strict=True)
+    assert len(_plan._PLANS) == 1
+    assert all(i is infos[0] for i in infos)  # the cached plan's Letterbox
+    for o in outs[1:]:
+        np.testing.assert_array_equal(to_host(o), to_host(outs[0]))
+    y = image.normalize(x, mean=MEAN, std=STD)
+    backs = [image.denormalize(y, mean=m, std=s, layout="NCHW") for m, s in spellings]
+    assert len(_plan._PLANS) == 3  # normalize's and denormalize's
+    for b in backs[1:]:
+        np.testing.assert_array_equal(to_host(b), to_host(backs[0]))

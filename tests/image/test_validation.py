@@ -52,6 +52,26 @@ def test_mean_std_must_be_real_numbers(cf, rng):
         image.normalize(x, mean=[0, NAN, 0])
 
 
+@pytest.mark.parametrize("what", ["mean", "std"])
+@pytest.mark.parametrize("bad, valid", [
+    (["0.5", "0.5", "0.5"], None), ([b"0.5"] * 3, None), (np.array(["0.5"] * 3), None),
+    ([True, True, True], [1, 1, 1]), ((1.0, True, 1.0), (1.0, 1, 1.0)), (True, 1),
+    (np.array([True, True, True]), np.array([1, 1, 1]))])
+def test_mean_std_elements_must_be_real_numbers(cf, rng, what, bad, valid):
+    """Each value is a real number: text is not parsed and a bool is not 1, also when a
+    valid call of equal values (1 == True) built its plan first."""
+    x = cf.asarray(u8_frames(rng, (2, 12, 16, 3)))
+    if valid is not None:
+        image.normalize(x, **{what: valid})
+    calls = [lambda: image.normalize(x, **{what: bad}),
+             lambda: image.Norm(**{what: bad}),
+             lambda: cuflow.Pipeline(8, 2, **{what: bad})]
+    for call in calls:
+        with pytest.raises(image.ImageTypeError) as e:
+            call()
+        _clear(e.value, f"{what} must be a real number or a sequence of them", repr(bad))
+
+
 @pytest.mark.parametrize("pad, err", [(NAN, image.ImageFormatError),
                                       (INF, image.ImageFormatError),
                                       ("gray", image.ImageTypeError),

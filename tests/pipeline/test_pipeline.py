@@ -118,6 +118,72 @@ def test_image_options_that_fit_are_taken(cf, kw):
     assert cf.Pipeline(8, 2, **kw).options.src_format == kw.get("src_format")
 
 
+NAN = float("nan")
+
+
+@pytest.mark.parametrize("kw, err, words", [
+    (dict(pad="114"), "ImageTypeError", ("pad must be a real number", "'114'")),
+    (dict(pad=None), "ImageTypeError", ("pad must be a real number", "None")),
+    (dict(pad=True), "ImageTypeError", ("pad must be a real number", "True")),
+    (dict(pad=NAN), "ImageFormatError", ("pad must be finite", "nan")),
+    (dict(layout="CHW"), "ImageFormatError", ("layout must be one of", "'CHW'")),
+    (dict(layout=["NCHW"]), "ImageFormatError", ("layout must be one of", "['NCHW']")),
+    (dict(interpolation="cubic"), "ImageFormatError", ("interpolation must be one of",
+                                                       "'cubic'")),
+])
+def test_options_raise_what_the_image_functions_raise(cf, rng, kw, err, words):
+    """Refused when the Pipeline is made, with the error cuflow.image.letterbox raises for
+    the same value (the same class and message)."""
+    x = cf.asarray(rng.integers(0, 256, (12, 16, 3), dtype=np.uint8))
+    with pytest.raises(getattr(cf.image, err)) as want:
+        cf.image.letterbox(x, 8, **kw)
+    with pytest.raises(getattr(cf.image, err)) as e:
+        cf.Pipeline(8, 2, letterbox=True, **kw)
+    assert type(e.value) is type(want.value) and str(e.value) == str(want.value)
+    for w in ("cuflow.image.letterbox", *words):
+        assert w in str(e.value), f"{w!r} not in {str(e.value)!r}"
+
+
+def test_a_dtype_of_another_byte_order_is_refused_when_the_pipeline_is_made(cf, rng):
+    other = np.dtype("f4").newbyteorder()
+    x = cf.asarray(rng.integers(0, 256, (12, 16, 3), dtype=np.uint8))
+    with pytest.raises(cf.image.ImageTypeError) as want:
+        cf.image.resize_normalize(x, 8, dtype=other)
+    with pytest.raises(cf.image.ImageTypeError) as e:
+        cf.Pipeline(8, 2, dtype=other)
+    assert str(e.value) == str(want.value)
+    assert f"dtype must be in the machine's byte order, got {other.str}" in str(e.value)
+
+
+@pytest.mark.parametrize("fmt", ["NV12", "I420"])
+def test_yuv_frames_are_one_frame_per_item(cf, rng, fmt):
+    h, w = 16, 20
+    frame = rng.integers(0, 256, (h * 3 // 2, w), dtype=np.uint8)
+    pipe = cf.Pipeline((8, 8), 4, src_format=fmt)
+    assert [b.shape for b in pipe.batches([frame] * 3)] == [(3, 3, 8, 8)]
+    for stacked in (rng.integers(0, 256, (2, h * 3 // 2, w), dtype=np.uint8),
+                    rng.integers(0, 256, (1, 2, h * 3 // 2, w), dtype=np.uint8)):
+        with pytest.raises(cf.ArgumentError) as e:
+            list(pipe.batches([frame, stacked]))
+        msg = str(e.value)
+        assert f"src_format={fmt!r}" in msg and "(H*3//2, W)" in msg, msg
+        assert str(stacked.shape) in msg, msg
+        assert list(pipe.undelivered) == [0, 1]
+    assert pipe.frames_in == 2 and pipe.frames_out == 0
+
+
+def test_mean_std_lists_build_one_plan(cf, rng, monkeypatch):
+    """Lists (torchvision's spelling) find the plan the first frame built, as tuples do."""
+    from cuflow.image import _plan  # (its plan cache: private by nature)
+    monkeypatch.setattr(_plan, "_PLANS", {})
+    frames = host_frames(rng, 9, h=20, w=30)
+    pipe = cf.Pipeline((8, 8), 4, mean=list(MEAN), std=list(STD))
+    got = np.concatenate([cf.asnumpy(b) for b in pipe.batches(frames)])
+    assert len(_plan._PLANS) == 1
+    np.testing.assert_allclose(got, expected(cf, frames, (8, 8), mean=MEAN, std=STD),
+                               rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("reused, threads", [(True, 3), (False, 3), (True, 0)])
 @pytest.mark.parametrize("first", [True, False])
 @pytest.mark.parametrize("shape", [(0, 64, 3), (48, 64, 2), (3, 2), (3, 16, 4)])
