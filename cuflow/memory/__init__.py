@@ -26,8 +26,9 @@ bench/test_bench_memory.py::test_trace):
   that the next allocation of that size takes back; frees from CuPy are queued
   by a C-level dictionary store, so finalizers never re-enter the pool;
 * warm-up: :func:`warmup` runs a function once with the largest inputs and
-  keeps the segments its pattern needs (kept segments serve any smaller request
-  and are released only by :func:`empty_cache`), so later calls make no
+  keeps the segments its pattern needs (kept segments serve any smaller request;
+  an ordinary miss does not release them, :func:`empty_cache` does, and so does a
+  miss whose new segment the limit or the device refuses), so later calls make no
   device allocation (``stats()["num_device_alloc"]`` proves it);
 * streams: a block is reused on another stream only after an event ordering
   (no host synchronization), and :func:`record_stream` marks cross-stream use
@@ -233,9 +234,9 @@ def set_limit(limit: int | float | str | None, device: int | None = None) -> Non
     limit : int, float, str or None
         Bytes (an ``int``, or a string as ``CUFLOW_MEMORY_LIMIT`` takes: ``"8GiB"``,
         ``"512MB"``, ``"8e9"``), a fraction of the device's memory (a ``float`` in
-        (0, 1], or ``"0.8"``, ``"80%"``), or ``None`` for no limit.  0 bytes is no
-        limit too, as ``size=0`` is for CuPy's ``MemoryPool.set_limit`` (and
-        :meth:`Pool.set_limit`).
+        (0, 1], or ``"0.8"``, ``"80%"``), or ``None`` for no limit.  0 bytes in any
+        form (``0``, ``"0"``, ``"0B"``, ``CUFLOW_MEMORY_LIMIT=0``) is no limit too, as
+        ``size=0`` is for CuPy's ``MemoryPool.set_limit`` (and :meth:`Pool.set_limit`).
     device : int, optional
         Default: the current device.
 
@@ -244,7 +245,8 @@ def set_limit(limit: int | float | str | None, device: int | None = None) -> Non
     MemoryTypeError
         ``limit`` is a bool or of another type.
     MemoryValueError
-        A negative or NaN limit, a float outside (0, 1], a malformed string.
+        A negative or NaN limit, a float outside (0, 1], a fraction that comes to 0 bytes
+        (it would read as no limit), a malformed string.
 
     Warns
     -----
@@ -254,15 +256,18 @@ def set_limit(limit: int | float | str | None, device: int | None = None) -> Non
         one fail until enough memory is freed (nothing already allocated is lost).
     """
     pool = get_pool(device)
-    pool.limit = limit  # (set_limit's forms: the pool's limit reads them)
-    if pool.limit is not None and pool.reserved > pool.limit:
-        pool.empty_cache()
-        if pool.reserved > pool.limit:
-            warnings.warn(
-                f"cuflow.memory.set_limit: the pool of {pool.where} reserves "
-                f"{pool.reserved} bytes ({pool.allocated} in use), more than the new limit of "
-                f"{pool.limit}; allocations that need a new segment raise OutOfMemoryError "
-                f"until enough is freed", MemoryLimitWarning, stacklevel=2)
+    with pool._lock:  # no segment taken between the limit and the release it asks for
+        pool.limit = limit  # (set_limit's forms: the pool's limit reads them)
+        over = pool.limit is not None and pool.reserved > pool.limit
+        if over:
+            pool.empty_cache()
+            over = pool.reserved > pool.limit
+    if over:
+        warnings.warn(
+            f"cuflow.memory.set_limit: the pool of {pool.where} reserves "
+            f"{pool.reserved} bytes ({pool.allocated} in use), more than the new limit of "
+            f"{pool.limit}; allocations that need a new segment raise OutOfMemoryError "
+            f"until enough is freed", MemoryLimitWarning, stacklevel=2)
 
 
 def record_stream(array: Any, stream: Any) -> None:
@@ -303,8 +308,10 @@ def warmup(fn: Callable[..., Any], *largest_inputs: Any, pool: Pool | None = Non
 
     The pool records ``fn``'s allocations, returns every cached segment and
     replays the recorded pattern twice (host-side only, no kernels).  The
-    segments the replay made are kept: any request may split them, a miss does
-    not release them, and only :func:`empty_cache` does.  Later calls with inputs
+    segments the replay made are kept: any request may split them, and an ordinary
+    miss does not release them.  :func:`empty_cache` does, and so does a miss whose new
+    segment the limit or the device refuses: memory is short then, and the kept segments
+    go back before the pool raises ``OutOfMemoryError``.  Later calls with inputs
     up to these sizes then take no segment that the pattern did not need, and make
     no device allocation (``stats()["num_device_alloc"]`` stays put;
     ``python -m cuflow bench traces``, "cuflow after warmup").

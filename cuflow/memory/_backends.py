@@ -22,6 +22,9 @@ import ctypes
 import mmap
 from typing import Any
 
+from .._checks import is_integer
+from ._exceptions import MemoryTypeError, MemoryValueError
+
 __all__ = ["Backend", "CudaMallocBackend", "DriverPoolBackend", "HostBackend"]
 
 
@@ -113,7 +116,14 @@ class HostBackend(_Counted):
     cheap_release = True
 
     def __init__(self, capacity: int | None = None) -> None:
-        self.capacity = capacity
+        if capacity is not None and not is_integer(capacity):
+            raise MemoryTypeError(f"cuflow.memory.HostBackend: capacity must be None or an int "
+                                  f"number of bytes >= 0, got {type(capacity).__name__} "
+                                  f"{capacity!r}")
+        if capacity is not None and capacity < 0:
+            raise MemoryValueError(f"cuflow.memory.HostBackend: capacity must be None or an "
+                                   f"int number of bytes >= 0, got {capacity}")
+        self.capacity = None if capacity is None else int(capacity)
         self.buffers: dict[int, Any] = {}
 
     def alloc(self, nbytes: int, stream: int) -> int:
@@ -123,7 +133,10 @@ class HostBackend(_Counted):
         # an anonymous mapping: the kernel commits its zeroed pages as they are first written,
         # so a segment costs resident memory only for the blocks used (a ctypes buffer is
         # zeroed whole: tests/memory/test_hotpath.py's replays held gigabytes resident)
-        buf = mmap.mmap(-1, max(nbytes, 1))
+        try:
+            buf = mmap.mmap(-1, max(nbytes, 1))
+        except (OSError, OverflowError) as e:  # the host cannot map that much: out of memory
+            raise MemoryError(f"host backend: {nbytes} bytes requested: {e}") from e
         view = ctypes.c_char.from_buffer(buf)
         ptr = ctypes.addressof(view)
         self.buffers[ptr] = (view, buf)

@@ -8,6 +8,7 @@ blocks (``prev``/``next`` links); free blocks sit in one :class:`FreeList` per
 from __future__ import annotations
 
 import bisect
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -15,7 +16,7 @@ from .._checks import is_integer
 from ._exceptions import MemoryTypeError, MemoryValueError
 
 __all__ = ["DEAD_STREAM", "LARGE_ROUND", "LARGE_SPLIT_MAX", "MIN_SEGMENT", "SMALL", "SPLIT_MIN",
-           "Block", "FreeList", "Segment", "round_size", "size_class"]
+           "Block", "FreeList", "Segment", "check_stream", "round_size", "size_class"]
 
 SMALL = 1 << 20
 LARGE_ROUND = 1 << 17
@@ -40,6 +41,19 @@ def _check_bytes(name: str, n: Any) -> None:
     if n < 0:
         raise MemoryValueError(f"cuflow.memory.{name}: n must be a number of bytes >= 0, got "
                                f"{n}")
+
+
+def check_stream(where: str, stream: Any) -> int:
+    """``stream`` as an int, checked: a stream handle is an int in [0, 2**63) (not a bool;
+    the pool keeps -1 for destroyed streams, and the compiled paths hold a handle in 64
+    bits)."""
+    if not is_integer(stream):
+        raise MemoryTypeError(f"cuflow.memory.{where}: stream must be a stream handle, an int "
+                              f"in [0, 2**63), got {type(stream).__name__} {stream!r}")
+    if not 0 <= stream <= sys.maxsize:
+        raise MemoryValueError(f"cuflow.memory.{where}: stream must be a stream handle, an "
+                               f"int in [0, 2**63), got {stream}")
+    return int(stream)
 
 
 def round_size(n: int) -> int:
@@ -68,7 +82,9 @@ class Segment:
 
     def __init__(self, ptr: int, nbytes: int, stream: int, owner: Any) -> None:
         self.ptr, self.nbytes, self.stream, self.owner = ptr, nbytes, stream, owner
-        self.keep = False  # kept by a warm-up: split freely, released only by empty_cache
+        # kept by a warm-up: split freely, not released by a miss (only by empty_cache, or
+        # when a segment the limit or the device refused needs the memory)
+        self.keep = False
         self.streams: set[int] = {stream}
         self.first: Block | None = None  # the lowest block; splitting and coalescing keep it
 

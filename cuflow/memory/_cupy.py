@@ -16,6 +16,7 @@ from typing import Any
 import numpy
 
 from .._checks import is_integer
+from .._errors import BackendError
 from ..core._fastpath import driver_addresses
 from ..core._runtime import runtime
 from ..core._streams import as_cupy_stream
@@ -51,8 +52,18 @@ class Pool(_CorePool):
     @property
     def malloc(self) -> Callable[[int], Any]:
         """CuPy's allocator hook: ``malloc(nbytes)`` gives a ``cupy.cuda.MemoryPointer`` on
-        the current stream; pass it to ``cupy.cuda.set_allocator`` or ``using_allocator``."""
+        the current stream; pass it to ``cupy.cuda.set_allocator`` or ``using_allocator``.
+
+        Raises
+        ------
+        cuflow.BackendError
+            The active backend is not CuPy (the hook makes CuPy memory objects).
+        """
         if self._cupy_malloc is None:
+            rt = runtime()
+            if not rt.is_gpu:
+                raise BackendError(f"cuflow.memory.Pool.malloc: CuPy's allocator hook needs "
+                                   f"the CuPy backend, but the active backend is {rt.name!r}")
             self._cupy_malloc = make_cupy_malloc(self)
         return self._cupy_malloc
 

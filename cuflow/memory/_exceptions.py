@@ -11,8 +11,10 @@ __all__ = ["DoubleFreeError", "MemoryLimitWarning", "MemoryTypeError", "MemoryVa
 
 
 class MemoryValueError(CuflowError, ValueError):
-    """A negative allocation size, or a bad limit, device or pool setting (``set_limit``,
-    ``CUFLOW_MEMORY_LIMIT``, ``device=``)."""
+    """A negative allocation size, a bad limit, device, stream or pool setting
+    (``set_limit``, ``CUFLOW_MEMORY_LIMIT``, ``device=``, ``stream=``), or a call the pool's
+    state does not allow (a recording started while one is active or stopped without one,
+    ``record_stream`` of a block the pool does not lend)."""
 
 
 class MemoryTypeError(CuflowError, TypeError):

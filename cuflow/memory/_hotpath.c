@@ -196,6 +196,7 @@ typedef struct {
     PyObject_HEAD
     long long requested, allocated, peak_requested, peak_allocated, peak_active, pending_bytes;
     long long reserved, peak_reserved, num_segment_alloc, num_segment_free;
+    long long max_request; /* _pool.max_request: a larger (or negative) request goes to Python */
     char busy, slow;
     long long hits[224]; /* cache hits by statistics class (_blocks.size_class) */
 } PoolState;
@@ -281,6 +282,8 @@ static PyMemberDef state_members[] = {
      "segments taken from the source"},
     {"num_segment_free", T_LONGLONG, offsetof(PoolState, num_segment_free), 0,
      "segments given back to the source"},
+    {"max_request", T_LONGLONG, offsetof(PoolState, max_request), 0,
+     "most bytes a request may ask for (rounded up, it stays below 2**63)"},
     {"busy", T_BOOL, offsetof(PoolState, busy), 0, "a slow path runs (frees wait in _freed)"},
     {"slow", T_BOOL, offsetof(PoolState, slow), 0, "the hot path defers to the general one"},
     {NULL, 0, 0, 0, NULL},
@@ -293,7 +296,10 @@ state_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_TypeError, "PoolState() takes no arguments");
         return NULL;
     }
-    return type->tp_alloc(type, 0); /* zeroed */
+    PoolState *st = (PoolState *)type->tp_alloc(type, 0); /* zeroed */
+    if (st != NULL) /* (the pool sets its own, from its backend's granularity) */
+        st->max_request = LLONG_MAX - LARGE_ROUND;
+    return (PyObject *)st;
 }
 
 static PyTypeObject PoolStateType = {
@@ -1239,13 +1245,16 @@ backend_policy(HotAlloc *self, int *cheap, long long *granule)
     return 0;
 }
 
-/* Pool._segment_bytes for the general pool */
+/* Pool._segment_bytes for the general pool.  A size past what whole granules can hold
+ * (possible only where the backend's granularity grew after max_request was set) saturates
+ * to LLONG_MAX, a segment no source gives, rather than wrapping around. */
 static inline long long
 segment_bytes(long long size, long long granule)
 {
     if (size < SMALL)
         return size > MIN_SEGMENT ? size : MIN_SEGMENT;
-    return (size + granule - 1) / granule * granule;
+    long long n = (size - 1) / granule + 1;
+    return n > LLONG_MAX / granule ? LLONG_MAX : n * granule;
 }
 
 /* Whether Pool._alloc_slow's steps before a new segment have nothing to do for this miss:
@@ -1460,6 +1469,30 @@ fail:
     return NULL;
 }
 
+/* Pool._uncount_miss: a miss on ``size_obj`` that raised served nothing, so it is not
+ * counted (num_alloc, num_free); the exception being raised stays */
+static void
+uncount_miss(PyObject *misses, PyObject *size_obj)
+{
+    PyObject *exc = raised_exception();
+    PyObject *n = PyDict_GetItemWithError(misses, size_obj);
+    long long nv = n == NULL ? 0 : as_ll(n);
+    if (n != NULL && !(nv == -1 && PyErr_Occurred())) {
+        if (nv > 1) {
+            PyObject *m = PyLong_FromLongLong(nv - 1);
+            if (m != NULL) {
+                PyDict_SetItem(misses, size_obj, m);
+                Py_DECREF(m);
+            }
+        }
+        else
+            PyDict_DelItem(misses, size_obj);
+    }
+    if (PyErr_Occurred())
+        PyErr_WriteUnraisable(misses);
+    restore_exception(exc);
+}
+
 /* Pool._alloc_slow for the general pool: when its first steps have nothing to do, count the
  * miss, release the free segments (a backend with cheap release), take a new segment;
  * otherwise the Python method.  ``cheap`` and ``granule``: the backend's policy as
@@ -1508,6 +1541,7 @@ alloc_slow(HotAlloc *self, long long size, PyObject *size_obj, PyObject *stream,
         return NULL;
     }
     Py_INCREF(source);
+    Py_INCREF(misses);
     if (!cheap || release_free_segments(self, source) == 0)
         b = segment_block(self, source, size_obj, seg_bytes, stream);
     Py_DECREF(source);
@@ -1515,6 +1549,9 @@ alloc_slow(HotAlloc *self, long long size, PyObject *size_obj, PyObject *stream,
         PyErr_Format(PyExc_TypeError, "Pool._segment_refused gave a %R", Py_TYPE(b));
         Py_CLEAR(b);
     }
+    if (b == NULL)
+        uncount_miss(misses, size_obj);
+    Py_DECREF(misses);
     return b;
 }
 
@@ -1538,7 +1575,9 @@ alloc_general(HotAlloc *self, long long size, PyObject *nbytes_obj, long long nb
         }
         if (cheap) { /* at most twice the request, or the segment a miss would make for it */
             long long seg = segment_bytes(size, granule);
-            most = size * LARGE_SPLIT_MAX > seg ? size * LARGE_SPLIT_MAX : seg;
+            most = size > LLONG_MAX / LARGE_SPLIT_MAX ? LLONG_MAX : size * LARGE_SPLIT_MAX;
+            if (seg > most)
+                most = seg;
         }
     }
     if (fl != NULL) {
@@ -1569,7 +1608,9 @@ alloc_miss(HotAlloc *self, long long size, PyObject *nbytes_obj, long long nbyte
            PyObject *stream)
 {
     PyObject *size_obj, *r;
-    if (self->segment_type == NULL || nbytes < 0)
+    /* negative, or past max_request: Pool._alloc_miss refuses it */
+    if (self->segment_type == NULL
+        || (unsigned long long)nbytes > (unsigned long long)self->st->max_request)
         goto python;
     if (self->st->slow) /* a capture, a recording, a destroyed stream */
         goto python;
@@ -1638,13 +1679,16 @@ alloc_locked(HotAlloc *self, PyObject *nbytes_obj, long long nbytes, PyObject *s
                 return again;
         }
     }
+    /* a negative request, or one whose rounding would wrap around (one unsigned compare):
+     * to Pool._alloc_miss, unrounded, which refuses it */
+    if ((unsigned long long)nbytes > (unsigned long long)self->st->max_request)
+        return alloc_miss(self, nbytes, nbytes_obj, nbytes, stream);
     long long size;
     if (nbytes < SMALL)
         size = nbytes > 0 ? ((nbytes + 511) >> 9) << 9 : 512;
     else
         size = (nbytes + LARGE_ROUND - 1) & ~(long long)(LARGE_ROUND - 1);
-    int slow = self->st->slow;
-    if (!slow && nbytes >= 0) {
+    if (!self->st->slow) {
         PyObject *hit = quick_hit(self, nbytes, size, stream);
         if (hit != Py_None)
             return hit; /* a pointer, or NULL */
@@ -1660,9 +1704,12 @@ hot_call(HotAlloc *self, PyObject *const *args, size_t nargsf, PyObject *kwnames
                                          "positional arguments");
         return NULL;
     }
-    long long nbytes = PyLong_AsLongLong(args[0]);
+    int over;
+    long long nbytes = PyLong_AsLongLongAndOverflow(args[0], &over);
     if (nbytes == -1 && PyErr_Occurred())
         return NULL;
+    if (over) /* past 64 bits: past max_request too, so Pool._alloc_miss refuses args[0] */
+        nbytes = over > 0 ? LLONG_MAX : LLONG_MIN;
     PyObject *stream;
     if (self->get_stream != NULL) { /* CuPy's callback: args[1] is the device id */
         intptr_t s = self->get_stream();

@@ -6,8 +6,10 @@ pool stacks one over its backend while it has a limit, and none otherwise, so
 an unlimited pool pays nothing for limits.
 
 A limit is ``None`` (no limit), bytes (an ``int``, or a string such as
-``"8GiB"``, ``"512MB"``, ``"8e9"``) or a fraction of the device's memory (a
-``float`` in (0, 1], or a string such as ``"0.8"`` or ``"80%"``).  A miss that
+``"8GiB"``, ``"512MB"``, ``"8e9"``; 0 bytes in any form, ``0``, ``"0"``,
+``"0B"``, is no limit) or a fraction of the device's memory (a ``float`` in
+(0, 1], or a string such as ``"0.8"`` or ``"80%"``; one that comes to 0 bytes
+is refused).  A miss that
 the limit refuses returns the pool's free segments and tries again (see
 ``_pool``), so the limit bounds reserved bytes, not only bytes in use.
 """
@@ -35,6 +37,12 @@ class LimitExceeded(MemoryError):
 
 class LimitingAdaptor(Backend):
     """A segment source over ``upstream`` that holds at most ``limit`` bytes.
+
+    It counts and refuses segments (``alloc``, ``free`` and their private forms); everything
+    else (streams and events, release policy, granularity, device statistics, ``trim``, and
+    any other attribute) is the upstream backend's, so a pool over it orders streams as it
+    would over ``upstream``.  A pool given one as its backend takes it as its limit:
+    ``pool.limit`` is the adaptor's, and ``pool.limit = None`` removes it.
 
     Parameters
     ----------
@@ -77,6 +85,28 @@ class LimitingAdaptor(Backend):
         self.upstream.free_private(ptr, nbytes)
         self.held -= nbytes
 
+    def __getattr__(self, name: str) -> Any:
+        # only names this class and Backend do not define; Backend's defaults are forwarded
+        # below.  (Before __init__, as copy and pickle make one, there is no upstream: the
+        # lookup then fails as an ordinary missing attribute.)
+        up = self.__dict__.get("upstream")
+        return object.__getattribute__(self, name) if up is None else getattr(up, name)
+
+
+def _forward(name: str) -> property:
+    """The upstream backend's ``name`` (a method comes bound to the upstream)."""
+    return property(lambda self: getattr(self.upstream, name),
+                    doc=f"The upstream backend's ``{name}``.")
+
+
+# every default of Backend the adaptor does not implement itself: a class attribute there
+# would hide the upstream's from __getattr__
+for _name in ("cheap_release", "segment_granularity", "segment_granularity_min", "device_id",
+              "device_allocs", "device_frees", "current_stream", "record", "done", "wait",
+              "synchronize", "device_reserved", "reset_device_peak", "trim"):
+    setattr(LimitingAdaptor, _name, _forward(_name))
+del _name
+
 
 def limit_bytes(size: int | None, fraction: float | None, backend: Backend) -> int | None:
     """The limit ``size`` bytes, or ``fraction`` of the device memory of ``backend``."""
@@ -89,7 +119,14 @@ def limit_bytes(size: int | None, fraction: float | None, backend: Backend) -> i
         if not 0 < fraction <= 1:  # NaN fails this too
             raise MemoryValueError(f"cuflow.memory.set_limit: fraction must be in (0, 1], "
                                    f"got {fraction}")
-        return int(fraction * device_total(backend))
+        total = device_total(backend)
+        n = int(fraction * total)
+        if n == 0:  # (0 bytes would read as no limit)
+            raise MemoryValueError(
+                f"cuflow.memory.set_limit: a fraction limit must come to at least 1 byte of "
+                f"the device's {total} bytes, got fraction {fraction!r}, which comes to 0 "
+                f"bytes; give None or 0 bytes for no limit")
+        return n
     if size is None:
         return None
     if isinstance(size, bool) or not isinstance(size, numbers.Integral):
@@ -124,6 +161,8 @@ def limit_of(limit: Any, backend: Backend) -> int | None:
 
 def device_total(backend: Backend) -> int:
     """Bytes of memory ``backend`` draws from (a host backend: its capacity)."""
+    while isinstance(backend, LimitingAdaptor):
+        backend = backend.upstream
     if isinstance(backend, HostBackend):
         if backend.capacity is None:
             raise MemoryValueError("cuflow.memory: a fraction limit needs a backend with a "
@@ -151,7 +190,8 @@ def _split(text: str, what: str) -> tuple[str, float]:
                     break
             else:
                 x = float(low)
-                kind = "fraction" if x <= 1 else "bytes"
+                # a plain 0 is 0 bytes (no limit, as the int 0 is), not a fraction of 0
+                kind = "fraction" if 0 < x <= 1 else "bytes"
     except ValueError:
         raise MemoryValueError(f"{what}={text!r}: expected {_FORMS}") from None
     if math.isnan(x) or math.isinf(x) or x < 0 or (kind == "fraction" and x == 0):

@@ -35,7 +35,15 @@ freed on another stream by making this stream wait on an event recorded there
 (no host synchronization); else (a miss) release fully free segments when the
 backend can reuse them cheaply (all but kept ones), and get a new segment
 (for a request of 1 MiB or more, a whole number of granules: the backend's
-``segment_granularity``, or less while the pool is small, see :func:`granule`).  Coalescing joins free neighbours of the same stream.
+``segment_granularity``, or less while the pool is small, see :func:`granule`).
+A segment that the limit or the device refuses starts one retry sequence, the
+same for both: collect garbage, process queued frees, release every wholly free
+segment (kept ones too: memory is short), wait for pending cross-stream frees,
+then take the smallest fit of any size on the stream, else borrow one of any
+size from another stream, else try one last segment; then
+:class:`~cuflow.OutOfMemoryError`.  A request whose rounding would pass 2**63
+(see :func:`max_request`) is refused at once.  Coalescing joins free neighbours
+of the same stream.
 A block used on other streams (``record_stream``) is not reused until events
 recorded on those streams at free time have completed.
 
@@ -60,7 +68,7 @@ from .._errors import OutOfMemoryError
 from ._backends import Backend
 from ._env import POOL_HOTPATH
 from ._blocks import (DEAD_STREAM, LARGE_ROUND, LARGE_SPLIT_MAX, MIN_SEGMENT, SMALL, SPLIT_MIN,
-                      Block, FreeList, Segment, round_size, size_class)
+                      Block, FreeList, Segment, check_stream, round_size, size_class)
 from ._exceptions import DoubleFreeError, MemoryTypeError, MemoryValueError
 from ._graphs import GraphPoolsMixin
 from ._limit import LimitExceeded, LimitingAdaptor, limit_of
@@ -88,14 +96,15 @@ class PyPoolState:
     """The pool's counters and flags where the extension was not built (``_hotpath.PoolState``
     otherwise, whose fields the compiled paths read and write directly)."""
 
-    __slots__ = ("allocated", "busy", "hits", "num_segment_alloc", "num_segment_free",
-                 "peak_active", "peak_allocated", "peak_requested", "peak_reserved",
-                 "pending_bytes", "requested", "reserved", "slow")
+    __slots__ = ("allocated", "busy", "hits", "max_request", "num_segment_alloc",
+                 "num_segment_free", "peak_active", "peak_allocated", "peak_requested",
+                 "peak_reserved", "pending_bytes", "requested", "reserved", "slow")
 
     def __init__(self) -> None:
         self.requested = self.allocated = self.peak_requested = self.peak_allocated = 0
         self.peak_active = self.pending_bytes = self.reserved = self.peak_reserved = 0
         self.num_segment_alloc = self.num_segment_free = 0
+        self.max_request = sys.maxsize - LARGE_ROUND  # (the pool sets its own)
         self.busy = self.slow = False
         self.hits: defaultdict[int, int] = defaultdict(int)
 
@@ -127,6 +136,13 @@ def granule(backend: Backend, reserved: int) -> int:
     return g
 
 
+def max_request(backend: Backend) -> int:
+    """Most bytes a request to a pool over ``backend`` may ask for: rounded up to a block
+    (:data:`LARGE_ROUND`) and then to a whole granule, it must stay a size the compiled paths
+    can hold (below 2**63), or it would wrap around to a small or negative one."""
+    return sys.maxsize - LARGE_ROUND - max(backend.segment_granularity, 1)
+
+
 def _state_field(name: str, doc: str) -> property:
     get = operator.attrgetter("_state." + name)
 
@@ -144,10 +160,13 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
     Parameters
     ----------
     backend : Backend
-        Segment source (:class:`~cuflow.memory.DriverPoolBackend` on the GPU).
+        Segment source (:class:`~cuflow.memory.DriverPoolBackend` on the GPU).  A
+        :class:`~cuflow.memory.LimitingAdaptor` is taken as the pool's limit over its
+        upstream backend, which is then :attr:`backend`: ``limit`` reads and changes the
+        adaptor's, and ``limit = None`` removes it.
     limit : int, float, str, optional
         Most bytes the pool may reserve, in any form :func:`cuflow.memory.set_limit` takes;
-        ``None`` or 0 bytes for no limit.
+        ``None`` or 0 bytes for no limit (``None`` keeps an adaptor's limit).
     """
 
     requested = _state_field("requested", "Bytes requested by the lent blocks.")
@@ -170,13 +189,19 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         #: counters and flags (a C struct where the extension was built: the compiled
         #: paths use its fields; the properties above read and write them)
         self._state = PyPoolState() if PoolState is None else PoolState()
-        self.backend = backend
-        #: where segments come from: the backend, or adaptors over it (a limit)
-        self._source: Backend = backend
-        self.limit = limit
         # Reentrant: a finalizer may call free() while this thread is inside the pool; the
         # slow paths set _busy and such frees then wait in _freed for the end of the operation.
         self._lock = threading.RLock() if PoolLock is None else PoolLock()
+        #: where segments come from: the backend, or adaptors over it (a limit)
+        self._source: Backend = backend
+        if isinstance(backend, LimitingAdaptor):
+            # a limit given as the backend is the pool's limit: the pool reads the stream
+            # semantics of what it limits, and ``limit = None`` removes it
+            backend = backend.upstream
+        self.backend = backend
+        self._state.max_request = max_request(backend)
+        if limit is not None:
+            self.limit = limit
         self._busy = False
         self._live: dict[int, Block] = {}  # pointer -> lent block
         self._freed: dict[int, Any] = {}  # pointers given back, not yet processed
@@ -301,6 +326,14 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         if nbytes < 0:
             raise MemoryValueError(f"cuflow.memory: cannot allocate a negative size "
                                    f"({nbytes} bytes)")
+        if nbytes > self._state.max_request:
+            # (both hot paths send such a size here before rounding it)
+            self.num_ooms += 1
+            raise OutOfMemoryError(
+                f"cuflow.memory: out of memory: {nbytes} bytes ({fmt_bytes(nbytes)}) "
+                f"requested; a request must be at most {self._state.max_request} bytes, so "
+                f"that its block and segment sizes stay below 2**63 (no address space holds "
+                f"more)")
         if self._gone and not self._busy:
             self._drain()
         if stream > 2 and stream not in self._watched and self._on_new_stream is not None:
@@ -325,7 +358,13 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         """
         # checked here, not when the queue is processed: there a KeyError would come out of
         # whichever later pool operation (someone else's allocation) drains it
-        if ptr not in self._live or ptr in self._freed:
+        try:
+            lent = ptr in self._live and ptr not in self._freed
+        except TypeError:  # unhashable: no pointer
+            raise MemoryTypeError(f"cuflow.memory.Pool.free_ptr: ptr must be the int pointer "
+                                  f"of a block this pool lends now, got {type(ptr).__name__} "
+                                  f"{ptr!r}") from None
+        if not lent:
             raise DoubleFreeError(f"cuflow.memory.Pool.free_ptr: ptr must be a block this "
                                   f"pool lends now, got {_hex(ptr)}: freed twice, or not from "
                                   f"this pool")
@@ -345,9 +384,9 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         Raises
         ------
         MemoryTypeError
-            ``nbytes`` is not an integer (a bool neither).
+            ``nbytes`` is not an integer (a bool neither), or ``stream`` is not an int.
         MemoryValueError
-            ``nbytes`` is negative.
+            ``nbytes`` is negative, or ``stream`` is not in [0, 2**63).
         cuflow.OutOfMemoryError
             After freeing cached blocks, collecting garbage and retrying; at once for a size
             past the address space.
@@ -356,11 +395,8 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
             raise MemoryTypeError(f"cuflow.memory.Pool.alloc: nbytes must be an int, got "
                                   f"{type(nbytes).__name__} {nbytes!r}")
         nbytes = int(nbytes)
-        if nbytes > sys.maxsize:
-            raise OutOfMemoryError(f"cuflow.memory.Pool.alloc: out of memory: {nbytes} bytes "
-                                   f"({fmt_bytes(nbytes)}) is more than any address space holds")
-        if stream is None:
-            stream = self.backend.current_stream()
+        stream = (self.backend.current_stream() if stream is None
+                  else check_stream("Pool.alloc", stream))
         return self._live[self.alloc_ptr(nbytes, stream)]
 
     def free(self, b: Block) -> None:
@@ -384,8 +420,10 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         fl = self._lists.get((owner, stream))
         most = None
         if size >= SMALL and self.backend.cheap_release:
-            # at most twice the request, or the segment a miss would make for it
-            most = max(size * LARGE_SPLIT_MAX, self._segment_bytes(size, owner))
+            # at most twice the request, or the segment a miss would make for it (a size the
+            # compiled free lists hold: no bound past 2**63 - 1)
+            most = min(max(size * LARGE_SPLIT_MAX, self._segment_bytes(size, owner)),
+                       sys.maxsize)
         b = fl.pop_fit(size, most) if fl is not None else None
         if b is None:
             b = self._alloc_slow(size, stream, owner, most)
@@ -459,10 +497,22 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
                 self._state.count_hit(size)
                 return b
         self.misses[size] += 1
-        seg_bytes = self._segment_bytes(size, owner)
-        if self.backend.cheap_release and owner is None and not capturing:
-            self._release_free_segments(kept=False)
-        return self._segment_block(size, stream, owner, seg_bytes)
+        try:
+            seg_bytes = self._segment_bytes(size, owner)
+            if self.backend.cheap_release and owner is None and not capturing:
+                self._release_free_segments(kept=False)
+            return self._segment_block(size, stream, owner, seg_bytes)
+        except BaseException:
+            self._uncount_miss(size)
+            raise
+
+    def _uncount_miss(self, size: int) -> None:
+        """A miss on ``size`` that raised (out of memory, or the backend's own error): it
+        served nothing, so ``num_alloc`` and ``num_free`` do not count it
+        (``_hotpath.c``'s ``uncount_miss`` does the same)."""
+        self.misses[size] -= 1
+        if not self.misses[size]:
+            del self.misses[size]
 
     def _segment_block(self, size: int, stream: int, owner: Any, seg_bytes: int) -> Block:
         """The first block of a new segment of ``seg_bytes`` (for a request of ``size``), or
@@ -475,19 +525,25 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
 
     def _segment_refused(self, size: int, stream: int, owner: Any, seg_bytes: int,
                          error: MemoryError) -> Block:
-        """After the source refused a segment with ``error``: past the limit, the pool's free
-        segments go back first; when the device is out of memory, after collecting garbage,
-        freeing cached segments and waiting for pending frees, a fit in what that freed or a
-        last try.  Raises :class:`~cuflow.OutOfMemoryError` when that fails too."""
+        """After the source refused a segment with ``error`` (the device is out of memory, or
+        the limit refuses it; the same retries for both): collect garbage, process the queued
+        frees, give the free segments back (kept ones too: memory is short) and wait for the
+        frees pending on other streams' work; then the smallest fit of any size on the
+        stream, a free block of another stream, or one last segment.  Raises
+        :class:`~cuflow.OutOfMemoryError` when that fails too.
+
+        A limit's refusal first gives the free segments back and asks once more: a pool
+        that runs at its limit meets the refusal often, and the garbage collection and the
+        wait for other streams are for when that is not enough."""
         capturing = bool(self._capturing)
-        if isinstance(error, LimitExceeded):
-            if not capturing:
-                self._release_free_segments(split=True)
+        if isinstance(error, LimitExceeded) and not capturing:
+            self._release_free_segments(split=True)
             try:
                 ptr = self._new_segment(seg_bytes, stream, owner)
             except LimitExceeded:
-                raise self._out_of_memory(size, seg_bytes, self.limit) from None
-            return self._add_segment(ptr, seg_bytes, stream, owner)
+                pass
+            else:
+                return self._add_segment(ptr, seg_bytes, stream, owner)
         self.num_alloc_retries += 1
         gc.collect()  # finalizers of collected arrays queue their frees; drain them
         self._drain()
@@ -496,24 +552,26 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
             self._release_free_segments(split=True)
             self._process_pending(wait=True)
             self._release_free_segments(split=True)
+        # no bound on the fit now: a large block split beats an out-of-memory error
         b = self._list(owner, stream).pop_fit(size)
+        if b is None and owner is None:
+            b = self._borrow(size, stream, None)
         if b is not None:
             return b
         try:
             ptr = self._new_segment(seg_bytes, stream, owner)
-        except MemoryError:
-            raise self._out_of_memory(size, seg_bytes) from error
+        except MemoryError as last:
+            if isinstance(last, LimitExceeded):
+                raise self._out_of_memory(size, seg_bytes, self.limit) from None
+            raise self._out_of_memory(size, seg_bytes) from last
         return self._add_segment(ptr, seg_bytes, stream, owner)
 
     def _out_of_memory(self, size: int, seg_bytes: int,
                        limit: int | None = None) -> OutOfMemoryError:
         """The error for a request of ``size`` bytes whose new segment of ``seg_bytes`` the
-        device cannot give, or ``limit`` refuses; it counts as an out-of-memory error, not as
-        a miss served (``num_alloc`` counts no failure)."""
+        device cannot give, or ``limit`` refuses; it counts as an out-of-memory error (the
+        miss, which served nothing, is uncounted where it was counted)."""
         self.num_ooms += 1
-        self.misses[size] -= 1
-        if not self.misses[size]:
-            del self.misses[size]
         return OutOfMemoryError(self._oom_message(size, seg_bytes, limit))
 
     def _add_segment(self, ptr: int, seg_bytes: int, stream: int, owner: Any) -> Block:
@@ -548,12 +606,15 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         # set_limit's forms and checks; 0 bytes is no limit, as in CuPy
         # (MemoryPool.set_limit(size=0)): a cap of 0 would refuse every segment
         value = limit_of(value, self.backend) or None
-        if value is None:
-            self._source = self.backend
-        elif isinstance(self._source, LimitingAdaptor):
-            self._source.limit = value
-        else:
-            self._source = LimitingAdaptor(self.backend, value, held=self.reserved)
+        # under the lock: a segment another thread is taking counts in ``reserved``, and so
+        # in what a new adaptor holds, before the source changes
+        with self._lock:
+            if value is None:
+                self._source = self.backend
+            elif isinstance(self._source, LimitingAdaptor):
+                self._source.limit = value
+            else:
+                self._source = LimitingAdaptor(self.backend, value, held=self.reserved)
 
     def _segment_bytes(self, size: int, owner: Any) -> int:
         """The segment a miss on a request of ``size`` bytes gets from the backend."""

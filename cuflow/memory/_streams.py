@@ -20,7 +20,8 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from ._blocks import DEAD_STREAM, Block
+from ._blocks import DEAD_STREAM, Block, check_stream
+from ._exceptions import MemoryTypeError, MemoryValueError
 
 __all__ = ["StreamsMixin"]
 
@@ -46,7 +47,24 @@ class StreamsMixin:
 
     def record_stream(self, b: Block, stream: int, stream_obj: Any = None) -> None:
         """Mark ``b`` as used on ``stream`` (PyTorch's ``record_stream``); the pool watches
-        ``stream_obj``, the stream's object, to learn when it is destroyed."""
+        ``stream_obj``, the stream's object, to learn when it is destroyed.
+
+        Raises
+        ------
+        MemoryTypeError
+            ``b`` is not a :class:`Block`, or ``stream`` not an int.
+        MemoryValueError
+            ``b`` is no block this pool lends now (a freed block's mark would stick to the
+            memory's next user), or ``stream`` is not in [0, 2**63).
+        """
+        if not isinstance(b, Block):
+            raise MemoryTypeError(f"cuflow.memory.Pool.record_stream: b must be a Block this "
+                                  f"pool lends now, got {type(b).__name__} {b!r}")
+        stream = check_stream("Pool.record_stream", stream)
+        if self._live.get(b.ptr) is not b or b.ptr in self._freed:
+            raise MemoryValueError(f"cuflow.memory.Pool.record_stream: b must be a block this "
+                                   f"pool lends now, got the block at {b.ptr:#x}, which is "
+                                   f"freed already or from another pool")
         if stream != b.stream:
             with self._lock:
                 if self._gone and not self._busy:

@@ -1,9 +1,12 @@
 """Warm-up: preparing the cache for an allocation pattern before it runs.
 
-Segments made while warming are *kept*: any request may split them, and a miss
-does not release them (only ``empty_cache`` does).  ``start_recording`` ..
-``stop_recording`` capture a pattern of allocations and frees; ``replay``
-dry-runs it (no kernels) so that the cache holds what it needs.
+Segments made while warming are *kept*: any request may split them, and an
+ordinary miss does not release them; ``empty_cache`` does, and so does a miss
+whose new segment the limit or the device refuses (memory is short then: kept
+segments go back before the pool raises ``OutOfMemoryError``).
+``start_recording`` .. ``stop_recording`` capture a pattern of allocations and
+frees (one recording at a time per pool); ``replay`` dry-runs it (no kernels) so
+that the cache holds what it needs.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import contextlib
 from collections.abc import Iterable
 
 from ._blocks import Block
+from ._exceptions import MemoryValueError
 
 __all__ = ["WarmupMixin"]
 
@@ -21,8 +25,9 @@ class WarmupMixin:
 
     @contextlib.contextmanager
     def _warm(self):
-        """Segments made inside are kept: any request may split them, and a miss does not
-        release them (only :meth:`empty_cache` does)."""
+        """Segments made inside are kept: any request may split them, and an ordinary miss
+        does not release them (:meth:`empty_cache` does, and a miss whose segment the limit
+        or the device refuses)."""
         self._warming = True
         try:
             yield
@@ -46,7 +51,21 @@ class WarmupMixin:
                     self.free(b)
 
     def start_recording(self) -> None:
+        """Record the pool's allocations and frees until :meth:`stop_recording`.
+
+        Raises
+        ------
+        MemoryValueError
+            A recording is active already (a ``warmup`` inside another's function, or on
+            another thread): one recording at a time per pool, since each measures its
+            peak on the pool's own counter.
+        """
         with self._lock:
+            if self._recording is not None:
+                raise MemoryValueError(
+                    "cuflow.memory: one recording at a time per pool: start_recording (or "
+                    "warmup) was called while a recording of this pool is active; stop it "
+                    "first (a warmup inside another warmup's function is refused too)")
             self._drain()
             self._recording = []
             self._slow = True
@@ -57,10 +76,19 @@ class WarmupMixin:
             self.peak_allocated = self.allocated
 
     def stop_recording(self) -> tuple[list[tuple], int]:
-        """(allocation/free events, peak allocated bytes above the start) since start_recording."""
+        """(allocation/free events, peak allocated bytes above the start) since start_recording.
+
+        Raises
+        ------
+        MemoryValueError
+            No recording is active (stop_recording needs a start_recording before it).
+        """
         with self._lock:
+            if self._recording is None:
+                raise MemoryValueError("cuflow.memory: stop_recording needs an active "
+                                       "recording (from start_recording); none is active")
             self._drain()
-            events, self._recording = self._recording or [], None
+            events, self._recording = self._recording, None
             self._update_slow()
             peak = self.peak_allocated - self._rec_peak_base
             if self._rec_peak_saved > self.peak_allocated:
@@ -74,7 +102,8 @@ class WarmupMixin:
         Placement decides whether a pattern fits in a given reserve, so the
         pattern is replayed ``rounds`` times: whatever it needs is then held.
         With ``keep`` the segments made are kept (served to any request and
-        released only by :meth:`empty_cache`); without it they are ordinary
+        released by :meth:`empty_cache`, or when the limit or the device refuses a
+        segment, not by an ordinary miss); without it they are ordinary
         segments, and a backend that reuses released memory for any size
         (``cheap_release``) keeps what the pattern needed in its own reserve.
         Returns the segments the replay made.

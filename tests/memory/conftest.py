@@ -13,7 +13,11 @@ from cuflow.memory import HostBackend, _pool
 
 
 class EventBackend(HostBackend):
-    """Host memory with fake asynchronous streams: events complete when the test says so."""
+    """Host memory with fake asynchronous streams: events complete when the test says so,
+    or when the host waits for one (polls it ``patience`` times: the pool's
+    out-of-memory retry does), as a device's work ends while the host waits."""
+
+    patience = 10**5
 
     def __init__(self, capacity=None):
         super().__init__(capacity)
@@ -21,11 +25,14 @@ class EventBackend(HostBackend):
         self.waits = []
 
     def record(self, stream):
-        ev = {"stream": stream, "done": False}
+        ev = {"stream": stream, "done": False, "polls": 0}
         self.events.append(ev)
         return ev
 
     def done(self, event):
+        if not event["done"]:
+            event["polls"] += 1
+            event["done"] = event["polls"] >= self.patience
         return event["done"]
 
     def wait(self, stream, event):

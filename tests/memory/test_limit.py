@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import gc
+import os
+import subprocess
+import sys
+import threading
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import cuflow
 from cuflow.memory import HostBackend, Pool
 from cuflow.memory._limit import parse_limit_env
 
-from .conftest import check, fill
+from .conftest import EventBackend, check, fill
 
 
 def test_limit_and_oom_message_keep_live_data():
@@ -176,3 +184,209 @@ def test_zero_bytes_is_no_limit_in_every_form(cf, rng, zero):
         p.limit = 4 << 20  # a limit of bytes still applies
         with pytest.raises(cuflow.OutOfMemoryError, match="limit"):
             p.alloc(int(rng.integers(5 << 20, cap // 2)), 0)
+
+
+def test_a_pool_over_a_limiting_adaptor_orders_streams_as_over_its_upstream():
+    """The adaptor limits segments only: a block used on another stream (record_stream)
+    is not reused while that stream's event is pending, as over the bare backend."""
+    from cuflow.memory import LimitingAdaptor
+
+    for backend in (EventBackend(), LimitingAdaptor(EventBackend(), 1 << 30)):
+        pool = Pool(backend)
+        a = pool.alloc(2 << 20, 1)
+        pool.record_stream(a, 2)  # stream 2's work still uses a
+        pool.free(a)
+        b = pool.alloc(2 << 20, 1)
+        assert b.ptr != a.ptr and pool.stats()["num_pending_cross_stream"] == 1
+        pool.free(b)
+
+
+def test_limiting_adaptor_is_its_upstream_but_for_segments():
+    from cuflow.memory import LimitingAdaptor
+
+    class Granular(EventBackend):
+        cheap_release = False
+        segment_granularity = 4 << 20
+        segment_granularity_min = 1 << 20
+        device_id = 3
+        extra = "the upstream's own attribute"
+
+        def current_stream(self):
+            return 7
+
+    up = Granular()
+    lim = LimitingAdaptor(up, 1 << 30)
+    for name in ("cheap_release", "segment_granularity", "segment_granularity_min",
+                 "device_id", "extra"):
+        assert getattr(lim, name) == getattr(up, name), name
+    assert lim.current_stream() == 7
+    ev = lim.record(2)
+    assert up.events == [ev] and not lim.done(ev)
+    lim.wait(1, ev)
+    assert up.waits == [(1, 2)]
+    p = lim.alloc(1 << 20, 0)
+    assert lim.device_reserved() == up.device_reserved() == (1 << 20, 1 << 20)
+    assert lim.device_allocs == up.device_allocs == 1
+    lim.free(p, 1 << 20, 0)
+    assert lim.held == 0 and lim.device_frees == 1
+    with pytest.raises(AttributeError):
+        lim.no_such_attribute  # noqa: B018
+
+
+def test_a_limit_given_as_the_backend_is_the_pools_limit():
+    """Pool(LimitingAdaptor(be, n)): the pool's limit is the adaptor's, ``limit = None``
+    removes it, and the pool reads its backend's statistics through it."""
+    from cuflow.memory import LimitingAdaptor
+
+    up = HostBackend(capacity=64 << 20)
+    lim = LimitingAdaptor(up, 4 << 20)
+    pool = Pool(lim)
+    assert pool.limit == 4 << 20 and pool.backend is up
+    with pytest.raises(cuflow.OutOfMemoryError, match="limit"):
+        pool.alloc(5 << 20, 0)
+    pool.limit = None
+    assert pool.limit is None and pool.stats()["limit_bytes"] is None
+    b = pool.alloc(5 << 20, 0)  # past the old limit
+    assert pool.stats()["num_device_alloc"] == 1
+    pool.free(b)
+    pool.set_limit(fraction=0.25)  # a fraction of the upstream's capacity
+    assert pool.limit == 16 << 20
+    assert Pool(LimitingAdaptor(up, 4 << 20), limit=8 << 20).limit == 8 << 20
+
+
+class _Gated(HostBackend):
+    """Its segments wait for the test's word (a slow device allocation in another thread)."""
+
+    def __init__(self):
+        super().__init__()
+        self.entered, self.go = threading.Event(), threading.Event()
+
+    def alloc(self, nbytes, stream):
+        self.entered.set()
+        assert self.go.wait(30)
+        return super().alloc(nbytes, stream)
+
+
+def test_a_limit_set_while_another_thread_takes_a_segment_counts_that_segment():
+    """Setting a limit waits for a segment another thread is taking, so the limit counts
+    it: after it goes back, the pool still reserves at most the limit."""
+    be = _Gated()
+    pool = Pool(be)
+    got = {}
+    taker = threading.Thread(target=lambda: got.setdefault("b", pool.alloc(8 << 20, 0)))
+    taker.start()
+    assert be.entered.wait(30)
+    setter = threading.Thread(target=lambda: setattr(pool, "limit", 10 << 20))
+    setter.start()
+    setter.join(0.2)  # (it waits for the pool's lock; without it, it sets the limit now)
+    be.go.set()
+    taker.join()
+    setter.join()
+    pool.free(got["b"])
+    pool.empty_cache()
+    a = pool.alloc(9 << 20, 0)
+    with pytest.raises(cuflow.OutOfMemoryError, match="limit"):
+        pool.alloc(7 << 20, 0)
+    assert pool.reserved <= pool.limit
+    pool.free(a)
+
+
+@pytest.mark.parametrize("refuser", ["limit", "device"])
+def test_a_refused_segment_takes_a_larger_free_block_of_the_stream(refuser):
+    """When the limit or the device refuses a segment, a free block more than twice the
+    request (which a first attempt leaves alone) serves it rather than OutOfMemoryError."""
+    pool = (Pool(HostBackend(), limit=11 << 20) if refuser == "limit"
+            else Pool(HostBackend(capacity=11 << 20)))
+    pool.free(pool.alloc(10 << 20, 0))
+    small = pool.alloc(512, 0)  # splits the 10 MiB segment: ~10 MiB free in it
+    b = pool.alloc(3 << 20, 0)
+    assert b.seg is small.seg and pool.stats()["num_alloc_retries"] == 1
+    assert pool.stats()["num_ooms"] == 0
+    for x in (b, small):
+        pool.free(x)
+
+
+@pytest.mark.parametrize("refuser", ["limit", "device"])
+def test_a_refused_segment_borrows_a_large_free_block_of_another_stream(refuser):
+    pool = (Pool(HostBackend(), limit=12 << 20) if refuser == "limit"
+            else Pool(HostBackend(capacity=12 << 20)))
+    pool.free(pool.alloc(10 << 20, 1))
+    small = pool.alloc(512, 1)  # ~10 MiB free on stream 1, in a segment that stays
+    b = pool.alloc(3 << 20, 0)
+    assert b.seg is small.seg and b.stream == 0
+    assert pool.stats()["num_cross_stream_reuse"] == 1 and pool.stats()["num_ooms"] == 0
+    for x in (b, small):
+        pool.free(x)
+
+
+def test_the_first_attempt_still_leaves_much_larger_blocks_alone():
+    """Without a refusal, a large request does not split a free block more than twice its
+    size: it takes a new segment (only the retry after a refusal goes uncapped)."""
+    pool = Pool(HostBackend(), limit=64 << 20)
+    pool.free(pool.alloc(10 << 20, 0))
+    small = pool.alloc(512, 0)
+    b = pool.alloc(3 << 20, 0)
+    assert b.seg is not small.seg and pool.stats()["num_alloc_retries"] == 0
+    for x in (b, small):
+        pool.free(x)
+
+
+class _Holder:
+    """An array-like owner of a block, garbage only through a reference cycle."""
+
+    def __init__(self, pool, n):
+        self.pool, self.b, self.me = pool, pool.alloc(n, 0), self
+
+    def __del__(self):
+        self.pool.free(self.b)
+
+
+@pytest.mark.parametrize("refuser", ["limit", "device"])
+def test_a_refused_segment_collects_garbage_first(refuser):
+    pool = (Pool(HostBackend(), limit=8 << 20) if refuser == "limit"
+            else Pool(HostBackend(capacity=8 << 20)))
+    gc.disable()
+    try:
+        _Holder(pool, 6 << 20)  # garbage now, in a cycle
+        b = pool.alloc(6 << 20, 0)
+    finally:
+        gc.enable()
+    assert pool.stats()["num_ooms"] == 0 and pool.reserved <= 8 << 20
+    pool.free(b)
+
+
+@settings(max_examples=30, deadline=None)
+@given(total=st.integers(1, 1 << 50), data=st.data())
+def test_a_fraction_that_comes_to_0_bytes_is_refused(total, data):
+    """A positive fraction so small that it comes to 0 bytes is refused: 0 bytes would read
+    as no limit."""
+    frac = data.draw(st.floats(min_value=1e-300, max_value=min(1.0, 1 / total),
+                               exclude_max=True).filter(lambda f: int(f * total) == 0))
+    pool = Pool(HostBackend(capacity=total), limit=1 << 20)
+    for set_it in (lambda: setattr(pool, "limit", frac),
+                   lambda: pool.set_limit(fraction=frac),
+                   lambda: setattr(pool, "limit", f"{frac * 50!r}%")):  # (half: no rounding up)
+        with pytest.raises(cuflow.memory.MemoryValueError) as ei:
+            set_it()
+        assert "at least 1 byte" in str(ei.value) and "0 bytes" in str(ei.value)
+        assert pool.limit == 1 << 20
+
+
+@pytest.mark.parametrize("zero", ["0", "0.0", " 0 ", "0e9", "0B"])
+def test_zero_as_a_string_is_no_limit(zero):
+    pool = Pool(HostBackend(capacity=64 << 20), limit=4 << 20)
+    pool.limit = zero
+    assert pool.limit is None
+    assert parse_limit_env(zero, pool.backend) == 0
+
+
+@pytest.mark.parametrize(("value", "expected"), [("0", "None"), ("1e-18", "MemoryValueError")])
+def test_memory_limit_env_of_zero_is_no_limit_and_of_a_vanishing_fraction_raises(value,
+                                                                                 expected):
+    env = {k: v for k, v in os.environ.items() if k != "CUFLOW_MEMORY_LIMIT"}
+    env.update(CUFLOW_MEMORY_LIMIT=value, CUFLOW_BACKEND="numpy")
+    code = "import cuflow.memory as m; print(m.get_pool().limit)"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert expected in (r.stdout + r.stderr)
+    if expected == "MemoryValueError":
+        assert r.returncode != 0 and "at least 1 byte" in r.stderr

@@ -8,6 +8,8 @@ import threading
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import cuflow
 from cuflow.bench import _traces
@@ -310,3 +312,133 @@ def test_empty_cache_gives_the_driver_reserve_back(gpu_cf):
     assert pool.empty_cache() == 1
     assert pool.backend.device_reserved()[0] == 0
     assert rt.memGetInfo()[0] >= free_before + (1 << 30) - (64 << 20)
+
+
+class _Granular64(HostBackend):
+    """Large segments of whole 64 MiB granules, as the driver-pool backend makes them."""
+
+    segment_granularity = 64 << 20
+    segment_granularity_min = 2 << 20
+
+
+_STATS_KEYS = ("num_alloc", "num_free", "cache_misses", "reserved_bytes.all.current",
+               "allocated_bytes.all.current")
+
+
+@settings(max_examples=60, deadline=None)
+@given(backend=st.sampled_from([HostBackend, _Granular64]),
+       past=st.one_of(st.integers(1, (64 << 20) + (1 << 18)), st.integers(1, 2**70)),
+       raw=st.booleans())
+def test_sizes_whose_rounding_passes_2_63_are_out_of_memory(backend, past, raw):
+    """A request within a block and a granule of 2**63 (or past it) is refused with
+    OutOfMemoryError stating its size, through Pool.alloc and the raw hot path alike: no
+    block comes back for a size that wrapped around, the backend is not asked, and the
+    statistics stay as they were."""
+    be = backend(capacity=1 << 40)
+    pool = Pool(be)
+    keep = pool.alloc(5000, 0)
+    before = {k: pool.stats()[k] for k in _STATS_KEYS}
+    most = 2**63 - 1 - (1 << 17) - be.segment_granularity  # the most a request may ask
+    n = most + past
+    with pytest.raises(cuflow.OutOfMemoryError) as ei:
+        pool.alloc_ptr(n, 0) if raw else pool.alloc(n, 0)
+    assert f"{n} bytes" in str(ei.value) and f"at most {most} bytes" in str(ei.value)
+    s = pool.stats()
+    assert {k: s[k] for k in _STATS_KEYS} == before and s["num_ooms"] == 1
+    assert be.device_allocs == 1  # the first block's segment only
+    pool.free(keep)
+
+
+def test_a_request_just_under_the_bound_reaches_the_backend_unwrapped():
+    """The largest request allowed is asked of the backend as a positive segment size that
+    holds it (which host memory cannot map: out of memory, not an OSError)."""
+    asked = []
+
+    class Recording(_Granular64):
+        def alloc(self, nbytes, stream):
+            asked.append(nbytes)
+            return super().alloc(nbytes, stream)
+
+    be = Recording()
+    pool = Pool(be)
+    n = 2**63 - 1 - (1 << 17) - be.segment_granularity
+    with pytest.raises(cuflow.OutOfMemoryError, match="could not give"):
+        pool.alloc(n, 0)
+    assert asked and all(n <= a < 2**63 for a in asked)
+    assert pool.stats()["cache_misses"] == 0 and pool.reserved == 0
+
+
+@pytest.mark.parametrize("n", [2**48, 2**62])
+def test_host_memory_past_what_the_host_maps_is_out_of_memory(n):
+    """The host backend turns mmap's refusal (OSError, OverflowError) into MemoryError, so
+    the pool retries and raises OutOfMemoryError with the miss uncounted."""
+    pool = Pool(HostBackend())
+    with pytest.raises(cuflow.OutOfMemoryError, match="could not give"):
+        pool.alloc(n, 0)
+    s = pool.stats()
+    assert s["num_alloc"] == s["num_free"] == s["cache_misses"] == 0 and s["num_ooms"] == 1
+    with pytest.raises(MemoryError):
+        HostBackend().alloc(n, 0)
+
+
+class _Broken(HostBackend):
+    """Its segments fail with an error that is not MemoryError (a sticky CUDA error)."""
+
+    broken = False
+
+    def alloc(self, nbytes, stream):
+        if self.broken:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return super().alloc(nbytes, stream)
+
+
+@pytest.mark.parametrize("capacity", [None, 64 << 20])
+def test_a_backend_error_leaves_the_statistics_as_they_were(capacity):
+    """A miss whose segment fails with the backend's own error served nothing: num_alloc,
+    cache_misses and num_free do not count it (docs/errors.md: the statistics add up after
+    a failed launch)."""
+    pool = Pool(_Broken(capacity))
+    a = pool.alloc(1 << 20, 0)
+    before = {k: pool.stats()[k] for k in _STATS_KEYS}
+    pool.backend.broken = True
+    for n in (8 << 20, 100, 3 << 20):
+        with pytest.raises(RuntimeError, match="illegal memory access"):
+            pool.alloc(n, 0)
+    assert {k: pool.stats()[k] for k in _STATS_KEYS} == before
+    pool.backend.broken = False
+    pool.free(a)
+    s = pool.stats()
+    assert s["num_alloc"] == s["num_free"] == 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(stream=st.one_of(
+    st.integers(max_value=-1), st.integers(min_value=2**63), st.booleans(), st.floats(),
+    st.text(max_size=3), st.none().map(lambda _: [1]), st.just(np.float64(1.0))))
+def test_alloc_refuses_what_is_not_a_stream_handle(stream):
+    """Pool.alloc's stream is an int in [0, 2**63) (not a bool): anything else is refused
+    with the rule and the value, and the pool takes nothing (-1, the pool's mark of a
+    destroyed stream, would leak a segment that empty_cache never releases)."""
+    pool = Pool(HostBackend())
+    with pytest.raises(cuflow.CuflowError) as ei:
+        pool.alloc(4096, stream)
+    assert isinstance(ei.value, TypeError | ValueError)
+    msg = str(ei.value)
+    assert "stream must be a stream handle, an int in [0, 2**63)" in msg and repr(stream) in msg
+    assert pool.reserved == 0 and pool.stats()["num_alloc"] == 0
+
+
+def test_alloc_takes_numpy_integer_streams():
+    pool = Pool(HostBackend())
+    b = pool.alloc(4096, np.int64(3))
+    assert b.stream == 3 and type(b.stream) is int
+    pool.free(b)
+
+
+def test_free_ptr_refuses_what_is_no_pointer():
+    pool = Pool(HostBackend())
+    with pytest.raises(cuflow.memory.MemoryTypeError,
+                       match=r"free_ptr: ptr must be the int pointer .* got list \[1\]"):
+        pool.free_ptr([1])
+    with pytest.raises(cuflow.memory.DoubleFreeError, match="0x10"):
+        pool.free_ptr(16)

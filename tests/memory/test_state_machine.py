@@ -77,6 +77,14 @@ class PoolMachine(RuleBasedStateMachine):
         self.fill(b, byte)
         self.live.append((b, byte))
 
+    @rule(past=st.integers(1, 1 << 70), stream=st.integers(0, 2))
+    def allocate_past_the_address_space(self, past, stream):
+        """A size whose rounding to a block and a granule would pass 2**63: refused, and
+        nothing changes (the invariants below)."""
+        n = 2**63 - 1 - (1 << 17) - self.pool.backend.segment_granularity + past
+        with pytest.raises(cuflow.OutOfMemoryError, match="at most"):
+            self.pool.alloc(n, self.stream(stream))
+
     @precondition(lambda self: self.live)
     @rule(i=st.integers(0, 10**6))
     def free(self, i):

@@ -28,6 +28,36 @@ def test_record_stream_defers_reuse_until_event():
     assert pool.stats()["num_pending_cross_stream"] == 0
 
 
+def test_record_stream_refuses_a_block_the_pool_does_not_lend():
+    """A freed block's mark would stick to the memory's next user (whose free would then
+    wait for a stream it never used): refused, as is anything but a block."""
+    import cuflow
+
+    be = EventBackend()
+    pool = Pool(be)
+    a = pool.alloc(4096, 1)
+    pool.free(a)
+    with pytest.raises(cuflow.memory.MemoryValueError,
+                       match=r"record_stream: b must be a block this pool lends now, got the "
+                             r"block at 0x[0-9a-f]+, which is freed already"):
+        pool.record_stream(a, 2)
+    b = pool.alloc(4096, 1)  # the same memory, for a new user
+    assert b.ptr == a.ptr and b.uses is None
+    pool.free(b)
+    assert pool.stats()["num_pending_cross_stream"] == 0  # its free waits for nothing
+    other = Pool(EventBackend())
+    c = other.alloc(4096, 1)
+    with pytest.raises(cuflow.memory.MemoryValueError, match="from another pool"):
+        pool.record_stream(c, 2)
+    for bad, shown in (("block", "str 'block'"), (None, "NoneType None")):
+        with pytest.raises(cuflow.memory.MemoryTypeError,
+                           match=f"b must be a Block this pool lends now, got {shown}"):
+            pool.record_stream(bad, 2)
+    with pytest.raises(cuflow.memory.MemoryValueError, match="stream must be .* got -1"):
+        other.record_stream(c, -1)
+    other.free(c)
+
+
 def test_cross_stream_borrow_orders_with_event():
     be = EventBackend()
     pool = Pool(be)

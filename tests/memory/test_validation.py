@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import cuflow
-from cuflow.memory import HostBackend, MemoryLimitWarning, Pool
+from cuflow.memory import HostBackend, MemoryLimitWarning
 from cuflow.memory._limit import limit_of
 
 
@@ -37,6 +37,8 @@ def restore_limit(cf):
     ("-1GB", ValueError, ("limit", "positive", "-1GB")),
     ("150%", ValueError, ("limit", "(0, 1]", "150%")),
     ([1], TypeError, ("limit", "list", "[1]")),
+    (1e-15, ValueError, ("fraction", "at least 1 byte", "1e-15", "0 bytes")),
+    ("1e-13%", ValueError, ("fraction", "at least 1 byte", "0 bytes")),
 ])
 def test_set_limit_refuses(cf, restore_limit, value, exc, words):
     # a limit of its own (above any pool's reserve), so that a reset to None would show
@@ -52,7 +54,7 @@ def test_set_limit_refuses(cf, restore_limit, value, exc, words):
 
 @pytest.mark.parametrize(("value", "expected"), [
     ("1GB", 10**9), ("8GiB", 8 << 30), ("512MB", 512 * 10**6), ("8e9", 8 * 10**9),
-    (123456, 123456), (None, None)])
+    (123456, 123456), (None, None), ("0", None), ("0.0", None), (0, None)])
 def test_set_limit_accepts_the_env_forms(cf, restore_limit, value, expected):
     cf.memory.set_limit(value)
     assert restore_limit.limit == expected
@@ -117,6 +119,12 @@ def test_limit_below_use_warns_applies_to_new_segments_and_keeps_data(cf, restor
     (lambda m: m.round_size(1.5), TypeError, ("round_size", "int", "1.5")),
     (lambda m: m.size_class(-5), ValueError, ("size_class", ">= 0", "-5")),
     (lambda m: m.size_class(True), TypeError, ("size_class", "int", "True")),
+    (lambda m: m.HostBackend(capacity="x"), TypeError, ("capacity", "int", "str 'x'")),
+    (lambda m: m.HostBackend(capacity=True), TypeError, ("capacity", "int", "bool True")),
+    (lambda m: m.HostBackend(capacity=-1), ValueError, ("capacity", ">= 0", "-1")),
+    (lambda m: m.Pool(m.HostBackend()).free_ptr({}), TypeError, ("free_ptr", "int", "dict {}")),
+    (lambda m: m.Pool(m.HostBackend()).stop_recording(), ValueError,
+     ("stop_recording", "active recording")),
 ])
 def test_module_api_refuses(cf, call, exc, words):
     with pytest.raises(cuflow.CuflowError) as ei:
@@ -124,6 +132,18 @@ def test_module_api_refuses(cf, call, exc, words):
     assert isinstance(ei.value, exc)
     for w in words:
         assert w in str(ei.value)
+
+
+def test_malloc_needs_the_cupy_backend(cf):
+    """Pool.malloc is CuPy's allocator hook: on another backend it is refused at once,
+    naming the rule and the backend (not a ModuleNotFoundError from inside)."""
+    from cuflow.core._runtime import runtime  # noqa: PLC0415  (which backend is active)
+
+    if runtime().is_gpu:
+        pytest.skip("the CuPy backend has the hook")
+    with pytest.raises(cuflow.BackendError, match="needs the CuPy backend, but the active "
+                                                  "backend is 'numpy'"):
+        cf.memory.get_pool().malloc  # noqa: B018
 
 
 def test_record_stream_refuses_what_is_not_a_stream(cf):

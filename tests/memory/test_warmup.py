@@ -122,3 +122,64 @@ def test_cupy_warmup_takes_bytes_and_shapes():
     for nbytes in (8 << 20, 2 << 20, 24, 5000, 3 << 20):
         pool.free(pool.alloc(nbytes, 0))
     assert pool.stats()["num_device_alloc"] == n
+
+
+def test_a_recording_inside_a_recording_is_refused_and_the_outer_one_is_kept():
+    """One recording at a time per pool: a warmup inside another's function (or on another
+    thread) is refused, naming the rule, and the outer recording and the pool's own peak
+    are what they would be without it."""
+    pool = Pool(HostBackend())
+    pool.free(pool.alloc(8 << 20, 0))  # the pool's peak before: 8 MiB
+    pool.start_recording()
+    a = pool.alloc(3 << 20, 0)
+    with pytest.raises(cuflow.memory.MemoryValueError, match="one recording at a time per pool"):
+        pool.start_recording()
+    with pytest.raises(cuflow.memory.MemoryValueError, match="one recording at a time per pool"):
+        cuflow.memory.warmup(lambda: None, pool=pool)
+    pool.free(a)
+    events, peak = pool.stop_recording()
+    assert [e[0] for e in events] == ["a", "f"] and peak == 3 << 20
+    assert pool.stats()["allocated_bytes.all.peak"] == 8 << 20
+
+
+def test_a_warmup_inside_a_warmups_function_is_refused():
+    pool = Pool(HostBackend())
+
+    def step():
+        pool.free(pool.alloc(5 << 20, 0))
+        cuflow.memory.warmup(lambda: pool.free(pool.alloc(1 << 20, 0)), pool=pool)
+
+    with pytest.raises(cuflow.memory.MemoryValueError, match="warmup inside another warmup"):
+        cuflow.memory.warmup(step, pool=pool)
+    info = cuflow.memory.warmup(lambda: pool.free(pool.alloc(5 << 20, 0)), pool=pool)
+    assert info["allocations"] == 1 and info["peak_bytes"] == 5 << 20
+
+
+def test_stop_recording_without_a_recording_is_refused():
+    pool = Pool(HostBackend())
+    with pytest.raises(cuflow.memory.MemoryValueError,
+                       match="stop_recording needs an active recording .* none is active"):
+        pool.stop_recording()
+    pool.start_recording()
+    pool.stop_recording()
+    with pytest.raises(cuflow.memory.MemoryValueError, match="none is active"):
+        pool.stop_recording()
+
+
+@pytest.mark.parametrize("refuser", ["limit", "device"])
+def test_kept_segments_go_back_when_a_segment_is_refused(refuser):
+    """Kept segments stay through ordinary misses; a miss whose segment the limit or the
+    device refuses gives them back before it retries (memory is short), rather than raise
+    OutOfMemoryError with memory kept."""
+    def pool_of(cap):
+        return (Pool(HostBackend(), limit=cap) if refuser == "limit"
+                else Pool(HostBackend(capacity=cap)))
+
+    roomy, tight = pool_of(16 << 20), pool_of(12 << 20)
+    for pool in (roomy, tight):
+        pool.reserve(6 << 20)  # a kept segment
+        b = pool.alloc(8 << 20, 0)  # a miss: 6 + 8 MiB fits 16 MiB, not 12 MiB
+        pool.free(b)
+    assert roomy.reserved == 14 << 20 and roomy.stats()["num_segment_free"] == 0
+    s = tight.stats()
+    assert tight.reserved == 8 << 20 and s["num_segment_free"] == 1 and s["num_ooms"] == 0
