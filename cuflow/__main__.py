@@ -15,9 +15,10 @@ import warnings
 
 import cuflow
 
+from .bench import _realtraces
 from .bench._headline import format_table, run_headline
 from .bench._traces import bench_traces
-from .bench._plot import plot
+from .bench._plot import plot, unplottable
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,11 +34,14 @@ def main(argv: list[str] | None = None) -> int:
     pb.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
     pb.add_argument("--plot", metavar="PNG", help="also draw the comparisons (needs matplotlib)")
     pb.add_argument("--from-json", metavar="PATH",
-                    help="with --plot: draw a saved --json result instead of running")
+                    help="with --plot (and nothing else): draw a saved --json result instead "
+                         "of running")
     pb.add_argument("section", nargs="?", choices=["traces"],
                     help="traces: the memory pools on the allocation traces only")
     pb.add_argument("--record", action="store_true",
-                    help="with traces: record the real workloads' traces into bench/traces/")
+                    help="with traces: record the real workloads' traces into bench/traces/ "
+                         "of a source checkout (needs a GPU, torch and torchvision; an "
+                         "installed cuflow refuses it)")
     pb.add_argument("--variants", action="store_true",
                     help="with traces: also cuflow's pool with whole 64 MiB granules")
     args = p.parse_args(argv)
@@ -61,18 +65,35 @@ def _run(args: argparse.Namespace, pb: argparse.ArgumentParser) -> int:
             print(f"{k:20s} {v}")
         return 0
     # every argument checked before minutes of benchmarks, not after them
+    paths = {"--json": args.json, "--plot": args.plot, "--from-json": args.from_json}
+    for opt, path in paths.items():
+        if path == "":
+            pb.error(f"{opt} takes a file path, got an empty one: ''")
     for path in (args.json, args.plot):
-        folder = os.path.dirname(os.path.abspath(path)) if path else None
-        if folder and not os.path.isdir(folder):
+        if path is None:
+            continue
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
             pb.error(f"cannot write {path}: no folder {folder}")
-        if path and os.path.isdir(path):
+        if os.path.isdir(path):
             pb.error(f"cannot write {path}: it is a folder; name a file in it")
-        if folder and not os.access(folder, os.W_OK):
+        if not os.access(folder, os.W_OK):
             pb.error(f"cannot write {path}: the folder {folder} is not writable")
-    if args.section == "traces" and (args.plot or args.from_json):
+    if args.plot is not None:
+        for opt in ("--from-json", "--json"):
+            if paths[opt] is not None and \
+                    os.path.realpath(paths[opt]) == os.path.realpath(args.plot):
+                pb.error(f"--plot {args.plot} is the {opt} file {paths[opt]}: the PNG would "
+                         "overwrite the JSON; name another file")
+    if args.section == "traces" and (args.plot is not None or args.from_json is not None):
         pb.error("the traces section takes --json (its rows), not --plot or --from-json")
     loaded = None
-    if args.from_json:
+    if args.from_json is not None:
+        if args.json is not None or args.quick:
+            pb.error("--from-json redraws a saved run: it takes --plot only, not --json or "
+                     "--quick")
+        if args.plot is None:
+            pb.error("--from-json only makes sense with --plot")
         if not os.path.isfile(args.from_json):
             pb.error(f"--from-json: no file {args.from_json}")
         try:
@@ -83,11 +104,23 @@ def _run(args: argparse.Namespace, pb: argparse.ArgumentParser) -> int:
         if not isinstance(loaded, dict) or not isinstance(loaded.get("rows"), list):
             pb.error(f"--from-json: {args.from_json} is no 'python -m cuflow bench --json' "
                      "result (a headline run's JSON, with its rows)")
-    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        bad = unplottable(loaded)
+        if bad is not None:
+            pb.error(f"--from-json: {args.from_json}: {bad}")
+    if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
         pb.error("--plot needs matplotlib: python3 -m pip install matplotlib")
     if args.section != "traces" and (args.record or args.variants):
         pb.error("--record and --variants go with the traces section: "
                 "python -m cuflow bench traces --record")
+    if args.record:
+        if not _realtraces.in_checkout():
+            pb.error(f"--record writes the traces into a source checkout's bench/traces/, "
+                     f"but this cuflow is not in one ({_realtraces.TRACE_DIR.parents[1]} has "
+                     "no pyproject.toml): run it from a checkout (python3 -m pip install -e .)")
+        missing = [m for m in ("torch", "torchvision") if importlib.util.find_spec(m) is None]
+        if missing:
+            pb.error(f"--record runs PyTorch workloads, which need {' and '.join(missing)}: "
+                     f"python3 -m pip install {' '.join(missing)}")
     if args.section == "traces":
         if cuflow.get_backend().name != "cupy":
             print("python -m cuflow bench traces replays the traces through the GPU's memory "
@@ -96,21 +129,33 @@ def _run(args: argparse.Namespace, pb: argparse.ArgumentParser) -> int:
             return 1
         return bench_traces(record=args.record, quick=args.quick, json_path=args.json,
                             variants=args.variants)
-    if args.from_json:
-        if not args.plot:
-            pb.error("--from-json only makes sense with --plot")
+    if loaded is not None:
         result = loaded
     else:
         result = run_headline(quick=args.quick)
         print(format_table(result))
-    if args.json and not args.from_json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
-        print(f"\nwrote {args.json}")
-    if args.plot:
-        written = plot(result, args.plot)
-        print(f"wrote {written}")
-    return 0
+    # a write that fails now keeps the figures on the screen and says so in one line
+    rc = 0
+    if args.json is not None:
+        try:
+            with open(args.json, "w") as f:
+                json.dump(result, f, indent=1)
+        except OSError as e:
+            print(f"python -m cuflow bench: cannot write --json {args.json}: {e}",
+                  file=sys.stderr)
+            rc = 1
+        else:
+            print(f"\nwrote {args.json}")
+    if args.plot is not None:
+        try:
+            written = plot(result, args.plot)
+        except OSError as e:
+            print(f"python -m cuflow bench: cannot write --plot {args.plot}: {e}",
+                  file=sys.stderr)
+            rc = 1
+        else:
+            print(f"wrote {written}")
+    return rc
 
 
 if __name__ == "__main__":

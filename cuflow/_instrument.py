@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import operator
 import sys
 import threading
 from collections.abc import Callable
@@ -176,10 +177,23 @@ def _wrap_launch(launch: Callable[..., Any], label: str, color: int) -> Callable
 
 
 # --------------------------------------------------------------------- targets
-_DARRAY_METHODS = ("astype", "copy", "flatten", "sum", "mean", "min", "max", "argmin",
-                   "argmax", "prod", "std", "var", "__add__", "__sub__", "__mul__",
-                   "__truediv__", "__iadd__", "__isub__", "__imul__", "__itruediv__",
-                   "__neg__", "__abs__", "__radd__", "__rsub__", "__rmul__", "__rtruediv__")
+#: Python's operators on an array: the operator module's dunders (arithmetic, comparison,
+#: bitwise, ``@``, in place, ``a[i]``, ``a[i] = v``), and ``divmod``, a builtin.  Derived,
+#: so no operator the darray class has is missed.
+_OPERATORS = tuple(n for n in dir(operator) if n.startswith("__") and n.endswith("__")
+                   and callable(getattr(operator, n))) + ("__divmod__",)
+
+
+def _darray_ops(cls: type) -> list[str]:
+    """Every public method of ``cls`` (its own and the base class's, the ufunc-backed ones
+    such as ``clip`` included) and every operator it has, reflected ones (``__rsub__``) too."""
+    have = set(dir(cls))
+    ops = [n for n in sorted(have) if not n.startswith("_") and callable(getattr(cls, n, None))]
+    for n in _OPERATORS:
+        ops += [m for m in (n, f"__r{n[2:]}") if m in have]
+    return list(dict.fromkeys(ops))
+
+
 _NOT_OPS = ("get_backend", "set_backend", "backend_info", "get_array_module")
 _BUFFERIZER_METHODS = ("allocate", "append", "append_one", "append_multiple", "next_slot",
                        "commit", "take", "release", "flush", "reset")
@@ -202,9 +216,8 @@ def _targets() -> list[tuple[Any, str, str, int, Callable[..., Any]]]:
                     _wrap))
     b = active()
     if b is not None:
-        for name in _DARRAY_METHODS:
-            if hasattr(b.darray, name):
-                out.append((b.darray, name, f"cuflow.darray.{name}", _COLORS["op"], _wrap))
+        for name in _darray_ops(b.darray):
+            out.append((b.darray, name, f"cuflow.darray.{name}", _COLORS["op"], _wrap))
     out.append((_launch, "launch", "cuflow.kernel", _COLORS["kernel"], _wrap_launch))
     return out
 

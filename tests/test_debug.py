@@ -91,6 +91,35 @@ def test_every_op_kind_emits_a_named_range(cf, ranges, rng):
     assert cf.add is add  # the originals are back
 
 
+def test_switches_cover_every_darray_operator_and_method_only_while_on(cf, ranges):
+    """The operators (arithmetic, comparison, bitwise, ``@``, indexing, in place, reflected)
+    and the public methods, the ufunc-backed ones included; the class is as before once off."""
+    cls = cf.get_backend().darray
+    names = ("__matmul__", "__rmatmul__", "__pow__", "__rpow__", "__ipow__", "__mod__",
+             "__floordiv__", "__lt__", "__eq__", "__and__", "__invert__", "__getitem__",
+             "__setitem__", "__divmod__", "reshape", "clip", "fill", "cumsum", "dot", "round",
+             "transpose")
+    before = {n: cls.__dict__.get(n) for n in names}
+    a = cf.ones((3, 3), dtype=cf.float32)
+    for switch in (cf.debug.sync, cf.debug.nvtx):
+        switch(True)
+        for n in names:
+            assert hasattr(getattr(cls, n), "__wrapped__"), (switch.__name__, n)
+        switch(False)
+        assert {n: cls.__dict__.get(n) for n in names} == before
+    cf.debug.nvtx(True)
+    a[0] = 2
+    b = (a @ a) ** 2
+    c = a.reshape(9).clip(0, 1) < b[0, 0]
+    cf.debug.nvtx(False)
+    for op in ("__setitem__", "__matmul__", "__pow__", "__getitem__", "reshape", "clip", "__lt__"):
+        assert f"cuflow.darray.{op}" in pushed(ranges), (op, pushed(ranges))
+    assert float(b[0, 0]) == 64 and bool(c.all())
+    ranges.clear()
+    _ = a @ a, a ** 2, a.reshape(9)
+    assert ranges == []
+
+
 def test_ranges_are_popped_when_an_op_raises(cf, ranges):
     a, d = cf.ones((3,)), cf.empty((4,))
     cf.debug.nvtx(True)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import cuflow
-from cuflow.testing import (assert_equal_host, copy_bandwidth_tbps, device_time_us,
+from cuflow.testing import (Timing, assert_equal_host, copy_bandwidth_tbps, device_time_us,
                             host_time_us, poisoned, random_array)
 
 
@@ -84,6 +84,7 @@ def test_random_floats_in_a_range_around_zero_are_never_all_zeros(cf, low, high,
     (lambda: host_time_us(lambda: None, repeat=True), TypeError, ("repeat", "True")),
     (lambda: device_time_us(lambda: None, number=-5), ValueError, ("number", "-5")),
     (lambda: copy_bandwidth_tbps(3), ValueError, ("nbytes", "3")),
+    (lambda: Timing.of([]), ValueError, ("Timing.of", "at least one", "got []")),
 ])
 def test_helpers_state_their_rules(cf, call, builtin, words):
     with pytest.raises(builtin) as e:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
+import reprlib
 from typing import Any
 
-__all__ = ["plot"]
+__all__ = ["plot", "unplottable"]
 
 # The figure each row is drawn by, first found wins, and whether higher is better.
 _METRICS = (("fps", "frames/s", True), ("ms", "ms", False), ("us", "us", False),
@@ -19,6 +20,26 @@ def _metric(rows: list[dict[str, Any]]) -> tuple[str, str, bool] | None:
     for key, label, higher in _METRICS:
         if all(key in r for r in rows):
             return key, label, higher
+    return None
+
+
+def unplottable(result: dict[str, Any]) -> str | None:
+    """What in a loaded ``--json`` result (a dict with a list of rows) :func:`plot` cannot
+    draw, the first such thing, or None: rows are objects with a string ``group`` and
+    ``case`` and numbers for the figures drawn, ``info`` an object."""
+    info = result.get("info", {})
+    if not isinstance(info, dict):
+        return f'"info" must be an object, got {reprlib.repr(info)}'
+    for i, r in enumerate(result["rows"]):
+        if not isinstance(r, dict):
+            return f"row {i} must be an object, got {reprlib.repr(r)}"
+        for key in ("group", "case"):
+            if not isinstance(r.get(key), str):
+                return f'row {i} must have a string "{key}", got {reprlib.repr(r)}'
+        for key, _, _ in _METRICS:
+            v = r.get(key)
+            if key in r and (isinstance(v, bool) or not isinstance(v, int | float)):
+                return f'row {i}: "{key}" must be a number, got {reprlib.repr(v)}'
     return None
 
 
@@ -65,6 +86,8 @@ def plot(result: dict[str, Any], path: str) -> str:
     info = result.get("info", {})
     fig.suptitle(f"cuflow bench on {info.get('device_name', 'CPU (NumPy backend)')}", fontsize=11)
     fig.tight_layout(rect=(0, 0, 1, 0.97))
-    fig.savefig(path, dpi=110, format="png")
-    plt.close(fig)
+    try:
+        fig.savefig(path, dpi=110, format="png")
+    finally:  # (an unwritable path raises here: the figure is freed all the same)
+        plt.close(fig)
     return path

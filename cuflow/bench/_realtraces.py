@@ -33,10 +33,16 @@ import cuflow
 
 from .. import memory
 
-__all__ = ["TRACE_DIR", "decode", "encode", "load", "record_all", "saved"]
+__all__ = ["TRACE_DIR", "decode", "encode", "in_checkout", "load", "record_all", "saved"]
 
 #: the committed traces (a source checkout; an installed package has none)
 TRACE_DIR = Path(__file__).resolve().parents[2] / "bench" / "traces"
+
+
+def in_checkout() -> bool:
+    """Whether :data:`TRACE_DIR` lies in a source checkout (its root holds pyproject.toml):
+    for an installed package it would be a folder beside site-packages."""
+    return (TRACE_DIR.parents[1] / "pyproject.toml").is_file()
 
 
 def encode(its: list[list[tuple]]) -> list[list[int]]:

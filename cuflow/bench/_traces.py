@@ -18,6 +18,7 @@ import json
 import math
 import random
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -494,7 +495,12 @@ def bench_traces(record: bool = False, quick: bool = False, json_path: str | Non
     rows = compare(list(TRACES) + loop_names(), rounds=1 if quick else 3, torch=torch,
                    variants=variants)
     print(format_compare(rows))
-    if json_path:
-        with open(json_path, "w") as f:
-            json.dump(rows, f, indent=1)
+    if json_path is not None:
+        try:
+            with open(json_path, "w") as f:
+                json.dump(rows, f, indent=1)
+        except OSError as e:  # the table above keeps the figures
+            print(f"python -m cuflow bench traces: cannot write --json {json_path}: {e}",
+                  file=sys.stderr)
+            return 1
     return 0

@@ -22,8 +22,12 @@ from .._errors import CuflowError, KernelCompileError
 __all__ = ["CTYPES", "REGISTRY", "KernelLookupError", "KernelSpec", "compile_for_arch",
            "get_function", "name_expression", "source_of", "vec_run"]
 
+
 class KernelLookupError(CuflowError, KeyError):
     """A kernel has no entry point, or no instantiation for the dtype asked for."""
+
+    def __str__(self) -> str:  # the message as written, not KeyError's repr of it
+        return str(self.args[0]) if len(self.args) == 1 else super().__str__()
 
 
 #: C type used for each NumPy dtype in the kernels (float16 is carried as raw bits).
@@ -173,8 +177,13 @@ def compile_for_arch(spec: KernelSpec, dtype: str, arch: int) -> bytes:
     Uses ``cuda.bindings.nvrtc`` (packages ``cuda-bindings`` and
     ``nvidia-cuda-nvrtc``, in the ``test`` extra) with the options CuPy itself
     uses for a ``RawModule``.  Raises :class:`~cuflow.KernelCompileError`
-    naming the kernel, dtype and architecture with the compiler log.
+    naming the kernel, dtype and architecture with the compiler log, and
+    :class:`KernelLookupError` for a dtype the kernel has no instantiation for.
     """
+    exprs = spec.name_expressions(dtype)
+    if not exprs:  # (NVRTC would compile the source alone: an empty cubin, no kernels)
+        raise KernelLookupError(f"cuflow kernel {spec.name!r} has no instantiation for dtype "
+                                f"{dtype!r}; it has {', '.join(spec.dtypes())}")
     from cuda.bindings import nvrtc  # noqa: PLC0415
 
     def check(result, what):
@@ -183,7 +192,6 @@ def compile_for_arch(spec: KernelSpec, dtype: str, arch: int) -> bytes:
             raise KernelCompileError(f"NVRTC {what} failed for {spec.name}/{dtype}/sm_{arch}: {err}")
         return result[1:]
 
-    exprs = spec.name_expressions(dtype)
     opts = [*spec.options, *CUPY_ADDED_OPTIONS, f"-arch=sm_{arch}"]
     (prog,) = check(nvrtc.nvrtcCreateProgram(source_of(spec).encode(), spec.source.encode(),
                                              0, [], []), "nvrtcCreateProgram")

@@ -40,6 +40,10 @@ class Timing:
 
     @classmethod
     def of(cls, samples: list[float]) -> Timing:
+        """The median, min and max of ``samples`` (per-call microseconds, at least one)."""
+        if not len(samples):
+            raise ArgumentError(f"cuflow.testing.Timing.of: samples must hold at least one "
+                                f"time, got {samples!r}")
         return cls(statistics.median(samples), min(samples), max(samples), tuple(samples))
 
 

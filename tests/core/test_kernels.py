@@ -30,6 +30,28 @@ def test_compile_error_names_kernel_arch_and_log(monkeypatch):
 
 
 
+@pytest.mark.parametrize("dtype", ["float64", "complex64", "int32"])
+def test_compile_for_arch_refuses_a_dtype_the_kernel_has_no_instantiation_for(dtype):
+    """As get_function does: NVRTC alone would compile the source into a cubin of no kernels."""
+    with pytest.raises(cuflow.kernels.KernelLookupError) as ei:
+        compile_for_arch(REGISTRY["image"], dtype, 90)
+    assert str(ei.value) == (f"cuflow kernel 'image' has no instantiation for dtype {dtype!r}; "
+                             f"it has {', '.join(REGISTRY['image'].dtypes())}")
+
+
+def test_every_registered_pair_is_compile_checked():
+    """The compile check above covers each (kernel, dtype) an entry point is instantiated for."""
+    pairs = {(k, d) for k, spec in REGISTRY.items() for _, dts in spec.entries for d in dts}
+    assert pairs == set(CASES)
+    assert all(REGISTRY[k].name_expressions(d) for k, d in CASES)
+
+
+def test_kernel_lookup_error_prints_its_message_as_written(cf):
+    with pytest.raises(cuflow.kernels.KernelLookupError) as ei:
+        cuflow.kernels.warmup("it's")
+    msg = ei.value.args[0]
+    assert str(ei.value) == msg and msg.startswith("cuflow.kernels.warmup: ") and "it's" in msg
+
 
 def test_warmup_names_an_unknown_kernel_on_every_backend(cf):
     with pytest.raises(cuflow.kernels.KernelLookupError, match="'nope'.*the registry has image"
