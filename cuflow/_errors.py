@@ -107,7 +107,9 @@ class CudaError(CuflowError, RuntimeError):
     """A CUDA call failed; ``__cause__`` holds the CuPy / CUDA exception."""
 
 
-class OutOfMemoryError(CuflowError, MemoryError):
+# MemoryError first: MemoryError.__new__, which tblib's unpickling calls (as when Dask sends
+# a worker's error to the client), refuses a class whose first base is not a MemoryError
+class OutOfMemoryError(MemoryError, CuflowError):
     """The device ran out of memory; ``__cause__`` holds the allocator's exception."""
 
 

@@ -428,3 +428,28 @@ def test_inspection_functions_state_their_rule(cf, call, builtin, words):
     with pytest.raises(builtin) as e:
         call(cf)
     _is_clear(e.value, *words)
+
+
+def test_every_error_survives_pickle_and_distributeds_error_path():
+    """A worker's error reaches a Dask client as itself: distributed pickles it through tblib,
+    whose unpickling calls the class's ``__new__``."""
+    import inspect
+    import pickle
+
+    from cuflow import _errors
+
+    core = pytest.importorskip("distributed.core", reason="needs dask.distributed")
+    classes = [c for c in vars(_errors).values()
+               if inspect.isclass(c) and issubclass(c, cuflow.CuflowError)]
+    assert cuflow.OutOfMemoryError in classes
+    for cls in classes:
+        try:
+            raise cls(f"{cls.__name__}: 8 bytes more")
+        except cls as e:
+            msg = core.error_message(e)
+            again = pickle.loads(pickle.dumps(e))
+        _, back, _ = core.clean_exception(msg["exception"].data, msg["traceback"].data)
+        for got in (back, again):
+            assert type(got) is cls and got.args == (f"{cls.__name__}: 8 bytes more",)
+    oom = pickle.loads(pickle.dumps(cuflow.OutOfMemoryError("no memory")))
+    assert isinstance(oom, MemoryError) and isinstance(oom, cuflow.CuflowError)

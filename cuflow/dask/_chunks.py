@@ -43,15 +43,32 @@ def register() -> type:
     xp = rt.xp
 
     def _concatenate(arrays, axis=0):
-        return concatenate([asarray(a) for a in arrays], axis=axis)
+        if all(a.dtype.kind in "biufc" for a in arrays):
+            return concatenate([asarray(a) for a in arrays], axis=axis)
+        # Dask's own intermediates (argmax's structured (vals, arg) chunks), of no dtype
+        # cuflow computes with: the backend joins them
+        base = [a.view(rt.ndarray) if isinstance(a, rt.ndarray) else a for a in arrays]
+        return rt.wrap(xp.concatenate(base, axis=axis))
 
     def _tensordot(a, b, axes=2):
         return rt.wrap(xp.tensordot(a, b, axes=axes))
 
-    def _einsum(*args, **kwargs):
-        kwargs.pop("casting", None)  # CuPy takes neither
+    def _einsum(subscripts, *operands, **kwargs):
+        if xp is numpy:
+            return rt.wrap(xp.einsum(subscripts, *operands, **kwargs))
+        # CuPy takes neither casting nor order: the casting rule (NumPy's default 'safe') is
+        # checked here; order is only the result's layout
+        casting = kwargs.pop("casting", "safe")
         kwargs.pop("order", None)
-        return rt.wrap(xp.einsum(*args, **kwargs))
+        dtype = kwargs.get("dtype")
+        if dtype is not None:
+            for op in operands:
+                if not numpy.can_cast(op.dtype, dtype, casting=casting):
+                    raise ArgumentTypeError(
+                        f"cuflow.dask: einsum cannot cast an operand of dtype {op.dtype} to "
+                        f"dtype={numpy.dtype(dtype)} under casting={casting!r}; give a "
+                        f"casting rule that allows it, such as casting='same_kind'")
+        return rt.wrap(xp.einsum(subscripts, *operands, **kwargs))
 
     def _take(a, indices, axis=None):
         return rt.wrap(xp.take(a, indices, axis=axis))
@@ -126,18 +143,48 @@ def meta(dtype: Any = numpy.float32, ndim: int = 1) -> Any:
     return empty((0,) * int(ndim), dtype=dtype)
 
 
+def _has_bool(chunks: Any) -> bool:
+    """Whether ``chunks`` (as ``dask.array`` takes them) holds a bool anywhere."""
+    if isinstance(chunks, bool | numpy.bool_):
+        return True
+    if isinstance(chunks, numpy.ndarray):
+        return chunks.dtype.kind == "b"
+    if isinstance(chunks, dict):
+        return any(_has_bool(c) for c in chunks.values())
+    if isinstance(chunks, tuple | list):
+        return any(_has_bool(c) for c in chunks)
+    return False
+
+
+def _check_chunks(chunks: Any) -> None:
+    # Dask reads True as a chunk size of 1 (a task per element)
+    if _has_bool(chunks):
+        raise ArgumentTypeError(f"cuflow.dask.from_host: chunks must be 'auto', a chunk size, "
+                                f"or chunk sizes per axis, as dask.array takes them, and sizes "
+                                f"are ints, no bools, got {chunks!r}")
+
+
 def from_host(x: Any, chunks: Any = "auto") -> da.Array:
     """A Dask array of darray chunks from host data (a NumPy array or a Dask array of NumPy chunks).
 
     Each chunk is copied to the device of the worker that computes it, in the machine's
-    byte order (a ``'>f4'`` array gives ``float32`` chunks on x86).
+    byte order (a ``'>f4'`` array gives ``float32`` chunks on x86).  A device array (a
+    darray or CuPy array) is chunked as it is, and each chunk copied to its worker's device.
     """
     if x is None:
         raise ArgumentTypeError("cuflow.dask.from_host: x must be an array of numbers (a NumPy "
                                 "array, array-like, or a Dask array of NumPy chunks), got None")
+    _check_chunks(chunks)
+    rt = runtime()
     register()
-    if not isinstance(x, da.Array):
-        x = numpy.asarray(x)
+    # a device array (darray or CuPy) is chunked where it is: NumPy cannot read it
+    if not isinstance(x, da.Array) and not (rt.is_gpu and isinstance(x, rt.ndarray)):
+        try:
+            x = numpy.asarray(x)
+        except ValueError as e:  # ragged sequences
+            raise ArgumentError(f"cuflow.dask.from_host: x must be an array of numbers, got a "
+                                f"{type(x).__name__} that cannot be converted to an array: "
+                                f"{e}") from e
     # before any chunking: Dask's auto-chunking of objects or text fails with its own words
     if x.dtype.kind not in "biufc":
         raise ArgumentTypeError(f"cuflow.dask.from_host: x must be an array of numbers (bool, "

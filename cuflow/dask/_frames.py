@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import dataclasses
 import math
 import threading
@@ -19,25 +21,40 @@ __all__ = ["map_frames"]
 
 _local = threading.local()
 
+#: Pipelines a worker thread keeps, the most recently used; each holds its buffers (device
+#: memory) and staging threads, so the least recently used one past this is closed.
+MAX_PIPELINES = 4
+
 
 def _pipeline(options: PipelineOptions) -> Pipeline:
     """This worker thread's Pipeline for ``options``: made once, its buffers and kernels reused."""
     cache = getattr(_local, "pipelines", None)
     if cache is None:
-        cache = _local.pipelines = {}
+        cache = _local.pipelines = collections.OrderedDict()
     key = repr(options)  # options may hold lists (mean=[...]): not hashable
     pipe = cache.get(key)
     if pipe is None:
         fields = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
         pipe = cache[key] = Pipeline(**fields)
+        while len(cache) > MAX_PIPELINES:
+            cache.popitem(last=False)[1].close()
+    cache.move_to_end(key)
     return pipe
 
 
 def check_client(name: str, client: Any) -> None:
-    """``client`` is a ``distributed.Client`` (what ``name`` submits its work through)."""
+    """``client`` is a running, synchronous ``distributed.Client`` (what ``name`` submits its
+    work through and waits on)."""
     if not isinstance(client, Client):
         raise ArgumentTypeError(f"cuflow.dask.{name}: client must be a distributed.Client, got "
                                 f"{type(client).__name__}")
+    if client.status != "running":
+        raise ArgumentError(f"cuflow.dask.{name}: client must be a running distributed.Client, "
+                            f"got one whose status is {client.status!r}")
+    if client.asynchronous:  # its calls would return awaitables, not results
+        raise ArgumentError(f"cuflow.dask.{name}: client must be a synchronous "
+                            f"distributed.Client (cuflow.dask waits for the results), got one "
+                            f"made with asynchronous=True, called in its event loop")
 
 
 def _identity(x: Any) -> Any:
@@ -54,7 +71,10 @@ def run_shard(items: Sequence[Any], options: PipelineOptions,
     """
     pipe = _pipeline(options)
     frames = map(load or _identity, items)
-    out = [(consume or asnumpy)(b) for b in pipe.batches(frames)]
+    # closed even when consume raises: the traceback the worker keeps would otherwise hold
+    # the iteration open, and the cached Pipeline would refuse the next shard
+    with contextlib.closing(pipe.batches(frames)) as batches:
+        out = [(consume or asnumpy)(b) for b in batches]
     return out if reduce is None else reduce(out)
 
 
@@ -97,9 +117,12 @@ def map_frames(client: Client, items: Sequence[Any], options: PipelineOptions, *
 
     Notes
     -----
-    Contiguous shards of ``items`` go to the workers in turn; each worker
-    thread keeps one Pipeline per ``options``, so later calls reuse its
-    buffers and compiled kernels.  Functions must be picklable (module-level).
+    Contiguous shards of ``items`` go to the workers in turn (a preference: a
+    shard whose worker is gone runs on another).  Each worker thread keeps a
+    Pipeline per ``options``, so later calls reuse its buffers and compiled
+    kernels; it keeps the 4 most recently used and closes the others.  The
+    functions travel with cloudpickle (lambdas too).  When a task fails, the
+    call cancels the others and raises the task's exception.
     """
     check_client("map_frames", client)
     if not isinstance(options, PipelineOptions):
@@ -124,8 +147,12 @@ def map_frames(client: Client, items: Sequence[Any], options: PipelineOptions, *
     for k, start in enumerate(range(0, len(items), per)):
         futures.append(client.submit(run_shard, items[start:start + per], options, load,
                                      consume, reduce, workers=[workers[k % len(workers)]],
-                                     allow_other_workers=False, pure=False))
-    shards = client.gather(futures)
+                                     allow_other_workers=True, pure=False))
+    try:
+        shards = client.gather(futures)
+    except BaseException:
+        client.cancel(futures)  # the other shards' work and results are of no use now
+        raise
     if reduce is not None:
         return shards
     return [r for shard in shards for r in shard]

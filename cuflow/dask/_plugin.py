@@ -52,11 +52,11 @@ def _bytes(name: str, v: Any) -> int | float | str | None:
 
 def _limit_bytes(limit: int | float | str | None) -> int | None:
     """``limit`` (as :func:`_bytes` gives it) in bytes, where that needs no device: ``None``
-    for no limit or a fraction of the device's memory."""
+    for no limit (0 bytes, as for ``set_limit``) or a fraction of the device's memory."""
     if isinstance(limit, str):
         kind, x = check_limit_text(limit, "cuflow.dask.CuflowPool: limit")
-        return int(x) if kind == "bytes" else None
-    return limit if isinstance(limit, int) else None
+        return (int(x) or None) if kind == "bytes" else None
+    return (limit or None) if isinstance(limit, int) else None
 
 
 class CuflowPool(WorkerPlugin):
@@ -70,7 +70,9 @@ class CuflowPool(WorkerPlugin):
     limit : int, str or float, optional
         Cap on the pool's reserved bytes (a float in (0, 1] is a fraction of
         the device's memory); an allocation past it raises
-        :class:`cuflow.OutOfMemoryError`.
+        :class:`cuflow.OutOfMemoryError`.  0 bytes (``0``, ``"0"``, ``"0B"``)
+        removes the pool's limit, as for :func:`cuflow.memory.set_limit`;
+        None leaves it as it is.
     warmup : callable, optional
         Run once on each worker after the pool is set up, through
         :func:`cuflow.memory.warmup`, so its allocations are cached (compile
@@ -81,7 +83,9 @@ class CuflowPool(WorkerPlugin):
     Register with ``client.register_plugin(CuflowPool(...))`` (workers that
     join later run it too).  The plugin also registers darray with
     ``dask.array`` on each worker.  :func:`pool_stats` reads each worker's
-    statistics back.
+    statistics back.  ``client.unregister_worker_plugin(CuflowPool.name)``
+    (and a worker's shutdown) undoes the setup: the worker's previous limit
+    comes back and the pool's free memory is released.
     """
 
     name = "cuflow-pool"
@@ -108,7 +112,7 @@ class CuflowPool(WorkerPlugin):
         pool = memory.get_pool()
         if self.limit is not None and self.size:  # a fraction is known here, on the device
             cap = limit_of(self.limit, pool.backend)
-            if cap is not None and self.size > cap:
+            if cap and self.size > cap:  # (0 bytes is no limit)
                 raise ArgumentError(f"cuflow.dask.CuflowPool: size must be at most limit, got "
                                     f"size={self.size} bytes and limit={self.limit!r} "
                                     f"({cap} bytes on this worker's device)")
@@ -129,7 +133,19 @@ class CuflowPool(WorkerPlugin):
                        "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
                        "reserved_at_setup": memory.stats()["reserved_bytes.all.current"],
                        "warmup": warm}
+        self._previous_limit = old
         worker.cuflow_pool = self
+
+    def teardown(self, worker: Any) -> None:
+        """Undo :meth:`setup` on ``worker``: its previous limit back, the pool's free memory
+        (the reserve among it) released, and no record of this plugin for :func:`pool_stats`."""
+        if getattr(worker, "cuflow_pool", None) is not self:
+            return  # this plugin's setup did not complete there
+        del worker.cuflow_pool
+        pool = memory.get_pool()
+        if self.limit is not None:
+            pool.limit = self._previous_limit
+        pool.empty_cache()
 
 
 def _worker_stats(dask_worker: Any = None) -> dict[str, Any]:

@@ -7,7 +7,10 @@ exactly as on a GPU cluster, through the NumPy backend.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
+import time
 import warnings
 
 import numpy as np
@@ -306,3 +309,161 @@ def test_from_host_declares_the_chunks_native_dtype(cf, order):
         assert got.dtype == x.dtype and got.dtype.isnative
         np.testing.assert_array_equal(cf.asnumpy(got), host)
     assert cfd.meta(f"{order}i8").dtype == np.int64 and cfd.meta(np.dtype(">c8")).dtype.isnative
+
+
+def _failing_consume(batch):
+    raise RuntimeError("consume failed on purpose")
+
+
+def test_map_frames_after_a_consume_that_raised(ccf, client):
+    """The worker's cached Pipeline is left closed when consume raises: the next call with
+    the same options runs on it."""
+    options = ccf.PipelineOptions(size=(10, 12), batch_size=2)
+    frames = [_frame(i) for i in range(4)]
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="consume failed on purpose"):
+            cfd.map_frames(client, frames, options, consume=_failing_consume)
+        out = cfd.map_frames(client, frames, options)
+        assert [b.shape for b in out] == [(2, 3, 10, 12)] * 2
+
+
+def _slow_or_broken(i):
+    if i == 0:
+        raise ValueError("frame 0 is broken")
+    time.sleep(0.3)
+    return _frame(i)
+
+
+def _shard_keys(dask_scheduler):
+    return {str(k): ts.state for k, ts in dask_scheduler.tasks.items()
+            if str(k).startswith("run_shard")}
+
+
+def test_a_failed_map_frames_cancels_its_other_shards(ccf, client):
+    before = set(client.run_on_scheduler(_shard_keys))
+    options = ccf.PipelineOptions(size=8, batch_size=1)
+    with pytest.raises(ValueError, match="frame 0 is broken"):  # (its traceback holds the futures)
+        cfd.map_frames(client, range(4), options, load=_slow_or_broken)  # 2 shards of 2
+    left = {}
+    for _ in range(50):
+        left = {k: s for k, s in client.run_on_scheduler(_shard_keys).items() if k not in before}
+        if not left:
+            break
+        time.sleep(0.1)
+    assert not left, f"shards of the failed call still held: {left}"
+
+
+def _staging_threads():
+    return sum(t.name.startswith("cuflow-staging") for t in threading.enumerate())
+
+
+def test_each_worker_thread_keeps_a_few_pipelines(ccf, client):
+    """A Pipeline per options, at most 4 per worker thread: the others are closed (their
+    staging threads stopped)."""
+    frames = [_frame(i) for i in range(2)]
+    for k in range(8):
+        options = ccf.PipelineOptions(size=(8, 8 + k), batch_size=1, copy_threads=1)
+        assert len(cfd.map_frames(client, frames, options)) == 2
+    staging = client.run(_staging_threads)
+    assert max(staging.values()) <= 4, staging
+
+
+@pytest.mark.parametrize("name", ["argmax", "argmin", "nanargmax", "nanargmin"])
+def test_arg_reductions_match_dask_on_numpy_chunks(cf, rng, name):
+    host = rng.standard_normal((12, 10)).astype(np.float32)
+    if name.startswith("nan"):
+        host[::3, 1::4] = np.nan
+    f = getattr(da, name)
+    for axis in (None, 0, 1):
+        want = f(da.from_array(host, chunks=(5, 4)), axis=axis, split_every=2)
+        got = f(cfd.from_host(host, chunks=(5, 4)), axis=axis, split_every=2)
+        want, got = want.compute(scheduler="synchronous"), got.compute(scheduler="synchronous")
+        assert isinstance(got, cf.darray) and got.dtype == want.dtype
+        np.testing.assert_array_equal(cf.asnumpy(got), want)
+
+
+def test_einsum_takes_casting(cf, rng):
+    a = rng.standard_normal((6, 4))
+    b = rng.standard_normal((4, 5))
+    x, y = cfd.from_host(a, chunks=3), cfd.from_host(b, chunks=2)
+    got = da.einsum("ij,jk->ik", x, y, dtype=np.float32, casting="same_kind")
+    got = got.compute(scheduler="synchronous")
+    assert isinstance(got, cf.darray) and got.dtype == np.float32
+    np.testing.assert_allclose(cf.asnumpy(got), a @ b, rtol=1e-5, atol=1e-5)
+    # NumPy's default rule, 'safe', refuses float64 -> float32, as on NumPy chunks
+    with pytest.raises(TypeError, match="'safe'"):
+        da.einsum("ij,jk->ik", x, y, dtype=np.float32).compute(scheduler="synchronous")
+
+
+def test_a_pool_limit_of_zero_bytes_is_no_limit(cf):
+    pool = cf.memory.get_pool()
+    old = pool.limit
+    try:
+        for zero in (0, "0", "0B"):
+            pool.limit = 1 << 40
+            plugin = cfd.CuflowPool("1MiB", limit=zero)
+            worker = _Worker()
+            plugin.setup(worker)
+            assert pool.limit is None and cf.memory.stats()["limit_bytes"] is None
+            assert worker.cuflow_pool is plugin
+            plugin.teardown(worker)
+            assert pool.limit == 1 << 40 and not hasattr(worker, "cuflow_pool")
+    finally:
+        pool.limit = old
+
+
+def _set_limit(limit):
+    cuflow.memory.set_limit(limit)
+
+
+def test_unregistering_the_pool_plugin_undoes_its_setup(ccf, client):
+    with contextlib.suppress(ValueError):  # (a plugin another test registered)
+        client.unregister_worker_plugin(cfd.CuflowPool.name)
+    client.run(_set_limit, 300 << 20)
+    try:
+        client.register_plugin(cfd.CuflowPool("1MiB", limit="64MiB"))
+        stats = cfd.pool_stats(client)
+        assert all(s["stats"]["limit_bytes"] == 64 << 20 for s in stats.values())
+        reserved = {w: s["setup"]["reserved_at_setup"] for w, s in stats.items()}
+        client.unregister_worker_plugin(cfd.CuflowPool.name)
+        for w, s in cfd.pool_stats(client).items():
+            assert s["setup"] is None and s["stats"]["limit_bytes"] == 300 << 20
+            assert s["stats"]["reserved_bytes.all.current"] < reserved[w]  # the cache emptied
+    finally:
+        client.run(_set_limit, None)
+
+
+def _out_of_memory():
+    raise cuflow.OutOfMemoryError("cuflow: out of memory on purpose")
+
+
+def test_out_of_memory_on_a_worker_reaches_the_client_as_itself(client):
+    with pytest.raises(cuflow.OutOfMemoryError, match="on purpose") as ei:
+        client.submit(_out_of_memory, pure=False).result()
+    assert isinstance(ei.value, MemoryError) and isinstance(ei.value, cuflow.CuflowError)
+
+
+def test_from_host_refuses_ragged_data_and_bool_chunks(cf):
+    with pytest.raises(cuflow.ArgumentError,
+                       match=r"cuflow.dask.from_host: x must be an array of numbers, got a "
+                             r"list that cannot be converted to an array: .*inhomogeneous") as ei:
+        cfd.from_host([[1, 2], [3]])
+    assert isinstance(ei.value.__cause__, ValueError)
+    x = np.zeros((4, 4))
+    for bad in (True, np.bool_(True), (2, False), ((2, 2), (True, 3)), {0: True},
+                np.array([True, True])):
+        with pytest.raises(cuflow.ArgumentTypeError,
+                           match=r"cuflow.dask.from_host: chunks must be .* no bools"):
+            cfd.from_host(x, chunks=bad)
+        with pytest.raises(cuflow.ArgumentTypeError, match="no bools"):
+            cfd.from_host(da.from_array(x, chunks=2), chunks=bad)
+    assert cfd.from_host(x, chunks={0: 2, 1: -1}).chunks == ((2, 2), (4,))
+
+
+def test_from_host_takes_a_device_array(cf, rng):
+    host = rng.standard_normal((8, 6)).astype(np.float32)
+    x = cfd.from_host(cf.asarray(host), chunks=(4, 3))
+    assert x.chunks == ((4, 4), (3, 3)) and x.dtype == np.float32
+    got = x.compute(scheduler="synchronous")
+    assert isinstance(got, cf.darray)
+    np.testing.assert_array_equal(cf.asnumpy(got), host)
