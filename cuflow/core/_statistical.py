@@ -19,6 +19,7 @@ from .._errors import ArgumentError, ArgumentTypeError
 from ._contract import may_share, prepare_out, reduced_shape, resolve_out
 from ._contract import bad_input, check_dtype, check_ints, one_element_axis
 from ._dispatch import reraise, run_on
+from ._interop import astype
 from ._engine import ew_op
 from ._expr import Expr, TraceError, caller_line
 from ._expr import reduce as _traced_reduce
@@ -184,16 +185,28 @@ def max(a, axis=None, dst=None, keepdims=False, *, out=None, stream=None):  # no
     return _reduce("max", a, axis, None, resolve_out(dst, out, "max"), keepdims, 0, stream)
 
 
-def argmin(a, axis=None, dst=None, keepdims=False, *, out=None, stream=None):
-    """Index of the minimum over ``axis`` (array API ``argmin``)."""
+def argmin(a, axis=None, dst=None, keepdims=False, *, dtype=None, out=None, stream=None):
+    """Index of the minimum over ``axis`` (array API ``argmin``).
+
+    ``dtype``, CuPy's argument (``cupy.argmin`` passes it to the array's method), is the
+    dtype the values are compared in: ``a`` is cast to it first.
+    """
+    if dtype is not None:
+        a = astype(a, check_dtype("argmin", dtype), stream=stream)
     if dst is out is stream is axis is None and not keepdims:
         return _full("argmin", a)
     return _reduce("argmin", a, axis, None, resolve_out(dst, out, "argmin"), keepdims, 0,
                    stream)
 
 
-def argmax(a, axis=None, dst=None, keepdims=False, *, out=None, stream=None):
-    """Index of the maximum over ``axis`` (array API ``argmax``)."""
+def argmax(a, axis=None, dst=None, keepdims=False, *, dtype=None, out=None, stream=None):
+    """Index of the maximum over ``axis`` (array API ``argmax``).
+
+    ``dtype``, CuPy's argument (``cupy.argmax`` passes it to the array's method), is the
+    dtype the values are compared in: ``a`` is cast to it first.
+    """
+    if dtype is not None:
+        a = astype(a, check_dtype("argmax", dtype), stream=stream)
     if dst is out is stream is axis is None and not keepdims:
         return _full("argmax", a)
     return _reduce("argmax", a, axis, None, resolve_out(dst, out, "argmax"), keepdims, 0,
