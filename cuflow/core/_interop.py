@@ -364,7 +364,7 @@ def from_dlpack(x, /, *, device=None, copy=None, stream=None):
 def asnumpy(a, stream=None, order="C", out=None, blocking=True):
     """Copy to a ``numpy.ndarray`` (waits for the data unless ``blocking=False`` with pinned ``out``)."""
     rt = runtime()
-    check_order("asnumpy", order)
+    check_order("asnumpy", order, "CFA")  # (CuPy's get takes no "K")
     if out is not None:
         check_host_out("asnumpy", a, out)
     if isinstance(a, numpy.ndarray) and not isinstance(a, rt.ndarray) or not rt.is_gpu:

@@ -73,10 +73,11 @@ def where(condition: Any, x1: Any = None, x2: Any = None, /, *, dst: Any = None,
 
 
 def _int_scalars_fit(rt: Any, x1: Any, x2: Any) -> None:
-    """A Python int beside an integer array must fit the result dtype, as in every other op
-    (NumPy's where would wrap ``where(c, uint8_array, 300)`` to 44)."""
+    """A Python int beside an integer array (or NumPy integer) must fit the result dtype, as
+    in every other op (NumPy's where would wrap ``where(c, uint8_array, 300)`` to 44)."""
     for s, other in ((x1, x2), (x2, x1)):
-        if type(s) is int and isinstance(other, rt.ndarray) and other.dtype.kind in "iu":
+        if type(s) is int and isinstance(other, rt.ndarray | numpy.integer) and \
+                other.dtype.kind in "iu":
             info = numpy.iinfo(other.dtype)
             if not info.min <= s <= info.max:
                 raise ArgumentOverflowError(

@@ -185,32 +185,35 @@ def max(a, axis=None, dst=None, keepdims=False, *, out=None, stream=None):  # no
     return _reduce("max", a, axis, None, resolve_out(dst, out, "max"), keepdims, 0, stream)
 
 
-def argmin(a, axis=None, dst=None, keepdims=False, *, dtype=None, out=None, stream=None):
-    """Index of the minimum over ``axis`` (array API ``argmin``).
-
-    ``dtype``, CuPy's argument (``cupy.argmin`` passes it to the array's method), is the
-    dtype the values are compared in: ``a`` is cast to it first.
-    """
+def _arg(name: str, a: Any, axis: Any, dst: Any, keepdims: bool, dtype: Any, out: Any,
+         stream: Any) -> Any:
+    """``argmin`` / ``argmax``.  ``dtype``, CuPy's argument (``cupy.argmax(x)`` passes it to
+    the array's method), is the integer dtype of the returned index."""
     if dtype is not None:
-        a = astype(a, check_dtype("argmin", dtype), stream=stream)
+        dt = check_dtype(name, dtype)
+        if dt.kind not in "iu":
+            raise ArgumentTypeError(f"cuflow.{name}: dtype is the index's, an integer dtype, "
+                                    f"got {dt}")
+        if dst is not None or out is not None:
+            raise ArgumentError(f"cuflow.{name}: the index's dtype comes from dtype= or from "
+                                f"dst's dtype, not both; got dtype={dt} and a dst")
+        r = _arg(name, a, axis, None, keepdims, None, None, stream)
+        return r if r.dtype == dt else astype(r, dt, stream=stream)
     if dst is out is stream is axis is None and not keepdims:
-        return _full("argmin", a)
-    return _reduce("argmin", a, axis, None, resolve_out(dst, out, "argmin"), keepdims, 0,
-                   stream)
+        return _full(name, a)
+    return _reduce(name, a, axis, None, resolve_out(dst, out, name), keepdims, 0, stream)
+
+
+def argmin(a, axis=None, dst=None, keepdims=False, *, dtype=None, out=None, stream=None):
+    """Index of the minimum over ``axis`` (array API ``argmin``); ``dtype``, CuPy's, is the
+    index's (an integer dtype)."""
+    return _arg("argmin", a, axis, dst, keepdims, dtype, out, stream)
 
 
 def argmax(a, axis=None, dst=None, keepdims=False, *, dtype=None, out=None, stream=None):
-    """Index of the maximum over ``axis`` (array API ``argmax``).
-
-    ``dtype``, CuPy's argument (``cupy.argmax`` passes it to the array's method), is the
-    dtype the values are compared in: ``a`` is cast to it first.
-    """
-    if dtype is not None:
-        a = astype(a, check_dtype("argmax", dtype), stream=stream)
-    if dst is out is stream is axis is None and not keepdims:
-        return _full("argmax", a)
-    return _reduce("argmax", a, axis, None, resolve_out(dst, out, "argmax"), keepdims, 0,
-                   stream)
+    """Index of the maximum over ``axis`` (array API ``argmax``); ``dtype``, CuPy's, is the
+    index's (an integer dtype)."""
+    return _arg("argmax", a, axis, dst, keepdims, dtype, out, stream)
 
 
 def any(a, axis=None, dst=None, keepdims=False, *, out=None, stream=None):  # noqa: A001

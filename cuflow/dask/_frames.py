@@ -118,7 +118,8 @@ def map_frames(client: Client, items: Sequence[Any], options: PipelineOptions, *
     Notes
     -----
     Contiguous shards of ``items`` go to the workers in turn (a preference: a
-    shard whose worker is gone runs on another).  Each worker thread keeps a
+    shard whose worker is gone runs on another, and Dask's balancing may move a
+    waiting shard to an idle worker).  Each worker thread keeps a
     Pipeline per ``options``, so later calls reuse its buffers and compiled
     kernels; it keeps the 4 most recently used and closes the others.  The
     functions travel with cloudpickle (lambdas too).  When a task fails, the

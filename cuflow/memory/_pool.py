@@ -36,10 +36,11 @@ freed on another stream by making this stream wait on an event recorded there
 backend can reuse them cheaply (all but kept ones), and get a new segment
 (for a request of 1 MiB or more, a whole number of granules: the backend's
 ``segment_granularity``, or less while the pool is small, see :func:`granule`).
-A segment that the limit or the device refuses starts one retry sequence, the
-same for both: collect garbage, process queued frees, release every wholly free
-segment (kept ones too: memory is short), wait for pending cross-stream frees,
-then take the smallest fit of any size on the stream, else borrow one of any
+A segment that the limit refuses is first asked for again once the wholly free
+segments are released (a pool at its limit meets the refusal often); past that,
+a refusal by the limit or by the device starts one retry sequence: collect
+garbage, process queued frees, release every wholly free segment (kept ones
+too: memory is short), wait for pending cross-stream frees, then take the smallest fit of any size on the stream, else borrow one of any
 size from another stream, else try one last segment; then
 :class:`~cuflow.OutOfMemoryError`.  A request whose rounding would pass 2**63
 (see :func:`max_request`) is refused at once.  Coalescing joins free neighbours

@@ -194,16 +194,17 @@ def test_reduction_into_dst_of_another_dtype_casts_the_result(cf, rng):
 @pytest.mark.parametrize("name", ["argmax", "argmin"])
 def test_the_backends_own_argmax_takes_a_darray(cf, rng, name):
     """``cupy.argmax(x)`` calls ``x.argmax(axis=, dtype=, out=, keepdims=)``: the darray
-    method takes CuPy's ``dtype`` (the dtype the values are compared in), as does
-    ``cuflow.argmax``."""
-    # distinct values that stay distinct as int32 (no ties for the first index to settle)
-    h = (rng.permutation(35).reshape(5, 7) - 17) * 1.5 + 0.25
+    method takes CuPy's ``dtype``, the integer dtype of the index, as ``cuflow.argmax``
+    does; values that truncate to ties still give the index of the real extreme."""
+    h = rng.uniform(0.05, 0.95, (5, 7)) + rng.integers(-3, 3, (5, 7))
     x = cf.asarray(h)
     xp = cf.get_backend().xp
     assert int(to_host(getattr(xp, name)(x))) == getattr(np, name)(h)
     np.testing.assert_array_equal(to_host(getattr(xp, name)(x, axis=1)), getattr(np, name)(h, axis=1))
-    as_int = h.astype(np.int32)
-    np.testing.assert_array_equal(to_host(getattr(cf, name)(x, axis=0, dtype="int32")),
-                                  getattr(np, name)(as_int, axis=0))
-    np.testing.assert_array_equal(to_host(getattr(x, name)(axis=0, dtype=np.int32)),
-                                  getattr(np, name)(as_int, axis=0))
+    for got in (getattr(cf, name)(x, axis=0, dtype="int32"), getattr(x, name)(axis=0, dtype=np.int32)):
+        assert got.dtype == np.int32
+        np.testing.assert_array_equal(to_host(got), getattr(np, name)(h, axis=0))
+    with pytest.raises(cuflow.ArgumentTypeError, match="integer dtype"):
+        getattr(cf, name)(x, dtype="float32")
+    with pytest.raises(cuflow.ArgumentError, match="not both"):
+        getattr(cf, name)(x, axis=0, dtype="int64", dst=cf.empty(7, dtype="int64"))
