@@ -134,29 +134,30 @@ def _run(args: argparse.Namespace, pb: argparse.ArgumentParser) -> int:
     else:
         result = run_headline(quick=args.quick)
         print(format_table(result))
-    # a write that fails now keeps the figures on the screen and says so in one line
     rc = 0
     if args.json is not None:
-        try:
-            with open(args.json, "w") as f:
-                json.dump(result, f, indent=1)
-        except OSError as e:
-            print(f"python -m cuflow bench: cannot write --json {args.json}: {e}",
-                  file=sys.stderr)
-            rc = 1
-        else:
-            print(f"\nwrote {args.json}")
+        rc |= _write("--json", args.json, lambda: _dump(result, args.json))
     if args.plot is not None:
-        try:
-            written = plot(result, args.plot)
-        except OSError as e:
-            print(f"python -m cuflow bench: cannot write --plot {args.plot}: {e}",
-                  file=sys.stderr)
-            rc = 1
-        else:
-            print(f"wrote {written}")
+        rc |= _write("--plot", args.plot, lambda: plot(result, args.plot))
     return rc
 
+
+def _dump(result: dict, path: str) -> str:
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    return path
+
+
+def _write(flag: str, path: str, write) -> int:
+    """``write()`` for ``flag path``: 0, or 1 with a one-line error where it fails (the
+    figures are on the screen already, and stay there)."""
+    try:
+        written = write()
+    except OSError as e:
+        print(f"python -m cuflow bench: cannot write {flag} {path}: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote {written}")
+    return 0
 
 if __name__ == "__main__":
     sys.exit(main())
