@@ -297,7 +297,7 @@ def record_stream(array: Any, stream: Any) -> None:
             import cupy  # noqa: PLC0415  (optional dependency)
 
             owned = None if isinstance(s, cupy.cuda.ExternalStream) else s
-            pool.record_stream(block, 0 if s is None else s.ptr, owned)
+            pool._mark_used(block, 0 if s is None else s.ptr, owned)
             return
     # not from a cuflow pool (CUFLOW_POOL=off, or memory CuPy did not allocate)
 

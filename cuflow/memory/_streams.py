@@ -65,6 +65,11 @@ class StreamsMixin:
             raise MemoryValueError(f"cuflow.memory.Pool.record_stream: b must be a block this "
                                    f"pool lends now, got the block at {b.ptr:#x}, which is "
                                    f"freed already or from another pool")
+        self._mark_used(b, stream, stream_obj)
+
+    def _mark_used(self, b: Block, stream: int, stream_obj: Any) -> None:
+        """:meth:`record_stream` of a block known to be lent and a checked handle (the
+        module's ``record_stream`` finds the block among the lent ones, for a live array)."""
         if stream != b.stream:
             with self._lock:
                 if self._gone and not self._busy:
