@@ -1,5 +1,6 @@
 """Same-process A/B of two cuflow trees: host time of ``add(a, b, dst=c)``, device time of an
-8x1080p ``image.normalize``, and the pool's hit (``cupy.empty`` of 1 MiB, then free).
+8x1080p ``image.normalize``, the pool's hit (``cupy.empty`` of 1 MiB, then free), and host
+time of a ``Bufferizer.append`` from the producer's stream and into the Bufferizer's own.
 
 The old tree is copied, its package renamed ``cuflow_old`` (every ``cuflow`` identifier in its
 sources), and built in place, so both trees import into one process and share one GPU, one
@@ -86,10 +87,23 @@ def main(argv: list[str] | None = None) -> int:
             cf.image.normalize(frames, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225),
                                dst=out)
 
+        # appends of a 19 KiB element: into a Bufferizer on its own stream (the default),
+        # and into one on the producer's stream
+        element = cf.asarray(a_host[:48].reshape(3, 40, 40).copy())
+        own = cf.Bufferizer((3, 40, 40), 4096, numpy.float32)
+        same = cf.Bufferizer((3, 40, 40), 4096, numpy.float32, stream=cf.current_stream())
+
+        def append(buf, x=element):
+            if buf.full:
+                buf.reset()
+            buf.append(x)
+
         probes[name] = {
             "add_dst_host_us": lambda cf=cf, a=a, b=b, c=c: cf.add(a, b, dst=c),
             "normalize_8x1080p_device_us": norm,
             "pool_hit_1MiB_host_us": lambda: cupy.empty(1 << 20, dtype=numpy.uint8),
+            "bufferizer_append_host_us": lambda buf=same: append(buf),
+            "bufferizer_append_own_stream_host_us": lambda buf=own: append(buf),
         }
 
     from cuflow.testing import device_time_us, host_time_us

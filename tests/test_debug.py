@@ -74,6 +74,7 @@ def test_every_op_kind_emits_a_named_range(cf, ranges, rng):
     img = cf.image.normalize(frame)
     buf = cf.Bufferizer((3, 8, 8), 2, cf.float32)
     buf.append(img)
+    buf.append_one(img)
     names = pushed(ranges)
     for want in ("cuflow.add", "cuflow.darray.__mul__", "cuflow.darray.sum",
                  "cuflow.image.normalize", "cuflow.Bufferizer.append",

@@ -315,6 +315,23 @@ def pipeline_rows(cf, quick: bool, copy_tbps: float, device_time_us, host_time_u
                      "pct_of_copy_bw": round(100 * nbytes / (dev * 1e-6) / (copy_tbps * 1e12), 1),
                      "host_us_per_append": round(host / (BATCH if "x16" in name else 1), 2)})
 
+    # The default Bufferizer has a stream of its own: an append also orders it after the
+    # producer's stream (an event) and keeps the frame's memory from reuse until the copy
+    # has read it (memory.record_stream).
+    own = cf.Bufferizer((H, W, 3), BATCH, cf.uint8)
+
+    def fill_own():
+        own.reset()
+        for f in frames:
+            own.append_one(f)
+
+    group = "Bufferizer: append_one of a 1080p uint8 frame, host time"
+    for name, fn in (("producer's stream is the Bufferizer's", fill_one),
+                     ("Bufferizer's own stream (the default)", fill_own)):
+        host = host_time_us(fn, number=20, repeat=3 if quick else 7, warmup=5).median_us
+        rows.append({"group": group, "case": name, "host_us_per_append": round(host / BATCH, 2)})
+    own.stream.synchronize()
+
     # 4. The pipeline, frames per second and GPU activity, from pageable and pinned frames.
     # The activity traces come last: CUPTI stays attached to the process once
     # torch.profiler has run, and every later CUDA runtime call pays for it, which would

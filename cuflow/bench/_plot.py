@@ -11,7 +11,8 @@ __all__ = ["plot", "unplottable"]
 # The figure each row is drawn by, first found wins, and whether higher is better.
 _METRICS = (("fps", "frames/s", True), ("ms", "ms", False), ("us", "us", False),
             ("device_us", "device us", False), ("median_us", "us", False),
-            ("footprint", "peak reserved / peak requested", False))
+            ("footprint", "peak reserved / peak requested", False),
+            ("host_us_per_append", "host us per append", False))
 #: the most bars in one panel: a larger group is drawn over several panels
 _PANEL_ROWS = 12
 

@@ -59,7 +59,7 @@ from ..core._streams import as_cupy_stream
 from ._backends import Backend, CudaMallocBackend, DriverPoolBackend, HostBackend
 from ._blocks import Block, round_size, size_class
 from ._cupy import Pool, device_malloc
-from ._env import MEMORY_LIMIT, POOL_BACKEND, POOL_ON
+from ._env import MEMORY_LIMIT, POOL_BACKEND, POOL_ON, check_memory_limit
 from ._exceptions import DoubleFreeError, MemoryLimitWarning, MemoryTypeError, MemoryValueError
 from ._limit import LimitingAdaptor, parse_limit_env
 from ._pool import Pool as _CorePool
@@ -79,6 +79,7 @@ _INSTALLED = False
 
 
 def _new_pool(device_id: int) -> Pool:
+    check_memory_limit()  # (before the backend: a refused limit builds nothing)
     backend: Backend = (CudaMallocBackend(device_id) if POOL_BACKEND == "cudamalloc"
                         else DriverPoolBackend(device_id))
     return _env_limited(Pool(backend))
@@ -124,6 +125,7 @@ def get_pool(device: int | None = None) -> Pool:
         key = -1 - dev  # host pools apart from device pools
         if key not in _POOLS:  # (its capacity, the host's memory, is what a fraction
             # limit is of: set_limit(0.8) and CUFLOW_MEMORY_LIMIT=0.8 run as on the GPU)
+            check_memory_limit()
             _POOLS[key] = _env_limited(Pool(HostBackend(capacity=_host_memory())))
         return _POOLS[key]
     pool = _POOLS.get(dev)
@@ -288,18 +290,27 @@ def record_stream(array: Any, stream: Any) -> None:
     ptr = getattr(getattr(getattr(array, "data", None), "mem", None), "ptr", None)
     if ptr is None:
         return  # host memory (the NumPy backend)
-    for pool in list(_POOLS.values()) + list(_SCOPED):
+    # the device pools first: a WeakSet's iteration costs more than the lookup itself (bench:
+    # the pipeline section's Bufferizer rows, an append from another stream)
+    for pool in _POOLS.values():
         block = pool.block_of(ptr)
         if block is not None:
-            # the pool watches the life of streams CuPy owns (an ExternalStream made here for
-            # a PyTorch or cuda.core stream would die at once, though that stream lives on);
-            # a pool block means CuPy is there
-            import cupy  # noqa: PLC0415  (optional dependency)
-
-            owned = None if isinstance(s, cupy.cuda.ExternalStream) else s
-            pool._mark_used(block, 0 if s is None else s.ptr, owned)
-            return
+            return _mark_used(pool, block, s)
+    for pool in list(_SCOPED):
+        block = pool.block_of(ptr)
+        if block is not None:
+            return _mark_used(pool, block, s)
     # not from a cuflow pool (CUFLOW_POOL=off, or memory CuPy did not allocate)
+
+
+def _mark_used(pool: Pool, block: Block, s: Any) -> None:
+    # the pool watches the life of streams CuPy owns (an ExternalStream made here for a
+    # PyTorch or cuda.core stream would die at once, though that stream lives on); a pool
+    # block means CuPy is there
+    import cupy  # noqa: PLC0415  (optional dependency)
+
+    owned = None if isinstance(s, cupy.cuda.ExternalStream) else s
+    pool._mark_used(block, 0 if s is None else s.ptr, owned)
 
 
 def warmup(fn: Callable[..., Any], *largest_inputs: Any, pool: Pool | None = None,

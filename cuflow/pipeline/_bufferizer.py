@@ -38,6 +38,8 @@ from ..core import (Device, Event, Stream, as_cupy_stream, as_darray, as_stream,
 from ..core._creation import check_fill_value
 from ..memory import record_stream
 
+_DEVICE_TO_DEVICE = 3  # cudaMemcpyKind
+
 __all__ = ["Bufferizer", "BufferizerError", "BufferizerHookError", "BufferizerStateError"]
 
 Hook = Callable[["Bufferizer"], Any]
@@ -222,6 +224,9 @@ class Bufferizer:
         self._dtype = numpy.dtype(dtype)
         self._n_buffers = int(n_buffers)
         self._stream = as_stream(stream) if stream is not None else Stream(non_blocking=True)
+        self._element_nbytes = math.prod(shape) * self._dtype.itemsize
+        # cudaMemcpyAsync, for the appends of contiguous elements (None on the NumPy backend)
+        self._memcpy = rt.xp.cuda.runtime.memcpyAsync if rt.is_gpu else None
         self._flush_hook: Hook | None = None
         self._allocate_hook: Hook | None = None
         self._append_one_hook = _check_hook("append_one_hook", append_one_hook)
@@ -306,7 +311,9 @@ class Bufferizer:
             return self.append_multiple(element, stream=producer)
         shape = self._array(element, "append").shape
         if shape == self._shape:
-            return self.append_one(element, stream=producer)
+            if self._multi and get_backend().current_device() != self._device:
+                return self.append_one(element, stream=producer)
+            return self._append_one(element, producer)  # (the producer resolved once)
         if len(shape) == len(self._shape) + 1 and shape[1:] == self._shape:
             return self.append_multiple(element, stream=producer)
         raise BufferizerError(
@@ -327,11 +334,14 @@ class Bufferizer:
         the pool reuses the element's memory only after the copy has read it (a
         temporary, ``append(x + 1)``, is safe).
         """
-        producer = _producer("append_one", stream)
+        self._append_one(element, _producer("append_one", stream))
+
+    def _append_one(self, element: Any, producer: Any) -> None:
+        """:meth:`append_one` on the Bufferizer's device, ``producer`` resolved."""
         self._check(element, "append_one", batched=False)
         self._room(1, "append_one")
         self._prepare_write(producer)
-        self._copy(element, self._buffers[self._active][self._n, ...], producer)
+        self._copy(element, self._buffers[self._active], self._n, producer)
         self._appended(1, self._append_one_hook)
 
     @_on_own_device
@@ -361,9 +371,9 @@ class Bufferizer:
         buf = self._buffers[self._active]
         if isinstance(element, list | tuple):
             for i, e in enumerate(element):
-                self._copy(e, buf[self._n + i, ...], producer)
+                self._copy(e, buf, self._n + i, producer)
         else:
-            self._copy(element, buf[self._n:self._n + k], producer)
+            self._copy(element, buf, self._n, producer, k)
         self._appended(k, self._append_multiple_hook)
 
     @_on_own_device
@@ -557,7 +567,7 @@ class Bufferizer:
     @property
     def element_nbytes(self) -> int:
         """Bytes of one element."""
-        return math.prod(self._shape) * self._dtype.itemsize
+        return self._element_nbytes
 
     @property
     def nbytes(self) -> int:
@@ -639,13 +649,20 @@ class Bufferizer:
                 f"Bufferizer.{name}: buffer {self._active} was taken and not released; call "
                 "release(stream=consumer) after queuing the consumer's work")
 
-    def _copy(self, src: Any, dst: Any, producer: Any) -> None:
-        """``src`` -> ``dst`` (a slice of a buffer, C-contiguous) on the buffer's stream."""
+    def _copy(self, src: Any, buf: Any, start: int, producer: Any, k: int | None = None) -> None:
+        """``src`` -> ``buf[start]`` (one element) or ``buf[start:start + k]`` (a batch) on
+        the buffer's stream."""
         s = self._stream.cupy
-        if s is not None and src.flags.c_contiguous:
-            dst.data.copy_from_device_async(src.data, src.nbytes, s)  # one cudaMemcpyAsync
+        if s is not None and src._c_contiguous:  # (CuPy's flags object costs more)
+            # one cudaMemcpyAsync at the slot's address: a view of the slot would cost more
+            # host time than the copy's own call (bench: Bufferizer append, bufferizer rows)
+            nbytes = src.nbytes
+            if nbytes:
+                self._memcpy(buf.data.ptr + start * self._element_nbytes, src.data.ptr, nbytes,
+                             _DEVICE_TO_DEVICE, s.ptr)
         else:
-            copy(src, dst=dst, stream=self._stream)
+            copy(src, dst=buf[start, ...] if k is None else buf[start:start + k],
+                 stream=self._stream)
         if s is not None and producer.ptr != s.ptr:
             # src may be a temporary (append(x + 1)) freed on return: the pool must not
             # hand its memory to the producer's stream before this copy has read it
@@ -672,6 +689,8 @@ class Bufferizer:
         before = self._changes
         self._n += k
         self._changes += 1
+        if hook is None and (self._buffer_full_hook is None or self._n != self._len):
+            return  # no hook fires
         # one mark for both hooks: once an append hook has changed the Bufferizer (and
         # returned), a raising buffer_full_hook finds nothing of this call's left to undo
         mark = self._changes
