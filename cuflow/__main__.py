@@ -19,6 +19,7 @@ from .bench import _realtraces
 from .bench._headline import format_table, run_headline
 from .bench._traces import bench_traces
 from .bench._plot import plot, unplottable
+from .memory._env import MEMORY_LIMIT, check_memory_limit
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,6 +64,13 @@ def _run(args: argparse.Namespace, pb: argparse.ArgumentParser) -> int:
             info = cuflow.backend_info()
         for k, v in info.items():
             print(f"{k:20s} {v}")
+        # read when the pool is built: a malformed value is named here, not on an allocation
+        try:
+            check_memory_limit()
+        except cuflow.CuflowError:
+            print(f"{'memory_limit':20s} CUFLOW_MEMORY_LIMIT={MEMORY_LIMIT!r}, refused")
+            raise
+        print(f"{'memory_limit':20s} {MEMORY_LIMIT or 'none (CUFLOW_MEMORY_LIMIT unset)'}")
         return 0
     # every argument checked before minutes of benchmarks, not after them
     paths = {"--json": args.json, "--plot": args.plot, "--from-json": args.from_json}

@@ -141,3 +141,16 @@ def test_a_traces_json_write_that_fails_is_one_line(tmp_path, monkeypatch, capsy
     assert capsys.readouterr().err.splitlines() == [
         f"python -m cuflow bench traces: cannot write --json {out}: [Errno 2] No such file or "
         f"directory: '{out}'"]
+
+
+def test_info_names_a_malformed_memory_limit_in_one_line():
+    env = {k: v for k, v in os.environ.items() if k != "CUFLOW_MEMORY_LIMIT"}
+    env["CUFLOW_MEMORY_LIMIT"] = "plenty"
+    r = subprocess.run([sys.executable, "-m", "cuflow", "info"], env=env, capture_output=True,
+                       text=True)
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("python -m cuflow info: MemoryValueError: "
+                           "CUFLOW_MEMORY_LIMIT='plenty': expected bytes")
+    assert "memory_limit         CUFLOW_MEMORY_LIMIT='plenty', refused" in r.stdout

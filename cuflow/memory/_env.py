@@ -6,9 +6,10 @@
 * ``CUFLOW_MEMORY_LIMIT``: see ``_limit`` (bytes or a fraction of device memory).
 
 A value outside the choices of the first three warns once (:class:`MemoryLimitWarning`,
-naming the choices) and the default applies; a malformed ``CUFLOW_MEMORY_LIMIT`` raises
-:class:`MemoryValueError` at import, since running without the limit asked for could take
-the memory it was meant to leave to others.
+naming the choices) and the default applies.  A malformed ``CUFLOW_MEMORY_LIMIT`` makes
+every pool refuse to be built (:class:`MemoryValueError`, on the first allocation), since
+running without the limit asked for could take the memory it was meant to leave to
+others; ``import cuflow`` still works, so ``python -m cuflow info`` can name it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import warnings
 from ._exceptions import MemoryLimitWarning
 from ._limit import check_limit_text
 
-__all__ = ["MEMORY_LIMIT", "POOL_BACKEND", "POOL_HOTPATH", "POOL_ON"]
+__all__ = ["MEMORY_LIMIT", "POOL_BACKEND", "POOL_HOTPATH", "POOL_ON", "check_memory_limit"]
 
 _CHOICES = {
     "CUFLOW_POOL": ({"on": "on", "1": "on", "true": "on", "yes": "on", "": "on",
@@ -47,4 +48,8 @@ POOL_ON = _choice("CUFLOW_POOL") == "on"
 POOL_BACKEND = _choice("CUFLOW_POOL_BACKEND")
 POOL_HOTPATH = _choice("CUFLOW_POOL_HOTPATH")
 MEMORY_LIMIT = os.environ.get("CUFLOW_MEMORY_LIMIT", "")
-check_limit_text(MEMORY_LIMIT)
+
+
+def check_memory_limit() -> None:
+    """Raise :class:`MemoryValueError` if ``CUFLOW_MEMORY_LIMIT`` is no limit."""
+    check_limit_text(MEMORY_LIMIT)
