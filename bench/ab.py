@@ -102,8 +102,9 @@ def main(argv: list[str] | None = None) -> int:
             "add_dst_host_us": lambda cf=cf, a=a, b=b, c=c: cf.add(a, b, dst=c),
             "normalize_8x1080p_device_us": norm,
             "pool_hit_1MiB_host_us": lambda: cupy.empty(1 << 20, dtype=numpy.uint8),
-            "bufferizer_append_host_us": lambda buf=same: append(buf),
-            "bufferizer_append_own_stream_host_us": lambda buf=own: append(buf),
+            # (bound now: a name looked up at call time would be the last tree's append)
+            "bufferizer_append_host_us": lambda buf=same, f=append: f(buf),
+            "bufferizer_append_own_stream_host_us": lambda buf=own, f=append: f(buf),
         }
 
     from cuflow.testing import device_time_us, host_time_us

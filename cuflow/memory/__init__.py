@@ -11,7 +11,8 @@ bench/test_bench_memory.py).  One pool per
 device (every function takes ``device=``, checked against the visible
 devices); segments come from a private CUDA stream-ordered pool by default
 (``CUFLOW_POOL_BACKEND=driver|cudamalloc``).  The pool's environment variables
-are checked at import (``_env``).
+are read at import and checked there, except ``CUFLOW_MEMORY_LIMIT``, which every pool
+checks before it is built (``_env``).
 
 What it gives over CuPy's pool (footprint and device allocations:
 bench/test_bench_memory.py::test_trace):
@@ -292,7 +293,7 @@ def record_stream(array: Any, stream: Any) -> None:
         return  # host memory (the NumPy backend)
     # the device pools first: a WeakSet's iteration costs more than the lookup itself (bench:
     # the pipeline section's Bufferizer rows, an append from another stream)
-    for pool in _POOLS.values():
+    for pool in tuple(_POOLS.values()):  # (another thread may add a device's pool)
         block = pool.block_of(ptr)
         if block is not None:
             return _mark_used(pool, block, s)

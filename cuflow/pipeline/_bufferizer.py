@@ -38,7 +38,7 @@ from ..core import (Device, Event, Stream, as_cupy_stream, as_darray, as_stream,
 from ..core._creation import check_fill_value
 from ..memory import record_stream
 
-_DEVICE_TO_DEVICE = 3  # cudaMemcpyKind
+_MEMCPY_DEFAULT = 4  # cudaMemcpyKind: the pointers say where (as CuPy's copies pass)
 
 __all__ = ["Bufferizer", "BufferizerError", "BufferizerHookError", "BufferizerStateError"]
 
@@ -310,10 +310,8 @@ class Bufferizer:
         if isinstance(element, list | tuple):
             return self.append_multiple(element, stream=producer)
         shape = self._array(element, "append").shape
-        if shape == self._shape:
-            if self._multi and get_backend().current_device() != self._device:
-                return self.append_one(element, stream=producer)
-            return self._append_one(element, producer)  # (the producer resolved once)
+        if shape == self._shape:  # (on the Bufferizer's device already, as append_one is)
+            return self._append_one(element, producer)
         if len(shape) == len(self._shape) + 1 and shape[1:] == self._shape:
             return self.append_multiple(element, stream=producer)
         raise BufferizerError(
@@ -659,7 +657,7 @@ class Bufferizer:
             nbytes = src.nbytes
             if nbytes:
                 self._memcpy(buf.data.ptr + start * self._element_nbytes, src.data.ptr, nbytes,
-                             _DEVICE_TO_DEVICE, s.ptr)
+                             _MEMCPY_DEFAULT, s.ptr)
         else:
             copy(src, dst=buf[start, ...] if k is None else buf[start:start + k],
                  stream=self._stream)
