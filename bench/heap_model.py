@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import bisect
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -107,6 +108,14 @@ class Heap:
             return None
         return best[3], best[4], best[1]
 
+    def map_pages(self, pages: list[int]) -> None:
+        """Map ``pages`` (ascending); the model records them (bench/vmm_heap.py maps them)."""
+        self.mapped.update(pages)
+
+    def unmap_pages(self, pages: set[int]) -> None:
+        """Unmap ``pages``, none of which a live block touches."""
+        self.mapped -= pages
+
     def _unmap(self, excess: float, keep: range) -> None:
         """Unmap free pages for excess bytes: largest free runs first, from their high end."""
         runs: list[list[int]] = []
@@ -119,7 +128,7 @@ class Heap:
         for run in sorted(runs, key=len, reverse=True):
             if need <= 0:
                 break
-            self.mapped -= set(run[-need:])
+            self.unmap_pages(set(run[-need:]))
             self.unmaps += 1
             need -= len(run)
 
@@ -143,12 +152,12 @@ class Heap:
         missing = [p for p in pages if p not in self.mapped]
         if missing:
             if self.policy == "unmap":
-                self.mapped -= {p for p in self.mapped if not self.users.get(p)} - set(pages)
+                self.unmap_pages({p for p in self.mapped if not self.users.get(p)} - set(pages))
             excess = (len(self.mapped) + len(missing)) * PAGE - F * self.peak_requested
             if self.policy == "threshold" and excess > 0:
                 self._unmap(excess, pages)
             self.maps += sum(1 for k, p in enumerate(missing) if k == 0 or missing[k - 1] != p - 1)
-            self.mapped.update(missing)
+            self.map_pages(missing)
             self.runs = None
             self.peak_mapped = max(self.peak_mapped, len(self.mapped))
         for p in pages:
@@ -168,12 +177,15 @@ class Heap:
         self._put(a, n)
 
 
-def replay(its: list[list[tuple]], policy: str) -> tuple[float, int, int]:
-    """Footprint, and mapping calls (maps and unmaps) of the first and of a second replay."""
-    heap = Heap(policy)
+def replay(its: list[list[tuple]], policy: str, heap: Heap | None = None,
+           after: Callable[[int], None] | None = None) -> tuple[float, int, int]:
+    """Footprint, and mapping calls (maps and unmaps) of the first and of a second replay
+    (through ``heap``, a new ``Heap(policy)`` by default; ``after(i)`` once replay ``i`` is
+    done)."""
+    heap = heap if heap is not None else Heap(policy)
     live: dict[int, tuple[int, int, int]] = {}
     calls = []
-    for _ in range(2):
+    for i in range(2):
         before = heap.maps + heap.unmaps
         for ops in its:
             for op, key, n in ops:
@@ -183,6 +195,8 @@ def replay(its: list[list[tuple]], policy: str) -> tuple[float, int, int]:
                 else:
                     heap.free(*live.pop(key))
         calls.append(heap.maps + heap.unmaps - before)
+        if after is not None:
+            after(i)
     return heap.peak_mapped * PAGE / _traces.peak_requested(its), calls[0], calls[1]
 
 
