@@ -7,7 +7,7 @@
 
 A value outside the choices of the first three warns once (:class:`MemoryLimitWarning`,
 naming the choices) and the default applies.  A malformed ``CUFLOW_MEMORY_LIMIT`` makes
-every pool refuse to be built (:class:`MemoryValueError`, on the first allocation), since
+every pool refuse to be built (:class:`MemoryValueError` when the first one is), since
 running without the limit asked for could take the memory it was meant to leave to
 others; ``import cuflow`` still works, so ``python -m cuflow info`` can name it.
 """

@@ -653,7 +653,7 @@ class Bufferizer:
         s = self._stream.cupy
         if s is not None and src._c_contiguous:  # (CuPy's flags object costs more)
             # one cudaMemcpyAsync at the slot's address: a view of the slot would cost more
-            # host time than the copy's own call (bench: Bufferizer append, bufferizer rows)
+            # host time than the copy's own call (bench/ab.py, its bufferizer_append rows)
             nbytes = src.nbytes
             if nbytes:
                 self._memcpy(buf.data.ptr + start * self._element_nbytes, src.data.ptr, nbytes,
