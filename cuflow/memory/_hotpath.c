@@ -1518,22 +1518,15 @@ alloc_slow(HotAlloc *self, long long size, PyObject *size_obj, PyObject *stream,
         }
         return b;
     }
+    /* what the miss needs, looked up before it is counted: a miss that raises serves nothing */
+    if (cheap < 0 && backend_policy(self, &cheap, &granule) < 0)
+        return NULL;
     PyObject *misses = PyDict_GetItemWithError(self->attrs, s_misses);
     if (misses == NULL || !PyDict_Check(misses)) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_TypeError, "the pool's misses must be a dict");
         return NULL;
     }
-    PyObject *n = PyDict_GetItemWithError(misses, size_obj);
-    long long nv = n == NULL ? 0 : as_ll(n);
-    if ((n == NULL && PyErr_Occurred()) || (nv == -1 && PyErr_Occurred())
-        || (n = PyLong_FromLongLong(nv + 1)) == NULL)
-        return NULL;
-    int e = PyDict_SetItem(misses, size_obj, n);
-    Py_DECREF(n);
-    if (e < 0 || (cheap < 0 && backend_policy(self, &cheap, &granule) < 0))
-        return NULL;
-    long long seg_bytes = segment_bytes(size, granule); /* before the release, as in Python */
     PyObject *source = PyDict_GetItemWithError(self->attrs, s_source), *b = NULL;
     if (source == NULL) {
         if (!PyErr_Occurred())
@@ -1541,6 +1534,20 @@ alloc_slow(HotAlloc *self, long long size, PyObject *size_obj, PyObject *stream,
         return NULL;
     }
     Py_INCREF(source);
+    PyObject *n = PyDict_GetItemWithError(misses, size_obj);
+    long long nv = n == NULL ? 0 : as_ll(n);
+    if ((n == NULL && PyErr_Occurred()) || (nv == -1 && PyErr_Occurred())
+        || (n = PyLong_FromLongLong(nv + 1)) == NULL) {
+        Py_DECREF(source);
+        return NULL;
+    }
+    int e = PyDict_SetItem(misses, size_obj, n);
+    Py_DECREF(n);
+    if (e < 0) {
+        Py_DECREF(source);
+        return NULL;
+    }
+    long long seg_bytes = segment_bytes(size, granule); /* before the release, as in Python */
     Py_INCREF(misses);
     if (!cheap || release_free_segments(self, source) == 0)
         b = segment_block(self, source, size_obj, seg_bytes, stream);
