@@ -225,8 +225,8 @@ class Bufferizer:
         self._n_buffers = int(n_buffers)
         self._stream = as_stream(stream) if stream is not None else Stream(non_blocking=True)
         self._element_nbytes = math.prod(shape) * self._dtype.itemsize
-        # cudaMemcpyAsync, for the appends of contiguous elements (None on the NumPy backend)
-        self._memcpy = rt.xp.cuda.runtime.memcpyAsync if rt.is_gpu else None
+        # CuPy's CUDA runtime, for the appends' copies and events (None on the NumPy backend)
+        self._runtime = rt.xp.cuda.runtime if rt.is_gpu else None
         self._flush_hook: Hook | None = None
         self._allocate_hook: Hook | None = None
         self._append_one_hook = _check_hook("append_one_hook", append_one_hook)
@@ -241,6 +241,7 @@ class Bufferizer:
         self._taken: list[bool] = []
         self._stale: list[Any] = []  # taken buffers allocate() replaced, until released
         self._producer_done = Event(timing=False)
+        self._producer_done_ptr = self._producer_done.ptr  # (the event lives as long)
         self._slot_ready = Event(timing=False)  # (one reused event, no allocation per slot)
         self.allocate()
         self._flush_hook = _check_hook("flush_hook", flush_hook)
@@ -656,8 +657,8 @@ class Bufferizer:
             # host time than the copy's own call (bench/ab.py, its bufferizer_append rows)
             nbytes = src.nbytes
             if nbytes:
-                self._memcpy(buf.data.ptr + start * self._element_nbytes, src.data.ptr, nbytes,
-                             _MEMCPY_DEFAULT, s.ptr)
+                self._runtime.memcpyAsync(buf.data.ptr + start * self._element_nbytes,
+                                          src.data.ptr, nbytes, _MEMCPY_DEFAULT, s.ptr)
         else:
             copy(src, dst=buf[start, ...] if k is None else buf[start:start + k],
                  stream=self._stream)
@@ -677,9 +678,17 @@ class Bufferizer:
 
     def _after(self, producer: Any) -> None:
         """Order the buffer's stream after the work queued so far on ``producer``."""
-        if self._stream.cupy is not None and producer.ptr != self._stream.ptr:
+        s = self._stream.cupy
+        if s is None or producer.ptr == s.ptr:
+            return
+        if self._multi:  # (Event.record refuses a producer's stream of another device)
             self._producer_done.record(producer)  # one reused event, no allocation
             self._stream.wait(self._producer_done)
+            return
+        # the same two runtime calls without the wrappers' checks, on every default append
+        # (bench/ab.py, its bufferizer_append_own_stream row)
+        self._runtime.eventRecord(self._producer_done_ptr, producer.ptr)
+        self._runtime.streamWaitEvent(s.ptr, self._producer_done_ptr, 0)
 
     def _appended(self, k: int, hook: Hook | None) -> None:
         """Count ``k`` elements and fire the hooks; a hook that raises un-counts them, unless
