@@ -10,6 +10,7 @@ Stream semantics: copies are queued on ``stream`` or the current stream;
 from __future__ import annotations
 
 import functools
+import operator
 
 import numpy
 
@@ -65,7 +66,7 @@ def copy(a, dst=None, *, out=None, order="K", casting="same_kind", stream=None):
     """
     rt = runtime()
     dst = resolve_out(dst, out, "copy")
-    if rt.is_gpu and type(a) is numpy.ndarray and dst is not None:
+    if type(a) is numpy.ndarray and dst is not None:
         return _upload(a, dst, stream)
     if stream is not None:
         return run_on(stream, copy, a, dst, order=order, casting=casting)
@@ -78,10 +79,14 @@ def copy(a, dst=None, *, out=None, order="K", casting="same_kind", stream=None):
 
 
 def _upload(a, dst, stream):
-    """Host ``a`` -> device ``dst`` (same shape and dtype; ``dst`` C-contiguous)."""
+    """Host ``a`` -> device ``dst`` (same shape and dtype; ``dst`` C-contiguous).  The NumPy
+    backend keeps the upload's rules, so code that runs there runs on the GPU."""
     prepare_out("copy", dst, a.shape, a.dtype, casting="no", contiguous=True)
+    s = as_cupy_stream(stream, "copy")
     try:
-        dst.set(numpy.ascontiguousarray(a), stream=as_cupy_stream(stream))
+        if not runtime().is_gpu:
+            return copy_into("copy", dst, a, "no")
+        dst.set(numpy.ascontiguousarray(a), stream=s)
     except Exception as e:
         reraise("copy", e, dst)
     return dst
@@ -138,30 +143,19 @@ def asarray(obj, dtype=None, order=None, *, device=None, copy=None, blocking=Fal
     rt = runtime()
     if device is not None:
         check_device("asarray", device)
+    if order is not None:
+        check_order("asarray", order)
+        order = order.upper()
     if stream is not None:
         return run_on(stream, asarray, obj, dtype, order, copy=copy, blocking=blocking)
     dtype = check_dtype("asarray", dtype)
-    src_dt = getattr(obj, "dtype", None)
-    if dtype is not None and isinstance(src_dt, numpy.dtype) and src_dt.kind == "c" and \
-            dtype.kind != "c":
-        raise ArgumentTypeError(f"cuflow.asarray: casting {src_dt} to {dtype} would discard the "
-                                "imaginary part; take .real (or .imag) first")
+    _refuse_complex_to_real(_source_dtype(obj), dtype)
     if isinstance(obj, rt.ndarray):
         if obj.dtype.kind not in "biufc":  # (a NumPy array of text, objects or dates)
             raise ArgumentTypeError(f"cuflow.asarray: obj must be an array of numbers, got "
                                     f"an array of dtype {obj.dtype}, which cuflow does not "
                                     "compute with")
-        r = obj
-        cast = dtype is not None and dtype != obj.dtype
-        relayout = (order in ("C", "c") and not obj.flags.c_contiguous
-                    or order in ("F", "f") and not obj.flags.f_contiguous)
-        if cast or relayout or copy:
-            if copy is False:
-                _refuse_copy(obj, f"a cast from {obj.dtype} to {dtype}" if cast
-                             else f"a copy in order {order!r}")
-            with numpy.errstate(over="ignore", invalid="ignore"):  # astype's semantics
-                r = rt.ndarray.astype(obj, dtype or obj.dtype, order=order or "K", copy=True)
-        return rt.as_darray(r)
+        return rt.as_darray(_conform(obj, obj, dtype, order, copy))
     if copy is False:
         if isinstance(obj, list | tuple | int | float | complex | bool):
             _refuse_copy(obj, "a new array built from Python objects")
@@ -203,13 +197,86 @@ def asarray(obj, dtype=None, order=None, *, device=None, copy=None, blocking=Fal
     except TypeError as e:  # an unknown dtype, a value the dtype does not take
         raise ArgumentTypeError(f"cuflow.asarray: obj of type {type(obj).__name__} cannot be "
                                 f"converted to dtype {dtype!r}: {e}") from e
+    except (BufferError, RuntimeError) as e:  # (NotImplementedError is a RuntimeError)
+        if isinstance(e, rt.cuda_errors):
+            reraise("asarray", e)
+        # a producer's own refusal (a tensor that requires grad), as from_dlpack reports it
+        raise ArgumentError(f"cuflow.asarray: the producer {type(obj).__name__} refused the "
+                            f"export: {e}") from e
     except Exception as e:
         reraise("asarray", e)
 
 
-def _refuse_copy(obj, what):
+def _refuse_copy(obj, what, cause=None):
     raise ArgumentError(f"cuflow.asarray: copy=False, but {type(obj).__name__} needs {what}; "
-                        "pass copy=None to allow it")
+                        "pass copy=None to allow it") from cause
+
+
+def _source_dtype(obj):
+    """The NumPy dtype of ``obj``'s data where ``obj`` names one (another library's dtype by
+    its name: ``torch.complex64``, ``array_api_strict.complex128``); None for Python data,
+    buffers and producers that name none."""
+    dt = getattr(obj, "dtype", None)
+    if dt is None and hasattr(obj, "__cuda_array_interface__"):
+        dt = obj.__cuda_array_interface__.get("typestr")
+    if dt is None or isinstance(dt, numpy.dtype):
+        return dt
+    for name in (dt, str(dt).rsplit(".", 1)[-1]):
+        try:
+            return numpy.dtype(name)
+        except (TypeError, ValueError):
+            pass
+    return None
+
+
+def _refuse_complex_to_real(src_dt, dtype):
+    if dtype is not None and src_dt is not None and src_dt.kind == "c" and dtype.kind != "c":
+        raise ArgumentTypeError(f"cuflow.asarray: casting {src_dt} to {dtype} would discard the "
+                                "imaginary part; take .real (or .imag) first")
+
+
+def _conform(src, a, dtype, order, copy):
+    """``a`` (``src``'s data, an array of the backend) cast to ``dtype`` and laid out in
+    ``order``: ``a`` itself unless that or ``copy`` needs new memory, which copy=False
+    refuses."""
+    _refuse_complex_to_real(a.dtype, dtype)
+    cast = dtype is not None and dtype != a.dtype
+    relayout = (order == "C" and not a.flags.c_contiguous
+                or order == "F" and not a.flags.f_contiguous)
+    if not (cast or relayout or copy):
+        return a
+    if copy is False:
+        _refuse_copy(src, f"a cast from {a.dtype} to {dtype}" if cast
+                     else f"a copy in order {order!r}")
+    with numpy.errstate(over="ignore", invalid="ignore"):  # astype's semantics
+        return runtime().ndarray.astype(a, dtype or a.dtype, order=order or "K", copy=True)
+
+
+def _host_array(obj, dtype, order, copy):
+    """NumPy's conversion of host data.  A source that names no dtype (a buffer, a nest of
+    NumPy scalars) shows whether it is complex only once NumPy has read it, so a cast to a
+    real dtype reads it first."""
+    src_dt = _source_dtype(obj)
+    if dtype is None or dtype.kind == "c" or src_dt is not None:
+        _refuse_complex_to_real(src_dt, dtype)
+        return _numpy_asarray(obj, dtype, order, copy)
+    src = _numpy_asarray(obj, None, None, False if copy is False else None)
+    _refuse_complex_to_real(src.dtype, dtype)
+    # Python numbers convert again with the dtype, which refuses those out of its range
+    return _numpy_asarray(obj, dtype, order, copy,
+                          data=obj if isinstance(obj, list | tuple) else src)
+
+
+def _numpy_asarray(obj, dtype, order, copy, data=None):
+    """``numpy.asarray`` of ``data`` (default: ``obj``, the source the user gave)."""
+    try:
+        return numpy.asarray(obj if data is None else data, dtype=dtype, order=order, copy=copy)
+    except ValueError as e:
+        if copy is not False:
+            raise
+        # (NumPy's "Unable to avoid copy", or the source's own refusal of copy=False)
+        _refuse_copy(obj, f"a copy to convert{f' to {dtype}' if dtype is not None else ''} "
+                     f"({str(e).splitlines()[0]})", e)
 
 
 def array(obj, dtype=None, copy=True, order="K", subok=False, ndmin=0, *, blocking=False,
@@ -225,6 +292,15 @@ def array(obj, dtype=None, copy=True, order="K", subok=False, ndmin=0, *, blocki
         raise ArgumentError(f"cuflow.array: subok must be False (as in CuPy, which does not "
                             f"pass array subclasses through; the result is a darray), got "
                             f"{subok!r}")
+    if order is not None:
+        check_order("array", order)
+    if isinstance(ndmin, bool | numpy.bool_) or not hasattr(type(ndmin), "__index__"):
+        raise ArgumentTypeError(f"cuflow.array: ndmin must be an integer, got "
+                                f"{type(ndmin).__name__} {ndmin!r}")
+    ndmin = operator.index(ndmin)
+    if not 0 <= ndmin <= 64:
+        raise ArgumentError(f"cuflow.array: ndmin must be from 0 to 64 (the most dimensions "
+                            f"an array may have), got {ndmin}")
     r = asarray(obj, dtype=dtype, order=order, copy=copy, blocking=blocking, device=device,
                 stream=stream)
     if ndmin > r.ndim:
@@ -244,8 +320,7 @@ def _to_cupy(obj, dtype, order, copy):
     if not isinstance(obj, numpy.ndarray) and hasattr(obj, "__dlpack__"):
         dev = obj.__dlpack_device__()[0] if hasattr(obj, "__dlpack_device__") else None
         if dev in (2, 3, 13):  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged: zero-copy
-            r = cp.from_dlpack(obj)
-            return r.astype(dtype or r.dtype, copy=bool(copy))
+            return _conform(obj, cp.from_dlpack(obj), dtype, order, copy)
         if _is_torch(obj):
             obj = obj.numpy(force=True) if hasattr(obj, "numpy") else numpy.asarray(obj)
         elif not hasattr(obj, "__array__"):  # a host DLPack producer only: NumPy imports it
@@ -260,21 +335,20 @@ def _to_cupy(obj, dtype, order, copy):
         # host data: NumPy's conversion, and its errors, as on the NumPy backend; text and
         # objects come back as such for asarray to refuse (CuPy says "Unsupported dtype")
         try:
-            obj = numpy.asarray(obj, dtype=dtype, order=order)
+            obj = _host_array(obj, dtype, order, None)
         except TypeError:
             if not isinstance(obj, list | tuple):
                 raise
             # a nest holding device arrays, which refuse NumPy's implicit conversion
             stacked = _stack_device_leaves(obj)
             if stacked is not None:
+                _refuse_complex_to_real(stacked.dtype, dtype)
                 return cp.asarray(stacked, dtype=dtype, order=order)
-            obj = numpy.asarray(_leaves_to_host(obj), dtype=dtype, order=order)
+            obj = _host_array(_leaves_to_host(obj), dtype, order, None)
         if obj.dtype.kind not in "biufc":
             return obj
         return cp.asarray(obj, dtype=dtype, order=order)  # (an upload: new memory)
-    if copy:
-        return cp.array(obj, dtype=dtype, order=order or "K", copy=True)
-    return cp.asarray(obj, dtype=dtype, order=order)
+    return _conform(obj, cp.asarray(obj), dtype, order, copy)  # (a view, then as asked)
 
 
 def _nested_leaves(obj, leaves: list) -> tuple[int, ...] | None:
@@ -328,7 +402,7 @@ def _to_numpy(obj, dtype, order, copy):
                       "used on the NumPy backend; copy them to the host first")
         obj = numpy.from_dlpack(obj)
     # (a buffer, array.array or CPU tensor is viewed, not copied, unless copy says so)
-    return numpy.asarray(obj, dtype=dtype, order=order, copy=True if copy else None)
+    return _host_array(obj, dtype, order, copy)
 
 
 def from_dlpack(x, /, *, device=None, copy=None, stream=None):
@@ -365,6 +439,8 @@ def asnumpy(a, stream=None, order="C", out=None, blocking=True):
     """Copy to a ``numpy.ndarray`` (waits for the data unless ``blocking=False`` with pinned ``out``)."""
     rt = runtime()
     check_order("asnumpy", order, "CFA")  # (CuPy's get takes no "K")
+    # checked on every backend, so a stream the GPU refuses is refused on the host too
+    s = as_cupy_stream(stream, "asnumpy") if stream is not None else None
     if out is not None:
         check_host_out("asnumpy", a, out)
     if isinstance(a, numpy.ndarray) and not isinstance(a, rt.ndarray) or not rt.is_gpu:
@@ -372,7 +448,6 @@ def asnumpy(a, stream=None, order="C", out=None, blocking=True):
             numpy.copyto(out, a)
             return out
         return numpy.array(a, order=order, copy=True, subok=False)
-    s = as_cupy_stream(stream) if stream is not None else None
     if isinstance(a, rt.xp.ndarray):  # (CuPy's own get: cupy.asnumpy calls darray.get, ours)
         return rt.xp.ndarray.get(a, stream=s, order=order, out=out, blocking=blocking)
     return rt.xp.asnumpy(a, stream=s, order=order, out=out, blocking=blocking)

@@ -397,3 +397,162 @@ def test_asarray_blocking_waits_for_the_upload(gpu_cf, rng):
         a = cf.asarray(h, blocking=True)
         assert s.query()  # the slow kernel and the upload after it are done
     np.testing.assert_array_equal(to_host(a), h)
+
+
+def test_host_copies_check_the_stream_on_every_backend(cf, rng):
+    h = random_array((3, 4), "float32", rng, host=True)
+    d = cf.asarray(h)
+    for bad in (lambda: cf.asnumpy(d, stream="bad"), lambda: d.get(stream=5),
+                lambda: d.to_numpy(stream=object()), lambda: cf.asnumpy(h, stream=2.5)):
+        with pytest.raises(cuflow.ArgumentTypeError, match="cuflow.asnumpy: stream= must be"):
+            bad()
+    np.testing.assert_array_equal(cf.asnumpy(d, stream=cf.Stream()), h)
+
+
+class _NoCopyRefused:
+    """Host data behind ``__array__`` that, as the array API asks, refuses ``copy=False``
+    when it can hand out its data only as a copy."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __array__(self, dtype=None, copy=None):
+        if copy is False:
+            raise ValueError("cannot hand out the data without a copy")
+        return self.a.copy()
+
+
+def test_asarray_copy_false_never_copies_host_data(cf, rng):
+    """copy=False never copies (the array API's and NumPy's rule): a cast or a source that
+    hands out only copies is refused; on the GPU every host source needs an upload."""
+    h = random_array((6,), "float64", rng, host=True)
+    sources = [lambda: memoryview(h.copy()), lambda: _NoCopyRefused(h), lambda: _Producer(h.copy())]
+    xp = pytest.importorskip("array_api_strict")
+    sources.append(lambda: xp.asarray(h))
+    for make in sources:
+        for kw in ({"dtype": "float32"}, {"dtype": "int16"}):
+            with pytest.raises(cuflow.ArgumentError, match="cuflow.asarray: copy=False"):
+                cf.asarray(make(), copy=False, **kw)
+    with pytest.raises(cuflow.ArgumentError, match="cuflow.asarray: copy=False"):
+        cf.asarray(_NoCopyRefused(h), copy=False)
+    if not cf.get_backend().is_gpu:  # a view of the host data, where no cast is asked for
+        src = h.copy()
+        a = cf.asarray(memoryview(src), copy=False)
+        src[0] += 1
+        np.testing.assert_array_equal(to_host(a), src)
+
+
+class _CudaArrayInterface:
+    """A device array behind ``__cuda_array_interface__`` only."""
+
+    def __init__(self, a):
+        self.a = a
+        self.__cuda_array_interface__ = a.__cuda_array_interface__
+
+
+@pytest.mark.gpu
+def test_asarray_of_device_data_keeps_order_and_refuses_copies_under_copy_false(gpu_cf, rng):
+    """DLPack and __cuda_array_interface__ imports lay out in the order asked for; with
+    copy=False a cast or a relayout is refused, and otherwise the memory is shared."""
+    cf = gpu_cf
+    h = random_array((3, 4, 5), "float32", rng, host=True)
+    x = cf.asarray(h).transpose(2, 0, 1)  # neither C- nor F-contiguous
+    for make in (lambda: _Producer(x, device_type=2), lambda: _CudaArrayInterface(x)):
+        for order, flag in (("C", "c_contiguous"), ("F", "f_contiguous")):
+            a = cf.asarray(make(), order=order)
+            assert getattr(a.flags, flag)
+            np.testing.assert_array_equal(to_host(a), h.transpose(2, 0, 1))
+            with pytest.raises(cuflow.ArgumentError, match="cuflow.asarray: copy=False"):
+                cf.asarray(make(), order=order, copy=False)
+        with pytest.raises(cuflow.ArgumentError, match="cuflow.asarray: copy=False"):
+            cf.asarray(make(), dtype="float64", copy=False)
+        shared = cf.asarray(make(), copy=False)
+        assert shared.data.ptr == x.data.ptr and shared.strides == x.strides
+        c = cf.asarray(make(), copy=True)
+        assert c.data.ptr != x.data.ptr
+        np.testing.assert_array_equal(to_host(c), h.transpose(2, 0, 1))
+    z = cf.asarray(x, dtype="complex64")
+    for src in (_Producer(z, device_type=2), _CudaArrayInterface(z)):
+        with pytest.raises(cuflow.ArgumentTypeError, match="would discard the imaginary"):
+            cf.asarray(src, dtype="float32")
+
+
+def test_asarray_refuses_complex_to_real_from_any_source(cf, rng):
+    h = random_array((6,), "complex128", rng, host=True)
+    sources = [lambda: list(h), lambda: memoryview(h.copy()), lambda: _Producer(h.copy()),
+               lambda: _NoCopyRefused(h), lambda: [h[:3], h[3:]]]
+    xp = pytest.importorskip("array_api_strict")
+    sources.append(lambda: xp.asarray(h))
+    for make in sources:
+        for dtype in ("float64", "float32", "int32", "bool", cf.float64):
+            with pytest.raises(cuflow.ArgumentTypeError, match="would discard the imaginary"):
+                cf.asarray(make(), dtype=dtype)
+        np.testing.assert_array_equal(to_host(cf.asarray(make(), dtype="complex128")).ravel(), h)
+
+
+class _RefusingProducer:
+    """A producer whose export fails with ``error``, as a tensor that requires grad does."""
+
+    def __init__(self, error, device_type):
+        self.error, self.device_type = error, device_type
+
+    def __dlpack__(self, **kw):
+        raise self.error
+
+    def __dlpack_device__(self):
+        return (self.device_type, 0)
+
+
+class _RefusingArray:
+    def __init__(self, error):
+        self.error = error
+
+    def __array__(self, dtype=None, copy=None):
+        raise self.error
+
+
+def test_asarray_wraps_a_producers_refusal_as_from_dlpack_does(cf):
+    dev = 2 if cf.get_backend().is_gpu else 1  # (the backend's own device: kDLCUDA, kDLCPU)
+    for kind in (BufferError, RuntimeError, NotImplementedError):
+        err = kind("cannot export this")
+        calls = [lambda: cf.asarray(_RefusingProducer(err, dev)),
+                 lambda: cf.from_dlpack(_RefusingProducer(err, dev)),
+                 lambda: cf.asarray(_RefusingArray(err))]
+        for call in calls:
+            with pytest.raises(cuflow.ArgumentError, match="refused the export: cannot export"
+                               ) as e:
+                call()
+            assert e.value.__cause__ is err
+
+
+def test_asarray_and_array_check_order_and_ndmin(cf, rng):
+    h = random_array((2, 3), "float32", rng, host=True)
+    d = cf.asarray(h)
+    for conv in (cf.asarray, cf.array):
+        name = conv.__name__
+        for src in (h, d, h.tolist()):
+            for order in ("X", "", "CF", 5, b"C"):
+                with pytest.raises(cuflow.ArgumentError,
+                                   match=f"cuflow.{name}: order must be one of C, F, A, K"):
+                    conv(src, order=order)
+                with pytest.raises(cuflow.ArgumentError, match=f"cuflow.{name}: order"):
+                    conv(src, order=order, dtype="float32")
+    for ndmin in ("x", 2.5, None, True):
+        with pytest.raises(cuflow.ArgumentTypeError, match="cuflow.array: ndmin must be"):
+            cf.array(d, ndmin=ndmin)
+    for ndmin in (-1, 65):
+        with pytest.raises(cuflow.ArgumentError, match="cuflow.array: ndmin must be"):
+            cf.array(d, ndmin=ndmin)
+    assert cf.array(d, ndmin=np.int64(4), order="c").shape == (1, 1, 2, 3)
+
+
+def test_copy_from_host_keeps_the_uploads_rules_on_every_backend(cf, rng):
+    """A host array copied into dst: same dtype, C-contiguous dst (no cast, as an upload)."""
+    h = random_array((6,), "int64", rng, host=True)
+    with pytest.raises(cuflow.DstDtypeError, match="cuflow.copy: dst.dtype must be int64"):
+        cf.copy(h, cf.empty(6))
+    with pytest.raises(cuflow.DstError, match="cuflow.copy: dst must be C-contiguous"):
+        cf.copy(h, cf.empty(12, dtype="int64")[::2])
+    d = cf.empty(6, dtype="int64")
+    assert cf.copy(h, d) is d
+    np.testing.assert_array_equal(to_host(d), h)
