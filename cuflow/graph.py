@@ -38,6 +38,7 @@ import contextlib
 import functools
 import linecache
 import os
+import reprlib
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -48,6 +49,7 @@ from . import memory
 from ._checks import is_integer
 from ._errors import ArgumentError, ArgumentTypeError, BackendError, CuflowError
 from .core import as_cupy_stream, get_backend, runtime
+from .core._streams import is_legacy
 
 __all__ = ["CapturedFunction", "Graph", "GraphCaptureError", "capture", "graphed"]
 
@@ -440,11 +442,23 @@ def capture(fn: Callable[..., Any] | None = None, *example_inputs: Any, stream: 
         ``fn`` does something a graph cannot record (the message names it).
     """
     if fn is None:
+        if not is_integer(warmup):
+            raise ArgumentTypeError(f"cuflow.graph.capture: warmup= is for a captured function "
+                                    f"(an int >= 0); a block (with capture():) is captured as "
+                                    f"it runs, got {type(warmup).__name__} "
+                                    f"{reprlib.repr(warmup)}")
         if warmup != 1:
             raise ArgumentError(f"cuflow.graph.capture: warmup= is for a captured function; a "
                                 f"block (with capture():) is captured as it runs, got "
                                 f"warmup={warmup!r}")
         as_cupy_stream(stream, "graph.capture")  # (checked here, on every backend)
+        if stream is not None and is_legacy(stream):
+            raise GraphCaptureError(
+                f"cuflow.graph.capture: a block is captured on a non-default stream (CUDA "
+                f"cannot capture on the legacy default stream): leave stream= out for a new "
+                f"one, or pass stream=cuflow.Stream() or cuflow.current_stream() inside `with "
+                f"cuflow.Stream():`; got {type(stream).__name__} {reprlib.repr(stream)}, the "
+                f"legacy default stream")
         return _capture_block(stream=stream)
     if stream is not None:
         raise ArgumentError("cuflow.graph.capture: stream= is for the block form (with "

@@ -76,6 +76,10 @@ def test_capture_validates_arguments(cf):
     assert isinstance(cf.graph.capture(lambda: None, warmup=np.int64(2)), cf.graph.CapturedFunction)
     with pytest.raises(cuflow.ArgumentError, match="warmup= is for a captured function"):
         cf.graph.capture(warmup=3)
+    for bad in (np.array([1, 2]), 1.0, True):  # (not an int, even where it equals 1)
+        with pytest.raises(cuflow.ArgumentTypeError,
+                           match=rf"warmup= is for a captured function .* got {type(bad).__name__}"):
+            cf.graph.capture(warmup=bad)
 
 
 def test_calls_are_checked_on_every_backend(cf, rng):
@@ -249,6 +253,32 @@ def test_stream_arguments_are_checked_on_every_backend(cf, rng):
     out = f(a, stream=s)
     s.synchronize()
     np.testing.assert_array_equal(cf.asnumpy(out), cf.asnumpy(a) * 2)
+
+
+class _ForeignStream:
+    """A PyTorch-like stream: ``torch.cuda.default_stream().cuda_stream`` is 0."""
+
+    def __init__(self, handle):
+        self.cuda_stream = handle
+
+
+def test_a_block_is_not_captured_on_the_legacy_default_stream(cf, rng):
+    """CUDA cannot capture on the legacy (null) stream: refused up front, on every backend,
+    naming the rule and the stream."""
+    for legacy in (cf.current_stream(), _ForeignStream(0), _ForeignStream(1)):
+        with pytest.raises(cf.graph.GraphCaptureError,
+                           match=r"^cuflow\.graph\.capture: .* non-default stream .* got "
+                                 rf"{type(legacy).__name__} .*legacy"):
+            cf.graph.capture(stream=legacy)
+    host = rng.uniform(-1e30, 1e30, size=(8,)).astype(np.float32)
+    with cf.Stream() as s:
+        x = cf.asarray(host)
+        with cf.graph.capture(stream=cf.current_stream()) as g:  # s: capturable
+            y = x * 2
+    if cf.get_backend().is_gpu:  # (the NumPy backend ran the block; it has no graph)
+        g.replay(stream=s)
+        s.synchronize()
+    np.testing.assert_array_equal(cf.asnumpy(y), host * 2)
 
 
 @pytest.mark.gpu

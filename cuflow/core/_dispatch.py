@@ -52,9 +52,30 @@ __all__ = ["run_on", "reraise", "fast_call", "ufunc1", "ufunc2", "ufunc_multi", 
 
 
 def run_on(stream: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``fn(*args, **kwargs)`` with ``stream`` current for its launches."""
-    with use_stream(stream):
+    """``fn(*args, **kwargs)`` with ``stream`` current for its launches; a refused ``stream``
+    is refused naming the op (:func:`_op_name`)."""
+    try:
+        ctx = use_stream(stream)
+    except CuflowError:
+        ctx = None
+    if ctx is None:  # refused: again, with the name, which is made only for the error
+        ctx = use_stream(stream, _op_name(fn, args))
+    with ctx:
         return fn(*args, **kwargs)
+
+
+#: the public namespace of the ops of a module that are not in ``cuflow`` itself
+_NAMESPACES = {"cuflow.core._fft": "fft."}
+
+
+def _op_name(fn: Callable[..., Any], args: tuple) -> str:
+    """The public name (``fft.fftfreq``) of the op ``run_on(stream, fn, *args)`` runs: a
+    helper of several ops takes it as its first parameter, ``name``; any other ``fn`` is the
+    op itself."""
+    code = getattr(fn, "__code__", None)
+    takes_name = code is not None and code.co_argcount > 0 and code.co_varnames[0] == "name"
+    name = args[0] if takes_name and args else fn.__name__
+    return _NAMESPACES.get(getattr(fn, "__module__", ""), "") + name
 
 
 def reraise(name: str, e: BaseException, dst: Any = None):

@@ -375,6 +375,28 @@ def _bad_stream(stream: Any, op: str | None = None):
         f"current stream; got {type(stream).__name__} {_short.repr(stream)}")
 
 
+#: CUDA's handles of the legacy default stream: 0, and ``cudaStreamLegacy``
+LEGACY_HANDLES = (0, 1)
+
+
+def is_legacy(stream: Any) -> bool:
+    """Whether ``stream`` (anything :func:`as_cupy_stream` takes but None) is CUDA's legacy
+    default (null) stream, on which no graph can be captured.  On the NumPy backend the
+    answer is the GPU's: its null stream (``current_stream()`` outside any ``with stream:``)
+    and a foreign stream of a legacy handle are."""
+    if isinstance(stream, Stream) and stream._cp is None:
+        return stream._dev is None  # (only the NumPy backend's null stream has no device)
+    if get_backend().is_gpu:
+        handle = as_cupy_stream(stream).ptr
+    elif isinstance(stream, Stream):
+        handle = stream.ptr
+    elif hasattr(stream, "__cuda_stream__"):
+        handle = stream.__cuda_stream__()[1]
+    else:
+        handle = stream.cuda_stream
+    return int(handle) in LEGACY_HANDLES
+
+
 def as_stream(stream: Any, op: str | None = None) -> Stream:
     """Resolve anything :func:`as_cupy_stream` takes to a cuflow ``Stream``."""
     if isinstance(stream, Stream):

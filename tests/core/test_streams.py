@@ -156,15 +156,34 @@ def read_on(cf, s, x):
         return cf.asnumpy(x, stream=s)
 
 
-def test_a_bad_stream_is_refused_naming_the_call_and_the_value(cf):
-    x = cf.ones(3)
+def test_a_bad_stream_is_refused_naming_the_call_and_the_value(cf, rng):
+    host = rng.uniform(-1e300, 1e300, (3, 4))
+    x = cf.asarray(host)
     here = 0 if cf.get_backend().is_gpu else "cpu"
-    for call, name in [(lambda v: cf.Event().record(v), "Event.record"),
-                       (lambda v: cf.Stream().wait_stream(v), "Stream.wait_stream"),
-                       (lambda v: x.to_device(here, stream=v), "darray.to_device")]:
+    n = int(rng.integers(1, 100))
+    calls = [("Event.record", lambda v: cf.Event().record(v)),
+             ("Stream.wait_stream", lambda v: cf.Stream().wait_stream(v)),
+             ("darray.to_device", lambda v: x.to_device(here, stream=v)),
+             ("add", lambda v: cf.add(x, float(host[0, 0]), stream=v)),  # ufunc of two
+             ("sqrt", lambda v: cf.sqrt(x, stream=v)),  # of one
+             ("modf", lambda v: cf.modf(x, stream=v)),  # of two outputs
+             ("sum", lambda v: cf.sum(x, axis=0, stream=v)),
+             ("std", lambda v: cf.std(x, stream=v)),
+             ("matmul", lambda v: cf.matmul(x, x.T, stream=v)),
+             ("where", lambda v: cf.where(x > 0, x, -x, stream=v)),
+             ("sort", lambda v: cf.sort(x, stream=v)),
+             ("zeros", lambda v: cf.zeros((2, 3), stream=v)),
+             ("arange", lambda v: cf.arange(n, stream=v)),
+             ("fft.fftfreq", lambda v: cf.fft.fftfreq(n, stream=v)),
+             ("asarray", lambda v: cf.asarray(host, stream=v)),
+             ("asarray", lambda v: cf.asarray("ones", stream=v)),  # (a str is not the name)
+             ("astype", lambda v: cf.astype(x, "float32", stream=v)),
+             ("copy", lambda v: cf.copy(x, stream=v))]
+    value = int(rng.integers(-2**63, 2**63))
+    for name, call in calls:
         with pytest.raises(cuflow.ArgumentTypeError,
-                           match=rf"cuflow\.{name}: stream= must be .* got int 5$"):
-            call(5)
+                           match=rf"^cuflow\.{name}: stream= must be .* got int {value}$"):
+            call(value)
         with pytest.raises(cuflow.ArgumentTypeError) as info:
             call("s" * 1000)
         assert "got str 'ssss" in str(info.value) and len(str(info.value)) < 400
