@@ -428,6 +428,24 @@ def test_integer_overflow_wraps(cf, dtype):
         check(g, w)
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint16, np.uint32])
+def test_integer_power_wraps_and_what_follows_sees_the_wrapped_value(cf, rng, dtype):
+    """A power that overflows wraps as NumPy's does, and the ops after it (a maximum, an
+    absolute value, a floor division) take the wrapped value: a compiler that assumed the
+    signed product cannot overflow would fold them away."""
+    info = np.iinfo(dtype)
+    root = int(np.sqrt(float(info.max)))
+    a = np.concatenate([np.array([root + 1, root + 7, -(root + 3) if info.min else root + 3,
+                                  info.max, 3], dtype),
+                        rng.integers(max(info.min, -root * 4), root * 4, 59, dtype=dtype)])
+    f = cf.fuse(lambda x: (np.maximum(x ** 2, 0), np.abs(x ** 3) if info.min else x ** 3,
+                           (x ** 2) // 2))
+    with np.errstate(all="ignore"):
+        want = (np.maximum(a ** 2, 0), np.abs(a ** 3) if info.min else a ** 3, (a ** 2) // 2)
+    for g, w in zip(host(f(cf.asarray(a))), want):
+        check(g, w)
+
+
 @pytest.mark.parametrize("name", ["sum", "mean", "max", "min", "prod", "argmax", "argmin"])
 @pytest.mark.parametrize("axis", [None, 0, 1, -1])
 @pytest.mark.parametrize("dtype", [np.float32, np.int32, np.float16, np.uint8])
@@ -805,6 +823,15 @@ def test_per_channel_chain_past_2_to_the_31_compiles_for_sm90():
     m = np.ones((3, 1), np.float32)
     src = cuflow.fuse(lambda a, b: (a - b) * b).cuda_source(x, m)
     assert "cf_chan((unsigned long long)base" in src
+    assert _engine.compile_cubin(src, 90)
+
+
+@pytest.mark.skipif(not HAVE_NVRTC, reason="needs cuda-bindings' NVRTC (test extra)")
+@pytest.mark.parametrize("dtype", [np.int8, np.uint16, np.int32, np.uint32, np.int64])
+def test_integer_powers_compile_for_sm90(dtype):
+    x = np.arange(1, 65, dtype=dtype)
+    src = cuflow.fuse(lambda a: np.maximum(a ** 3, 0)).cuda_source(x)
+    assert "cf_ipow" in src
     assert _engine.compile_cubin(src, 90)
 
 

@@ -176,11 +176,18 @@ template <typename T> __device__ __forceinline__ T cf_imod(T a, T b) {
 template <typename T> __device__ __forceinline__ T cf_ifmod(T a, T b) {
     if (b == 0 || ((T)-1 < (T)0 && b == (T)-1)) return (T)0;
     return (T)(a % b); }
+/* the type an integer power multiplies in: unsigned where a signed product could overflow
+   (undefined, so the compiler may assume x * x >= 0) or where C promotes to int */
+template <typename T> struct cf_wrap { typedef T type; };
+template <> struct cf_wrap<int> { typedef unsigned int type; };
+template <> struct cf_wrap<long long> { typedef unsigned long long type; };
+template <> struct cf_wrap<unsigned short> { typedef unsigned int type; };
 template <typename T> __device__ __forceinline__ T cf_ipow(T a, T b) {
     if (b < 0) { if (a == 1) return (T)1; if (a == (T)-1) return (b & 1) ? (T)-1 : (T)1; return (T)0; }
-    T r = 1;
-    while (b) { if (b & 1) r = (T)(r * a); a = (T)(a * a); b = (T)(b >> 1); }
-    return r; }
+    typedef typename cf_wrap<T>::type U;
+    U r = 1, x = (U)a;
+    while (b) { if (b & 1) r = (U)(r * x); x = (U)(x * x); b = (T)(b >> 1); }
+    return (T)r; }
 template <typename T> __device__ __forceinline__ T cf_shl(T a, T b) {
     return (b < 0 || b >= (T)(8 * sizeof(T))) ? (T)0 : (T)(a << b); }
 template <typename T> __device__ __forceinline__ T cf_shr(T a, T b) {
