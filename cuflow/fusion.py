@@ -15,7 +15,14 @@ Array arguments and Python ``int``/``float`` arguments are the kernel's
 operands (a new scalar value reuses the kernel); any other argument (a
 ``bool`` flag, ``None``, a string, a tuple) is static: Python code may branch
 on it, and each value (and type) traces once; an unhashable one (a dict) traces
-at every call.  Captured values (closures, globals) are read at the trace and
+at every call.  Floats in a static tuple are told apart by their bits (``-0.0``
+from ``0.0``; a NaN matches itself).  An object compared by identity (the
+instance of a fused method, a function) is held by a weak reference: it traces
+once per object, the cache does not keep it alive, and its entries go with it;
+its attributes the trace reads (``self.k``) are baked in as captured values are
+(an object that takes no weak reference, as ``None``, is held).  Kernels of the
+same source are compiled once and shared (instances of equal attributes share
+one).  Captured values (closures, globals) are read at the trace and
 baked into the kernel: pass a value that changes as an argument.  The first
 call with a new signature (dtypes, shapes, strides, scalar types, static
 arguments) runs the function once on traced arrays to record the expression;
@@ -32,7 +39,11 @@ trailing reduction (``sum``, ``mean``, ``max``, ``min``, ``prod``, ``argmax``,
 control flow on values, indexing, non-elementwise functions; these raise
 :class:`TraceError` naming the construct and its line, or, with
 ``FuseOptions(fallback="unfused")``, run the function op by op with a
-one-time warning.
+one-time warning.  So do arrays (arguments and ``dst=``) of other dtypes than
+bool, integer and float.  An exception the function raises itself (a ``raise``
+or ``assert`` statement, as a shape check) propagates as itself, as the plain
+function's would (with ``fallback="unfused"`` the plain function runs and
+raises it).
 
 On the NumPy backend a fused function runs op by op (the CPU test oracle),
 with the same results.
@@ -45,12 +56,14 @@ is recorded like any other kernel (trace and compile outside capture first).
 from __future__ import annotations
 
 import dataclasses
+import dis
 import functools
 import linecache
 import math
 import sys
 import traceback
 import warnings
+import weakref
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -277,7 +290,7 @@ class Fused(object if FastCall is None else FastCall):
         if ent is None:
             ent = self._build(rt, args, kwargs, dst, tkey)
             if _UNKEYED not in key:  # (an unhashable static argument: traced at every call)
-                self._entries[tkey] = ent
+                self._keep(tkey, ent)
         if ent.unfused:
             return self._unfused(rt, args, kwargs, dst)
         allargs = args if not kwargs else (*args, *(kwargs[k] for k in sorted(kwargs)))
@@ -353,9 +366,14 @@ class Fused(object if FastCall is None else FastCall):
         ent = _Entry()
         dsts = None if dst is None else ((dst,) if not isinstance(dst, (tuple, list))
                                          else tuple(dst))
-        for d in dsts or ():
+        for j, d in enumerate(dsts or ()):
             if not isinstance(d, nd):  # the output contract's DstTypeError, before d.dtype
                 prepare_out(f"fuse({self.name})", d, ())
+            if d.dtype.kind not in "biuf":
+                return self._give_up(ent, TraceError(
+                    f"cuflow.fuse({self.name}): dst= {'' if dst is d else f'array {j} '}has "
+                    f"dtype {d.dtype}; fused kernels write bool, integer and float arrays "
+                    f"(at {caller_line()})")), None
         names = sorted(kwargs)
         allargs = (*args, *(kwargs[k] for k in names))
         targs: list = []
@@ -364,8 +382,11 @@ class Fused(object if FastCall is None else FastCall):
         for i, a in enumerate(allargs):
             if isinstance(a, nd):
                 if a.dtype.kind not in "biuf":
-                    raise TraceError(f"cuflow.fuse({self.name}): argument {i} has dtype "
-                                     f"{a.dtype}; fused kernels take bool, integer and float")
+                    return self._give_up(ent, TraceError(
+                        f"cuflow.fuse({self.name}): argument "
+                        f"{i if i < len(args) else names[i - len(args)]!r} has dtype "
+                        f"{a.dtype}; fused kernels take bool, integer and float arrays "
+                        f"(at {caller_line()})")), None
                 t = arr_nodes[i] = Expr("input", (), a.dtype, tuple(a.shape), i)
             elif type(a) is int or type(a) is float:
                 t = sc_nodes[i] = Expr("scalar", (), numpy.int64 if type(a) is int else
@@ -397,6 +418,8 @@ class Fused(object if FastCall is None else FastCall):
         except ArgumentOverflowError:
             raise  # a constant NumPy refuses (uint8 + 300): unfused, it would fail or wrap
         except Exception as e:
+            if self.options.fallback == "error" and _raised_by_user(e):
+                raise  # the function's own error (a shape check): the plain function's
             err = TraceError(f"cuflow.fuse({self.name}) cannot trace {type(e).__name__}: {e} "
                              f"at {_user_line(e, self.fn)}")
             err.__cause__ = e
@@ -437,6 +460,14 @@ class Fused(object if FastCall is None else FastCall):
                     f"cuflow.fuse({self.name}): an input with strides {x.strides} that are "
                     "not whole elements; pass a copy")), None
         return ent, (outs_nodes, in_nodes, s_nodes, arrays, plan_dts, shape, dsts)
+
+    def _keep(self, key: tuple, ent: _Entry) -> None:
+        """Cache ``ent``; a key that holds an object by a weak reference goes with it."""
+        self._entries[key] = ent
+        for r in _refs(key):
+            obj = r()
+            if obj is not None:
+                weakref.finalize(obj, self._entries.pop, key, None)
 
     def _give_up(self, ent: _Entry, err: TraceError) -> _Entry:
         if self.options.fallback == "error":
@@ -485,11 +516,14 @@ class Fused(object if FastCall is None else FastCall):
         key = tuple((a.dtype.num, a.shape, a.strides) if isinstance(a, nd) else _static_key(a)
                     for a in allargs)
         key += tuple(sorted(kwargs))
+        if dst is not None:  # (a dst of a dtype no kernel writes: an error, or unfused)
+            key += (("dst", tuple(getattr(d, "dtype", None) for d in (
+                dst if isinstance(dst, (tuple, list)) else (dst,)))),)
         ent = self._entries.get(key)
         if ent is None:
             ent = self._trace(nd, args, kwargs, dst)[0]
             if _UNKEYED not in key:
-                self._entries[key] = ent
+                self._keep(key, ent)
         if ent.sc_fix:  # the GPU's checks, so that both backends raise alike
             self._check_scalars(ent, [allargs[i] for i in ent.sc_pos])
         return self._unfused(rt, args, kwargs, dst, traced=not ent.unfused)
@@ -552,6 +586,21 @@ def _substitute(positions: list[int], args: tuple, kwargs: dict, old: list,
     return tuple(args), kwargs
 
 
+def _raised_by_user(e: BaseException) -> bool:
+    """Whether ``e`` comes from a ``raise`` (or ``assert``) statement outside cuflow, not
+    from an operation that a traced value does not support."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None or tb.tb_frame.f_globals.get("__name__", "").partition(".")[0] == "cuflow":
+        return False
+    code = tb.tb_frame.f_code.co_code
+    return 0 <= tb.tb_lasti < len(code) and code[tb.tb_lasti] == _RAISE
+
+
+_RAISE = dis.opmap["RAISE_VARARGS"]
+
+
 def _static_key(a: Any) -> Any:
     t = type(a)
     if t is int or t is float:
@@ -564,16 +613,37 @@ def _static_key(a: Any) -> Any:
 
 def _typed_key(a: Any) -> Any:
     """A static value with its type, element by element in tuples and lists (``(2,)`` and
-    ``(2.0,)`` are equal, and trace differently); None where a value is unhashable."""
+    ``(2.0,)`` are equal, and trace differently); None where a value is unhashable.
+
+    Floats by their bits: ``-0.0 == 0.0`` traces to another constant, and a NaN, equal to
+    nothing, would trace at every call.  An object compared by identity by a weak
+    reference, so that the cache does not keep it alive (``Fused._keep`` drops its
+    entries with it)."""
     t = type(a)
-    if t is tuple or t is list:
+    if isinstance(a, (tuple, list)):
         ks = tuple(_typed_key(x) for x in a)
         return None if None in ks else (t, ks)
+    if isinstance(a, (float, complex, numpy.inexact)):
+        return (t, numpy.asarray(a).tobytes())
     try:
         hash(a)
     except TypeError:
         return None
+    if t.__hash__ is object.__hash__ and t.__eq__ is object.__eq__:
+        try:
+            return (t, weakref.ref(a))
+        except TypeError:  # (None, object(): no weak reference, and long-lived)
+            pass
     return (t, a)
+
+
+def _refs(key: Any) -> list:
+    """The weak references in a cache key."""
+    if isinstance(key, weakref.ref):
+        return [key]
+    if isinstance(key, tuple):
+        return [r for k in key for r in _refs(k)]
+    return []
 
 
 def _outside_cuflow() -> int:

@@ -318,6 +318,29 @@ def test_dst_dtype_cast_and_contract(cf, rng):
         f(x, dst=cf.empty((100,), cf.int32))
 
 
+def test_a_complex_dst_is_refused_or_runs_unfused(cf, rng):
+    """No kernel writes complex: a complex dst= (which same_kind casting allows) is a
+    TraceError naming the rule on every backend, or, with fallback="unfused", the op by op
+    run."""
+    xa = rand(rng, (5, 6), np.float32)
+    x = cf.asarray(xa)
+    f = cf.fuse(lambda v: v * 2)
+    check(host(f(x)), xa * 2)  # (a signature traced before without dst=)
+    with pytest.raises(cuflow.TraceError, match=r"dst= has dtype complex64; fused kernels "
+                                                r"write bool, integer and float.*test_fusion"):
+        f(x, dst=cf.empty((5, 6), np.complex64))
+    red = cf.fuse(lambda v: (v * 2).sum())
+    with pytest.raises(cuflow.TraceError, match="dst= has dtype complex128"):
+        red(x, dst=cf.empty((), np.complex128))
+    with pytest.raises(cuflow.TraceError, match="dst= has dtype complex64"):
+        f.cuda_source(xa, dst=np.empty((5, 6), np.complex64))  # the GPU's generator
+    g = cf.fuse(lambda v: v * 2, fallback="unfused")
+    d = cf.empty((5, 6), np.complex64)
+    with pytest.warns(RuntimeWarning, match="dst= has dtype complex64.*unfused"):
+        assert g(x, dst=d) is d
+    np.testing.assert_array_equal(host(d), (xa * 2).astype(np.complex64))
+
+
 def test_closures_kwargs_and_shape_control_flow(cf, rng):
     k = 3.0
 
@@ -352,6 +375,18 @@ def test_decorator_numpy_ufuncs_and_scalars(cf, rng):
           np.where(xa > ya, xa - ya, np.float32(0)))
     f = cf.fuse(lambda x: np.exp(x) + np.float32(1))  # NumPy's ufuncs trace too
     check(host(f(cf.asarray(xa))), np.exp(xa) + np.float32(1))
+
+
+def test_numpys_clip_keywords_trace(cf, rng):
+    xa = rand(rng, (50,), np.float32)
+    x = cf.asarray(xa)
+    for fn in (lambda a: np.clip(a, a_min=-1, a_max=1), lambda a: np.clip(a, min=-1, max=1),
+               lambda a: np.clip(a, -1, 1, out=None), lambda a: np.clip(a, -1, a_max=1)):
+        check(host(cf.fuse(fn)(x)), np.clip(xa, -1, 1))
+    check(host(cf.fuse(lambda a: np.clip(a, max=1))(x)), np.minimum(xa, 1))
+    with pytest.raises(cuflow.TraceError, match=r"numpy.clip's out at .*test_fusion.py:\d+"
+                                                r".*pass dst= to its call"):
+        cf.fuse(lambda a: np.clip(a, -1, 1, out=a))(x)
 
 
 def test_captured_numpy_scalars_are_strongly_typed(cf, rng):
@@ -648,6 +683,46 @@ def test_a_list_argument_says_to_convert_it(cf):
         f(x, [1.0, 2.0, 3.0])
     np.testing.assert_array_equal(host(f(x, cf.asarray([1.0, 2.0, 3.0], dtype=np.float32))),
                                   np.array([2, 3, 4], np.float32))
+
+
+def test_the_functions_own_exception_propagates_as_itself(cf, rng):
+    """A raise or assert in the function (a shape check) is the plain function's error, not
+    a TraceError; with fallback="unfused" the plain function runs and raises it."""
+    def scale(x, k):
+        if x.ndim != 2:
+            raise ValueError("scale expects a 2-D image")
+        return x * k
+
+    def checked(x):
+        assert x.shape[-1] == 3, "three channels"
+        return x + 1
+
+    ya = rand(rng, (4, 3), np.float32)
+    for fallback in ("error", "unfused"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with pytest.raises(ValueError, match="expects a 2-D") as err:
+                cf.fuse(scale, fallback=fallback)(cf.asarray(ya[0]), 2.0)
+            assert type(err.value) is ValueError
+            with pytest.raises(AssertionError, match="three channels"):
+                cf.fuse(checked, fallback=fallback)(cf.asarray(ya.T.copy()))
+        check(host(cf.fuse(scale, fallback=fallback)(cf.asarray(ya), 2.0)), ya * 2.0)
+        check(host(cf.fuse(checked, fallback=fallback)(cf.asarray(ya))), ya + 1)
+
+
+def test_an_array_of_another_dtype_runs_unfused_or_is_named(cf, rng):
+    za = (rand(rng, (7,), np.float32) + 1j * rand(rng, (7,), np.float32)).astype(np.complex64)
+    z = cf.asarray(za)
+    g = cf.fuse(lambda a: a * 2 + 1, fallback="unfused")
+    with pytest.warns(RuntimeWarning, match="argument 0 has dtype complex64.*unfused"):
+        r = g(z)
+    np.testing.assert_array_equal(host(r), za * 2 + 1)
+    f = cf.fuse(lambda a, b: a * b)
+    x = cf.asarray(rand(rng, (7,), np.float32))
+    with pytest.raises(cuflow.TraceError, match=r"argument 'b' has dtype complex64; fused "
+                                                r"kernels take bool, integer and float arrays "
+                                                r"\(at .*test_fusion.py:\d+"):
+        f(x, b=z)
 
 
 def test_fallback_runs_unfused_with_one_warning(cf):
@@ -1036,6 +1111,55 @@ def test_static_arguments_trace_per_value_and_type(cf):
     check(host(h(x, (2,))), np.arange(4, dtype=np.int32) * 2)
     with pytest.raises(cuflow.TraceError, match="indexing"):
         h(x, (2.0,))  # (2,) == (2.0,), but it traces as a float
+
+
+def test_static_floats_are_told_apart_by_their_bits(cf, rng):
+    """-0.0 == 0.0, but they trace to different constants; a NaN, equal to nothing, traces
+    once."""
+    xa = rand(rng, (9,), np.float32)
+    x = cf.asarray(xa)
+    f = cf.fuse(lambda a, t: a * t[0] if math.copysign(1, t[0]) > 0 else a[0])
+    check(host(f(x, (0.0,))), xa * 0.0)
+    with pytest.raises(cuflow.TraceError, match="indexing"):
+        f(x, (-0.0,))  # not the kernel of +0.0
+    traced = []
+
+    def add_first(a, t):
+        traced.append(not isinstance(a, type(x)))
+        return a + t[0]
+
+    g = cf.fuse(add_first)
+    for _ in range(3):
+        check(host(g(x, (math.nan,))), xa + np.float32(math.nan))
+    assert traced.count(True) == 1
+
+
+def test_a_fused_method_keeps_no_instance_alive(cf, rng):
+    """The instance is a static argument held by a weak reference: each traces once (its
+    attributes are baked in), and it is collected with its entries."""
+    import gc
+    import weakref
+
+    class Scale:
+        def __init__(self, k):
+            self.k = k
+            self.state = np.zeros(1 << 16, np.uint8)
+
+        @cuflow.fuse
+        def apply(self, v):
+            return v * self.k
+
+    xa = rand(rng, (33,), np.float32)
+    x = cf.asarray(xa)
+    refs = []
+    for k in (2.0, -3.0, 2.0):
+        s = Scale(k)
+        check(host(s.apply(x)), xa * k)
+        check(host(s.apply(x)), xa * k)
+        refs.append(weakref.ref(s))
+        del s
+    gc.collect()
+    assert [r() for r in refs] == [None] * 3
 
 
 # ------------------------------------------------------------ the rest

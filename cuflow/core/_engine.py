@@ -601,8 +601,8 @@ class EwOp:
             return None
         odt = out.dtype
         if dst is not None:
-            if not numpy.can_cast(odt, dst.dtype, "same_kind"):
-                return None
+            if not numpy.can_cast(odt, dst.dtype, "same_kind") or dst.dtype.kind not in "biuf":
+                return None  # (a complex dst: the caller's error, or its unfused path)
             odt = dst.dtype
         aligned = all(not x.data.ptr & 15 for x in arrays) and (
             dst is None or not dst.data.ptr & 15)

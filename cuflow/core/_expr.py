@@ -282,7 +282,7 @@ class Expr:
         if name == "where":
             return where(*args, **kwargs)
         if name == "clip":
-            return clip(*args, **kwargs)
+            return _numpy_clip(*args, **kwargs)
         if name in REDUCTIONS or name in ("amax", "amin"):
             sig = inspect.signature(func)
             try:  # NumPy's own signature: axis, dtype and keepdims by position or keyword
@@ -570,6 +570,21 @@ def clip(x: Any, lo: Any = None, hi: Any = None) -> Expr:
     x_, lo_, hi_ = (_cast_node(a, dt, "clip") for a in args)
     return Expr("minimum", (Expr("maximum", (x_, lo_), dt, _bshape("clip", x_, lo_)), hi_),
                 dt, _bshape("clip", *args))
+
+
+def _numpy_clip(a: Any, a_min: Any = None, a_max: Any = None, out: Any = None, *,
+                min: Any = None, max: Any = None, **kwargs: Any) -> Expr:  # noqa: A002
+    """``numpy.clip``'s arguments (``a_min``/``a_max``, or NumPy 2's ``min``/``max``) as
+    :func:`clip`'s."""
+    if out is not None or kwargs:
+        given = ["out"] * (out is not None) + sorted(kwargs)
+        raise TraceError(f"cuflow.fuse cannot fuse numpy.clip's {', '.join(given)} at "
+                         f"{caller_line()}: a fused clip takes a_min and a_max (or min and "
+                         "max); a fused function returns its result (pass dst= to its call)")
+    if (a_min is not None and min is not None) or (a_max is not None and max is not None):
+        raise TraceError(f"numpy.clip takes a_min/a_max or min/max, not both (at "
+                         f"{caller_line()})")
+    return clip(a, a_min if min is None else min, a_max if max is None else max)
 
 
 def clip_bounds(dtype: numpy.dtype, lo: Any, hi: Any) -> tuple:
