@@ -115,7 +115,7 @@ def _special(name: str, x: Any, dst: Any = None, stream: Any = None) -> Any:
         return apply(name, x)
     rt = _runtime.runtime()
     if stream is not None:
-        with use_stream(stream):
+        with use_stream(stream, f"fusion.{name}"):
             return _special(name, x, dst)
     xp = rt.xp
     a = xp.asarray(x)
@@ -264,7 +264,7 @@ class Fused(object if FastCall is None else FastCall):
         if rt is None:
             rt = _runtime.runtime()
         if stream is not None:
-            with use_stream(stream):
+            with use_stream(stream, f"fuse({self.name})"):
                 return self(*args, dst=dst, **kwargs)
         if not rt.is_gpu:
             return self._cpu(rt, args, kwargs, dst)

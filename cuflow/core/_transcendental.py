@@ -62,7 +62,7 @@ def expm1(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     """
     if getattr(src, "dtype", None) is None or src.dtype.kind != "c":
         return ufunc1("expm1", src, dst, out, stream, casting, dtype)
-    with use_stream(stream):  # expm1(±0 + 0j) is exactly 0 + 0j, as the standard says
+    with use_stream(stream, "expm1"):  # expm1(±0 + 0j) is exactly 0 + 0j, as the standard says
         xp = _runtime.runtime().xp
         at_zero = (src.real == 0) & (src.imag == 0) & ~xp.signbit(src.imag)
     r = ufunc1("expm1", src, dst, out, stream, casting, dtype)
@@ -315,7 +315,7 @@ def tanh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
     # the GPU's complex kernel sets those values itself (_cupy_ufuncs)
     if rt.is_gpu or getattr(src, "dtype", None) is None or src.dtype.kind != "c":
         return ufunc1("tanh", src, dst, out, stream, casting, dtype)
-    with use_stream(stream):  # read src before an in-place call overwrites it
+    with use_stream(stream, "tanh"):  # read src before an in-place call overwrites it
         xp = rt.xp
         re, im = src.real, src.imag
         at_inf = xp.isinf(re) & xp.isfinite(im)

@@ -285,7 +285,7 @@ def crop_resize(src, boxes, size, *, frame_index=None, interpolation="bilinear",
     # boxes on the host are checked there (device boxes are not read back: no sync)
     on_host = not rt.is_gpu or not isinstance(boxes, rt.ndarray)
     given = boxes
-    with use_stream(stream):  # conversions on the kernel's stream, which reads them
+    with use_stream(stream, "image.crop_resize"):  # conversions on the kernel's stream
         boxes = device_vector("crop_resize", "boxes", boxes, numpy.float32)
     if boxes.ndim != 2 or boxes.shape[1] != 4:
         raise ImageFormatError(f"cuflow.image.crop_resize: boxes must be (K, 4) x1, y1, x2, y2, "

@@ -92,7 +92,7 @@ class Letterbox:
                 f"(..., 4) (x1, y1, x2, y2; take [..., :4] of detections with more columns), "
                 f"got {type(boxes).__name__} of shape {shape} and dtype "
                 f"{getattr(boxes, 'dtype', None)}")
-        with use_stream(stream):
+        with use_stream(stream, "image.Letterbox.unmap_boxes"):
             if rt.is_gpu and isinstance(boxes, numpy.ndarray):  # host boxes (after NMS on
                 boxes = xp.asarray(boxes)  # the host): uploaded, as crop_resize's are
             h, w = self.src_size
@@ -111,7 +111,7 @@ def _prepare_dst(name: str, dst, shape, dtype, src_arrays, stream):
             rt.check_devices(f"image.{name}", *src_arrays)
         # allocated on the stream the kernel writes it on: the pool then reuses the memory
         # only after that work, wherever the output is freed
-        with use_stream(stream):
+        with use_stream(stream, f"image.{name}"):
             return rt.as_darray(rt.xp.empty(shape, dtype))
     prepare_out(f"image.{name}", dst, shape, dtype, inputs=src_arrays, casting="no",
                 overlap="refuse", contiguous=True)
@@ -190,13 +190,14 @@ class Plan:
 
     def run(self, src, rois, roi_frame, dst, stream):
         b = runtime()
+        op = f"image.{self.name}"
         if self.src.copied:
-            with use_stream(stream):  # the kernel on ``stream`` reads the copy
+            with use_stream(stream, op):  # the kernel on ``stream`` reads the copy
                 src = b.xp.ascontiguousarray(src)
         out = _prepare_dst(self.name, dst, self.shape, self.dtype, (src, rois, roi_frame),
                            stream)
         if not b.is_gpu:
-            as_cupy_stream(stream)  # validates the stream argument
+            as_cupy_stream(stream, op)  # validates the stream argument
             s = self.src
             frames = [src[i] if s.batched else src for i in range(s.N)]
             p = self.p
@@ -207,7 +208,7 @@ class Plan:
             return out
         if out.size == 0:
             return out
-        sp = as_cupy_stream(stream).ptr
+        sp = as_cupy_stream(stream, op).ptr
         sptr, optr = src.data.ptr, out.data.ptr
         dt = self.dt
         if self.vec is not None and not (sptr & 15 or optr & 15):
@@ -382,17 +383,18 @@ class DenormPlan:
     def run(self, src, dst, stream):
         b = runtime()
         if not src.flags.c_contiguous:
-            with use_stream(stream):  # the kernel on ``stream`` reads the copy
+            with use_stream(stream, "image.denormalize"):  # the kernel reads the copy there
                 src = b.xp.ascontiguousarray(src)
         out = _prepare_dst("denormalize", dst, self.shape, numpy.dtype(numpy.uint8), (src,),
                            stream)
         if not b.is_gpu:
-            as_cupy_stream(stream)  # validates the stream argument
+            as_cupy_stream(stream, "image.denormalize")  # validates the stream argument
             x = src.reshape(self.N, *src.shape[-3:])
             _reference.denormalize(x, self.p, out.reshape(self.N, *self.shape[-3:]))
             return out
         if out.size:
-            sptr, optr, sp = src.data.ptr, out.data.ptr, as_cupy_stream(stream).ptr
+            sptr, optr, sp = (src.data.ptr, out.data.ptr,
+                              as_cupy_stream(stream, "image.denormalize").ptr)
             if self.vec is not None and not (sptr | optr) & 15:
                 # four pixels per thread with vector loads and word stores
                 _launch.launch("image", self.vec, self.dt, (-(-self.npix // 1024), self.N, 1),

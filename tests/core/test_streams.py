@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import re
 import weakref
 
 import numpy as np
@@ -161,6 +162,11 @@ def test_a_bad_stream_is_refused_naming_the_call_and_the_value(cf, rng):
     x = cf.asarray(host)
     here = 0 if cf.get_backend().is_gpu else "cpu"
     n = int(rng.integers(1, 100))
+    frame = cf.asarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8))
+    chw = cf.asarray(rng.uniform(-3, 3, (3, 8, 8)).astype(np.float32))
+    box = rng.uniform(0, 8, (1, 4)).astype(np.float32)
+    z = cf.asarray(host + 1j * rng.uniform(-1e300, 1e300, (3, 4)))
+    twice = cf.fuse(lambda v: v * 2, kernel_name="twice")
     calls = [("Event.record", lambda v: cf.Event().record(v)),
              ("Stream.wait_stream", lambda v: cf.Stream().wait_stream(v)),
              ("darray.to_device", lambda v: x.to_device(here, stream=v)),
@@ -178,11 +184,19 @@ def test_a_bad_stream_is_refused_naming_the_call_and_the_value(cf, rng):
              ("asarray", lambda v: cf.asarray(host, stream=v)),
              ("asarray", lambda v: cf.asarray("ones", stream=v)),  # (a str is not the name)
              ("astype", lambda v: cf.astype(x, "float32", stream=v)),
-             ("copy", lambda v: cf.copy(x, stream=v))]
+             ("copy", lambda v: cf.copy(x, stream=v)),
+             ("image.normalize", lambda v: cf.image.normalize(frame, stream=v)),
+             ("image.resize", lambda v: cf.image.resize(frame, (4, 4), stream=v)),
+             ("image.denormalize", lambda v: cf.image.denormalize(chw, stream=v)),
+             ("image.crop_resize", lambda v: cf.image.crop_resize(frame, box, 4, stream=v)),
+             ("fuse(twice)", lambda v: twice(x, stream=v)),
+             ("fusion.erf", lambda v: cf.fusion.erf(x, stream=v)),
+             ("expm1", lambda v: cf.expm1(z, stream=v)),  # (complex: its own path)
+             ("tanh", lambda v: cf.tanh(z, stream=v))]
     value = int(rng.integers(-2**63, 2**63))
     for name, call in calls:
-        with pytest.raises(cuflow.ArgumentTypeError,
-                           match=rf"^cuflow\.{name}: stream= must be .* got int {value}$"):
+        with pytest.raises(cuflow.ArgumentTypeError, match=rf"^cuflow\.{re.escape(name)}: "
+                                                           rf"stream= must be .* got int {value}$"):
             call(value)
         with pytest.raises(cuflow.ArgumentTypeError) as info:
             call("s" * 1000)
