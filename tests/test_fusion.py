@@ -1200,3 +1200,13 @@ def test_fallback_warning_names_the_callers_line(cf):
     with pytest.warns(RuntimeWarning, match="unfused") as rec:
         g(cf.asarray(np.ones(3, np.float32)))
     assert [r.filename for r in rec if "unfused" in str(r.message)] == [__file__]
+
+
+@pytest.mark.parametrize("op", ["cumsum", "dot", "around"])
+def test_an_op_that_does_not_fuse_is_refused_saying_why(cf, rng, op):
+    x = cf.asarray(rand(rng, (4, 4), np.float32))
+    f = cf.fuse(lambda v: getattr(cf, op)(*([v, v] if op == "dot" else [v])) + 1)
+    with pytest.raises(cf.fusion.TraceError, match=rf"cuflow\.{op}: it is not elementwise: .* "
+                                                   r"\(call it outside the fused function\) "
+                                                   r"at .*test_fusion\.py:\d+"):
+        f(x)

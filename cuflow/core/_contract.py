@@ -380,6 +380,9 @@ def check_host_out(name: str, a: Any, out: Any) -> None:
 def bad_input(name: str, x: Any, why: str | None = None, *, scalars: bool = True):
     """An input that is not an array of the active backend (nor, where ``scalars``, a
     scalar)."""
+    if getattr(type(x), "cuflow_traced", False):  # a traced value of cuflow.fuse
+        why = ("it is not elementwise: a fused function fuses elementwise functions, where, "
+               "clip and trailing reductions (call it outside the fused function)")
     raise DstTypeError(
         f"cuflow.{name}: " + (why or (
             f"inputs must be arrays of the active {runtime().name} backend"

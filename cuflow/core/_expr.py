@@ -110,6 +110,8 @@ class Expr:
 
     __slots__ = ("op", "args", "dtype", "shp", "value", "weak", "__weakref__")
     __array_priority__ = 1000  # NumPy defers binary operators to us
+    #: what an op that cannot fuse finds among its inputs (its refusal says why)
+    cuflow_traced = True
 
     def __init__(self, op: str, args: tuple, dtype: Any, shape: tuple, value: Any = None,
                  weak: bool = False) -> None:
