@@ -45,7 +45,7 @@ def _make(name: str, device: Any, stream: Any, *args: Any, **kwargs: Any) -> Any
     if device is not None:
         check_device(name, device)
     if stream is not None:
-        return run_on(stream, _make, name, None, None, *args, **kwargs)
+        return run_on(stream, name, _make, name, None, None, *args, **kwargs)
     try:
         return call(name, getattr(runtime().xp, name), *args, **kwargs)
     except CuflowError:

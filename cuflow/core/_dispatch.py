@@ -51,31 +51,11 @@ __all__ = ["run_on", "reraise", "fast_call", "ufunc1", "ufunc2", "ufunc_multi", 
            "traced", "wrap_view", "call_backend", "ufunc_methods"]
 
 
-def run_on(stream: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def run_on(stream: Any, op: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)`` with ``stream`` current for its launches; a refused ``stream``
-    is refused naming the op (:func:`_op_name`)."""
-    try:
-        ctx = use_stream(stream)
-    except CuflowError:
-        ctx = None
-    if ctx is None:  # refused: again, with the name, which is made only for the error
-        ctx = use_stream(stream, _op_name(fn, args))
-    with ctx:
+    is refused naming ``op``, the op's public name (``add``, ``fft.fftfreq``)."""
+    with use_stream(stream, op):
         return fn(*args, **kwargs)
-
-
-#: the public namespace of the ops of a module that are not in ``cuflow`` itself
-_NAMESPACES = {"cuflow.core._fft": "fft."}
-
-
-def _op_name(fn: Callable[..., Any], args: tuple) -> str:
-    """The public name (``fft.fftfreq``) of the op ``run_on(stream, fn, *args)`` runs: a
-    helper of several ops takes it as its first parameter, ``name``; any other ``fn`` is the
-    op itself."""
-    code = getattr(fn, "__code__", None)
-    takes_name = code is not None and code.co_argcount > 0 and code.co_varnames[0] == "name"
-    name = args[0] if takes_name and args else fn.__name__
-    return _NAMESPACES.get(getattr(fn, "__module__", ""), "") + name
 
 
 def reraise(name: str, e: BaseException, dst: Any = None):
@@ -180,7 +160,7 @@ def ufunc2(name: str, src: Any, other: Any, dst: Any, out: Any, stream: Any, cas
     if out is not None:
         dst = resolve_out(dst, out, name)
     if stream is not None:
-        return run_on(stream, ufunc2, name, src, other, dst, None, None, casting, dtype)
+        return run_on(stream, name, ufunc2, name, src, other, dst, None, None, casting, dtype)
     rt = runtime()
     if not rt.is_gpu:
         _host_operands(name, rt, (src, other))
@@ -232,7 +212,7 @@ def ufunc1(name: str, src: Any, dst: Any, out: Any, stream: Any, casting: str,
     if out is not None:
         dst = resolve_out(dst, out, name)
     if stream is not None:
-        return run_on(stream, ufunc1, name, src, dst, None, None, casting, dtype)
+        return run_on(stream, name, ufunc1, name, src, dst, None, None, casting, dtype)
     rt = runtime()
     if not rt.is_gpu:
         _host_operands(name, rt, (src,))
@@ -273,7 +253,7 @@ def ufunc_multi(name: str, args: tuple, dst: Any, out: Any, stream: Any, casting
     as ``dst=`` or ``out=`` or positionally (``dst_pair``, NumPy's spelling)."""
     dst = resolve_out(positional_pair(name, dst_pair, dst, out), out, name)
     if stream is not None:
-        return run_on(stream, ufunc_multi, name, args, dst, None, None, casting, dtype)
+        return run_on(stream, name, ufunc_multi, name, args, dst, None, None, casting, dtype)
     rt = runtime()
     if not rt.is_gpu:
         _host_operands(name, rt, args)

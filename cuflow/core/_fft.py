@@ -42,7 +42,7 @@ def _freq(name, n, d, dtype, device, stream):
     if device is not None:
         check_device(f"fft.{name}", device)
     if stream is not None:
-        return run_on(stream, _freq, name, n, d, dtype, None, None)
+        return run_on(stream, f"fft.{name}", _freq, name, n, d, dtype, None, None)
     xp = runtime().xp
 
     if dtype is not None and as_dtype(f"fft.{name}", dtype).kind != "f":

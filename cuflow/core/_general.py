@@ -80,7 +80,8 @@ def _general(name, np_fn, xp_name, arrays, dst, stream, elementwise=False, **kw)
     """dst= for ops whose backend function takes ``out=`` (matmul, dot, clip, cumsum, round)."""
     rt = runtime()
     if stream is not None:
-        return run_on(stream, _general, name, np_fn, xp_name, arrays, dst, None, elementwise, **kw)
+        return run_on(stream, name, _general, name, np_fn, xp_name, arrays, dst, None,
+                      elementwise, **kw)
     fn = getattr(rt.xp, xp_name)
     if name == "clip" and rt.is_gpu:  # NumPy's clip, not CuPy's
         fn = functools.partial(_clip, rt.xp)

@@ -69,7 +69,7 @@ def copy(a, dst=None, *, out=None, order="K", casting="same_kind", stream=None):
     if type(a) is numpy.ndarray and dst is not None:
         return _upload(a, dst, stream)
     if stream is not None:
-        return run_on(stream, copy, a, dst, order=order, casting=casting)
+        return run_on(stream, "copy", copy, a, dst, order=order, casting=casting)
     try:
         if dst is None:
             return rt.wrap(rt.ndarray.copy(a, order=order))
@@ -107,7 +107,8 @@ def astype(a, dtype, dst=None, *, out=None, order="K", casting="unsafe", copy=Tr
         check_device("astype", device)
     dst = resolve_out(dst, out, "astype")
     if stream is not None:
-        return run_on(stream, astype, a, dtype, dst, order=order, casting=casting, copy=copy)
+        return run_on(stream, "astype", astype, a, dtype, dst, order=order, casting=casting,
+                      copy=copy)
     if not hasattr(a, "dtype") or not hasattr(a, "shape"):  # (NumPy's TypeError)
         raise ArgumentTypeError(f"cuflow.astype takes an array, got {type(a).__name__}; "
                                 "convert it with cuflow.asarray first")
@@ -147,7 +148,7 @@ def asarray(obj, dtype=None, order=None, *, device=None, copy=None, blocking=Fal
         check_order("asarray", order)
         order = order.upper()
     if stream is not None:
-        return run_on(stream, asarray, obj, dtype, order, copy=copy, blocking=blocking)
+        return run_on(stream, "asarray", asarray, obj, dtype, order, copy=copy, blocking=blocking)
     dtype = check_dtype("asarray", dtype)
     _refuse_complex_to_real(_source_dtype(obj), dtype)
     if isinstance(obj, rt.ndarray):
@@ -197,7 +198,7 @@ def asarray(obj, dtype=None, order=None, *, device=None, copy=None, blocking=Fal
     except TypeError as e:  # an unknown dtype, a value the dtype does not take
         raise ArgumentTypeError(f"cuflow.asarray: obj of type {type(obj).__name__} cannot be "
                                 f"converted to dtype {dtype!r}: {e}") from e
-    except (BufferError, RuntimeError) as e:  # (NotImplementedError is a RuntimeError)
+    except (BufferError, RuntimeError) as e:  # (a producer's "not implemented" is one too)
         if isinstance(e, rt.cuda_errors):
             reraise("asarray", e)
         # a producer's own refusal (a tensor that requires grad), as from_dlpack reports it
@@ -418,7 +419,7 @@ def from_dlpack(x, /, *, device=None, copy=None, stream=None):
     if device is not None:
         check_device("from_dlpack", device)
     if stream is not None:
-        return run_on(stream, from_dlpack, x, copy=copy)
+        return run_on(stream, "from_dlpack", from_dlpack, x, copy=copy)
     if not hasattr(x, "__dlpack__"):
         raise ArgumentTypeError(f"cuflow.from_dlpack: x must have __dlpack__ (an array or "
                                 f"tensor of a DLPack library), got {type(x).__name__}; convert "

@@ -54,7 +54,7 @@ def where(condition: Any, x1: Any = None, x2: Any = None, /, *, dst: Any = None,
             if r is not None:
                 return r
     if stream is not None:
-        return run_on(stream, where, condition, x1, x2, dst=dst)
+        return run_on(stream, "where", where, condition, x1, x2, dst=dst)
     rt = runtime()
     if isinstance(condition, (bool, int, float, complex, numpy.generic)):
         condition = rt.xp.asarray(condition)  # CuPy's where takes only array conditions

@@ -33,7 +33,7 @@ def argsort(a, axis=-1, kind=None, order=None, *, descending=False, stable=True,
     ``stable`` (the array API's rule), as NumPy's own flip would not.
     """
     if stream is not None:
-        return run_on(stream, argsort, a, axis, kind, order, descending=descending,
+        return run_on(stream, "argsort", argsort, a, axis, kind, order, descending=descending,
                       stable=stable)
     axis = check_ints("argsort", axis)
     xp = runtime().xp
@@ -70,7 +70,8 @@ def _argsort_descending(xp, a, axis, kw):
 def sort(a, axis=-1, kind=None, order=None, *, descending=False, stable=True, stream=None):
     """``a`` sorted along ``axis`` (array API ``sort``)."""
     if stream is not None:
-        return run_on(stream, sort, a, axis, kind, order, descending=descending, stable=stable)
+        return run_on(stream, "sort", sort, a, axis, kind, order, descending=descending,
+                      stable=stable)
     axis = check_ints("sort", axis)
     xp = runtime().xp
     kw = _options(kind, order, stable)

@@ -63,7 +63,7 @@ def _reduce(name: str, a: Any, axis: Any, dtype: Any, dst: Any, keepdims: bool, 
         if r is not None:
             return r
     if stream is not None:
-        return run_on(stream, _reduce, name, a, axis, dtype, dst, keepdims, ddof, None)
+        return run_on(stream, name, _reduce, name, a, axis, dtype, dst, keepdims, ddof, None)
     rt = runtime()
     if not isinstance(a, rt.ndarray):
         bad_input(name, a, scalars=False)
