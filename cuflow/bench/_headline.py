@@ -160,10 +160,11 @@ def _pool_comparison(quick: bool) -> list[dict[str, Any]]:
             r = _traces.replay(make, its)
             rows.append({"group": f"allocation trace {name}: peak reserved / peak requested",
                          "case": aname, **{k: v for k, v in r.items() if k != "allocator"}})
-        r = _traces.replay(makers["cuflow"], its, warmup=_traces.warmup_for(name))
-        rows.append({"group": f"allocation trace {name}: peak reserved / peak requested",
-                     "case": "cuflow after warmup", **{k: v for k, v in r.items()
-                                                      if k != "allocator"}})
+        for aname in ("cuflow", "cuflow vmm"):
+            r = _traces.replay(makers[aname], its, warmup=_traces.warmup_for(name))
+            rows.append({"group": f"allocation trace {name}: peak reserved / peak requested",
+                         "case": f"{aname} after warmup", **{k: v for k, v in r.items()
+                                                             if k != "allocator"}})
     for nbytes in (4096, 1 << 20, 64 << 20):
         lats = _traces.empty_latency(_traces.allocators(cupy, torch, python_hot_path=True),
                                      nbytes, n=5000 if quick else 20000)

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import memory
-from ..memory import DriverPoolBackend, Pool, _pool
+from ..memory import DriverPoolBackend, Pool, VirtualMemoryBackend, _pool
 from . import _realtraces
 
 H = 4096
@@ -162,9 +162,13 @@ class _Cuflow(_CupyAllocator):
 
     name = "cuflow"
 
-    def __init__(self, cupy: Any, python: bool = False, fixed_granule: bool = False) -> None:
+    def __init__(self, cupy: Any, python: bool = False, fixed_granule: bool = False,
+                 vmm: bool = False) -> None:
         self.cupy = cupy
-        self.pool = Pool(DriverPoolBackend(cupy.cuda.runtime.getDevice()))
+        device = cupy.cuda.runtime.getDevice()
+        self.pool = Pool(VirtualMemoryBackend(device) if vmm else DriverPoolBackend(device))
+        if vmm:
+            self.name = "cuflow vmm"
         if fixed_granule:  # every large segment a whole number of 64 MiB granules
             self.pool.backend.segment_granularity_min = 0
         saved = _pool.HotAlloc
@@ -186,6 +190,8 @@ class _Cuflow(_CupyAllocator):
 
     def close(self) -> None:
         self.pool.empty_cache()
+        if isinstance(self.pool.backend, VirtualMemoryBackend):
+            self.pool.backend.close()  # (its address range: a replay reserves one)
 
 
 class _CupyPool(_CupyAllocator):
@@ -281,7 +287,8 @@ def allocators(cupy: Any, torch: Any = None, python_hot_path: bool = False
     """Makers of the compared allocators; ``python_hot_path`` adds cuflow's pool over its
     Python hot path (for hit latency: its decisions, so its footprint, are the same)."""
     out: dict[str, Callable[[], Any]] = {
-        "cuflow": lambda: _Cuflow(cupy), "cupy MemoryPool": lambda: _CupyPool(cupy),
+        "cuflow": lambda: _Cuflow(cupy), "cuflow vmm": lambda: _Cuflow(cupy, vmm=True),
+        "cupy MemoryPool": lambda: _CupyPool(cupy),
         "cupy MemoryAsyncPool": lambda: _CupyAsync(cupy)}
     if python_hot_path:
         out["cuflow, Python hot path"] = lambda: _Cuflow(cupy, python=True)
@@ -454,8 +461,9 @@ def compare(names: list[str] | None = None, rounds: int = 3, torch: Any = None,
         for _ in range(rounds):
             for aname, make in makers.items():
                 runs.setdefault(aname, []).append(replay(make, its))
-            runs.setdefault("cuflow after warmup", []).append(
-                replay(makers["cuflow"], its, warmup=warmup_for(name)))
+            for aname in ("cuflow", "cuflow vmm"):
+                runs.setdefault(f"{aname} after warmup", []).append(
+                    replay(makers[aname], its, warmup=warmup_for(name)))
         ref = statistics.median(r["host_us_per_op"] for r in runs["cupy MemoryPool"])
         for aname, rs in runs.items():
             rs = sorted(rs, key=lambda r: r["host_us_per_op"])

@@ -10,9 +10,9 @@ pools on synthetic and recorded traces: ``python -m cuflow bench traces``,
 bench/test_bench_memory.py).  One pool per
 device (every function takes ``device=``, checked against the visible
 devices); segments come from a private CUDA stream-ordered pool by default
-(``CUFLOW_POOL_BACKEND=driver|cudamalloc``).  The pool's environment variables
-are read at import and checked there, except ``CUFLOW_MEMORY_LIMIT``, which every pool
-checks before it is built (``_env``).
+(``CUFLOW_POOL_BACKEND=driver|vmm|cudamalloc``; ``vmm``: expandable segments).  The
+pool's environment variables are read at import and checked there, except
+``CUFLOW_MEMORY_LIMIT``, which every pool checks before it is built (``_env``).
 
 What it gives over CuPy's pool (footprint and device allocations:
 bench/test_bench_memory.py::test_trace):
@@ -58,6 +58,7 @@ from ..core._creation import check_shape
 from ..core._runtime import on_select, runtime
 from ..core._streams import as_cupy_stream
 from ._backends import Backend, CudaMallocBackend, DriverPoolBackend, HostBackend
+from ._expandable import ExpandableBackend, HostExpandableBackend, VirtualMemoryBackend
 from ._blocks import Block, round_size, size_class
 from ._cupy import Pool, device_malloc
 from ._env import MEMORY_LIMIT, POOL_BACKEND, POOL_ON, check_memory_limit
@@ -67,6 +68,7 @@ from ._pool import Pool as _CorePool
 
 __all__ = [
     "Pool", "Backend", "DriverPoolBackend", "CudaMallocBackend", "HostBackend",
+    "ExpandableBackend", "VirtualMemoryBackend", "HostExpandableBackend",
     "get_pool", "using_pool", "stats", "summary", "snapshot", "empty_cache",
     "reset_peak_stats", "set_limit", "warmup", "record_stream", "empty_pinned",
     "zeros_pinned", "round_size", "size_class", "Block", "DoubleFreeError", "MemoryValueError",
@@ -82,6 +84,7 @@ _INSTALLED = False
 def _new_pool(device_id: int) -> Pool:
     check_memory_limit()  # (before the backend: a refused limit builds nothing)
     backend: Backend = (CudaMallocBackend(device_id) if POOL_BACKEND == "cudamalloc"
+                        else VirtualMemoryBackend(device_id) if POOL_BACKEND == "vmm"
                         else DriverPoolBackend(device_id))
     return _env_limited(Pool(backend))
 
@@ -334,6 +337,8 @@ def warmup(fn: Callable[..., Any], *largest_inputs: Any, pool: Pool | None = Non
     leaves a smaller footprint when later inputs vary in size, at the cost of the
     driver's calls on every miss.  A loop of fixed shapes then still misses on every
     step (a ResNet-50 inference step 5 to 18 times, a transformer step up to 36 times).
+    Over expandable segments (``CUFLOW_POOL_BACKEND=vmm``) no segment is kept either way:
+    the pages the replay mapped stay mapped and serve the later segments of any size.
 
     Returns
     -------

@@ -40,6 +40,9 @@ class Backend(abc.ABC):
     #: when set, a small pool rounds large segments to less: the power of two at or below a
     #: quarter of what it reserves, from this up to ``segment_granularity``
     segment_granularity_min = 0
+    #: freed segments' memory stays mapped and the backend places each new segment itself,
+    #: so a warm-up keeps no segment (:class:`~cuflow.memory.ExpandableBackend`)
+    places_segments = False
     device_id = -1
     #: allocations that took new memory from the device, and releases that gave it back
     device_allocs = 0
@@ -52,6 +55,10 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def free(self, ptr: int, nbytes: int, stream: int) -> None:
         """Return a segment from :meth:`alloc`, ordered after the work queued on ``stream``."""
+
+    def attach(self, state: Any) -> None:
+        """Called by the pool built over this backend with its counters (``requested``,
+        ``peak_requested``), which the backend may read when it places a segment."""
 
     def alloc_private(self, nbytes: int) -> int:
         """A segment for a graph-private pool: not stream-ordered, so never captured into a graph."""

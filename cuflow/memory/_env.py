@@ -1,7 +1,8 @@
 """The pool's environment variables, read once at import and checked against their choices.
 
 * ``CUFLOW_POOL``: ``on`` (default) or ``off`` (CuPy keeps its own pool);
-* ``CUFLOW_POOL_BACKEND``: ``driver`` (default) or ``cudamalloc``;
+* ``CUFLOW_POOL_BACKEND``: ``driver`` (default), ``vmm`` (expandable segments, see
+  ``_expandable``) or ``cudamalloc``;
 * ``CUFLOW_POOL_HOTPATH``: ``compiled`` (default, where the extension was built) or ``python``;
 * ``CUFLOW_MEMORY_LIMIT``: see ``_limit`` (bytes or a fraction of device memory).
 
@@ -26,6 +27,7 @@ _CHOICES = {
     "CUFLOW_POOL": ({"on": "on", "1": "on", "true": "on", "yes": "on", "": "on",
                      "off": "off", "0": "off", "false": "off", "no": "off"}, "on"),
     "CUFLOW_POOL_BACKEND": ({"driver": "driver", "async": "driver", "": "driver",
+                             "vmm": "vmm", "expandable": "vmm",
                              "cudamalloc": "cudamalloc"}, "driver"),
     "CUFLOW_POOL_HOTPATH": ({"compiled": "compiled", "c": "compiled", "": "compiled",
                              "python": "python"}, "compiled"),

@@ -200,6 +200,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
             # semantics of what it limits, and ``limit = None`` removes it
             backend = backend.upstream
         self.backend = backend
+        backend.attach(self._state)
         self._state.max_request = max_request(backend)
         if limit is not None:
             self.limit = limit

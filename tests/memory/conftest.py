@@ -9,20 +9,17 @@ import os
 import numpy as np
 import pytest
 
-from cuflow.memory import HostBackend, _pool
+from cuflow.memory import HostBackend, HostExpandableBackend, _pool
 
 
-class EventBackend(HostBackend):
-    """Host memory with fake asynchronous streams: events complete when the test says so,
-    or when the host waits for one (polls it ``patience`` times: the pool's
-    out-of-memory retry does), as a device's work ends while the host waits."""
+class FakeEvents:
+    """Fake asynchronous streams: events complete when the test says so, or when the host
+    waits for one (polls it ``patience`` times: the pool's out-of-memory retry does), as a
+    device's work ends while the host waits."""
 
     patience = 10**5
-
-    def __init__(self, capacity=None):
-        super().__init__(capacity)
-        self.events = []
-        self.waits = []
+    events: list
+    waits: list
 
     def record(self, stream):
         ev = {"stream": stream, "done": False, "polls": 0}
@@ -41,6 +38,27 @@ class EventBackend(HostBackend):
     def finish_all(self):
         for ev in self.events:
             ev["done"] = True
+
+    def _sync(self, event):  # (an expandable backend's host wait for one event)
+        event["done"] = True
+
+
+class EventBackend(FakeEvents, HostBackend):
+    """Host memory with :class:`FakeEvents`."""
+
+    def __init__(self, capacity=None):
+        super().__init__(capacity)
+        self.events = []
+        self.waits = []
+
+
+class ExpandableEventBackend(FakeEvents, HostExpandableBackend):
+    """Expandable segments over host memory with :class:`FakeEvents`."""
+
+    def __init__(self, capacity=256 << 20):
+        super().__init__(capacity)
+        self.events = []
+        self.waits = []
 
 
 def fill(b, byte):

@@ -1,0 +1,491 @@
+"""Expandable segments: the pool's segments placed in one reserved address range whose
+physical pages are mapped only while needed (PyTorch's ``expandable_segments``).
+
+The driver's stream-ordered pool places the pool's segments as it likes and reserves whole
+chunks, so with shapes that vary (a transformer's sequence lengths, a CNN's batch sizes) its
+free memory is scattered over chunks that a new segment cannot use, and the device footprint
+(peak memory in use over peak bytes requested) reaches 1.3-1.5 on the recorded traces.  Here
+cuflow places the segments itself, in one range of virtual addresses reserved at start:
+
+* **Placement** is first fit over the free space that is already mapped (the lowest address
+  where the segment lies on mapped pages only); when none holds it, the free range or the
+  top of the range that needs the fewest new pages.  Free neighbours coalesce, whatever the
+  stream that freed them.
+* **Pages** are :data:`PAGE` (2 MiB, the device's mapping granularity) each, mapped when a
+  segment first lies on them.  They stay mapped while free, so a workload's second pass maps
+  nothing, until mapping more would take the mapped bytes over :data:`KEEP` times the peak of
+  the live segments' bytes; then free pages are unmapped, the largest free runs first, only
+  as many as that limit needs.  ``bench/heap_model.py`` replays this placement over the
+  allocation traces and ``bench/vmm_heap.py`` measures it on device memory.
+* **Streams.** A freed segment's range records an event on the stream that freed it; a
+  segment placed over that range for another stream waits for the event on its stream (no
+  host synchronization), and pages are unmapped only once their events completed.
+
+:class:`PageHeap` is the placement, on offsets; :class:`ExpandableBackend` is the backend
+over it, with pages and events from its subclasses: :class:`VirtualMemoryBackend` (device
+pages through the driver's virtual-memory API, ``CUFLOW_POOL_BACKEND=vmm``) and
+:class:`HostExpandableBackend` (host pages, for tests).
+"""
+
+from __future__ import annotations
+
+import abc
+import bisect
+import ctypes as C
+import mmap
+from typing import Any
+
+from .._checks import is_integer
+from .._errors import CudaError
+from ._backends import Backend, _CudaEvents
+from ._exceptions import MemoryTypeError, MemoryValueError
+
+__all__ = ["KEEP", "PAGE", "ExpandableBackend", "HostExpandableBackend", "PageHeap",
+           "VirtualMemoryBackend"]
+
+PAGE = 2 << 20
+ALIGN = 512  # segments start at multiples of this
+KEEP = 1.25  # mapped bytes stay at most KEEP x the peak live bytes, while free pages allow
+
+
+class PageHeap:
+    """Placement of ranges in ``[0, capacity)`` with page accounting (see the module
+    docstring); ``map_pages`` and ``unmap_pages`` are called with ascending page numbers and
+    may raise :class:`MemoryError` (mapping) to refuse."""
+
+    def __init__(self, capacity: int, keep: float = KEEP) -> None:
+        self.capacity = capacity
+        self.keep = keep
+        self.by_size: list[tuple[int, int]] = []  # free (size, offset), sorted
+        self.size_at: dict[int, int] = {}  # free offset -> size
+        self.start_of: dict[int, int] = {}  # free end -> offset
+        self.top = 0  # the end of the highest range ever placed
+        self.users: dict[int, int] = {}  # page -> live ranges on it
+        self.mapped: set[int] = set()
+        self.peak_mapped = 0  # pages
+        self.live = self.peak_live = 0  # bytes of the live ranges, and their peak
+        self._runs: tuple[list[int], list[int]] | None = None  # mapped runs (starts, ends)
+
+    # -- the pages: overridden by a heap that maps them
+    def map_pages(self, pages: list[int]) -> None:
+        self.mapped.update(pages)
+
+    def unmap_pages(self, pages: list[int]) -> None:
+        self.mapped.difference_update(pages)
+
+    # -- free ranges
+    def _take(self, a: int) -> int:
+        n = self.size_at.pop(a)
+        del self.start_of[a + n]
+        self.by_size.pop(bisect.bisect_left(self.by_size, (n, a)))
+        return n
+
+    def _put(self, a: int, n: int) -> None:
+        self.size_at[a] = n
+        self.start_of[a + n] = a
+        bisect.insort(self.by_size, (n, a))
+
+    def _release(self, a: int, n: int) -> None:
+        """Return ``[a, a + n)`` to the free ranges, joined with free neighbours."""
+        if a + n in self.size_at:
+            n += self._take(a + n)
+        if a in self.start_of:
+            b = self.start_of[a]
+            n += self._take(b)
+            a = b
+        self._put(a, n)
+
+    def _new_pages(self, a: int, n: int) -> int:
+        return sum(p not in self.mapped for p in range(a // PAGE, (a + n - 1) // PAGE + 1))
+
+    def _spot(self, n: int) -> tuple[int, int, int] | None:
+        """(offset, free range's offset, its size) for ``n`` bytes; None: at the top."""
+        if self._runs is None:
+            pages = sorted(self.mapped)
+            self._runs = ([p for p in pages if p - 1 not in self.mapped],
+                          [p + 1 for p in pages if p + 1 not in self.mapped])
+        starts, ends = self._runs
+        fit, spots = None, []
+        for size, a in self.by_size[bisect.bisect_left(self.by_size, (n, -1)):]:
+            end = a + size
+            spots += [(a, a, size), (end - n, a, size)]
+            j = max(bisect.bisect_right(starts, a // PAGE) - 1, 0)
+            while j < len(starts) and starts[j] * PAGE < end:  # mapped runs over the range
+                lo, hi = max(a, starts[j] * PAGE), min(end, ends[j] * PAGE)
+                if hi - lo >= n and (fit is None or lo < fit[0]):
+                    fit = (lo, a, size)
+                if hi > a:
+                    spots += [(p, a, size) for p in (lo, hi - n) if a <= p <= end - n]
+                j += 1
+        if fit or not spots:
+            return fit
+        best = min((self._new_pages(p, n), size, p not in (a, a + size - n), p, a)
+                   for p, a, size in spots)  # fewest new pages, then the smallest range
+        if self._new_pages(self.start_of.get(self.top, self.top), n) < best[0]:
+            return None
+        return best[3], best[4], best[1]
+
+    def alloc(self, n: int, demand: int = 0) -> int:
+        """The offset of a new range of ``n`` bytes (a multiple of :data:`ALIGN`); raises
+        :class:`MemoryError` when the address range or the pages run out.  ``demand``: the
+        peak bytes the user asked for so far, this range included, for the mapped bytes
+        to stay within ``keep`` times of (0: the live ranges' peak; a pool's ranges hold
+        free blocks too)."""
+        spot = self._spot(n)
+        if spot is None:  # the top grows, from a free range that ends there if there is one
+            a = self.start_of.get(self.top, self.top)
+            if a + n > self.capacity:
+                raise MemoryError(f"expandable segments: {n} bytes do not fit in the "
+                                  f"{self.capacity} reserved bytes of address space")
+            if a != self.top:
+                self._take(a)
+            self.top = a + n
+        else:
+            a, b, size = spot
+            self._take(b)
+            if a > b:
+                self._put(b, a - b)
+            if a + n < b + size:
+                self._put(a + n, b + size - a - n)
+        pages = range(a // PAGE, (a + n - 1) // PAGE + 1)
+        for p in pages:  # (before mapping: an unmap for room never takes these)
+            self.users[p] = self.users.get(p, 0) + 1
+        peak = max(self.peak_live, self.live + n)
+        missing = [p for p in pages if p not in self.mapped]
+        if missing:
+            try:
+                self._map(missing, demand or peak)
+            except BaseException:
+                self._unuse(a, n)
+                self._release(a, n)
+                raise
+        self.live += n
+        self.peak_live = peak
+        return a
+
+    def _map(self, pages: list[int], peak: int) -> None:
+        """Map ``pages``, first unmapping free pages beyond ``KEEP`` x ``peak``; on a
+        refusal, unmap every free page and try once more."""
+        excess = (len(self.mapped) + len(pages)) * PAGE - self.keep * peak
+        if excess > 0:
+            self._unmap_free(-(-int(excess) // PAGE))
+        self._runs = None
+        try:
+            self.map_pages(pages)
+        except MemoryError:
+            if not self.trim():
+                raise
+            self.map_pages(pages)
+        finally:
+            self._runs = None
+            self.peak_mapped = max(self.peak_mapped, len(self.mapped))
+
+    def _unmap_free(self, need: int | None) -> int:
+        """Unmap ``need`` free pages (all: None), the largest free runs first, each from its
+        high end; the number unmapped."""
+        runs: list[list[int]] = []
+        for p in sorted(p for p in self.mapped if not self.users.get(p)):
+            if runs and runs[-1][-1] == p - 1:
+                runs[-1].append(p)
+            else:
+                runs.append([p])
+        done = 0
+        for run in sorted(runs, key=len, reverse=True):
+            if need is not None and done >= need:
+                break
+            take = run if need is None else run[-(need - done):]
+            self.unmap_pages(take)
+            self._runs = None
+            done += len(take)
+        return done
+
+    def _unuse(self, a: int, n: int) -> None:
+        for p in range(a // PAGE, (a + n - 1) // PAGE + 1):
+            k = self.users[p] - 1
+            if k:
+                self.users[p] = k
+            else:
+                del self.users[p]
+
+    def free(self, a: int, n: int) -> None:
+        """Return the range at ``a`` of ``n`` bytes (from :meth:`alloc`); its pages stay
+        mapped."""
+        self.live -= n
+        self._unuse(a, n)
+        self._release(a, n)
+
+    def trim(self) -> int:
+        """Unmap every free page; the number unmapped."""
+        return self._unmap_free(None)
+
+
+class _Heap(PageHeap):
+    """The backend's heap: its page calls go to the backend."""
+
+    def __init__(self, backend: ExpandableBackend, capacity: int) -> None:
+        super().__init__(capacity)
+        self.backend = backend
+
+    def map_pages(self, pages: list[int]) -> None:
+        self.backend._map(pages)
+        super().map_pages(pages)
+
+    def unmap_pages(self, pages: list[int]) -> None:
+        self.backend._unmap(pages)
+        super().unmap_pages(pages)
+
+
+def _runs(pages: list[int]) -> list[tuple[int, int]]:
+    """(first page, page count) of each run of adjacent pages, ``pages`` ascending."""
+    out: list[tuple[int, int]] = []
+    for p in pages:
+        if out and out[-1][0] + out[-1][1] == p:
+            out[-1] = (out[-1][0], out[-1][1] + 1)
+        else:
+            out.append((p, 1))
+    return out
+
+
+class ExpandableBackend(Backend):
+    """Segments placed by a :class:`PageHeap` in one reserved range at ``self.base`` (see the
+    module docstring); subclasses map and unmap the pages and order the streams."""
+
+    cheap_release = True
+    places_segments = True
+    # segments of exactly what a request needs, rounded to a 128 KiB block: the heap, not
+    # the pool, owns the rest of a page (bench/test_bench_memory.py::test_trace)
+    segment_granularity = 1 << 17
+    base = 0
+
+    def __init__(self, capacity: int) -> None:
+        self.heap = _Heap(self, capacity)
+        self._state: Any = None
+        # ranges freed on a stream whose work may still use them: (start, end, stream, event)
+        self._pending: list[tuple[int, int, int, Any]] = []
+
+    # -- subclasses: the pages
+    @abc.abstractmethod
+    def _map_run(self, first: int, count: int) -> None:
+        """Map ``count`` pages from page ``first``; MemoryError when memory is short."""
+
+    @abc.abstractmethod
+    def _unmap_run(self, first: int, count: int) -> None:
+        """Unmap ``count`` pages from page ``first``."""
+
+    @abc.abstractmethod
+    def _sync(self, event: Any) -> None:
+        """Wait on the host for ``event`` (from :meth:`record`), then forget it."""
+
+    # -- the backend
+    def attach(self, state: Any) -> None:
+        # the pool's requested bytes: the mapped bytes are kept within KEEP x their peak,
+        # not the segments', which hold the pool's free blocks too (python -m cuflow bench
+        # traces: S's footprint)
+        self._state = state
+
+    def alloc(self, nbytes: int, stream: int) -> int:
+        n = max(-(-nbytes // ALIGN) * ALIGN, ALIGN)
+        st = self._state
+        a = self.heap.alloc(n, 0 if st is None else max(st.peak_requested, st.requested + n))
+        if self._pending:
+            self._order(a, a + n, stream)
+        return self.base + a
+
+    def free(self, ptr: int, nbytes: int, stream: int) -> None:
+        a = ptr - self.base
+        n = max(-(-nbytes // ALIGN) * ALIGN, ALIGN)
+        event = self.record(stream)
+        self.heap.free(a, n)
+        if event is not None:
+            self._pending.append((a, a + n, stream, event))
+
+    def _order(self, lo: int, hi: int, stream: int) -> None:
+        """Make ``stream`` wait for the frees of other streams over ``[lo, hi)`` whose work
+        is not done; forget the finished ones."""
+        keep = []
+        for entry in self._pending:
+            a, b, s, event = entry
+            if self.done(event):
+                continue
+            if s != stream and a < hi and lo < b:
+                self.wait(stream, event)
+            keep.append(entry)
+        self._pending = keep
+
+    def _map(self, pages: list[int]) -> None:
+        for first, count in _runs(pages):
+            self._map_run(first, count)
+            self.device_allocs += 1
+
+    def _unmap(self, pages: list[int]) -> None:
+        lo, hi = pages[0] * PAGE, (pages[-1] + 1) * PAGE
+        keep = []
+        for entry in self._pending:  # the work of the last frees on these pages ends first
+            a, b, _, event = entry
+            if a < hi and lo < b:
+                self._sync(event)
+            else:
+                keep.append(entry)
+        self._pending = keep
+        for first, count in _runs(pages):
+            self._unmap_run(first, count)
+            self.device_frees += 1
+
+    def device_reserved(self) -> tuple[int, int]:
+        return len(self.heap.mapped) * PAGE, self.heap.peak_mapped * PAGE
+
+    def reset_device_peak(self) -> None:
+        self.heap.peak_mapped = len(self.heap.mapped)
+
+    def trim(self) -> None:
+        """Unmap every free page."""
+        self.heap.trim()
+
+
+def _check_capacity(where: str, capacity: Any) -> int:
+    if not is_integer(capacity):
+        raise MemoryTypeError(f"cuflow.memory.{where}: capacity must be an int number of "
+                              f"bytes > 0, got {type(capacity).__name__} {capacity!r}")
+    if capacity <= 0:
+        raise MemoryValueError(f"cuflow.memory.{where}: capacity must be an int number of "
+                               f"bytes > 0, got {capacity}")
+    return -(-int(capacity) // PAGE) * PAGE
+
+
+class HostExpandableBackend(ExpandableBackend):
+    """Expandable segments over host memory: one anonymous mapping of ``capacity`` bytes
+    (rounded up to whole pages) whose pages the kernel commits when first written; an
+    unmapped page's memory goes back to the kernel (``MADV_DONTNEED``) and reads as zeros
+    when used again.  Streams are plain integers and always in order.  For tests."""
+
+    name = "host-expandable"
+
+    def __init__(self, capacity: int = 4 << 30) -> None:
+        capacity = _check_capacity("HostExpandableBackend", capacity)
+        super().__init__(capacity)
+        self._buf = mmap.mmap(-1, capacity, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+                              | getattr(mmap, "MAP_NORESERVE", 0))
+        self._view = C.c_char.from_buffer(self._buf)
+        self.base = C.addressof(self._view)
+
+    def _map_run(self, first: int, count: int) -> None:
+        pass  # (the kernel commits a page when it is first written)
+
+    def _unmap_run(self, first: int, count: int) -> None:
+        self._buf.madvise(mmap.MADV_DONTNEED, first * PAGE, count * PAGE)
+
+    def _sync(self, event: Any) -> None:
+        pass  # (host work is synchronous: :meth:`record` gives no event to wait for)
+
+
+class _Location(C.Structure):
+    _fields_ = [("type", C.c_int), ("id", C.c_int)]
+
+
+class _AllocFlags(C.Structure):
+    _fields_ = [("compressionType", C.c_ubyte), ("gpuDirectRDMACapable", C.c_ubyte),
+                ("usage", C.c_ushort), ("reserved", C.c_ubyte * 4)]
+
+
+class _Prop(C.Structure):  # CUmemAllocationProp
+    _fields_ = [("type", C.c_int), ("requestedHandleTypes", C.c_int), ("location", _Location),
+                ("win32HandleMetaData", C.c_void_p), ("allocFlags", _AllocFlags)]
+
+
+class _Access(C.Structure):  # CUmemAccessDesc
+    _fields_ = [("location", _Location), ("flags", C.c_int)]
+
+
+_CU_OUT_OF_MEMORY = 2
+_PINNED, _DEVICE, _READ_WRITE = 1, 1, 3  # CU_MEM_ALLOCATION_TYPE_PINNED, ..._LOCATION_TYPE_DEVICE
+
+
+class VirtualMemoryBackend(_CudaEvents, ExpandableBackend):
+    """Expandable segments in device memory, through the driver's virtual-memory API:
+    ``cuMemAddressReserve`` once (``capacity`` bytes of addresses, by default twice the
+    device's memory), then one ``cuMemCreate`` and ``cuMemMap`` per 2 MiB page and
+    ``cuMemSetAccess`` per run of pages; unmapping is ``cuMemUnmap`` and ``cuMemRelease``.
+
+    Mapping a page costs tens of microseconds, so a workload's first pass is slower than on
+    the driver's pool; later passes reuse mapped pages and call the driver rarely or never
+    (``bench/vmm_heap.py``).  The memory is mapped for this device only: kernels of a peer
+    device cannot read it directly, and CUDA IPC handles (``cudaIpcGetMemHandle``) do not
+    apply to it; copies between devices work.
+    """
+
+    name = "vmm"
+
+    def __init__(self, device_id: int, capacity: int | None = None) -> None:
+        _CudaEvents.__init__(self, device_id)
+        self._cu = C.CDLL("libcuda.so.1")
+        self._prop = _Prop(_PINNED, 0, _Location(_DEVICE, device_id), None, _AllocFlags())
+        self._access = _Access(_Location(_DEVICE, device_id), _READ_WRITE)
+        g = C.c_size_t()
+        self._call("cuMemGetAllocationGranularity", C.byref(g), C.byref(self._prop), 0)
+        if PAGE % g.value:
+            raise MemoryValueError(f"cuflow.memory.VirtualMemoryBackend: the device maps "
+                                   f"memory in granules of {g.value} bytes, which must divide "
+                                   f"the {PAGE} byte page")
+        if capacity is None:
+            capacity = 2 * self._rt.getDeviceProperties(device_id)["totalGlobalMem"]
+        capacity = _check_capacity("VirtualMemoryBackend", capacity)
+        ExpandableBackend.__init__(self, capacity)
+        base = C.c_uint64()
+        self._call("cuMemAddressReserve", C.byref(base), C.c_size_t(capacity), C.c_size_t(0),
+                   C.c_uint64(0), C.c_uint64(0))
+        self.base = base.value
+        self._handles: dict[int, C.c_uint64] = {}
+
+    def _call(self, name: str, *args: Any) -> int:
+        r = getattr(self._cu, name)(*args)
+        if r == _CU_OUT_OF_MEMORY:
+            raise MemoryError(f"cuflow.memory.VirtualMemoryBackend: {name}: out of memory")
+        if r:
+            raise CudaError(f"cuflow.memory.VirtualMemoryBackend: {name} returned CUresult {r}")
+        return r
+
+    def _map_run(self, first: int, count: int) -> None:
+        done = []
+        try:
+            for p in range(first, first + count):
+                h = C.c_uint64()
+                self._call("cuMemCreate", C.byref(h), C.c_size_t(PAGE), C.byref(self._prop),
+                           C.c_uint64(0))
+                try:
+                    self._call("cuMemMap", C.c_uint64(self.base + p * PAGE), C.c_size_t(PAGE),
+                               C.c_size_t(0), h, C.c_uint64(0))
+                except BaseException:
+                    self._cu.cuMemRelease(h)
+                    raise
+                self._handles[p] = h
+                done.append(p)
+            self._call("cuMemSetAccess", C.c_uint64(self.base + first * PAGE),
+                       C.c_size_t(count * PAGE), C.byref(self._access), C.c_size_t(1))
+        except BaseException:  # a run maps whole or not at all
+            for first_done, n in _runs(done):
+                self._unmap_run(first_done, n)
+            raise
+
+    def _unmap_run(self, first: int, count: int) -> None:
+        self._call("cuMemUnmap", C.c_uint64(self.base + first * PAGE), C.c_size_t(count * PAGE))
+        for p in range(first, first + count):
+            self._call("cuMemRelease", self._handles.pop(p))
+
+    def _sync(self, event: Any) -> None:
+        self._rt.eventSynchronize(event)
+        self._rt.eventDestroy(event)
+
+    def close(self) -> None:
+        """Unmap every page and give the address range back, once no segment is in use
+        (otherwise, and after a first close, nothing)."""
+        if self.base and not self.heap.live:
+            self.heap.trim()
+            self._call("cuMemAddressFree", C.c_uint64(self.base),
+                       C.c_size_t(self.heap.capacity))
+            self.base = 0
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # (at interpreter exit the driver may be gone already)
+            pass

@@ -1,0 +1,289 @@
+"""Expandable segments: the page heap's placement and page policy, the backend's stream
+ordering, and the pool over it on host memory (device memory on a GPU)."""
+
+from __future__ import annotations
+
+import ctypes
+import random
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+import cuflow
+from cuflow.memory import HostExpandableBackend, Pool
+from cuflow.memory._expandable import KEEP, PAGE, PageHeap
+
+from .conftest import ExpandableEventBackend, assert_consistent, fill
+from .test_state_machine import DevicePoolMachine, PoolMachine
+
+MIB = 1 << 20
+
+
+def pages_of(a, n):
+    return set(range(a // PAGE, (a + n - 1) // PAGE + 1))
+
+
+class RecordingHeap(PageHeap):
+    """A heap that records its page calls, and refuses to map past ``physical`` pages."""
+
+    def __init__(self, capacity=1 << 34, physical=None):
+        super().__init__(capacity)
+        self.physical = physical
+        self.calls = []
+
+    def map_pages(self, pages):
+        if self.physical is not None and len(self.mapped) + len(pages) > self.physical:
+            raise MemoryError("no physical page left")
+        self.calls.append(("map", list(pages)))
+        super().map_pages(pages)
+
+    def unmap_pages(self, pages):
+        assert not any(self.users.get(p) for p in pages), "a page under a live range unmapped"
+        self.calls.append(("unmap", list(pages)))
+        super().unmap_pages(pages)
+
+
+def test_a_second_pass_maps_nothing():
+    heap = RecordingHeap()
+    rng = random.Random(5)
+    sizes = [rng.randrange(1, 40) * MIB for _ in range(50)]
+    for _ in range(2):
+        live = [(heap.alloc(n), n) for n in sizes[:25]]
+        for a, n in live[::2]:
+            heap.free(a, n)
+        live = live[1::2] + [(heap.alloc(n), n) for n in sizes[25:]]
+        for a, n in live:
+            heap.free(a, n)
+        if not heap.calls:
+            break
+        first, heap.calls = len(heap.calls), []
+    assert first > 0 and heap.calls == []
+    assert heap.live == 0 and heap.mapped  # free pages stay mapped
+
+
+def test_free_pages_go_only_past_the_threshold():
+    heap = RecordingHeap()
+    a = heap.alloc(64 * MIB)
+    b = heap.alloc(8 * MIB)  # above it, live
+    heap.free(a, 64 * MIB)
+    c = heap.alloc(16 * MIB)  # fits on mapped pages
+    assert [kind for kind, _ in heap.calls] == ["map", "map"]
+    heap.free(c, 16 * MIB)
+    # 100 MiB fits only above b: mapping it all would pass KEEP x the 108 MiB peak
+    d = heap.alloc(100 * MIB)
+    assert d == 72 * MIB and pages_of(d, 100 * MIB) <= heap.mapped
+    assert [kind for kind, _ in heap.calls] == ["map", "map", "unmap", "map"]
+    assert len(heap.mapped) * PAGE <= KEEP * 108 * MIB + PAGE
+    assert pages_of(b, 8 * MIB) <= heap.mapped
+
+
+def test_placement_prefers_mapped_space():
+    heap = RecordingHeap()
+    a = heap.alloc(8 * MIB)
+    b = heap.alloc(8 * MIB)
+    heap.free(a, 8 * MIB)
+    assert heap.alloc(4 * MIB) == a  # the lowest mapped free space
+    assert heap.alloc(4 * MIB) == a + 4 * MIB
+    assert len(heap.calls) == 2 and b == 8 * MIB  # the two first ranges only
+
+
+def test_demand_bounds_the_mapped_bytes():
+    heap = RecordingHeap()
+    a = heap.alloc(40 * MIB, demand=40 * MIB)
+    heap.free(a, 40 * MIB)
+    heap.alloc(50 * MIB, demand=20 * MIB)  # the user asked for 20 MiB of those 50
+    assert len(heap.mapped) * PAGE <= 50 * MIB + PAGE  # the free 40 MiB went
+
+
+def test_a_refused_mapping_unmaps_free_pages_and_tries_again():
+    heap = RecordingHeap(physical=20)  # 40 MiB of pages
+    a = heap.alloc(30 * MIB)
+    heap.free(a, 30 * MIB)
+    heap.alloc(4 * MIB)  # on mapped pages
+    b = heap.alloc(30 * MIB)  # 15 more pages: only after the free ones go
+    assert pages_of(b, 30 * MIB) <= heap.mapped and len(heap.mapped) <= 20
+
+
+def test_a_refusal_leaves_the_heap_as_it_was():
+    heap = RecordingHeap(physical=4)  # 8 MiB of pages
+    a = heap.alloc(6 * MIB)
+    users, mapped = dict(heap.users), set(heap.mapped)
+    with pytest.raises(MemoryError):
+        heap.alloc(10 * MIB)
+    assert (heap.users, heap.mapped, heap.live) == (users, mapped, 6 * MIB)
+    heap.free(a, 6 * MIB)
+    assert heap.alloc(8 * MIB) == 0  # the whole range is free again, from the start
+
+
+def test_the_address_range_is_a_limit():
+    heap = RecordingHeap(capacity=16 * MIB)
+    heap.alloc(12 * MIB)
+    with pytest.raises(MemoryError, match="16777216 reserved bytes"):
+        heap.alloc(8 * MIB)
+
+
+class HeapMachine(RuleBasedStateMachine):
+    """Random ranges in and out of a heap: live ranges never overlap, stay mapped, and the
+    mapped pages stay within KEEP x the peak whenever free pages could have gone."""
+
+    def __init__(self):
+        super().__init__()
+        self.heap = RecordingHeap()
+        self.live = []
+
+    @rule(n=st.integers(1, 24 * MIB // 512).map(lambda k: k * 512))
+    def alloc(self, n):
+        before = set(self.heap.mapped)
+        a = self.heap.alloc(n)
+        self.live.append((a, n))
+        new = self.heap.mapped - before
+        if new:  # it mapped: now at most KEEP x peak, or no free page is left to unmap
+            free = {p for p in self.heap.mapped if not self.heap.users.get(p)}
+            assert (len(self.heap.mapped) * PAGE <= KEEP * self.heap.peak_live + PAGE
+                    or not free)
+
+    @precondition(lambda self: self.live)
+    @rule(i=st.integers(0, 1 << 30))
+    def free(self, i):
+        a, n = self.live.pop(i % len(self.live))
+        self.heap.free(a, n)
+
+    @invariant()
+    def consistent(self):
+        spans = sorted(self.live)
+        for (a, n), (b, _) in zip(spans, spans[1:], strict=False):
+            assert a + n <= b
+        for a, n in self.live:
+            assert pages_of(a, n) <= self.heap.mapped
+        assert self.heap.live == sum(n for _, n in self.live)
+        assert sum(n for n, _ in self.heap.by_size) + self.heap.live == self.heap.top
+
+
+HeapMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=60,
+                                         deadline=None)
+test_heap_state_machine = HeapMachine.TestCase
+
+
+def test_a_segment_on_another_streams_freed_range_waits_for_it():
+    be = ExpandableEventBackend()
+    a = be.alloc(4 * MIB, stream=1)
+    be.free(a, 4 * MIB, stream=1)
+    assert be.alloc(4 * MIB, stream=2) == a
+    assert be.waits == [(2, 1)]  # stream 2 waits for stream 1's work on the range
+    be.free(a, 4 * MIB, stream=2)
+    be.finish_all()
+    assert be.alloc(4 * MIB, stream=3) == a and be.waits == [(2, 1)]  # done: no wait
+
+
+def test_pages_are_unmapped_after_their_last_work():
+    be = ExpandableEventBackend()
+    a = be.alloc(8 * MIB, stream=1)
+    be.free(a, 8 * MIB, stream=1)
+    ev = be.events[-1]
+    assert not ev["done"]
+    be.trim()
+    assert ev["done"] and not be.heap.mapped  # waited for (here: completed), then unmapped
+
+
+def test_unmapped_host_pages_give_their_memory_back():
+    be = HostExpandableBackend(64 * MIB)
+    a = be.alloc(4 * MIB, 0)
+    ctypes.memset(a, 7, 4 * MIB)
+    be.free(a, 4 * MIB, 0)
+    be.trim()
+    assert be.device_reserved() == (0, 4 * MIB)
+    b = be.alloc(4 * MIB, 0)
+    assert ctypes.string_at(b, 16) == bytes(16)  # a new page reads as zeros
+
+
+@pytest.mark.parametrize("capacity, error", [("1 GiB", cuflow.memory.MemoryTypeError),
+                                             (0, cuflow.memory.MemoryValueError),
+                                             (True, cuflow.memory.MemoryTypeError)])
+def test_capacity_is_checked(capacity, error):
+    with pytest.raises(error, match="capacity must be an int number of bytes > 0"):
+        HostExpandableBackend(capacity)
+
+
+def test_a_warmup_keeps_no_segment_over_expandable_segments():
+    pool = Pool(ExpandableEventBackend())
+    pool.warmup([8 * MIB, 3 * MIB])
+    assert not any(s.keep for s in pool._segments.values())
+    assert pool.backend.heap.mapped  # the pages stay mapped
+    maps = pool.backend.device_allocs
+    b = pool.alloc(11 * MIB)  # a segment where the two were: no new page
+    assert pool.backend.device_allocs == maps
+    pool.free(b)
+
+
+def test_pool_footprint_on_varying_shapes():
+    """Sequence lengths that vary, as a transformer's: the mapped pages stay within KEEP x
+    the peak requested bytes, where segments of the sizes seen would pile up."""
+    pool = Pool(ExpandableEventBackend(1 << 30))
+    rng = random.Random(3)
+    for _ in range(200):
+        t = rng.randrange(16, 2048)
+        blocks = [pool.alloc(t * k * 4096) for k in (3, 1, 4, 1)]
+        for b in blocks:
+            fill(b, 1)
+        assert_consistent(pool, blocks)
+        for b in blocks:
+            pool.free(b)
+    peak = pool.stats()["requested_bytes.all.peak"]
+    assert pool.backend.device_reserved()[1] <= KEEP * peak + PAGE
+
+
+class ExpandablePoolMachine(PoolMachine):
+    """The pool's random sequences over expandable segments on host memory."""
+
+    def __init__(self):
+        super().__init__()
+        self.be = ExpandableEventBackend()
+        self.pool = Pool(self.be, limit=64 << 20)
+
+
+ExpandablePoolMachine.TestCase.settings = PoolMachine.TestCase.settings
+test_expandable_pool_state_machine = ExpandablePoolMachine.TestCase
+
+
+@pytest.mark.gpu
+class TestDevice:
+    def test_pages_map_and_unmap_on_the_device(self, gpu_cf):
+        import cupy
+
+        rt = cupy.cuda.runtime
+        be = cuflow.memory.VirtualMemoryBackend(rt.getDevice())
+        used = rt.memGetInfo()
+        a = be.alloc(6 * MIB, 0)
+        x = cupy.ndarray((6 * MIB,), cupy.uint8, cupy.cuda.MemoryPointer(
+            cupy.cuda.UnownedMemory(a, 6 * MIB, be), 0))
+        x.fill(9)
+        assert int(x.sum()) == 9 * 6 * MIB
+        assert be.device_reserved() == (6 * MIB, 6 * MIB)
+        in_use = used[0] - rt.memGetInfo()[0]
+        assert 6 * MIB <= in_use <= 8 * MIB  # three pages, and nothing else
+        del x
+        be.free(a, 6 * MIB, 0)
+        be.trim()
+        assert be.device_reserved()[0] == 0
+        be.close()
+        assert be.base == 0
+
+    def test_refused_capacity(self, gpu_cf):
+        with pytest.raises(cuflow.memory.MemoryValueError, match="capacity"):
+            cuflow.memory.VirtualMemoryBackend(0, capacity=-1)
+
+
+class DeviceExpandablePoolMachine(DevicePoolMachine):
+    """The pool's random sequences on device memory over expandable segments."""
+
+    def __init__(self):
+        super().__init__()
+        self.be = cuflow.memory.VirtualMemoryBackend(self.dev.rt.getDevice())
+        self.pool = Pool(self.be, limit=256 << 20)
+
+
+DeviceExpandablePoolMachine.TestCase.settings = DevicePoolMachine.TestCase.settings
+test_device_expandable_pool_state_machine = pytest.mark.gpu(
+    DeviceExpandablePoolMachine.TestCase)
