@@ -15,8 +15,9 @@ cuflow places the segments itself, in one range of virtual addresses reserved at
   segment first lies on them.  They stay mapped while free, so a workload's second pass maps
   nothing, until mapping more would take the mapped bytes over :data:`KEEP` times the peak of
   the live segments' bytes; then free pages are unmapped, the largest free runs first, only
-  as many as that limit needs.  ``bench/heap_model.py`` replays this placement over the
-  allocation traces and ``bench/vmm_heap.py`` measures it on device memory.
+  as many as that limit needs.  ``bench/heap_model.py`` replays this placement alone over
+  the allocation traces; ``python -m cuflow bench traces`` measures the pool over it
+  ("cuflow vmm").
 * **Streams.** A freed segment's range records an event on the stream that freed it; a
   segment placed over that range for another stream waits for the event on its stream (no
   host synchronization), and pages are unmapped only once their events completed.
@@ -408,7 +409,7 @@ class VirtualMemoryBackend(_CudaEvents, ExpandableBackend):
 
     Mapping a page costs tens of microseconds, so a workload's first pass is slower than on
     the driver's pool; later passes reuse mapped pages and call the driver rarely or never
-    (``bench/vmm_heap.py``).  The memory is mapped for this device only: kernels of a peer
+    (``python -m cuflow bench traces``, "cuflow vmm").  The memory is mapped for this device only: kernels of a peer
     device cannot read it directly, and CUDA IPC handles (``cudaIpcGetMemHandle``) do not
     apply to it; copies between devices work.
     """
