@@ -7,6 +7,7 @@ and both run the same operations in Python.
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("cuflow.memory._hotpath", ["cuflow/memory/_hotpath.c"],
+setup(ext_modules=[Extension("cuflow.memory._hotpath",
+                             ["cuflow/memory/_hotpath.c", "cuflow/memory/_pageheap.c"],
                              optional=True),
                    Extension("cuflow.core._ewlaunch", ["cuflow/core/_ewlaunch.c"], optional=True)])

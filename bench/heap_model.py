@@ -46,14 +46,14 @@ class Heap(PageHeap):
         self.policy = policy
         self.maps = self.unmaps = 0
 
-    def _spot(self, n: int) -> tuple[int, int, int] | None:
+    def _spot(self, n: int) -> tuple[int, int, int, bool] | None:
         if self.policy == "threshold":
             return super()._spot(n)
         i = bisect.bisect_left(self.by_size, (n, -1))  # best fit
         if i == len(self.by_size):
             return None
         size, a = self.by_size[i]
-        return a, a, size
+        return a, a, size, False
 
     def _map(self, pages: list[int], peak: int) -> None:
         if self.policy == "threshold":

@@ -39,7 +39,15 @@ from typing import Any
 from .._checks import is_integer
 from .._errors import CudaError
 from ._backends import Backend, _CudaEvents
+from ._env import POOL_HOTPATH
 from ._exceptions import MemoryTypeError, MemoryValueError
+
+try:  # the same placement compiled (_pageheap.c), where the extension was built
+    from ._hotpath import PageHeap as CPageHeap
+except ImportError:
+    CPageHeap = None
+if POOL_HOTPATH == "python":
+    CPageHeap = None
 
 __all__ = ["KEEP", "PAGE", "ExpandableBackend", "HostExpandableBackend", "PageHeap",
            "VirtualMemoryBackend"]
@@ -61,11 +69,18 @@ class PageHeap:
         self.size_at: dict[int, int] = {}  # free offset -> size
         self.start_of: dict[int, int] = {}  # free end -> offset
         self.top = 0  # the end of the highest range ever placed
-        self.users: dict[int, int] = {}  # page -> live ranges on it
         self.mapped: set[int] = set()
         self.peak_mapped = 0  # pages
         self.live = self.peak_live = 0  # bytes of the live ranges, and their peak
         self._runs: tuple[list[int], list[int]] | None = None  # mapped runs (starts, ends)
+
+    @property
+    def mapped_count(self) -> int:
+        return len(self.mapped)
+
+    def free_ranges(self) -> list[tuple[int, int]]:
+        """The free ranges, (offset, size), ascending."""
+        return sorted(self.size_at.items())
 
     # -- the pages: overridden by a heap that maps them
     def map_pages(self, pages: list[int]) -> None:
@@ -99,8 +114,9 @@ class PageHeap:
     def _new_pages(self, a: int, n: int) -> int:
         return sum(p not in self.mapped for p in range(a // PAGE, (a + n - 1) // PAGE + 1))
 
-    def _spot(self, n: int) -> tuple[int, int, int] | None:
-        """(offset, free range's offset, its size) for ``n`` bytes; None: at the top."""
+    def _spot(self, n: int) -> tuple[int, int, int, bool] | None:
+        """(offset, free range's offset, its size, whether it lies on mapped pages only)
+        for ``n`` bytes; None: at the top."""
         if self._runs is None:
             pages = sorted(self.mapped)
             self._runs = ([p for p in pages if p - 1 not in self.mapped],
@@ -114,7 +130,7 @@ class PageHeap:
             while j < len(starts) and starts[j] * PAGE < end:  # mapped runs over the range
                 lo, hi = max(a, starts[j] * PAGE), min(end, ends[j] * PAGE)
                 if hi - lo >= n and (fit is None or lo < fit[0]):
-                    fit = (lo, a, size)
+                    fit = (lo, a, size, True)
                 if hi > a:
                     spots += [(p, a, size) for p in (lo, hi - n) if a <= p <= end - n]
                 j += 1
@@ -124,7 +140,7 @@ class PageHeap:
                    for p, a, size in spots)  # fewest new pages, then the smallest range
         if self._new_pages(self.start_of.get(self.top, self.top), n) < best[0]:
             return None
-        return best[3], best[4], best[1]
+        return best[3], best[4], best[1], False
 
     def alloc(self, n: int, demand: int = 0) -> int:
         """The offset of a new range of ``n`` bytes (a multiple of :data:`ALIGN`); raises
@@ -133,6 +149,7 @@ class PageHeap:
         to stay within ``keep`` times of (0: the live ranges' peak; a pool's ranges hold
         free blocks too)."""
         spot = self._spot(n)
+        mapped = False
         if spot is None:  # the top grows, from a free range that ends there if there is one
             a = self.start_of.get(self.top, self.top)
             if a + n > self.capacity:
@@ -142,22 +159,20 @@ class PageHeap:
                 self._take(a)
             self.top = a + n
         else:
-            a, b, size = spot
+            a, b, size, mapped = spot
             self._take(b)
             if a > b:
                 self._put(b, a - b)
             if a + n < b + size:
                 self._put(a + n, b + size - a - n)
-        pages = range(a // PAGE, (a + n - 1) // PAGE + 1)
-        for p in pages:  # (before mapping: an unmap for room never takes these)
-            self.users[p] = self.users.get(p, 0) + 1
         peak = max(self.peak_live, self.live + n)
-        missing = [p for p in pages if p not in self.mapped]
-        if missing:
+        if not mapped:  # (the range is out of the free ranges: an unmap for room skips it)
+            missing = [p for p in range(a // PAGE, (a + n - 1) // PAGE + 1)
+                       if p not in self.mapped]
             try:
-                self._map(missing, demand or peak)
+                if missing:
+                    self._map(missing, demand or peak)
             except BaseException:
-                self._unuse(a, n)
                 self._release(a, n)
                 raise
         self.live += n
@@ -181,11 +196,21 @@ class PageHeap:
             self._runs = None
             self.peak_mapped = max(self.peak_mapped, len(self.mapped))
 
+    def free_pages(self) -> list[int]:
+        """The mapped pages no live range touches, ascending: those a free range covers (up
+        to the top of the ranges placed)."""
+        out = []
+        for a in sorted(self.size_at):
+            end = a + self.size_at[a]
+            last = -(-end // PAGE) if end == self.top else end // PAGE
+            out += [p for p in range(-(-a // PAGE), last) if p in self.mapped]
+        return out
+
     def _unmap_free(self, need: int | None) -> int:
         """Unmap ``need`` free pages (all: None), the largest free runs first, each from its
         high end; the number unmapped."""
         runs: list[list[int]] = []
-        for p in sorted(p for p in self.mapped if not self.users.get(p)):
+        for p in self.free_pages():
             if runs and runs[-1][-1] == p - 1:
                 runs[-1].append(p)
             else:
@@ -200,19 +225,10 @@ class PageHeap:
             done += len(take)
         return done
 
-    def _unuse(self, a: int, n: int) -> None:
-        for p in range(a // PAGE, (a + n - 1) // PAGE + 1):
-            k = self.users[p] - 1
-            if k:
-                self.users[p] = k
-            else:
-                del self.users[p]
-
     def free(self, a: int, n: int) -> None:
         """Return the range at ``a`` of ``n`` bytes (from :meth:`alloc`); its pages stay
         mapped."""
         self.live -= n
-        self._unuse(a, n)
         self._release(a, n)
 
     def trim(self) -> int:
@@ -220,20 +236,26 @@ class PageHeap:
         return self._unmap_free(None)
 
 
-class _Heap(PageHeap):
-    """The backend's heap: its page calls go to the backend."""
+def _backend_heap(base: type) -> type:
+    class _Heap(base):
+        """The backend's heap: its page calls go to the backend."""
 
-    def __init__(self, backend: ExpandableBackend, capacity: int) -> None:
-        super().__init__(capacity)
-        self.backend = backend
+        def __init__(self, backend: ExpandableBackend, capacity: int) -> None:
+            super().__init__(capacity)
+            self.backend = backend
 
-    def map_pages(self, pages: list[int]) -> None:
-        self.backend._map(pages)
-        super().map_pages(pages)
+        def map_pages(self, pages: list[int]) -> None:
+            self.backend._map(pages)
+            super().map_pages(pages)
 
-    def unmap_pages(self, pages: list[int]) -> None:
-        self.backend._unmap(pages)
-        super().unmap_pages(pages)
+        def unmap_pages(self, pages: list[int]) -> None:
+            self.backend._unmap(pages)
+            super().unmap_pages(pages)
+
+    return _Heap
+
+
+_HEAPS = {base: _backend_heap(base) for base in (PageHeap, CPageHeap) if base is not None}
 
 
 def _runs(pages: list[int]) -> list[tuple[int, int]]:
@@ -259,7 +281,7 @@ class ExpandableBackend(Backend):
     base = 0
 
     def __init__(self, capacity: int) -> None:
-        self.heap = _Heap(self, capacity)
+        self.heap = _HEAPS[CPageHeap or PageHeap](self, capacity)
         self._state: Any = None
         # ranges freed on a stream whose work may still use them: (start, end, stream, event)
         self._pending: list[tuple[int, int, int, Any]] = []
@@ -275,7 +297,16 @@ class ExpandableBackend(Backend):
 
     @abc.abstractmethod
     def _sync(self, event: Any) -> None:
-        """Wait on the host for ``event`` (from :meth:`record`), then forget it."""
+        """Wait on the host for ``event`` (from :meth:`_record_free`), then forget it."""
+
+    def _record_free(self, stream: int) -> Any:
+        """An event recorded on ``stream`` at a segment's free (``None``: work is
+        synchronous)."""
+        return self.record(stream)
+
+    def _free_done(self, event: Any) -> bool:
+        """Whether ``event``'s work is done (then it is forgotten)."""
+        return self.done(event)
 
     # -- the backend
     def attach(self, state: Any) -> None:
@@ -295,7 +326,7 @@ class ExpandableBackend(Backend):
     def free(self, ptr: int, nbytes: int, stream: int) -> None:
         a = ptr - self.base
         n = max(-(-nbytes // ALIGN) * ALIGN, ALIGN)
-        event = self.record(stream)
+        event = self._record_free(stream)
         self.heap.free(a, n)
         if event is not None:
             self._pending.append((a, a + n, stream, event))
@@ -306,7 +337,7 @@ class ExpandableBackend(Backend):
         keep = []
         for entry in self._pending:
             a, b, s, event = entry
-            if self.done(event):
+            if self._free_done(event):
                 continue
             if s != stream and a < hi and lo < b:
                 self.wait(stream, event)
@@ -333,10 +364,10 @@ class ExpandableBackend(Backend):
             self.device_frees += 1
 
     def device_reserved(self) -> tuple[int, int]:
-        return len(self.heap.mapped) * PAGE, self.heap.peak_mapped * PAGE
+        return self.heap.mapped_count * PAGE, self.heap.peak_mapped * PAGE
 
     def reset_device_peak(self) -> None:
-        self.heap.peak_mapped = len(self.heap.mapped)
+        self.heap.peak_mapped = self.heap.mapped_count
 
     def trim(self) -> None:
         """Unmap every free page."""
@@ -436,6 +467,7 @@ class VirtualMemoryBackend(_CudaEvents, ExpandableBackend):
                    C.c_uint64(0), C.c_uint64(0))
         self.base = base.value
         self._handles: dict[int, C.c_uint64] = {}
+        self._spare: list[Any] = []  # recorded events whose work is done
 
     def _call(self, name: str, *args: Any) -> int:
         r = getattr(self._cu, name)(*args)
@@ -472,9 +504,26 @@ class VirtualMemoryBackend(_CudaEvents, ExpandableBackend):
         for p in range(first, first + count):
             self._call("cuMemRelease", self._handles.pop(p))
 
+    # a segment's free records an event: events are reused, not created and destroyed
+    # each time (half of the 2.7 us an event cost; python -m cuflow bench traces)
+    def _record_free(self, stream: int) -> Any:
+        rt = self._rt
+        ev = self._spare.pop() if self._spare else rt.eventCreateWithFlags(rt.eventDisableTiming)
+        rt.eventRecord(ev, stream)
+        return ev
+
+    def _free_done(self, event: Any) -> bool:
+        status = self._rt.eventQuery(event)  # (600: not ready; see _CudaEvents.done)
+        if status == 600:
+            return False
+        if status:
+            raise self._rt.CUDARuntimeError(status)
+        self._spare.append(event)
+        return True
+
     def _sync(self, event: Any) -> None:
         self._rt.eventSynchronize(event)
-        self._rt.eventDestroy(event)
+        self._spare.append(event)
 
     def close(self) -> None:
         """Unmap every page and give the address range back, once no segment is in use
@@ -484,6 +533,13 @@ class VirtualMemoryBackend(_CudaEvents, ExpandableBackend):
             self._call("cuMemAddressFree", C.c_uint64(self.base),
                        C.c_size_t(self.heap.capacity))
             self.base = 0
+            for _, _, _, ev in self._pending:
+                self._rt.eventSynchronize(ev)
+                self._spare.append(ev)
+            self._pending.clear()
+            for ev in self._spare:
+                self._rt.eventDestroy(ev)
+            self._spare.clear()
 
     def __del__(self) -> None:
         try:

@@ -2450,6 +2450,8 @@ static struct PyModuleDef module = {
     module_functions,
 };
 
+int add_pageheap(PyObject *m); /* _pageheap.c: expandable segments' placement */
+
 PyMODINIT_FUNC
 PyInit__hotpath(void)
 {
@@ -2490,6 +2492,7 @@ PyInit__hotpath(void)
         || PyModule_AddObjectRef(m, "Lent", (PyObject *)&LentType) < 0
         || PyModule_AddObjectRef(m, "CupyMalloc", (PyObject *)&CupyMallocType) < 0
         || PyModule_AddObjectRef(m, "DeviceMalloc", (PyObject *)&DeviceMallocType) < 0
+        || add_pageheap(m) < 0 /* _pageheap.c */
         /* the sizing constants, which _blocks also defines (a test checks they agree) */
         || PyModule_AddIntConstant(m, "SMALL", SMALL) < 0
         || PyModule_AddIntConstant(m, "LARGE_ROUND", LARGE_ROUND) < 0

@@ -94,7 +94,9 @@ def test_torch_sees_work_queued_on_the_arrays_stream(gpu_cf):
     with torch.cuda.stream(ts):
         t = torch.from_dlpack(y)
         total = t.sum()
-    assert float(total.cpu()) == 2.0 * n
+        # (read on ts: a PyTorch stream is non-blocking, so a copy on the default stream
+        # would not wait for the sum)
+        assert float(total.cpu()) == 2.0 * n
 
 
 def test_cuda_tensor_on_numpy_backend_is_refused():

@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from cuflow.memory import HostBackend, HostExpandableBackend, _pool
+from cuflow.memory import HostBackend, HostExpandableBackend, _expandable, _pool
 
 
 class FakeEvents:
@@ -122,6 +122,7 @@ def hot_path(request, monkeypatch):
     which = getattr(request, "param", "installed")
     if which == "python":
         monkeypatch.setattr(_pool, "HotAlloc", None)
+        monkeypatch.setattr(_expandable, "CPageHeap", None)
     elif which == "compiled":
         needs_compiled()
     return which

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import cuflow
-from cuflow.memory import HostExpandableBackend, Pool
-from cuflow.memory._expandable import KEEP, PAGE, PageHeap
+from cuflow.memory import HostExpandableBackend, Pool, _expandable
+from cuflow.memory._expandable import KEEP, PAGE
 
 from .conftest import ExpandableEventBackend, assert_consistent, fill
 from .test_state_machine import DevicePoolMachine, PoolMachine
@@ -25,24 +25,40 @@ def pages_of(a, n):
     return set(range(a // PAGE, (a + n - 1) // PAGE + 1))
 
 
-class RecordingHeap(PageHeap):
-    """A heap that records its page calls, and refuses to map past ``physical`` pages."""
+def recording(base):
+    class RecordingHeap(base):
+        """A heap that records its page calls, and refuses to map past ``physical``
+        pages."""
 
-    def __init__(self, capacity=1 << 34, physical=None):
-        super().__init__(capacity)
-        self.physical = physical
-        self.calls = []
+        def __init__(self, capacity=1 << 34, physical=None):
+            super().__init__(capacity)
+            self.physical = physical
+            self.calls = []
 
-    def map_pages(self, pages):
-        if self.physical is not None and len(self.mapped) + len(pages) > self.physical:
-            raise MemoryError("no physical page left")
-        self.calls.append(("map", list(pages)))
-        super().map_pages(pages)
+        def map_pages(self, pages):
+            if self.physical is not None and self.mapped_count + len(pages) > self.physical:
+                raise MemoryError("no physical page left")
+            self.calls.append(("map", list(pages)))
+            super().map_pages(pages)
 
-    def unmap_pages(self, pages):
-        assert not any(self.users.get(p) for p in pages), "a page under a live range unmapped"
-        self.calls.append(("unmap", list(pages)))
-        super().unmap_pages(pages)
+        def unmap_pages(self, pages):
+            assert set(pages) <= set(self.free_pages()), "a page under a live range unmapped"
+            self.calls.append(("unmap", list(pages)))
+            super().unmap_pages(pages)
+
+    return RecordingHeap
+
+
+IMPLEMENTATIONS = {"python": recording(_expandable.PageHeap)}
+if _expandable.CPageHeap is not None:
+    IMPLEMENTATIONS["compiled"] = recording(_expandable.CPageHeap)
+
+
+def RecordingHeap(*args, **kwargs):  # noqa: N802  (stands for the class of the hot path)
+    """The placement the backend runs under the test's hot path (``hot_path``: compiled,
+    or Python), recording."""
+    return IMPLEMENTATIONS["compiled" if _expandable.CPageHeap is not None else "python"](
+        *args, **kwargs)
 
 
 def test_a_second_pass_maps_nothing():
@@ -75,7 +91,7 @@ def test_free_pages_go_only_past_the_threshold():
     d = heap.alloc(100 * MIB)
     assert d == 72 * MIB and pages_of(d, 100 * MIB) <= heap.mapped
     assert [kind for kind, _ in heap.calls] == ["map", "map", "unmap", "map"]
-    assert len(heap.mapped) * PAGE <= KEEP * 108 * MIB + PAGE
+    assert heap.mapped_count * PAGE <= KEEP * 108 * MIB + PAGE
     assert pages_of(b, 8 * MIB) <= heap.mapped
 
 
@@ -94,7 +110,7 @@ def test_demand_bounds_the_mapped_bytes():
     a = heap.alloc(40 * MIB, demand=40 * MIB)
     heap.free(a, 40 * MIB)
     heap.alloc(50 * MIB, demand=20 * MIB)  # the user asked for 20 MiB of those 50
-    assert len(heap.mapped) * PAGE <= 50 * MIB + PAGE  # the free 40 MiB went
+    assert heap.mapped_count * PAGE <= 50 * MIB + PAGE  # the free 40 MiB went
 
 
 def test_a_refused_mapping_unmaps_free_pages_and_tries_again():
@@ -103,16 +119,16 @@ def test_a_refused_mapping_unmaps_free_pages_and_tries_again():
     heap.free(a, 30 * MIB)
     heap.alloc(4 * MIB)  # on mapped pages
     b = heap.alloc(30 * MIB)  # 15 more pages: only after the free ones go
-    assert pages_of(b, 30 * MIB) <= heap.mapped and len(heap.mapped) <= 20
+    assert pages_of(b, 30 * MIB) <= heap.mapped and heap.mapped_count <= 20
 
 
 def test_a_refusal_leaves_the_heap_as_it_was():
     heap = RecordingHeap(physical=4)  # 8 MiB of pages
     a = heap.alloc(6 * MIB)
-    users, mapped = dict(heap.users), set(heap.mapped)
+    free, mapped = heap.free_pages(), set(heap.mapped)
     with pytest.raises(MemoryError):
         heap.alloc(10 * MIB)
-    assert (heap.users, heap.mapped, heap.live) == (users, mapped, 6 * MIB)
+    assert (heap.free_pages(), heap.mapped, heap.live) == (free, mapped, 6 * MIB)
     heap.free(a, 6 * MIB)
     assert heap.alloc(8 * MIB) == 0  # the whole range is free again, from the start
 
@@ -125,40 +141,60 @@ def test_the_address_range_is_a_limit():
 
 
 class HeapMachine(RuleBasedStateMachine):
-    """Random ranges in and out of a heap: live ranges never overlap, stay mapped, and the
-    mapped pages stay within KEEP x the peak whenever free pages could have gone."""
+    """Random ranges in and out of the heap, every implementation side by side: the same
+    offsets, page calls and free ranges; live ranges never overlap and stay mapped; the
+    mapped pages stay within KEEP x the peak whenever free pages could have gone; a refused
+    mapping leaves the heap as it was."""
 
     def __init__(self):
         super().__init__()
-        self.heap = RecordingHeap()
+        self.heaps = [make(physical=120) for make in IMPLEMENTATIONS.values()]
         self.live = []
 
-    @rule(n=st.integers(1, 24 * MIB // 512).map(lambda k: k * 512))
-    def alloc(self, n):
-        before = set(self.heap.mapped)
-        a = self.heap.alloc(n)
-        self.live.append((a, n))
-        new = self.heap.mapped - before
-        if new:  # it mapped: now at most KEEP x peak, or no free page is left to unmap
-            free = {p for p in self.heap.mapped if not self.heap.users.get(p)}
-            assert (len(self.heap.mapped) * PAGE <= KEEP * self.heap.peak_live + PAGE
-                    or not free)
+    @rule(n=st.integers(1, 24 * MIB // 512).map(lambda k: k * 512),
+          demand=st.sampled_from([0, 0, 16 * MIB, 64 * MIB]))
+    def alloc(self, n, demand):
+        out = set()
+        for heap in self.heaps:
+            before = heap.mapped
+            try:
+                out.add(heap.alloc(n, demand))
+            except MemoryError:
+                out.add(None)
+                assert heap.mapped <= before  # nothing new mapped
+                continue
+            if heap.mapped - before and not demand:  # it mapped: within KEEP x the peak,
+                free = heap.free_pages()  # or no free page was left to unmap
+                assert heap.mapped_count * PAGE <= KEEP * heap.peak_live + PAGE or not free
+        assert len(out) == 1, f"the implementations placed {n} bytes apart: {out}"
+        a = out.pop()
+        if a is not None:
+            self.live.append((a, n))
 
     @precondition(lambda self: self.live)
     @rule(i=st.integers(0, 1 << 30))
     def free(self, i):
         a, n = self.live.pop(i % len(self.live))
-        self.heap.free(a, n)
+        for heap in self.heaps:
+            heap.free(a, n)
+
+    @rule()
+    def trim(self):
+        assert len({heap.trim() for heap in self.heaps}) == 1
 
     @invariant()
     def consistent(self):
         spans = sorted(self.live)
         for (a, n), (b, _) in zip(spans, spans[1:], strict=False):
             assert a + n <= b
-        for a, n in self.live:
-            assert pages_of(a, n) <= self.heap.mapped
-        assert self.heap.live == sum(n for _, n in self.live)
-        assert sum(n for n, _ in self.heap.by_size) + self.heap.live == self.heap.top
+        first = self.heaps[0]
+        for heap in self.heaps:
+            for a, n in self.live:
+                assert pages_of(a, n) <= heap.mapped
+            assert heap.live == sum(n for _, n in self.live)
+            assert sum(n for _, n in heap.free_ranges()) + heap.live == heap.top
+            assert (heap.calls, heap.free_ranges(), heap.mapped, heap.peak_mapped) == (
+                first.calls, first.free_ranges(), first.mapped, first.peak_mapped)
 
 
 HeapMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=60,
@@ -254,15 +290,14 @@ class TestDevice:
 
         rt = cupy.cuda.runtime
         be = cuflow.memory.VirtualMemoryBackend(rt.getDevice())
-        used = rt.memGetInfo()
+        free = rt.memGetInfo()[0]
         a = be.alloc(6 * MIB, 0)
+        assert free - rt.memGetInfo()[0] == 6 * MIB  # three pages, and nothing else
         x = cupy.ndarray((6 * MIB,), cupy.uint8, cupy.cuda.MemoryPointer(
             cupy.cuda.UnownedMemory(a, 6 * MIB, be), 0))
         x.fill(9)
         assert int(x.sum()) == 9 * 6 * MIB
         assert be.device_reserved() == (6 * MIB, 6 * MIB)
-        in_use = used[0] - rt.memGetInfo()[0]
-        assert 6 * MIB <= in_use <= 8 * MIB  # three pages, and nothing else
         del x
         be.free(a, 6 * MIB, 0)
         be.trim()

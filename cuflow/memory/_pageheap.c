@@ -1,0 +1,595 @@
+/* Expandable segments' placement in C: cuflow/memory/_expandable.py's PageHeap, decision
+ * for decision (tests/memory/test_expandable.py runs both on the same random sequences and
+ * compares every offset).  A miss of the pool over CUFLOW_POOL_BACKEND=vmm places a segment
+ * here; the Python placement costs 5-13 us a call, this one well under 1
+ * (python -m cuflow bench traces, "cuflow vmm").
+ *
+ * State: free ranges in two sorted arrays (by offset, for the neighbours; by size then
+ * offset, for the fits), one byte per 2 MiB page for what is mapped.  Mapping and unmapping
+ * go through the methods map_pages / unmap_pages, which a subclass overrides (the backend
+ * maps device pages there) and which call these to record the pages. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#define PAGE (2LL << 20)
+
+typedef struct {
+    long long a, n; /* offset, size */
+} Range;
+
+typedef struct {
+    PyObject_HEAD
+    long long capacity, top, live, peak_live, peak_mapped;
+    double keep;
+    unsigned char *map; /* a byte per page: mapped */
+    Py_ssize_t npages, mapped;
+    Range *by_off, *by_size; /* the free ranges, by offset and by (size, offset) */
+    Py_ssize_t nfree, cap;
+} PageHeap;
+
+static PyObject *s_map_pages, *s_unmap_pages;
+
+/* ------------------------------------------------------------ free ranges */
+static Py_ssize_t
+off_index(PageHeap *h, long long a) /* the first range at or above a */
+{
+    Py_ssize_t lo = 0, hi = h->nfree;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (h->by_off[mid].a < a)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static Py_ssize_t
+size_index(PageHeap *h, long long n, long long a) /* the first (size, offset) >= (n, a) */
+{
+    Py_ssize_t lo = 0, hi = h->nfree;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        Range r = h->by_size[mid];
+        if (r.n < n || (r.n == n && r.a < a))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static int
+put(PageHeap *h, long long a, long long n)
+{
+    if (h->nfree == h->cap) {
+        Py_ssize_t cap = h->cap ? 2 * h->cap : 16;
+        Range *o = PyMem_Realloc(h->by_off, cap * sizeof(Range));
+        if (o == NULL)
+            return PyErr_NoMemory(), -1;
+        h->by_off = o;
+        Range *s = PyMem_Realloc(h->by_size, cap * sizeof(Range));
+        if (s == NULL)
+            return PyErr_NoMemory(), -1;
+        h->by_size = s;
+        h->cap = cap;
+    }
+    Range r = {a, n};
+    Py_ssize_t i = off_index(h, a), j = size_index(h, n, a);
+    memmove(h->by_off + i + 1, h->by_off + i, (h->nfree - i) * sizeof(Range));
+    h->by_off[i] = r;
+    memmove(h->by_size + j + 1, h->by_size + j, (h->nfree - j) * sizeof(Range));
+    h->by_size[j] = r;
+    h->nfree++;
+    return 0;
+}
+
+static long long
+take(PageHeap *h, Py_ssize_t i) /* remove by_off[i]; its size */
+{
+    Range r = h->by_off[i];
+    Py_ssize_t j = size_index(h, r.n, r.a);
+    memmove(h->by_off + i, h->by_off + i + 1, (h->nfree - i - 1) * sizeof(Range));
+    memmove(h->by_size + j, h->by_size + j + 1, (h->nfree - j - 1) * sizeof(Range));
+    h->nfree--;
+    return r.n;
+}
+
+static Py_ssize_t
+starting_at(PageHeap *h, long long a) /* the index of the free range at a, or -1 */
+{
+    Py_ssize_t i = off_index(h, a);
+    return i < h->nfree && h->by_off[i].a == a ? i : -1;
+}
+
+static Py_ssize_t
+ending_at(PageHeap *h, long long e) /* the index of the free range ending at e, or -1 */
+{
+    Py_ssize_t i = off_index(h, e) - 1;
+    return i >= 0 && h->by_off[i].a + h->by_off[i].n == e ? i : -1;
+}
+
+static int
+release(PageHeap *h, long long a, long long n) /* back to the free ranges, coalesced */
+{
+    Py_ssize_t i = starting_at(h, a + n);
+    if (i >= 0)
+        n += take(h, i);
+    i = ending_at(h, a);
+    if (i >= 0) {
+        long long b = h->by_off[i].a;
+        n += take(h, i);
+        a = b;
+    }
+    return put(h, a, n);
+}
+
+/* ------------------------------------------------------------ placement */
+static long long
+new_pages(PageHeap *h, long long p, long long n)
+{
+    long long k = 0;
+    for (long long q = p / PAGE; q <= (p + n - 1) / PAGE; q++)
+        k += !h->map[q];
+    return k;
+}
+
+typedef struct {
+    long long np, size, notedge, p, a;
+} Key;
+
+static int
+key_less(const Key *x, const Key *y)
+{
+    if (x->np != y->np)
+        return x->np < y->np;
+    if (x->size != y->size)
+        return x->size < y->size;
+    if (x->notedge != y->notedge)
+        return x->notedge < y->notedge;
+    if (x->p != y->p)
+        return x->p < y->p;
+    return x->a < y->a;
+}
+
+static void
+consider(PageHeap *h, long long p, long long a, long long size, long long n, Key *best,
+         int *have)
+{
+    Key k = {new_pages(h, p, n), size, !(p == a || p == a + size - n), p, a};
+    if (!*have || key_less(&k, best)) {
+        *best = k;
+        *have = 1;
+    }
+}
+
+/* _expandable.PageHeap._spot: 1 with the spot (*pos, *ra, *rsize, *mapped), 0: the top */
+static int
+spot(PageHeap *h, long long n, long long *pos, long long *ra, long long *rsize, int *mapped)
+{
+    int have_fit = 0, have = 0;
+    long long fit_lo = 0, fit_a = 0, fit_size = 0;
+    Key best = {0, 0, 0, 0, 0};
+    for (Py_ssize_t i = size_index(h, n, -1); i < h->nfree; i++) {
+        long long size = h->by_size[i].n, a = h->by_size[i].a, end = a + size;
+        consider(h, a, a, size, n, &best, &have);
+        consider(h, end - n, a, size, n, &best, &have);
+        long long q = a / PAGE, last = (end - 1) / PAGE;
+        while (q <= last) { /* the mapped runs over the range */
+            if (!h->map[q]) {
+                q++;
+                continue;
+            }
+            long long rs = q;
+            while (q <= last && h->map[q])
+                q++;
+            long long lo = a > rs * PAGE ? a : rs * PAGE, hi = end < q * PAGE ? end : q * PAGE;
+            if (hi - lo >= n && (!have_fit || lo < fit_lo)) {
+                have_fit = 1;
+                fit_lo = lo, fit_a = a, fit_size = size;
+            }
+            if (a <= lo && lo <= end - n)
+                consider(h, lo, a, size, n, &best, &have);
+            if (a <= hi - n && hi - n <= end - n)
+                consider(h, hi - n, a, size, n, &best, &have);
+        }
+    }
+    if (have_fit) {
+        *pos = fit_lo, *ra = fit_a, *rsize = fit_size, *mapped = 1;
+        return 1;
+    }
+    if (!have)
+        return 0;
+    Py_ssize_t t = ending_at(h, h->top);
+    if (new_pages(h, t >= 0 ? h->by_off[t].a : h->top, n) < best.np)
+        return 0;
+    *pos = best.p, *ra = best.a, *rsize = best.size, *mapped = 0;
+    return 1;
+}
+
+static PyObject *
+page_list(long long *pages, Py_ssize_t k)
+{
+    PyObject *lst = PyList_New(k);
+    if (lst == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < k; i++) {
+        PyObject *v = PyLong_FromLongLong(pages[i]);
+        if (v == NULL) {
+            Py_DECREF(lst);
+            return NULL;
+        }
+        PyList_SET_ITEM(lst, i, v);
+    }
+    return lst;
+}
+
+static int
+call_pages(PageHeap *h, PyObject *name, long long *pages, Py_ssize_t k)
+{
+    PyObject *lst = page_list(pages, k);
+    if (lst == NULL)
+        return -1;
+    PyObject *r = PyObject_CallMethodOneArg((PyObject *)h, name, lst);
+    Py_DECREF(lst);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* the mapped pages no live range touches, ascending (a new array, *k of them) */
+static long long *
+free_pages(PageHeap *h, Py_ssize_t *k)
+{
+    long long *out = PyMem_Malloc((h->mapped + 1) * sizeof(long long));
+    if (out == NULL)
+        return (long long *)PyErr_NoMemory();
+    Py_ssize_t m = 0;
+    for (Py_ssize_t i = 0; i < h->nfree; i++) {
+        long long a = h->by_off[i].a, end = a + h->by_off[i].n;
+        long long last = end == h->top ? (end + PAGE - 1) / PAGE : end / PAGE;
+        for (long long p = (a + PAGE - 1) / PAGE; p < last; p++)
+            if (h->map[p])
+                out[m++] = p;
+    }
+    *k = m;
+    return out;
+}
+
+typedef struct {
+    Py_ssize_t start, len;
+} Run;
+
+static int
+run_cmp(const void *x, const void *y) /* longest first; then lowest (a stable sort's order) */
+{
+    const Run *a = x, *b = y;
+    if (a->len != b->len)
+        return a->len > b->len ? -1 : 1;
+    return a->start < b->start ? -1 : a->start > b->start;
+}
+
+/* unmap need free pages (need < 0: all), the largest free runs first, each from its high
+ * end; the number unmapped, or -1 */
+static Py_ssize_t
+unmap_free(PageHeap *h, long long need)
+{
+    Py_ssize_t k, nruns = 0, done = 0;
+    long long *pages = free_pages(h, &k);
+    if (pages == NULL)
+        return -1;
+    Run *runs = PyMem_Malloc((k + 1) * sizeof(Run));
+    if (runs == NULL) {
+        PyMem_Free(pages);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < k; i++) {
+        if (nruns && pages[i] == pages[i - 1] + 1)
+            runs[nruns - 1].len++;
+        else
+            runs[nruns++] = (Run){i, 1};
+    }
+    qsort(runs, nruns, sizeof(Run), run_cmp);
+    for (Py_ssize_t r = 0; r < nruns; r++) {
+        if (need >= 0 && done >= need)
+            break;
+        Py_ssize_t len = runs[r].len;
+        if (need >= 0 && need - done < len)
+            len = (Py_ssize_t)(need - done);
+        if (call_pages(h, s_unmap_pages, pages + runs[r].start + runs[r].len - len, len) < 0) {
+            done = -1;
+            break;
+        }
+        done += len;
+    }
+    PyMem_Free(runs);
+    PyMem_Free(pages);
+    return done;
+}
+
+static int
+map_missing(PageHeap *h, long long *pages, Py_ssize_t k, long long peak)
+{
+    double excess = (double)(h->mapped + k) * PAGE - h->keep * (double)peak;
+    int rc = 0;
+    if (excess > 0) {
+        long long e = (long long)excess;
+        if (unmap_free(h, (e + PAGE - 1) / PAGE) < 0)
+            return -1;
+    }
+    if (call_pages(h, s_map_pages, pages, k) < 0) {
+        rc = -1;
+        if (PyErr_ExceptionMatches(PyExc_MemoryError)) {
+            PyObject *et, *ev, *tb;
+            PyErr_Fetch(&et, &ev, &tb);
+            Py_ssize_t freed = unmap_free(h, -1);
+            if (freed == 0) {
+                PyErr_Restore(et, ev, tb);
+            } else {
+                Py_XDECREF(et);
+                Py_XDECREF(ev);
+                Py_XDECREF(tb);
+                if (freed > 0)
+                    rc = call_pages(h, s_map_pages, pages, k);
+            }
+        }
+    }
+    if (h->mapped > h->peak_mapped)
+        h->peak_mapped = h->mapped;
+    return rc;
+}
+
+/* ------------------------------------------------------------ the type */
+static int
+heap_init(PageHeap *h, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"capacity", "keep", NULL};
+    long long capacity;
+    double keep = 1.25;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "L|d", kwlist, &capacity, &keep))
+        return -1;
+    if (capacity <= 0) {
+        PyErr_Format(PyExc_ValueError, "PageHeap: capacity must be > 0, got %lld", capacity);
+        return -1;
+    }
+    PyMem_Free(h->map);
+    h->npages = (Py_ssize_t)((capacity + PAGE - 1) / PAGE);
+    h->map = PyMem_Calloc(h->npages, 1);
+    if (h->map == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    h->capacity = capacity, h->keep = keep;
+    h->top = h->live = h->peak_live = h->peak_mapped = 0;
+    h->mapped = h->nfree = 0;
+    return 0;
+}
+
+static void
+heap_dealloc(PageHeap *h)
+{
+    PyMem_Free(h->map);
+    PyMem_Free(h->by_off);
+    PyMem_Free(h->by_size);
+    Py_TYPE(h)->tp_free((PyObject *)h);
+}
+
+static PyObject *
+heap_alloc(PageHeap *h, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"n", "demand", NULL};
+    long long n, demand = 0, a, b, size;
+    int mapped = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "L|L", kwlist, &n, &demand))
+        return NULL;
+    if (h->map == NULL || n <= 0) {
+        PyErr_SetString(PyExc_ValueError, "PageHeap.alloc: n must be > 0 (and the heap built)");
+        return NULL;
+    }
+    if (spot(h, n, &a, &b, &size, &mapped)) {
+        take(h, starting_at(h, b));
+        if ((a > b && put(h, b, a - b) < 0)
+            || (a + n < b + size && put(h, a + n, b + size - a - n) < 0))
+            return NULL;
+    }
+    else {
+        Py_ssize_t t = ending_at(h, h->top);
+        a = t >= 0 ? h->by_off[t].a : h->top;
+        if (a + n > h->capacity)
+            return PyErr_Format(PyExc_MemoryError, "expandable segments: %lld bytes do not "
+                                "fit in the %lld reserved bytes of address space", n,
+                                h->capacity);
+        if (t >= 0)
+            take(h, t);
+        h->top = a + n;
+    }
+    long long peak = h->peak_live > h->live + n ? h->peak_live : h->live + n;
+    if (!mapped) { /* (the range is out of the free ranges: an unmap for room skips it) */
+        long long first = a / PAGE, last = (a + n - 1) / PAGE, *missing;
+        Py_ssize_t k = 0;
+        missing = PyMem_Malloc((last - first + 1) * sizeof(long long));
+        if (missing == NULL)
+            return PyErr_NoMemory();
+        for (long long p = first; p <= last; p++)
+            if (!h->map[p])
+                missing[k++] = p;
+        int rc = k ? map_missing(h, missing, k, demand ? demand : peak) : 0;
+        PyMem_Free(missing);
+        if (rc < 0) {
+            PyObject *et, *ev, *tb;
+            PyErr_Fetch(&et, &ev, &tb);
+            int r = release(h, a, n);
+            PyErr_Restore(et, ev, tb);
+            (void)r;
+            return NULL;
+        }
+    }
+    h->live += n;
+    h->peak_live = peak;
+    return PyLong_FromLongLong(a);
+}
+
+static PyObject *
+heap_free(PageHeap *h, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "PageHeap.free(a, n)");
+        return NULL;
+    }
+    long long a = PyLong_AsLongLong(args[0]), n = PyLong_AsLongLong(args[1]);
+    if ((a == -1 || n == -1) && PyErr_Occurred())
+        return NULL;
+    h->live -= n;
+    if (release(h, a, n) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+heap_trim(PageHeap *h, PyObject *Py_UNUSED(ignored))
+{
+    Py_ssize_t k = unmap_free(h, -1);
+    return k < 0 ? NULL : PyLong_FromSsize_t(k);
+}
+
+static PyObject *
+heap_free_pages(PageHeap *h, PyObject *Py_UNUSED(ignored))
+{
+    Py_ssize_t k;
+    long long *pages = free_pages(h, &k);
+    if (pages == NULL)
+        return NULL;
+    PyObject *lst = page_list(pages, k);
+    PyMem_Free(pages);
+    return lst;
+}
+
+static PyObject *
+heap_free_ranges(PageHeap *h, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *lst = PyList_New(h->nfree);
+    for (Py_ssize_t i = 0; lst != NULL && i < h->nfree; i++) {
+        PyObject *t = Py_BuildValue("(LL)", h->by_off[i].a, h->by_off[i].n);
+        if (t == NULL)
+            Py_CLEAR(lst);
+        else
+            PyList_SET_ITEM(lst, i, t);
+    }
+    return lst;
+}
+
+static PyObject *
+set_pages(PageHeap *h, PyObject *pages, unsigned char value)
+{
+    PyObject *it = PyObject_GetIter(pages), *v;
+    if (it == NULL)
+        return NULL;
+    while ((v = PyIter_Next(it)) != NULL) {
+        long long p = PyLong_AsLongLong(v);
+        Py_DECREF(v);
+        if (p == -1 && PyErr_Occurred())
+            break;
+        if (p < 0 || p >= h->npages) {
+            PyErr_Format(PyExc_ValueError, "page %lld outside [0, %zd)", p, h->npages);
+            break;
+        }
+        if (h->map[p] != value) {
+            h->map[p] = value;
+            h->mapped += value ? 1 : -1;
+        }
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+heap_map_pages(PageHeap *h, PyObject *pages)
+{
+    return set_pages(h, pages, 1);
+}
+
+static PyObject *
+heap_unmap_pages(PageHeap *h, PyObject *pages)
+{
+    return set_pages(h, pages, 0);
+}
+
+static PyObject *
+heap_get_mapped(PageHeap *h, void *Py_UNUSED(closure))
+{
+    PyObject *s = PySet_New(NULL);
+    for (Py_ssize_t p = 0; s != NULL && p < h->npages; p++) {
+        if (!h->map[p])
+            continue;
+        PyObject *v = PyLong_FromSsize_t(p);
+        if (v == NULL || PySet_Add(s, v) < 0)
+            Py_CLEAR(s);
+        Py_XDECREF(v);
+    }
+    return s;
+}
+
+static PyMethodDef heap_methods[] = {
+    {"alloc", (PyCFunction)(void (*)(void))heap_alloc, METH_VARARGS | METH_KEYWORDS,
+     "alloc(n, demand=0) -> the offset of a new range of n bytes"},
+    {"free", (PyCFunction)(void (*)(void))heap_free, METH_FASTCALL,
+     "free(a, n): the range back; its pages stay mapped"},
+    {"trim", (PyCFunction)heap_trim, METH_NOARGS, "trim() -> free pages unmapped"},
+    {"free_pages", (PyCFunction)heap_free_pages, METH_NOARGS,
+     "free_pages() -> the mapped pages no live range touches, ascending"},
+    {"free_ranges", (PyCFunction)heap_free_ranges, METH_NOARGS,
+     "free_ranges() -> [(offset, size)] ascending"},
+    {"map_pages", (PyCFunction)heap_map_pages, METH_O, "record pages as mapped"},
+    {"unmap_pages", (PyCFunction)heap_unmap_pages, METH_O, "record pages as unmapped"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef heap_members[] = {
+    {"capacity", T_LONGLONG, offsetof(PageHeap, capacity), READONLY, NULL},
+    {"keep", T_DOUBLE, offsetof(PageHeap, keep), READONLY, NULL},
+    {"top", T_LONGLONG, offsetof(PageHeap, top), READONLY, NULL},
+    {"live", T_LONGLONG, offsetof(PageHeap, live), READONLY, NULL},
+    {"peak_live", T_LONGLONG, offsetof(PageHeap, peak_live), READONLY, NULL},
+    {"peak_mapped", T_LONGLONG, offsetof(PageHeap, peak_mapped), 0,
+     "the most pages mapped at once (settable: a peak reset)"},
+    {"mapped_count", T_PYSSIZET, offsetof(PageHeap, mapped), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyGetSetDef heap_getset[] = {
+    {"mapped", (getter)heap_get_mapped, NULL, "the mapped pages (a new set)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject PageHeapType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cuflow.memory._hotpath.PageHeap",
+    .tp_doc = "Expandable segments' placement (cuflow.memory._expandable.PageHeap) in C.",
+    .tp_basicsize = sizeof(PageHeap),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)heap_init,
+    .tp_dealloc = (destructor)heap_dealloc,
+    .tp_methods = heap_methods,
+    .tp_members = heap_members,
+    .tp_getset = heap_getset,
+};
+
+int
+add_pageheap(PyObject *m)
+{
+    if ((s_map_pages = PyUnicode_InternFromString("map_pages")) == NULL
+        || (s_unmap_pages = PyUnicode_InternFromString("unmap_pages")) == NULL
+        || PyType_Ready(&PageHeapType) < 0)
+        return -1;
+    Py_INCREF(&PageHeapType);
+    if (PyModule_AddObject(m, "PageHeap", (PyObject *)&PageHeapType) < 0) {
+        Py_DECREF(&PageHeapType);
+        return -1;
+    }
+    return 0;
+}
