@@ -283,8 +283,9 @@ class ExpandableBackend(Backend):
     def __init__(self, capacity: int) -> None:
         self.heap = _HEAPS[CPageHeap or PageHeap](self, capacity)
         self._state: Any = None
-        # ranges freed on a stream whose work may still use them: (start, end, stream, event)
-        self._pending: list[tuple[int, int, int, Any]] = []
+        # per stream: the ranges freed there whose work may not be done, and one event
+        # recorded after the last of those frees (in stream order it covers them all)
+        self._pending: dict[int, tuple[Any, list[tuple[int, int]]]] = {}
 
     # -- subclasses: the pages
     @abc.abstractmethod
@@ -297,16 +298,20 @@ class ExpandableBackend(Backend):
 
     @abc.abstractmethod
     def _sync(self, event: Any) -> None:
-        """Wait on the host for ``event`` (from :meth:`_record_free`), then forget it."""
+        """Wait on the host for ``event``'s work (from :meth:`_record_free`)."""
 
-    def _record_free(self, stream: int) -> Any:
-        """An event recorded on ``stream`` at a segment's free (``None``: work is
+    def _record_free(self, stream: int, event: Any) -> Any:
+        """An event recorded on ``stream`` now, at a segment's free: ``event``, the
+        stream's pending one, recorded again, or a new one (``None``: work is
         synchronous)."""
         return self.record(stream)
 
     def _free_done(self, event: Any) -> bool:
-        """Whether ``event``'s work is done (then it is forgotten)."""
+        """Whether ``event``'s work is done."""
         return self.done(event)
+
+    def _forget(self, event: Any) -> None:
+        """``event`` is no longer pending."""
 
     # -- the backend
     def attach(self, state: Any) -> None:
@@ -326,23 +331,32 @@ class ExpandableBackend(Backend):
     def free(self, ptr: int, nbytes: int, stream: int) -> None:
         a = ptr - self.base
         n = max(-(-nbytes // ALIGN) * ALIGN, ALIGN)
-        event = self._record_free(stream)
         self.heap.free(a, n)
-        if event is not None:
-            self._pending.append((a, a + n, stream, event))
+        old, ranges = self._pending.get(stream, (None, []))
+        event = self._record_free(stream, old)
+        if event is None:
+            return
+        if old is not None and event is not old:
+            self._forget(old)
+        ranges.append((a, a + n))
+        if len(ranges) > 64:  # one span over them (waiting for it waits for each of them)
+            ranges[:] = [(min(r[0] for r in ranges), max(r[1] for r in ranges))]
+        self._pending[stream] = (event, ranges)
+        if len(self._pending) > 8:  # streams come and go: forget those whose work is done
+            self._order(0, 0, stream)
 
     def _order(self, lo: int, hi: int, stream: int) -> None:
         """Make ``stream`` wait for the frees of other streams over ``[lo, hi)`` whose work
-        is not done; forget the finished ones."""
-        keep = []
-        for entry in self._pending:
-            a, b, s, event = entry
-            if self._free_done(event):
+        is not done; forget the streams whose work is (every other one, for an empty
+        range)."""
+        for s, (event, ranges) in list(self._pending.items()):
+            if s == stream or (lo < hi and not any(a < hi and lo < b for a, b in ranges)):
                 continue
-            if s != stream and a < hi and lo < b:
+            if self._free_done(event):
+                del self._pending[s]
+                self._forget(event)
+            elif lo < hi:
                 self.wait(stream, event)
-            keep.append(entry)
-        self._pending = keep
 
     def _map(self, pages: list[int]) -> None:
         for first, count in _runs(pages):
@@ -351,14 +365,11 @@ class ExpandableBackend(Backend):
 
     def _unmap(self, pages: list[int]) -> None:
         lo, hi = pages[0] * PAGE, (pages[-1] + 1) * PAGE
-        keep = []
-        for entry in self._pending:  # the work of the last frees on these pages ends first
-            a, b, _, event = entry
-            if a < hi and lo < b:
+        for s, (event, ranges) in list(self._pending.items()):
+            if any(a < hi and lo < b for a, b in ranges):  # their last work ends first
                 self._sync(event)
-            else:
-                keep.append(entry)
-        self._pending = keep
+                del self._pending[s]
+                self._forget(event)
         for first, count in _runs(pages):
             self._unmap_run(first, count)
             self.device_frees += 1
@@ -467,7 +478,6 @@ class VirtualMemoryBackend(_CudaEvents, ExpandableBackend):
                    C.c_uint64(0), C.c_uint64(0))
         self.base = base.value
         self._handles: dict[int, C.c_uint64] = {}
-        self._spare: list[Any] = []  # recorded events whose work is done
 
     def _call(self, name: str, *args: Any) -> int:
         r = getattr(self._cu, name)(*args)
@@ -504,13 +514,14 @@ class VirtualMemoryBackend(_CudaEvents, ExpandableBackend):
         for p in range(first, first + count):
             self._call("cuMemRelease", self._handles.pop(p))
 
-    # a segment's free records an event: events are reused, not created and destroyed
-    # each time (half of the 2.7 us an event cost; python -m cuflow bench traces)
-    def _record_free(self, stream: int) -> Any:
+    # one event per stream, recorded again at each free (one runtime call a free, where a
+    # new event cost four: python -m cuflow bench traces, "cuflow vmm")
+    def _record_free(self, stream: int, event: Any) -> Any:
         rt = self._rt
-        ev = self._spare.pop() if self._spare else rt.eventCreateWithFlags(rt.eventDisableTiming)
-        rt.eventRecord(ev, stream)
-        return ev
+        if event is None:
+            event = rt.eventCreateWithFlags(rt.eventDisableTiming)
+        rt.eventRecord(event, stream)
+        return event
 
     def _free_done(self, event: Any) -> bool:
         status = self._rt.eventQuery(event)  # (600: not ready; see _CudaEvents.done)
@@ -518,12 +529,13 @@ class VirtualMemoryBackend(_CudaEvents, ExpandableBackend):
             return False
         if status:
             raise self._rt.CUDARuntimeError(status)
-        self._spare.append(event)
         return True
 
     def _sync(self, event: Any) -> None:
         self._rt.eventSynchronize(event)
-        self._spare.append(event)
+
+    def _forget(self, event: Any) -> None:
+        self._rt.eventDestroy(event)
 
     def close(self) -> None:
         """Unmap every page and give the address range back, once no segment is in use
@@ -533,13 +545,10 @@ class VirtualMemoryBackend(_CudaEvents, ExpandableBackend):
             self._call("cuMemAddressFree", C.c_uint64(self.base),
                        C.c_size_t(self.heap.capacity))
             self.base = 0
-            for _, _, _, ev in self._pending:
-                self._rt.eventSynchronize(ev)
-                self._spare.append(ev)
+            for event, _ in self._pending.values():
+                self._sync(event)
+                self._forget(event)
             self._pending.clear()
-            for ev in self._spare:
-                self._rt.eventDestroy(ev)
-            self._spare.clear()
 
     def __del__(self) -> None:
         try:

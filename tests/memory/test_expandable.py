@@ -213,6 +213,18 @@ def test_a_segment_on_another_streams_freed_range_waits_for_it():
     assert be.alloc(4 * MIB, stream=3) == a and be.waits == [(2, 1)]  # done: no wait
 
 
+def test_frees_on_many_streams_are_forgotten_once_done():
+    be = ExpandableEventBackend()
+    for s in range(1, 40):  # streams come and go, each freeing a segment
+        be.free(be.alloc(2 * MIB, stream=s), 2 * MIB, stream=s)
+        be.finish_all()
+    assert len(be._pending) <= 9
+    a = be.alloc(2 * MIB, stream=1)
+    be.free(a, 2 * MIB, stream=1)
+    b = be.alloc(2 * MIB, stream=1)  # its own stream's free: in stream order, no wait
+    assert b == a and be.waits == []
+
+
 def test_pages_are_unmapped_after_their_last_work():
     be = ExpandableEventBackend()
     a = be.alloc(8 * MIB, stream=1)
