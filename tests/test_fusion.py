@@ -1210,3 +1210,15 @@ def test_an_op_that_does_not_fuse_is_refused_saying_why(cf, rng, op):
                                                    r"\(call it outside the fused function\) "
                                                    r"at .*test_fusion\.py:\d+"):
         f(x)
+
+
+def test_a_bool_array_squared_is_int8_as_in_numpy(cf, rng):
+    """NumPy's ``x ** 2`` squares (``ndarray.__pow__``'s scalar shortcut), so a bool array
+    gives int8, where ``power(x, 2)`` and ``x ** 3`` give int64; fused or not."""
+    b = rng.random(1000) < 0.5
+    x = cf.asarray(b)
+    for got, want in ((x ** 2, b ** 2), (x ** 3, b ** 3), (cf.power(x, 2), np.power(b, 2)),
+                      (cf.fuse(lambda u: u ** 2)(x), b ** 2),
+                      (cf.fuse(lambda u: (u ** 2) * 3)(x), (b ** 2) * 3)):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(cf.asnumpy(got), want)

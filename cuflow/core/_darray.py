@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy
 
-from ._engine import cast_op, ew_op
+from ._engine import POW_OPERATOR, cast_op, ew_op
 from ._fastpath import FILL, GETITEM, INPLACE, OPERATOR, REFLECTED, FastCall
 from .._checks import is_integer
 from .._errors import ArgumentError, ArgumentTypeError, DLPackCopyError
@@ -401,13 +401,25 @@ def _operator(fast, mname, op, base, nin, kind):
     (after the device check, with several devices: CuPy would read another device's array
     through peer access)."""
     base_fn = getattr(base, mname)
+    if mname == "__pow__":
+        base_fn = _numpy_pow(base_fn)
     if fast.multi:
         def fn(self, *args):
             _check_devices(mname, self, *args)
             return base_fn(self, *args)
     else:
         fn = base_fn
-    return FastCall(ew_op(op), fn, nin, fast, kind)
+    return FastCall(POW_OPERATOR if mname == "__pow__" else ew_op(op), fn, nin, fast, kind)
+
+
+def _numpy_pow(base_pow):
+    """``x ** y`` with NumPy's scalar shortcut: ``x ** 2`` squares, so a bool array gives
+    int8 (``power(x, 2)`` gives int64)."""
+    def pow_(self, o):
+        if self.dtype == numpy.bool_ and type(o) is int and o == 2:
+            return _ns().square(self)
+        return base_pow(self, o)
+    return pow_
 
 
 def _check_devices(name, *arrays):

@@ -641,6 +641,18 @@ OPS: dict[Any, EwOp] = {}
 _BACKEND_ONLY = frozenset(("remainder", "mod", "fmod", "floor_divide"))
 
 
+def _pow_operator(x: Expr, y: Expr) -> Expr | None:
+    # bool ** int: NumPy's operator squares for 2 (int8) and calls power otherwise (int64),
+    # a choice by value that kernels keyed by dtypes cannot make: the backend's path
+    if x.dtype == numpy.bool_ and y.op == "scalar" and y.dtype.kind == "i":
+        return None
+    return apply("power", x, y)
+
+
+#: ``darray.__pow__``'s op (``power`` but for a bool array and a Python int)
+POW_OPERATOR = EwOp("power", _pow_operator)
+
+
 def ew_op(name: str) -> EwOp:
     """The :class:`EwOp` of ufunc ``name`` (also ``"where"``, ``"clip"``, ``"copy"``, and
     ``"reduce:sum"`` & co. for full reductions of small arrays)."""

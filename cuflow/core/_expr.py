@@ -189,7 +189,7 @@ class Expr:
     def __rfloordiv__(self, o): return apply("floor_divide", o, self)
     def __mod__(self, o): return apply("remainder", self, o)
     def __rmod__(self, o): return apply("remainder", o, self)
-    def __pow__(self, o): return apply("power", self, o)
+    def __pow__(self, o): return apply(*pow_operator(self, o))
     def __rpow__(self, o): return apply("power", o, self)
     def __and__(self, o): return apply("bitwise_and", self, o)
     def __rand__(self, o): return apply("bitwise_and", o, self)
@@ -469,6 +469,14 @@ def apply(name: str, *xs: Any, dtype: Any = None, casting: str = "same_kind") ->
         if e == 1:
             return Expr("positive", (b,), out, shape)
     return Expr(name, cargs, out, shape)
+
+
+def pow_operator(x: Any, y: Any) -> tuple:
+    """``x ** y`` as ``apply``'s arguments: NumPy's ``ndarray.__pow__`` squares for a Python
+    ``2``, and a bool array squared is int8 there, where ``power(x, 2)`` is int64."""
+    if x.dtype == numpy.bool_ and type(y) is int and y == 2:
+        return ("square", x)
+    return ("power", x, y)
 
 
 def _cast_node(a: Expr, dt: numpy.dtype, op: str | None = None) -> Expr:
