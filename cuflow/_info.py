@@ -11,6 +11,7 @@ import numpy
 
 from .core._runtime import runtime
 from .memory import _pool
+from .memory._env import POOL_BACKEND
 
 __all__ = ["backend_info"]
 
@@ -23,7 +24,8 @@ def backend_info() -> dict[str, Any]:
     dict
         ``backend`` and ``reason`` (why that backend), ``cuflow``, ``python`` and
         ``numpy`` (versions), ``pool_hot_path`` (``compiled`` when the memory pool's C
-        hot path was built, else ``python``), ``elementwise_launch`` (on the CuPy
+        hot path was built, else ``python``), ``pool_backend`` (where the pool's segments
+        come from: ``driver``, ``vmm`` or ``cudamalloc``), ``elementwise_launch`` (on the CuPy
         backend ``compiled`` when the elementwise engine launches from C, ``backend``
         when the extension was not built and CuPy's ufuncs run, ``off`` with
         ``CUFLOW_FAST=0``; on the NumPy backend, which
@@ -48,6 +50,7 @@ def backend_info() -> dict[str, Any]:
         "backend": rt.name, "reason": rt.reason, "cuflow": _version(),
         "python": platform.python_version(), "numpy": numpy.__version__,
         "pool_hot_path": "python" if _pool.HotAlloc is None else "compiled",
+        "pool_backend": POOL_BACKEND,
         "elementwise_launch": ("unused on the NumPy backend (compiled launcher "
                                f"{'built' if built else 'not built'})"),
         "kernel_compiler": _kernel_compiler(rt.is_gpu),
