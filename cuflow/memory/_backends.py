@@ -60,6 +60,9 @@ class Backend(abc.ABC):
         """Called by the pool built over this backend with its counters (``requested``,
         ``peak_requested``), which the backend may read when it places a segment."""
 
+    def stream_gone(self, stream: int) -> None:
+        """``stream`` was destroyed: its handle may come back as a new stream's."""
+
     def alloc_private(self, nbytes: int) -> int:
         """A segment for a graph-private pool: not stream-ordered, so never captured into a graph."""
         return self.alloc(nbytes, 0)

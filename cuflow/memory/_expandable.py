@@ -14,13 +14,18 @@ cuflow places the segments itself, in one range of virtual addresses reserved at
 * **Pages** are :data:`PAGE` (2 MiB, the device's mapping granularity) each, mapped when a
   segment first lies on them.  They stay mapped while free, so a workload's second pass maps
   nothing, until mapping more would take the mapped bytes over :data:`KEEP` times the peak of
-  the live segments' bytes; then free pages are unmapped, the largest free runs first, only
+  the bytes the pool's users requested; then free pages are unmapped, the largest free runs first, only
   as many as that limit needs.  ``bench/heap_model.py`` replays this placement alone over
   the allocation traces; ``python -m cuflow bench traces`` measures the pool over it
   ("cuflow vmm").
-* **Streams.** A freed segment's range records an event on the stream that freed it; a
-  segment placed over that range for another stream waits for the event on its stream (no
-  host synchronization), and pages are unmapped only once their events completed.
+* **Streams.** Each stream that gives segments back has one event, recorded again at each
+  of its frees (one runtime call), and the ranges it freed.  A segment placed over such a
+  range for another stream waits for that event on its stream (no host synchronization):
+  for all of the freeing stream's work so far, which covers the range's.  Pages are
+  unmapped only once the events of the streams that freed ranges on them completed (a host
+  wait).  A destroyed stream's frees stay under a key of their own, since CUDA may give its
+  handle to a new stream.  Mapping and unmapping run in relaxed capture mode: they touch
+  no stream, so another stream's graph capture goes on.
 
 :class:`PageHeap` is the placement, on offsets; :class:`ExpandableBackend` is the backend
 over it, with pages and events from its subclasses: :class:`VirtualMemoryBackend` (device
@@ -32,8 +37,10 @@ from __future__ import annotations
 
 import abc
 import bisect
+import contextlib
 import ctypes as C
 import mmap
+from collections.abc import Iterator
 from typing import Any
 
 from .._checks import is_integer
@@ -85,9 +92,11 @@ class PageHeap:
     # -- the pages: overridden by a heap that maps them
     def map_pages(self, pages: list[int]) -> None:
         self.mapped.update(pages)
+        self._runs = None
 
     def unmap_pages(self, pages: list[int]) -> None:
         self.mapped.difference_update(pages)
+        self._runs = None
 
     # -- free ranges
     def _take(self, a: int) -> int:
@@ -138,8 +147,9 @@ class PageHeap:
             return fit
         best = min((self._new_pages(p, n), size, p not in (a, a + size - n), p, a)
                    for p, a, size in spots)  # fewest new pages, then the smallest range
-        if self._new_pages(self.start_of.get(self.top, self.top), n) < best[0]:
-            return None
+        top = self.start_of.get(self.top, self.top)
+        if top + n <= self.capacity and self._new_pages(top, n) < best[0]:
+            return None  # the top, where it fits
         return best[3], best[4], best[1], False
 
     def alloc(self, n: int, demand: int = 0) -> int:
@@ -228,6 +238,9 @@ class PageHeap:
     def free(self, a: int, n: int) -> None:
         """Return the range at ``a`` of ``n`` bytes (from :meth:`alloc`); its pages stay
         mapped."""
+        if a < 0 or n <= 0 or a + n > self.top:
+            raise MemoryValueError(f"PageHeap.free: the range at {a} of {n} bytes must lie in "
+                                   f"[0, {self.top}), the ranges placed")
         self.live -= n
         self._release(a, n)
 
@@ -244,13 +257,17 @@ def _backend_heap(base: type) -> type:
             super().__init__(capacity)
             self.backend = backend
 
+        # run by run, each recorded once done: a refusal partway leaves the heap's pages
+        # those of the device
         def map_pages(self, pages: list[int]) -> None:
-            self.backend._map(pages)
-            super().map_pages(pages)
+            for first, count in _runs(pages):
+                self.backend._map(first, count)
+                super().map_pages(range(first, first + count))
 
         def unmap_pages(self, pages: list[int]) -> None:
-            self.backend._unmap(pages)
-            super().unmap_pages(pages)
+            for first, count in _runs(pages):
+                self.backend._unmap(first, count)
+                super().unmap_pages(range(first, first + count))
 
     return _Heap
 
@@ -286,6 +303,7 @@ class ExpandableBackend(Backend):
         # per stream: the ranges freed there whose work may not be done, and one event
         # recorded after the last of those frees (in stream order it covers them all)
         self._pending: dict[int, tuple[Any, list[tuple[int, int]]]] = {}
+        self._gone_keys = -1  # (below DEAD_STREAM: keys of destroyed streams' frees)
 
     # -- subclasses: the pages
     @abc.abstractmethod
@@ -358,21 +376,27 @@ class ExpandableBackend(Backend):
             elif lo < hi:
                 self.wait(stream, event)
 
-    def _map(self, pages: list[int]) -> None:
-        for first, count in _runs(pages):
-            self._map_run(first, count)
-            self.device_allocs += 1
+    def stream_gone(self, stream: int) -> None:
+        # CUDA may give a destroyed stream's handle to a new stream, which must not take the
+        # old one's frees for its own: they go under a key no stream has
+        entry = self._pending.pop(stream, None)
+        if entry is not None:
+            self._gone_keys -= 1
+            self._pending[self._gone_keys] = entry
 
-    def _unmap(self, pages: list[int]) -> None:
-        lo, hi = pages[0] * PAGE, (pages[-1] + 1) * PAGE
+    def _map(self, first: int, count: int) -> None:
+        self._map_run(first, count)
+        self.device_allocs += 1
+
+    def _unmap(self, first: int, count: int) -> None:
+        lo, hi = first * PAGE, (first + count) * PAGE
         for s, (event, ranges) in list(self._pending.items()):
             if any(a < hi and lo < b for a, b in ranges):  # their last work ends first
                 self._sync(event)
                 del self._pending[s]
                 self._forget(event)
-        for first, count in _runs(pages):
-            self._unmap_run(first, count)
-            self.device_frees += 1
+        self._unmap_run(first, count)
+        self.device_frees += 1
 
     def device_reserved(self) -> tuple[int, int]:
         return self.heap.mapped_count * PAGE, self.heap.peak_mapped * PAGE
@@ -440,6 +464,7 @@ class _Access(C.Structure):  # CUmemAccessDesc
 
 
 _CU_OUT_OF_MEMORY = 2
+_CAPTURE_RELAXED = 2  # CU_STREAM_CAPTURE_MODE_RELAXED
 _PINNED, _DEVICE, _READ_WRITE = 1, 1, 3  # CU_MEM_ALLOCATION_TYPE_PINNED, ..._LOCATION_TYPE_DEVICE
 
 
@@ -461,6 +486,7 @@ class VirtualMemoryBackend(_CudaEvents, ExpandableBackend):
     def __init__(self, device_id: int, capacity: int | None = None) -> None:
         _CudaEvents.__init__(self, device_id)
         self._cu = C.CDLL("libcuda.so.1")
+        self._call("cuInit", 0)  # (the driver API's own start: a no-op once CUDA runs)
         self._prop = _Prop(_PINNED, 0, _Location(_DEVICE, device_id), None, _AllocFlags())
         self._access = _Access(_Location(_DEVICE, device_id), _READ_WRITE)
         g = C.c_size_t()
@@ -478,6 +504,32 @@ class VirtualMemoryBackend(_CudaEvents, ExpandableBackend):
                    C.c_uint64(0), C.c_uint64(0))
         self.base = base.value
         self._handles: dict[int, C.c_uint64] = {}
+
+    def alloc(self, nbytes: int, stream: int) -> int:
+        if not self.base:
+            raise MemoryValueError("cuflow.memory.VirtualMemoryBackend: closed (its address "
+                                   "range was given back); a pool needs a new backend")
+        return super().alloc(nbytes, stream)
+
+    @contextlib.contextmanager
+    def _relaxed(self) -> Iterator[None]:
+        """This thread in relaxed capture mode: mapping and unmapping (and the wait for a
+        range's last work) touch no stream, so they may run while another stream captures
+        a graph, which a global-mode capture (PyTorch's default) otherwise refuses."""
+        mode = C.c_int(_CAPTURE_RELAXED)
+        self._call("cuThreadExchangeStreamCaptureMode", C.byref(mode))
+        try:
+            yield
+        finally:
+            self._call("cuThreadExchangeStreamCaptureMode", C.byref(mode))
+
+    def _map(self, first: int, count: int) -> None:
+        with self._relaxed():
+            super()._map(first, count)
+
+    def _unmap(self, first: int, count: int) -> None:
+        with self._relaxed():
+            super()._unmap(first, count)
 
     def _call(self, name: str, *args: Any) -> int:
         r = getattr(self._cu, name)(*args)

@@ -103,7 +103,8 @@ def _forward(name: str) -> property:
 # would hide the upstream's from __getattr__
 for _name in ("cheap_release", "segment_granularity", "segment_granularity_min", "device_id",
               "device_allocs", "device_frees", "current_stream", "record", "done", "wait",
-              "synchronize", "device_reserved", "reset_device_peak", "trim"):
+              "synchronize", "device_reserved", "reset_device_peak", "trim",
+              "places_segments", "attach", "stream_gone"):
     setattr(LimitingAdaptor, _name, _forward(_name))
 del _name
 

@@ -12,6 +12,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <limits.h>
 
 #define PAGE (2LL << 20)
 
@@ -62,10 +63,12 @@ size_index(PageHeap *h, long long n, long long a) /* the first (size, offset) >=
 }
 
 static int
-put(PageHeap *h, long long a, long long n)
+reserve(PageHeap *h, Py_ssize_t need) /* room for need free ranges */
 {
-    if (h->nfree == h->cap) {
+    if (need > h->cap) {
         Py_ssize_t cap = h->cap ? 2 * h->cap : 16;
+        if (cap < need)
+            cap = need;
         Range *o = PyMem_Realloc(h->by_off, cap * sizeof(Range));
         if (o == NULL)
             return PyErr_NoMemory(), -1;
@@ -76,6 +79,14 @@ put(PageHeap *h, long long a, long long n)
         h->by_size = s;
         h->cap = cap;
     }
+    return 0;
+}
+
+static int
+put(PageHeap *h, long long a, long long n)
+{
+    if (reserve(h, h->nfree + 1) < 0)
+        return -1;
     Range r = {a, n};
     Py_ssize_t i = off_index(h, a), j = size_index(h, n, a);
     memmove(h->by_off + i + 1, h->by_off + i, (h->nfree - i) * sizeof(Range));
@@ -203,8 +214,9 @@ spot(PageHeap *h, long long n, long long *pos, long long *ra, long long *rsize, 
     if (!have)
         return 0;
     Py_ssize_t t = ending_at(h, h->top);
-    if (new_pages(h, t >= 0 ? h->by_off[t].a : h->top, n) < best.np)
-        return 0;
+    long long top = t >= 0 ? h->by_off[t].a : h->top;
+    if (n <= h->capacity - top && new_pages(h, top, n) < best.np)
+        return 0; /* the top, where it fits */
     *pos = best.p, *ra = best.a, *rsize = best.size, *mapped = 0;
     return 1;
 }
@@ -381,23 +393,37 @@ heap_alloc(PageHeap *h, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"n", "demand", NULL};
     long long n, demand = 0, a, b, size;
-    int mapped = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "L|L", kwlist, &n, &demand))
+    PyObject *demand_obj = NULL;
+    int mapped = 0, over = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "L|O", kwlist, &n, &demand_obj))
         return NULL;
-    if (h->map == NULL || n <= 0) {
-        PyErr_SetString(PyExc_ValueError, "PageHeap.alloc: n must be > 0 (and the heap built)");
-        return NULL;
+    if (demand_obj != NULL) { /* (a Python int of any size: past 2**63 - 1, that) */
+        demand = PyLong_AsLongLongAndOverflow(demand_obj, &over);
+        if (demand == -1 && PyErr_Occurred())
+            return NULL;
+        if (over)
+            demand = over > 0 ? LLONG_MAX : 0;
     }
+    if (h->map == NULL)
+        return PyErr_Format(PyExc_ValueError, "PageHeap.alloc: the heap was not built");
+    if (n <= 0)
+        return PyErr_Format(PyExc_ValueError, "PageHeap.alloc: n must be > 0, got %lld", n);
+    if (n > h->capacity)
+        return PyErr_Format(PyExc_MemoryError, "expandable segments: %lld bytes do not fit in "
+                            "the %lld reserved bytes of address space", n, h->capacity);
+    if (reserve(h, h->nfree + 2) < 0) /* (the puts below cannot fail then) */
+        return NULL;
     if (spot(h, n, &a, &b, &size, &mapped)) {
         take(h, starting_at(h, b));
-        if ((a > b && put(h, b, a - b) < 0)
-            || (a + n < b + size && put(h, a + n, b + size - a - n) < 0))
-            return NULL;
+        if (a > b)
+            put(h, b, a - b);
+        if (a + n < b + size)
+            put(h, a + n, b + size - a - n);
     }
     else {
         Py_ssize_t t = ending_at(h, h->top);
         a = t >= 0 ? h->by_off[t].a : h->top;
-        if (a + n > h->capacity)
+        if (n > h->capacity - a)
             return PyErr_Format(PyExc_MemoryError, "expandable segments: %lld bytes do not "
                                 "fit in the %lld reserved bytes of address space", n,
                                 h->capacity);
@@ -410,8 +436,11 @@ heap_alloc(PageHeap *h, PyObject *args, PyObject *kwds)
         long long first = a / PAGE, last = (a + n - 1) / PAGE, *missing;
         Py_ssize_t k = 0;
         missing = PyMem_Malloc((last - first + 1) * sizeof(long long));
-        if (missing == NULL)
-            return PyErr_NoMemory();
+        if (missing == NULL) {
+            PyErr_NoMemory();
+            (void)release(h, a, n); /* (room reserved above) */
+            return NULL;
+        }
         for (long long p = first; p <= last; p++)
             if (!h->map[p])
                 missing[k++] = p;
@@ -420,9 +449,13 @@ heap_alloc(PageHeap *h, PyObject *args, PyObject *kwds)
         if (rc < 0) {
             PyObject *et, *ev, *tb;
             PyErr_Fetch(&et, &ev, &tb);
-            int r = release(h, a, n);
+            if (release(h, a, n) < 0) {
+                Py_XDECREF(et);
+                Py_XDECREF(ev);
+                Py_XDECREF(tb);
+                return NULL;
+            }
             PyErr_Restore(et, ev, tb);
-            (void)r;
             return NULL;
         }
     }
@@ -441,6 +474,11 @@ heap_free(PageHeap *h, PyObject *const *args, Py_ssize_t nargs)
     long long a = PyLong_AsLongLong(args[0]), n = PyLong_AsLongLong(args[1]);
     if ((a == -1 || n == -1) && PyErr_Occurred())
         return NULL;
+    if (h->map == NULL)
+        return PyErr_Format(PyExc_ValueError, "PageHeap.free: the heap was not built");
+    if (a < 0 || n <= 0 || n > h->top - a)
+        return PyErr_Format(PyExc_ValueError, "PageHeap.free: the range at %lld of %lld bytes "
+                            "must lie in [0, %lld), the ranges placed", a, n, h->top);
     h->live -= n;
     if (release(h, a, n) < 0)
         return NULL;
@@ -450,6 +488,8 @@ heap_free(PageHeap *h, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 heap_trim(PageHeap *h, PyObject *Py_UNUSED(ignored))
 {
+    if (h->map == NULL)
+        return PyLong_FromLong(0);
     Py_ssize_t k = unmap_free(h, -1);
     return k < 0 ? NULL : PyLong_FromSsize_t(k);
 }
@@ -457,6 +497,8 @@ heap_trim(PageHeap *h, PyObject *Py_UNUSED(ignored))
 static PyObject *
 heap_free_pages(PageHeap *h, PyObject *Py_UNUSED(ignored))
 {
+    if (h->map == NULL)
+        return PyList_New(0);
     Py_ssize_t k;
     long long *pages = free_pages(h, &k);
     if (pages == NULL)
@@ -483,6 +525,8 @@ heap_free_ranges(PageHeap *h, PyObject *Py_UNUSED(ignored))
 static PyObject *
 set_pages(PageHeap *h, PyObject *pages, unsigned char value)
 {
+    if (h->map == NULL)
+        return PyErr_Format(PyExc_ValueError, "PageHeap: the heap was not built");
     PyObject *it = PyObject_GetIter(pages), *v;
     if (it == NULL)
         return NULL;

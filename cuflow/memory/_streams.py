@@ -107,6 +107,7 @@ class StreamsMixin:
         """Cached blocks of a destroyed stream become orphans (no event can be recorded on a
         dead stream), reused on the default stream after a device synchronize."""
         self._watched.discard(ptr)
+        self.backend.stream_gone(ptr)
         for b in itertools.chain(self._live.values(), self._pending, self._deferred):
             self._forget_block(b, ptr)
         orphans = [b for by_size in self._quick.pop(ptr, {}).values() for b in by_size]

@@ -140,6 +140,51 @@ def test_the_address_range_is_a_limit():
         heap.alloc(8 * MIB)
 
 
+@pytest.mark.parametrize("impl", list(IMPLEMENTATIONS))
+def test_the_top_counts_only_where_it_fits(impl):
+    heap = IMPLEMENTATIONS[impl](capacity=16 * MIB)
+    a = heap.alloc(4 * MIB)
+    heap.alloc(11 * MIB)
+    heap.free(a, 4 * MIB)
+    heap.trim()
+    assert heap.alloc(3 * MIB) == 0  # the free 4 MiB at 0: above 15 MiB, 3 do not fit
+
+
+@pytest.mark.parametrize("impl", list(IMPLEMENTATIONS))
+def test_a_request_past_the_range_changes_nothing(impl):
+    heap = IMPLEMENTATIONS[impl]()
+    heap.alloc(512, demand=2**70)  # (a demand past 2**63 is taken as it is)
+    before = (heap.top, heap.free_ranges(), heap.mapped, heap.live)
+    for n in (2**63 - 512, heap.capacity):
+        with pytest.raises(MemoryError, match="do not fit"):
+            heap.alloc(n)
+        assert (heap.top, heap.free_ranges(), heap.mapped, heap.live) == before
+    assert heap.alloc(4096) == 512
+
+
+@pytest.mark.parametrize("impl", list(IMPLEMENTATIONS))
+def test_a_free_outside_the_ranges_placed_is_refused(impl):
+    heap = IMPLEMENTATIONS[impl](capacity=16 * MIB)
+    heap.alloc(4 * MIB)
+    for a, n in ((64 * MIB, 4 * MIB), (-512, 512), (0, 0), (0, 8 * MIB)):
+        with pytest.raises(ValueError, match="must lie in"):
+            heap.free(a, n)
+    assert heap.live == 4 * MIB
+
+
+def test_pages_unmapped_from_outside_are_placed_as_unmapped():
+    heaps = [make() for make in IMPLEMENTATIONS.values()]
+    for heap in heaps:
+        a = heap.alloc(4 * MIB)
+        heap.alloc(4 * MIB)
+        heap.free(a, 4 * MIB)
+        heap.free(heap.alloc(2 * MIB), 2 * MIB)
+        heap.unmap_pages([0, 1])
+        heap.alloc(4 * MIB)
+    assert all(h.calls == heaps[0].calls and h.mapped == heaps[0].mapped for h in heaps)
+    assert {0, 1} <= heaps[0].mapped
+
+
 class HeapMachine(RuleBasedStateMachine):
     """Random ranges in and out of the heap, every implementation side by side: the same
     offsets, page calls and free ranges; live ranges never overlap and stay mapped; the
@@ -223,6 +268,48 @@ def test_frees_on_many_streams_are_forgotten_once_done():
     be.free(a, 2 * MIB, stream=1)
     b = be.alloc(2 * MIB, stream=1)  # its own stream's free: in stream order, no wait
     assert b == a and be.waits == []
+
+
+def test_a_destroyed_streams_frees_are_not_a_new_streams_with_its_handle():
+    be = ExpandableEventBackend()
+    a = be.alloc(4 * MIB, stream=0x5000)
+    be.free(a, 4 * MIB, stream=0x5000)
+    be.stream_gone(0x5000)  # the handle comes back as a new stream's
+    assert be.alloc(4 * MIB, stream=0x5000) == a
+    assert be.waits == [(0x5000, 0x5000)]  # the new stream waits for the old one's work
+
+
+class FailingPages(ExpandableEventBackend):
+    """Refuses to map the pages in ``refuse``; records what the device holds."""
+
+    def __init__(self):
+        super().__init__()
+        self.refuse, self.device = set(), set()
+
+    def _map_run(self, first, count):
+        if self.refuse & set(range(first, first + count)):
+            raise MemoryError("no page")
+        self.device |= set(range(first, first + count))
+
+    def _unmap_run(self, first, count):
+        self.device -= set(range(first, first + count))
+
+
+def test_a_mapping_refused_partway_leaves_the_heap_as_the_device():
+    be = FailingPages()
+    a = be.alloc(2 * MIB, 0)
+    b = be.alloc(2 * MIB, 0)  # page 1
+    be.alloc(2 * MIB, 0)  # page 2
+    be.free(a, 2 * MIB, 0)
+    be.free(b, 2 * MIB, 0)
+    be.trim()  # pages 0 and 1 go
+    be.refuse = {4}
+    with pytest.raises(MemoryError):
+        be.alloc(8 * MIB, 0)  # pages 0 and 1, then 3 and 4: 4 is refused
+    assert be.heap.mapped == be.device
+    be.refuse = set()
+    be.alloc(8 * MIB, 0)
+    assert be.heap.mapped == be.device
 
 
 def test_pages_are_unmapped_after_their_last_work():
@@ -316,6 +403,35 @@ class TestDevice:
         assert be.device_reserved()[0] == 0
         be.close()
         assert be.base == 0
+
+    def test_unmapping_during_a_global_mode_capture(self, gpu_cf):
+        """A miss on one stream while another captures a graph in global mode (PyTorch's
+        default) unmaps free pages without breaking the capture."""
+        import cupy
+
+        rt = cupy.cuda.runtime
+        be = cuflow.memory.VirtualMemoryBackend(rt.getDevice())
+        a_s, b_s = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)
+        x = be.alloc(40 * MIB, b_s.ptr)
+        be.alloc(4 * MIB, b_s.ptr)
+        be.free(x, 40 * MIB, b_s.ptr)
+        y = cupy.ones(16, cupy.float32)
+        a_s.begin_capture(mode=getattr(rt, "streamCaptureModeGlobal", 0))
+        with a_s:
+            y *= 2
+        frees = be.device_frees
+        be.alloc(60 * MIB, b_s.ptr)  # past 1.25x the peak: free pages of x go
+        graph = a_s.end_capture()
+        assert be.device_frees > frees
+        graph.launch(stream=a_s)
+        a_s.synchronize()
+        assert float(y[0]) == 2.0
+
+    def test_a_closed_backend_says_so(self, gpu_cf):
+        be = cuflow.memory.VirtualMemoryBackend(0)
+        be.close()
+        with pytest.raises(cuflow.memory.MemoryValueError, match="closed"):
+            be.alloc(MIB, 0)
 
     def test_refused_capacity(self, gpu_cf):
         with pytest.raises(cuflow.memory.MemoryValueError, match="capacity"):
