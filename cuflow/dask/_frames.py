@@ -136,7 +136,9 @@ def map_frames(client: Client, items: Sequence[Any], options: PipelineOptions, *
         raise ArgumentError(f"cuflow.dask.map_frames: frames_per_task must be an int >= 1 or "
                             f"None, got {frames_per_task!r}")
     items = list(items)
-    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    # asked of the scheduler each call (scheduler_info can return a cached identity without
+    # its workers when the scheduler is slow to answer, which read as no workers at all)
+    workers = sorted(client.nthreads())
     if not workers:
         raise ArgumentError("cuflow.dask.map_frames: the client's cluster has no workers")
     if not items:

@@ -357,6 +357,14 @@ def _staging_threads():
     return sum(t.name.startswith("cuflow-staging") for t in threading.enumerate())
 
 
+def test_map_frames_asks_the_scheduler_for_its_workers(ccf, client, monkeypatch):
+    """A scheduler slow to answer leaves the client's cached identity without workers
+    (``scheduler_info`` then lists none): map_frames still finds them."""
+    monkeypatch.setattr(client, "scheduler_info", lambda *a, **k: {"workers": {}})
+    options = ccf.PipelineOptions(size=(8, 8), batch_size=1)
+    assert len(cfd.map_frames(client, [_frame(i) for i in range(2)], options)) == 2
+
+
 def test_each_worker_thread_keeps_a_few_pipelines(ccf, client):
     """A Pipeline per options, at most 4 per worker thread: the others are closed (their
     staging threads stopped)."""
