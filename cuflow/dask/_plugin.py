@@ -13,7 +13,7 @@ from distributed import Client, WorkerPlugin
 from .. import memory
 from .._errors import ArgumentError, ArgumentTypeError
 from ..memory import MemoryValueError
-from ..memory._limit import check_limit_text, limit_of
+from ..memory._limit import check_limit_text, limit_bytes, limit_of
 from ..core import runtime
 from ._chunks import register
 from ._frames import check_client
@@ -55,8 +55,8 @@ def _limit_bytes(limit: int | float | str | None) -> int | None:
     for no limit (0 bytes, as for ``set_limit``) or a fraction of the device's memory."""
     if isinstance(limit, str):
         kind, x = check_limit_text(limit, "cuflow.dask.CuflowPool: limit")
-        return (int(x) or None) if kind == "bytes" else None
-    return (limit or None) if isinstance(limit, int) else None
+        return limit_bytes(int(x), None, None) if kind == "bytes" else None
+    return limit_bytes(limit, None, None) if isinstance(limit, int) else None
 
 
 class CuflowPool(WorkerPlugin):
@@ -112,7 +112,7 @@ class CuflowPool(WorkerPlugin):
         pool = memory.get_pool()
         if self.limit is not None and self.size:  # a fraction is known here, on the device
             cap = limit_of(self.limit, pool.backend)
-            if cap and self.size > cap:  # (0 bytes is no limit)
+            if cap is not None and self.size > cap:
                 raise ArgumentError(f"cuflow.dask.CuflowPool: size must be at most limit, got "
                                     f"size={self.size} bytes and limit={self.limit!r} "
                                     f"({cap} bytes on this worker's device)")

@@ -109,8 +109,11 @@ for _name in ("cheap_release", "segment_granularity", "segment_granularity_min",
 del _name
 
 
-def limit_bytes(size: int | None, fraction: float | None, backend: Backend) -> int | None:
-    """The limit ``size`` bytes, or ``fraction`` of the device memory of ``backend``."""
+def limit_bytes(size: int | None, fraction: float | None, backend: Backend | None) -> int | None:
+    """The limit ``size`` bytes, or ``fraction`` of the device memory of ``backend``; None
+    for no limit, which 0 bytes is too (as in CuPy's ``MemoryPool.set_limit(size=0)``: a
+    cap of 0 would refuse every segment).  The one place of that rule: the pool's limit,
+    ``CUFLOW_MEMORY_LIMIT`` and ``cuflow.dask.CuflowPool`` all come here."""
     if size is not None and fraction is not None:
         raise MemoryValueError("cuflow.memory.set_limit: give size or fraction, not both")
     if fraction is not None:
@@ -135,7 +138,7 @@ def limit_bytes(size: int | None, fraction: float | None, backend: Backend) -> i
                               f"got {type(size).__name__} {size!r}")
     if size < 0:
         raise MemoryValueError(f"cuflow.memory.set_limit: size must be >= 0 bytes, got {size}")
-    return int(size)
+    return int(size) or None
 
 
 def limit_of(limit: Any, backend: Backend) -> int | None:
@@ -211,7 +214,7 @@ def _parse(text: str, what: str, backend: Backend) -> int | None:
         return None
     if kind == "fraction":
         return limit_bytes(None, x, backend)
-    return int(x)
+    return limit_bytes(int(x), None, backend)
 
 
 def check_limit_text(text: str, what: str = "CUFLOW_MEMORY_LIMIT") -> tuple[str, float]:
@@ -223,5 +226,5 @@ def check_limit_text(text: str, what: str = "CUFLOW_MEMORY_LIMIT") -> tuple[str,
 
 def parse_limit_env(value: str, backend: Backend) -> int | None:
     """``CUFLOW_MEMORY_LIMIT``: bytes (``8e9``, ``8GiB``, ``512MB``) or a fraction of device
-    memory (``0.8``, ``80%``)."""
+    memory (``0.8``, ``80%``); None for no limit (empty, or 0 bytes)."""
     return _parse(value, "CUFLOW_MEMORY_LIMIT", backend)

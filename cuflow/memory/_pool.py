@@ -605,9 +605,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
 
     @limit.setter
     def limit(self, value: int | float | str | None) -> None:
-        # set_limit's forms and checks; 0 bytes is no limit, as in CuPy
-        # (MemoryPool.set_limit(size=0)): a cap of 0 would refuse every segment
-        value = limit_of(value, self.backend) or None
+        value = limit_of(value, self.backend)  # (None: no limit, 0 bytes included)
         # under the lock: a segment another thread is taking counts in ``reserved``, and so
         # in what a new adaptor holds, before the source changes
         with self._lock:

@@ -377,7 +377,7 @@ def test_zero_as_a_string_is_no_limit(zero):
     pool = Pool(HostBackend(capacity=64 << 20), limit=4 << 20)
     pool.limit = zero
     assert pool.limit is None
-    assert parse_limit_env(zero, pool.backend) == 0
+    assert parse_limit_env(zero, pool.backend) is None
 
 
 @pytest.mark.parametrize(("value", "expected"), [("0", "None"), ("1e-18", "MemoryValueError")])
