@@ -1,5 +1,5 @@
-"""cuflow's two compiled parts, both optional: the memory pool's hot path and the
-elementwise fast path's launcher.
+"""cuflow's two compiled parts, both optional: the memory pool's hot path (with the
+expandable-segment placement) and the elementwise fast path's launcher.
 
 Everything else is in pyproject.toml.  Without a C compiler the install goes on
 and both run the same operations in Python.

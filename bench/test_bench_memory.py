@@ -1,4 +1,5 @@
-"""cuflow's pool against CuPy's MemoryPool / MemoryAsyncPool and PyTorch's allocator.
+"""cuflow's pool (over the driver's pool and over expandable segments) against CuPy's
+MemoryPool / MemoryAsyncPool and PyTorch's allocator.
 
 Traces R0, G, S (defined in ``cuflow.bench._traces``) and the traces recorded
 from real workloads (``bench/traces/``, ``real:<name>``; ``python -m cuflow bench

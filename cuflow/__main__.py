@@ -29,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
         epilog="python -m cuflow bench --help lists the benchmark's options.")
     sub = p.add_subparsers(dest="cmd", title="commands", metavar="{info,bench}")
     sub.add_parser("info", help="what cuflow runs on: the backend and why, the GPU, its compute "
-                                "capability, driver and runtime, versions, compiled paths")
+                                "capability, driver and runtime, versions, compiled paths, "
+                                "the pool's backend and limit")
     pb = sub.add_parser("bench", help="headline comparisons against plain CuPy (and PyTorch)")
     pb.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     pb.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")

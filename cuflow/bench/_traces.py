@@ -443,10 +443,10 @@ def warm_up(makers: dict[str, Callable[[], Any]]) -> None:
 
 def compare(names: list[str] | None = None, rounds: int = 3, torch: Any = None,
             variants: bool = False) -> list[dict[str, Any]]:
-    """Every trace through every allocator (and cuflow after its warm-up), ``rounds`` times
-    with the allocators alternated, after one untimed replay each; per trace and allocator
-    the median host time per operation, and footprint and steady-state device allocations
-    of the median run.
+    """Every trace through every allocator (and cuflow and cuflow vmm after their warm-ups),
+    ``rounds`` times with the allocators alternated, after one untimed replay each; per
+    trace and allocator the median host time per operation, and footprint and steady-state
+    device allocations of the median run.
     ``variants`` adds cuflow's pool with whole 64 MiB granules for every large segment."""
     import cupy  # noqa: PLC0415  (optional dependency)
 

@@ -22,7 +22,9 @@ bench/test_bench_memory.py::test_trace):
   the pool keeps the rest and splits it), or of less while the pool is small; a large request does not split a cached
   block larger than twice its size or than its own segment would be (that pins
   it and fragments memory) but misses, and a miss returns the free segments to
-  the driver pool, which reuses them for any size;
+  the driver pool, which reuses them for any size (with the default backend; over
+  expandable segments, ``CUFLOW_POOL_BACKEND=vmm``, cuflow places the segments in one
+  address range and maps pages only where they lie);
 * hot path: a freed block waits, uncoalesced, in a per-stream exact-size cache
   that the next allocation of that size takes back; frees from CuPy are queued
   by a C-level dictionary store, so finalizers never re-enter the pool;
@@ -30,7 +32,8 @@ bench/test_bench_memory.py::test_trace):
   keeps the segments its pattern needs (kept segments serve any smaller request;
   an ordinary miss does not release them, :func:`empty_cache` does, and so does a
   miss whose new segment the limit or the device refuses), so later calls make no
-  device allocation (``stats()["num_device_alloc"]`` proves it);
+  device allocation (``stats()["num_device_alloc"]`` proves it); over expandable
+  segments no segment is kept and the mapped pages serve later placements;
 * streams: a block is reused on another stream only after an event ordering
   (no host synchronization), and :func:`record_stream` marks cross-stream use
   with PyTorch's meaning;

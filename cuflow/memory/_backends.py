@@ -13,6 +13,10 @@ directly, so CPU-only CI tests it against :class:`HostBackend`.
 * :class:`CudaMallocBackend`: ``cudaMalloc`` / ``cudaFree`` segments (releasing
   synchronizes the device, so the pool releases only under memory pressure).
 * :class:`HostBackend`: host memory, synchronous "streams"; for tests.
+* :class:`~cuflow.memory.ExpandableBackend` (``_expandable``): segments placed by cuflow in
+  one reserved address range whose pages are mapped while needed:
+  :class:`~cuflow.memory.VirtualMemoryBackend` (``CUFLOW_POOL_BACKEND=vmm``) and
+  :class:`~cuflow.memory.HostExpandableBackend` (for tests).
 """
 
 from __future__ import annotations

@@ -476,9 +476,9 @@ class VirtualMemoryBackend(_CudaEvents, ExpandableBackend):
 
     Mapping a page costs tens of microseconds, so a workload's first pass is slower than on
     the driver's pool; later passes reuse mapped pages and call the driver rarely or never
-    (``python -m cuflow bench traces``, "cuflow vmm").  The memory is mapped for this device only: kernels of a peer
-    device cannot read it directly, and CUDA IPC handles (``cudaIpcGetMemHandle``) do not
-    apply to it; copies between devices work.
+    (``python -m cuflow bench traces``, "cuflow vmm").  The memory is mapped for this device
+    only (no peer access is granted to other devices), and CUDA IPC handles
+    (``cudaIpcGetMemHandle``) do not apply to it.
     """
 
     name = "vmm"

@@ -1,8 +1,8 @@
 /* Expandable segments' placement in C: cuflow/memory/_expandable.py's PageHeap, decision
  * for decision (tests/memory/test_expandable.py runs both on the same random sequences and
  * compares every offset).  A miss of the pool over CUFLOW_POOL_BACKEND=vmm places a segment
- * here; the Python placement costs 5-13 us a call, this one well under 1
- * (python -m cuflow bench traces, "cuflow vmm").
+ * here, where the Python placement's microseconds a call were most of a miss's host time
+ * (python -m cuflow bench traces, "cuflow vmm"; docs/performance.md).
  *
  * State: free ranges in two sorted arrays (by offset, for the neighbours; by size then
  * offset, for the fits), one byte per 2 MiB page for what is mapped.  Mapping and unmapping

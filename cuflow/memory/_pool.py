@@ -161,7 +161,8 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
     Parameters
     ----------
     backend : Backend
-        Segment source (:class:`~cuflow.memory.DriverPoolBackend` on the GPU).  A
+        Segment source (:class:`~cuflow.memory.DriverPoolBackend` on the GPU by default,
+        :class:`~cuflow.memory.VirtualMemoryBackend` with ``CUFLOW_POOL_BACKEND=vmm``).  A
         :class:`~cuflow.memory.LimitingAdaptor` is taken as the pool's limit over its
         upstream backend, which is then :attr:`backend`: ``limit`` reads and changes the
         adaptor's, and ``limit = None`` removes it.
@@ -764,7 +765,8 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         """Return every fully free segment to the device; the number of segments released.
 
         The backend gives back what it keeps reserved beyond the pool's segments too (the
-        driver pool's reserve, after a device synchronize), so the memory is free for other
+        driver pool's reserve, after a device synchronize; over expandable segments, the
+        free mapped pages, after their last work), so the memory is free for other
         processes, as after ``torch.cuda.empty_cache()``.  While a graph is being captured
         nothing can be released (freeing device memory would invalidate the capture): it
         then releases nothing and returns 0.

@@ -1,6 +1,7 @@
 """Warm-up: preparing the cache for an allocation pattern before it runs.
 
-Segments made while warming are *kept*: any request may split them, and an
+Segments made while warming are *kept* (except over a backend that places segments
+itself, ``places_segments``: expandable segments): any request may split them, and an
 ordinary miss does not release them; ``empty_cache`` does, and so does a miss
 whose new segment the limit or the device refuses (memory is short then: kept
 segments go back before the pool raises ``OutOfMemoryError``).
