@@ -341,7 +341,10 @@ def warmup(fn: Callable[..., Any], *largest_inputs: Any, pool: Pool | None = Non
     driver's calls on every miss.  A loop of fixed shapes then still misses on every
     step (a ResNet-50 inference step 5 to 18 times, a transformer step up to 36 times).
     Over expandable segments (``CUFLOW_POOL_BACKEND=vmm``) no segment is kept either way:
-    the pages the replay mapped stay mapped and serve the later segments of any size.
+    the pages the replay mapped stay mapped and serve the later segments of any size, and
+    a later segment that the mapped free space does not fit maps more pages (within 1.25
+    times the peak requested bytes, free pages unmapped first): fewer device calls, not
+    always none.
 
     Returns
     -------

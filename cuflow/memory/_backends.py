@@ -67,6 +67,16 @@ class Backend(abc.ABC):
     def stream_gone(self, stream: int) -> None:
         """``stream`` was destroyed: its handle may come back as a new stream's."""
 
+    def limit_memory(self, limit: int | None) -> None:
+        """The pool's limit (bytes; ``None``: none) changed: a backend that keeps memory
+        beyond the pool's segments keeps it within the limit."""
+
+    def total_memory(self) -> int:
+        """Bytes of memory the backend draws from (a fraction limit's whole)."""
+        from cupy_backends.cuda.api import runtime  # noqa: PLC0415  (optional dependency)
+
+        return int(runtime.memGetInfo()[1])
+
     def alloc_private(self, nbytes: int) -> int:
         """A segment for a graph-private pool: not stream-ordered, so never captured into a graph."""
         return self.alloc(nbytes, 0)
@@ -139,6 +149,13 @@ class HostBackend(_Counted):
                                    f"int number of bytes >= 0, got {capacity}")
         self.capacity = None if capacity is None else int(capacity)
         self.buffers: dict[int, Any] = {}
+
+    def total_memory(self) -> int:
+        if self.capacity is None:
+            raise MemoryValueError("cuflow.memory: a fraction limit needs a backend with a "
+                                   "known capacity (HostBackend(capacity=...)), or give the "
+                                   "limit in bytes")
+        return self.capacity
 
     def alloc(self, nbytes: int, stream: int) -> int:
         if self.capacity is not None and self.in_use + nbytes > self.capacity:

@@ -47,7 +47,7 @@ from .._checks import is_integer
 from .._errors import CudaError
 from ._backends import Backend, _CudaEvents
 from ._env import POOL_HOTPATH
-from ._exceptions import MemoryTypeError, MemoryValueError
+from ._exceptions import DoubleFreeError, MemoryTypeError, MemoryValueError
 
 try:  # the same placement compiled (_pageheap.c), where the extension was built
     from ._hotpath import PageHeap as CPageHeap
@@ -60,7 +60,9 @@ __all__ = ["KEEP", "PAGE", "ExpandableBackend", "HostExpandableBackend", "PageHe
            "VirtualMemoryBackend"]
 
 PAGE = 2 << 20
-ALIGN = 512  # segments start at multiples of this
+ALIGN = 512
+_MOST = 1 << 46  # most bytes of address space an expandable backend reserves (its page map:
+# a byte a page)  # segments start at multiples of this
 KEEP = 1.25  # mapped bytes stay at most KEEP x the peak live bytes, while free pages allow
 
 
@@ -72,6 +74,7 @@ class PageHeap:
     def __init__(self, capacity: int, keep: float = KEEP) -> None:
         self.capacity = capacity
         self.keep = keep
+        self.cap = 0  # most bytes mapped, where free pages allow (0: none; a pool's limit)
         self.by_size: list[tuple[int, int]] = []  # free (size, offset), sorted
         self.size_at: dict[int, int] = {}  # free offset -> size
         self.start_of: dict[int, int] = {}  # free end -> offset
@@ -193,6 +196,8 @@ class PageHeap:
         """Map ``pages``, first unmapping free pages beyond ``KEEP`` x ``peak``; on a
         refusal, unmap every free page and try once more."""
         excess = (len(self.mapped) + len(pages)) * PAGE - self.keep * peak
+        if self.cap:
+            excess = max(excess, (len(self.mapped) + len(pages)) * PAGE - self.cap)
         if excess > 0:
             self._unmap_free(-(-int(excess) // PAGE))
         self._runs = None
@@ -201,7 +206,8 @@ class PageHeap:
         except MemoryError:
             if not self.trim():
                 raise
-            self.map_pages(pages)
+            # the pages the refused call did not map, once more
+            self.map_pages([p for p in pages if p not in self.mapped])
         finally:
             self._runs = None
             self.peak_mapped = max(self.peak_mapped, len(self.mapped))
@@ -241,12 +247,18 @@ class PageHeap:
         if a < 0 or n <= 0 or a + n > self.top:
             raise MemoryValueError(f"PageHeap.free: the range at {a} of {n} bytes must lie in "
                                    f"[0, {self.top}), the ranges placed")
+        starts = sorted(self.size_at)
+        i = bisect.bisect_left(starts, a)
+        if (i and starts[i - 1] + self.size_at[starts[i - 1]] > a) or \
+                (i < len(starts) and starts[i] < a + n):
+            raise MemoryValueError(f"PageHeap.free: the range at {a} of {n} bytes must be "
+                                   f"placed, and it overlaps a free one (freed twice?)")
         self.live -= n
         self._release(a, n)
 
-    def trim(self) -> int:
-        """Unmap every free page; the number unmapped."""
-        return self._unmap_free(None)
+    def trim(self, pages: int | None = None) -> int:
+        """Unmap every free page (or ``pages`` of them); the number unmapped."""
+        return self._unmap_free(pages)
 
 
 def _backend_heap(base: type) -> type:
@@ -349,7 +361,12 @@ class ExpandableBackend(Backend):
     def free(self, ptr: int, nbytes: int, stream: int) -> None:
         a = ptr - self.base
         n = max(-(-nbytes // ALIGN) * ALIGN, ALIGN)
-        self.heap.free(a, n)
+        try:
+            self.heap.free(a, n)
+        except ValueError as e:
+            raise DoubleFreeError(f"cuflow.memory.{type(self).__name__}.free: {ptr:#x} of "
+                                  f"{nbytes} bytes is no segment this backend lends: "
+                                  f"{e}") from None
         old, ranges = self._pending.get(stream, (None, []))
         event = self._record_free(stream, old)
         if event is None:
@@ -375,6 +392,14 @@ class ExpandableBackend(Backend):
                 self._forget(event)
             elif lo < hi:
                 self.wait(stream, event)
+
+    def limit_memory(self, limit: int | None) -> None:
+        # the pool's limit caps the mapped pages too, where free pages allow, or free pages
+        # kept by the 1.25x rule would hold device memory past it
+        self.heap.cap = limit or 0
+        over = self.heap.mapped_count * PAGE - (limit or 0)
+        if limit and over > 0:
+            self.heap.trim(-(-over // PAGE))
 
     def stream_gone(self, stream: int) -> None:
         # CUDA may give a destroyed stream's handle to a new stream, which must not take the
@@ -412,10 +437,11 @@ class ExpandableBackend(Backend):
 def _check_capacity(where: str, capacity: Any) -> int:
     if not is_integer(capacity):
         raise MemoryTypeError(f"cuflow.memory.{where}: capacity must be an int number of "
-                              f"bytes > 0, got {type(capacity).__name__} {capacity!r}")
-    if capacity <= 0:
+                              f"bytes in (0, 2**46], got {type(capacity).__name__} "
+                              f"{capacity!r}")
+    if not 0 < capacity <= _MOST:
         raise MemoryValueError(f"cuflow.memory.{where}: capacity must be an int number of "
-                               f"bytes > 0, got {capacity}")
+                               f"bytes in (0, 2**46], got {capacity}")
     return -(-int(capacity) // PAGE) * PAGE
 
 
@@ -430,8 +456,13 @@ class HostExpandableBackend(ExpandableBackend):
     def __init__(self, capacity: int = 4 << 30) -> None:
         capacity = _check_capacity("HostExpandableBackend", capacity)
         super().__init__(capacity)
-        self._buf = mmap.mmap(-1, capacity, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
-                              | getattr(mmap, "MAP_NORESERVE", 0))
+        try:
+            self._buf = mmap.mmap(-1, capacity, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+                                  | getattr(mmap, "MAP_NORESERVE", 0))
+        except (OSError, OverflowError) as e:
+            raise MemoryValueError(f"cuflow.memory.HostExpandableBackend: cannot reserve "
+                                   f"{capacity} bytes of host address space (capacity): "
+                                   f"{e}") from None
         self._view = C.c_char.from_buffer(self._buf)
         self.base = C.addressof(self._view)
 
@@ -443,6 +474,9 @@ class HostExpandableBackend(ExpandableBackend):
 
     def _sync(self, event: Any) -> None:
         pass  # (host work is synchronous: :meth:`record` gives no event to wait for)
+
+    def total_memory(self) -> int:
+        return self.heap.capacity
 
 
 class _Location(C.Structure):
@@ -484,7 +518,15 @@ class VirtualMemoryBackend(_CudaEvents, ExpandableBackend):
     name = "vmm"
 
     def __init__(self, device_id: int, capacity: int | None = None) -> None:
+        if not is_integer(device_id):
+            raise MemoryTypeError(f"cuflow.memory.VirtualMemoryBackend: device_id must be an "
+                                  f"int device ordinal, got {type(device_id).__name__} "
+                                  f"{device_id!r}")
         _CudaEvents.__init__(self, device_id)
+        n = self._rt.getDeviceCount()
+        if not 0 <= device_id < n:
+            raise MemoryValueError(f"cuflow.memory.VirtualMemoryBackend: device_id must be in "
+                                   f"[0, {n}), got {device_id}")
         self._cu = C.CDLL("libcuda.so.1")
         self._call("cuInit", 0)  # (the driver API's own start: a no-op once CUDA runs)
         self._prop = _Prop(_PINNED, 0, _Location(_DEVICE, device_id), None, _AllocFlags())

@@ -20,7 +20,7 @@ import math
 import numbers
 from typing import Any
 
-from ._backends import Backend, HostBackend
+from ._backends import Backend
 from ._exceptions import MemoryTypeError, MemoryValueError
 
 __all__ = ["LimitExceeded", "LimitingAdaptor", "check_limit_text", "limit_bytes", "limit_of",
@@ -59,6 +59,17 @@ class LimitingAdaptor(Backend):
         self.limit = limit
         self.held = held
         self.name = upstream.name
+
+    @property
+    def limit(self) -> int:
+        """Most bytes of segments held at once (the upstream keeps what it holds beyond its
+        segments within it too: :meth:`Backend.limit_memory`)."""
+        return self._limit
+
+    @limit.setter
+    def limit(self, value: int) -> None:
+        self._limit = value
+        self.upstream.limit_memory(value)
 
     def _take(self, nbytes: int) -> None:
         if self.held + nbytes > self.limit:
@@ -104,7 +115,7 @@ def _forward(name: str) -> property:
 for _name in ("cheap_release", "segment_granularity", "segment_granularity_min", "device_id",
               "device_allocs", "device_frees", "current_stream", "record", "done", "wait",
               "synchronize", "device_reserved", "reset_device_peak", "trim",
-              "places_segments", "attach", "stream_gone"):
+              "places_segments", "attach", "stream_gone", "limit_memory", "total_memory"):
     setattr(LimitingAdaptor, _name, _forward(_name))
 del _name
 
@@ -167,15 +178,7 @@ def device_total(backend: Backend) -> int:
     """Bytes of memory ``backend`` draws from (a host backend: its capacity)."""
     while isinstance(backend, LimitingAdaptor):
         backend = backend.upstream
-    if isinstance(backend, HostBackend):
-        if backend.capacity is None:
-            raise MemoryValueError("cuflow.memory: a fraction limit needs a backend with a "
-                                   "known capacity (HostBackend(capacity=...)), or give the "
-                                   "limit in bytes")
-        return backend.capacity
-    from cupy_backends.cuda.api import runtime  # noqa: PLC0415  (optional dependency)
-
-    return int(runtime.memGetInfo()[1])
+    return backend.total_memory()
 
 
 def _split(text: str, what: str) -> tuple[str, float]:

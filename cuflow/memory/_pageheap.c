@@ -23,6 +23,7 @@ typedef struct {
 typedef struct {
     PyObject_HEAD
     long long capacity, top, live, peak_live, peak_mapped;
+    long long cap_bytes; /* most bytes mapped, where free pages allow (0: none; a limit) */
     double keep;
     unsigned char *map; /* a byte per page: mapped */
     Py_ssize_t npages, mapped;
@@ -326,6 +327,8 @@ map_missing(PageHeap *h, long long *pages, Py_ssize_t k, long long peak)
 {
     double excess = (double)(h->mapped + k) * PAGE - h->keep * (double)peak;
     int rc = 0;
+    if (h->cap_bytes > 0 && (double)(h->mapped + k) * PAGE - (double)h->cap_bytes > excess)
+        excess = (double)(h->mapped + k) * PAGE - (double)h->cap_bytes;
     if (excess > 0) {
         long long e = (long long)excess;
         if (unmap_free(h, (e + PAGE - 1) / PAGE) < 0)
@@ -343,8 +346,13 @@ map_missing(PageHeap *h, long long *pages, Py_ssize_t k, long long peak)
                 Py_XDECREF(et);
                 Py_XDECREF(ev);
                 Py_XDECREF(tb);
-                if (freed > 0)
-                    rc = call_pages(h, s_map_pages, pages, k);
+                if (freed > 0) { /* the pages the refused call did not map, once more */
+                    Py_ssize_t left = 0;
+                    for (Py_ssize_t i = 0; i < k; i++)
+                        if (!h->map[pages[i]])
+                            pages[left++] = pages[i];
+                    rc = left ? call_pages(h, s_map_pages, pages, left) : 0;
+                }
             }
         }
     }
@@ -373,7 +381,7 @@ heap_init(PageHeap *h, PyObject *args, PyObject *kwds)
         PyErr_NoMemory();
         return -1;
     }
-    h->capacity = capacity, h->keep = keep;
+    h->capacity = capacity, h->keep = keep, h->cap_bytes = 0;
     h->top = h->live = h->peak_live = h->peak_mapped = 0;
     h->mapped = h->nfree = 0;
     return 0;
@@ -479,6 +487,11 @@ heap_free(PageHeap *h, PyObject *const *args, Py_ssize_t nargs)
     if (a < 0 || n <= 0 || n > h->top - a)
         return PyErr_Format(PyExc_ValueError, "PageHeap.free: the range at %lld of %lld bytes "
                             "must lie in [0, %lld), the ranges placed", a, n, h->top);
+    Py_ssize_t i = off_index(h, a);
+    if ((i > 0 && h->by_off[i - 1].a + h->by_off[i - 1].n > a)
+        || (i < h->nfree && h->by_off[i].a < a + n))
+        return PyErr_Format(PyExc_ValueError, "PageHeap.free: the range at %lld of %lld bytes "
+                            "must be placed, and it overlaps a free one (freed twice?)", a, n);
     h->live -= n;
     if (release(h, a, n) < 0)
         return NULL;
@@ -486,11 +499,24 @@ heap_free(PageHeap *h, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyObject *
-heap_trim(PageHeap *h, PyObject *Py_UNUSED(ignored))
+heap_trim(PageHeap *h, PyObject *const *args, Py_ssize_t nargs)
 {
+    long long need = -1;
+    if (nargs > 1) {
+        PyErr_SetString(PyExc_TypeError, "PageHeap.trim(pages=None)");
+        return NULL;
+    }
+    if (nargs == 1 && args[0] != Py_None) {
+        need = PyLong_AsLongLong(args[0]);
+        if (need == -1 && PyErr_Occurred())
+            return NULL;
+        if (need < 0)
+            return PyErr_Format(PyExc_ValueError, "PageHeap.trim: pages must be >= 0 or None, "
+                                "got %lld", need);
+    }
     if (h->map == NULL)
         return PyLong_FromLong(0);
-    Py_ssize_t k = unmap_free(h, -1);
+    Py_ssize_t k = unmap_free(h, need);
     return k < 0 ? NULL : PyLong_FromSsize_t(k);
 }
 
@@ -582,7 +608,8 @@ static PyMethodDef heap_methods[] = {
      "alloc(n, demand=0) -> the offset of a new range of n bytes"},
     {"free", (PyCFunction)(void (*)(void))heap_free, METH_FASTCALL,
      "free(a, n): the range back; its pages stay mapped"},
-    {"trim", (PyCFunction)heap_trim, METH_NOARGS, "trim() -> free pages unmapped"},
+    {"trim", (PyCFunction)(void (*)(void))heap_trim, METH_FASTCALL,
+     "trim(pages=None) -> free pages unmapped (every one, or that many)"},
     {"free_pages", (PyCFunction)heap_free_pages, METH_NOARGS,
      "free_pages() -> the mapped pages no live range touches, ascending"},
     {"free_ranges", (PyCFunction)heap_free_ranges, METH_NOARGS,
@@ -600,6 +627,8 @@ static PyMemberDef heap_members[] = {
     {"peak_live", T_LONGLONG, offsetof(PageHeap, peak_live), READONLY, NULL},
     {"peak_mapped", T_LONGLONG, offsetof(PageHeap, peak_mapped), 0,
      "the most pages mapped at once (settable: a peak reset)"},
+    {"cap", T_LONGLONG, offsetof(PageHeap, cap_bytes), 0,
+     "most bytes mapped where free pages allow (0: no cap)"},
     {"mapped_count", T_PYSSIZET, offsetof(PageHeap, mapped), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };

@@ -612,6 +612,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         with self._lock:
             if value is None:
                 self._source = self.backend
+                self.backend.limit_memory(None)
             elif isinstance(self._source, LimitingAdaptor):
                 self._source.limit = value
             else:
@@ -780,7 +781,8 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
                 self._adopt_orphans()
             n = self._release_free_segments(split=True)
             held = self.backend.device_reserved()
-            if n or (held is not None and held[0] > self.reserved):
+            if n or (held is not None and held[0] > self.reserved) or \
+                    self.backend.places_segments:  # (its pages: private segments are not)
                 # (under the lock: no capture starts while it synchronizes the device)
                 self.backend.trim()
             return n

@@ -29,7 +29,7 @@ class WarmupMixin:
         """Segments made inside are kept: any request may split them, and an ordinary miss
         does not release them (:meth:`empty_cache` does, and a miss whose segment the limit
         or the device refuses).  Over a backend that places segments itself (expandable
-        segments) none is kept: the pages stay mapped and serve any later placement, where
+        segments) none is kept: the pages stay mapped and serve later placements, where
         kept segments would fix a placement that varying shapes do not fit."""
         self._warming = not self.backend.places_segments
         try:

@@ -208,9 +208,12 @@ class HeapMachine(RuleBasedStateMachine):
                 out.add(None)
                 assert heap.mapped <= before  # nothing new mapped
                 continue
-            if heap.mapped - before and not demand:  # it mapped: within KEEP x the peak,
-                free = heap.free_pages()  # or no free page was left to unmap
-                assert heap.mapped_count * PAGE <= KEEP * heap.peak_live + PAGE or not free
+            if heap.mapped - before:  # it mapped: within KEEP x the peak and the cap, or
+                free = heap.free_pages()  # no free page was left to unmap
+                if not demand:
+                    assert heap.mapped_count * PAGE <= KEEP * heap.peak_live + PAGE or not free
+                if heap.cap:
+                    assert heap.mapped_count * PAGE <= heap.cap or not free
         assert len(out) == 1, f"the implementations placed {n} bytes apart: {out}"
         a = out.pop()
         if a is not None:
@@ -226,6 +229,12 @@ class HeapMachine(RuleBasedStateMachine):
     @rule()
     def trim(self):
         assert len({heap.trim() for heap in self.heaps}) == 1
+
+    @rule(cap=st.sampled_from([0, 32 * MIB, 96 * MIB]), pages=st.integers(0, 4))
+    def cap_and_trim_some(self, cap, pages):
+        for heap in self.heaps:
+            heap.cap = cap
+        assert len({heap.trim(pages) for heap in self.heaps}) == 1
 
     @invariant()
     def consistent(self):
@@ -295,6 +304,35 @@ class FailingPages(ExpandableEventBackend):
         self.device -= set(range(first, first + count))
 
 
+class CountedPages(FailingPages):
+    """Holds ``pages`` pages of memory; refuses a page mapped twice."""
+
+    def __init__(self, pages):
+        super().__init__()
+        self.pages = pages
+
+    def _map_run(self, first, count):
+        run = set(range(first, first + count))
+        assert not run & self.device, f"pages {sorted(run & self.device)} mapped twice"
+        if len(self.device) + count > self.pages:
+            raise MemoryError("no page")
+        self.device |= run
+
+
+def test_a_refused_mapping_is_retried_on_the_pages_still_unmapped():
+    be = CountedPages(10)
+    a = be.alloc(8 * MIB, 0)  # pages 0-3
+    be.alloc(2 * MIB, 0)  # page 4, live
+    c = be.alloc(2 * MIB, 0)  # page 5
+    be.free(a, 8 * MIB, 0)
+    be.free(c, 2 * MIB, 0)
+    be.heap.unmap_pages([1, 3])  # holes in the free range at 0
+    be.pages = 5
+    # at 0: pages 1 and 3 to map; 3 is refused, page 5 is unmapped, and 3 only is mapped again
+    assert be.alloc(8 * MIB, 0) == be.base
+    assert be.heap.mapped == be.device == {0, 1, 2, 3, 4}
+
+
 def test_a_mapping_refused_partway_leaves_the_heap_as_the_device():
     be = FailingPages()
     a = be.alloc(2 * MIB, 0)
@@ -335,10 +373,50 @@ def test_unmapped_host_pages_give_their_memory_back():
 
 @pytest.mark.parametrize("capacity, error", [("1 GiB", cuflow.memory.MemoryTypeError),
                                              (0, cuflow.memory.MemoryValueError),
-                                             (True, cuflow.memory.MemoryTypeError)])
+                                             (True, cuflow.memory.MemoryTypeError),
+                                             (1 << 63, cuflow.memory.MemoryValueError)])
 def test_capacity_is_checked(capacity, error):
-    with pytest.raises(error, match="capacity must be an int number of bytes > 0"):
+    with pytest.raises(error, match=r"capacity must be an int number of bytes in \(0, 2\*\*46\]"):
         HostExpandableBackend(capacity)
+
+
+def test_a_capacity_the_host_cannot_reserve_says_so(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(_expandable.mmap, "mmap", refuse)
+    with pytest.raises(cuflow.memory.MemoryValueError, match="cannot reserve"):
+        HostExpandableBackend(1 << 40)
+
+
+def test_a_segment_given_back_twice_is_refused():
+    be = ExpandableEventBackend()
+    a = be.alloc(4 * MIB, 0)
+    be.alloc(4 * MIB, 0)
+    be.free(a, 4 * MIB, 0)
+    with pytest.raises(cuflow.memory.DoubleFreeError, match="no segment this backend lends"):
+        be.free(a, 4 * MIB, 0)
+    assert be.alloc(2 * MIB, 0) == a and be.alloc(2 * MIB, 0) == a + 2 * MIB
+
+
+def test_the_pools_limit_caps_the_mapped_pages():
+    pool = Pool(ExpandableEventBackend())
+    pool.free(pool.alloc(128 * MIB))
+    pool.empty_cache = None  # (the limit's own trim, not empty_cache, keeps the cap)
+    b = pool.alloc(40 * MIB)
+    pool.limit = 48 * MIB
+    assert pool.backend.device_reserved()[0] <= 48 * MIB
+    c = pool.alloc(6 * MIB)
+    assert pool.backend.device_reserved()[0] <= 48 * MIB
+    pool.free(b)
+    pool.free(c)
+    pool.limit = None
+    assert pool.backend.heap.cap == 0
+
+
+def test_a_fraction_limit_is_of_the_host_capacity():
+    pool = Pool(HostExpandableBackend(64 * MIB), limit=0.5)
+    assert pool.limit == 32 * MIB
 
 
 def test_a_warmup_keeps_no_segment_over_expandable_segments():
