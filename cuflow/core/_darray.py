@@ -23,6 +23,7 @@ from typing import Any
 import numpy
 
 from ._engine import POW_OPERATOR, cast_op, ew_op
+from ._expr import pow_operator
 from ._fastpath import FILL, GETITEM, INPLACE, OPERATOR, REFLECTED, FastCall
 from .._checks import is_integer
 from .._errors import ArgumentError, ArgumentTypeError, DLPackCopyError
@@ -416,7 +417,7 @@ def _numpy_pow(base_pow):
     """``x ** y`` with NumPy's scalar shortcut: ``x ** 2`` squares, so a bool array gives
     int8 (``power(x, 2)`` gives int64)."""
     def pow_(self, o):
-        if self.dtype == numpy.bool_ and type(o) is int and o == 2:
+        if pow_operator(self, o)[0] == "square":  # (the tracer's rule: _expr.pow_operator)
             return _ns().square(self)
         return base_pow(self, o)
     return pow_

@@ -175,9 +175,8 @@ def limit_of(limit: Any, backend: Backend) -> int | None:
 
 
 def device_total(backend: Backend) -> int:
-    """Bytes of memory ``backend`` draws from (a host backend: its capacity)."""
-    while isinstance(backend, LimitingAdaptor):
-        backend = backend.upstream
+    """Bytes of memory ``backend`` draws from (a host backend: its capacity; an adaptor
+    forwards its upstream's)."""
     return backend.total_memory()
 
 
