@@ -27,10 +27,12 @@ cuflow places the segments itself, in one range of virtual addresses reserved at
   handle to a new stream.  Mapping and unmapping run in relaxed capture mode: they touch
   no stream, so another stream's graph capture goes on.
 
-:class:`PageHeap` is the placement, on offsets; :class:`ExpandableBackend` is the backend
-over it, with pages and events from its subclasses: :class:`VirtualMemoryBackend` (device
-pages through the driver's virtual-memory API, ``CUFLOW_POOL_BACKEND=vmm``) and
-:class:`HostExpandableBackend` (host pages, for tests).
+:class:`PageHeap` is the placement, on offsets, and the streams' ordering (its ``lend`` and
+``give_back`` are the backend's ``alloc`` and ``free``, compiled with it in ``_pageheap.c``);
+:class:`ExpandableBackend` is the backend over it, with pages and events from its
+subclasses: :class:`VirtualMemoryBackend` (device pages through the driver's virtual-memory
+API, ``CUFLOW_POOL_BACKEND=vmm``) and :class:`HostExpandableBackend` (host pages, for
+tests).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import abc
 import bisect
 import contextlib
 import ctypes as C
+import functools
 import mmap
 from collections.abc import Iterator
 from typing import Any
@@ -47,6 +50,7 @@ from .._checks import is_integer
 from .._errors import CudaError
 from ._backends import Backend, _CudaEvents
 from ._env import POOL_HOTPATH
+from ._blocks import DEAD_STREAM
 from ._exceptions import DoubleFreeError, MemoryTypeError, MemoryValueError
 
 try:  # the same placement compiled (_pageheap.c), where the extension was built
@@ -64,6 +68,9 @@ ALIGN = 512
 _MOST = 1 << 46  # most bytes of address space an expandable backend reserves (its page map:
 # a byte a page)  # segments start at multiples of this
 KEEP = 1.25  # mapped bytes stay at most KEEP x the peak live bytes, while free pages allow
+_NOT_READY = 600  # cudaErrorNotReady: an event's work is not done
+_MOST_SPANS = 64  # a stream's spans past this become one span over them
+_MOST_STREAMS = 8  # past this, streams whose work is done are forgotten
 
 
 class PageHeap:
@@ -83,6 +90,34 @@ class PageHeap:
         self.peak_mapped = 0  # pages
         self.live = self.peak_live = 0  # bytes of the live ranges, and their peak
         self._runs: tuple[list[int], list[int]] | None = None  # mapped runs (starts, ends)
+        # the backend's part (lend, give_back): see the module docstring, "Streams"
+        self.base = 0  # the address of offset 0
+        self.state: Any = None  # the pool's counters (peak_requested, requested), or None
+        self._events: tuple | None = None
+        # per stream: one event, recorded after the last of its give-backs whose work may not
+        # be done, and the spans given back there
+        self._pending: dict[int, tuple[Any, list[tuple[int, int]]]] = {}
+        self._gone_key = DEAD_STREAM  # (destroyed streams' give-backs: keys below it)
+
+    @property
+    def events(self) -> tuple | None:
+        """``(create, record, query, wait, sync, destroy)``, or None: work is synchronous.
+
+        ``create()`` gives a new event, ``record(event, stream)`` records it, ``query(event)``
+        gives 0 once its work is done and 600 while it is not (another value is a CUDA
+        error), ``wait(stream, event, 0)`` makes a stream wait for it, ``sync(event)`` waits
+        on the host, ``destroy(event)`` frees it (CuPy's runtime functions, for a device)."""
+        return self._events
+
+    @events.setter
+    def events(self, value: tuple | None) -> None:
+        if value is not None and not (isinstance(value, tuple) and len(value) == 6
+                                      and all(callable(f) for f in value)):
+            raise MemoryTypeError(f"PageHeap.events must be None or a tuple of 6 callables "
+                            f"(create, record, query, wait, sync, destroy), got {value!r}")
+        if value is not None and self._pending:
+            raise MemoryValueError("PageHeap.events: give-backs are pending on the events in use")
+        self._events = value
 
     @property
     def mapped_count(self) -> int:
@@ -260,6 +295,84 @@ class PageHeap:
         """Unmap every free page (or ``pages`` of them); the number unmapped."""
         return self._unmap_free(pages)
 
+    # -- the backend's alloc and free, with the streams' ordering
+    def lend(self, nbytes: int, stream: int) -> int:
+        """The address of a new segment of ``nbytes`` for work on ``stream``, which waits
+        for the work of other streams that gave back ranges under it."""
+        n = max(-(-nbytes // ALIGN) * ALIGN, ALIGN)
+        st = self.state
+        a = self.alloc(n, 0 if st is None else max(st.peak_requested, st.requested + n))
+        p = self._pending
+        if len(p) > 1 or (p and stream not in p):
+            try:
+                self._order(a, a + n, stream)
+            except BaseException:
+                self.free(a, n)  # (placed just now: it goes back)
+                raise
+        return self.base + a
+
+    def give_back(self, ptr: int, nbytes: int, stream: int) -> None:
+        """The segment at ``ptr`` back, after ``stream``'s work so far."""
+        a, n = ptr - self.base, max(-(-nbytes // ALIGN) * ALIGN, ALIGN)
+        ev = self._events
+        if ev is not None:  # recorded before the range goes back: a failed record leaves it
+            if stream not in self._pending:
+                self._pending[stream] = (ev[0](), [])
+            ev[1](self._pending[stream][0], stream)
+        try:
+            self.free(a, n)
+        except ValueError as e:
+            raise DoubleFreeError(f"cuflow.memory: expandable segments: {ptr:#x} of {nbytes} "
+                                  f"bytes is no segment this backend lends: {e}") from None
+        if ev is None:
+            return
+        spans = self._pending[stream][1]
+        if len(spans) == _MOST_SPANS:  # one span over them (waiting for it waits for each)
+            spans[:] = [(min(s[0] for s in spans), max(s[1] for s in spans))]
+        spans.append((a, a + n))
+        if len(self._pending) > _MOST_STREAMS:  # streams come and go: forget those done
+            self._order(0, 0, stream)
+
+    def _order(self, lo: int, hi: int, stream: int) -> None:
+        """Make ``stream`` wait for the give-backs of other streams over ``[lo, hi)`` whose
+        work is not done; forget the streams whose work is (every other one, for an empty
+        range)."""
+        ev = self._events
+        for s, (event, spans) in list(self._pending.items()):
+            if s == stream or (lo < hi and not any(a < hi and lo < b for a, b in spans)):
+                continue
+            status = ev[2](event)
+            if status == 0:
+                ev[5](event)
+                del self._pending[s]
+            elif status != _NOT_READY:
+                raise CudaError(f"cuflow.memory: expandable segments: a query of the event "
+                                f"ordering a range given back returned CUDA status {status}")
+            elif lo < hi:
+                ev[3](stream, event, 0)
+
+    def settle(self, lo: int, hi: int) -> None:
+        """Wait on the host for the work of the streams that gave back ranges over
+        ``[lo, hi)``, and forget them (before their pages are unmapped)."""
+        ev = self._events
+        for s, (event, spans) in list(self._pending.items()):
+            if any(a < hi and lo < b for a, b in spans):
+                ev[4](event)
+                ev[5](event)
+                del self._pending[s]
+
+    def stream_gone(self, stream: int) -> None:
+        """``stream`` was destroyed: its give-backs stay under a key no stream has (CUDA may
+        give its handle to a new stream, which must not take them for its own)."""
+        entry = self._pending.pop(stream, None)
+        if entry is not None:
+            self._gone_key -= 1
+            self._pending[self._gone_key] = entry
+
+    def pending(self) -> dict[int, tuple[Any, list[tuple[int, int]]]]:
+        """{stream: (event, [(lo, hi)])}: the give-backs whose work may not be done."""
+        return {s: (e, list(spans)) for s, (e, spans) in self._pending.items()}
+
 
 def _backend_heap(base: type) -> type:
     class _Heap(base):
@@ -300,22 +413,27 @@ def _runs(pages: list[int]) -> list[tuple[int, int]]:
 
 class ExpandableBackend(Backend):
     """Segments placed by a :class:`PageHeap` in one reserved range at ``self.base`` (see the
-    module docstring); subclasses map and unmap the pages and order the streams."""
+    module docstring); subclasses map and unmap the pages and give the heap its events
+    (:attr:`PageHeap.events`; none: work is synchronous)."""
 
     cheap_release = True
     places_segments = True
     # segments of exactly what a request needs, rounded to a 128 KiB block: the heap, not
     # the pool, owns the rest of a page (bench/test_bench_memory.py::test_trace)
     segment_granularity = 1 << 17
-    base = 0
 
     def __init__(self, capacity: int) -> None:
         self.heap = _HEAPS[CPageHeap or PageHeap](self, capacity)
-        self._state: Any = None
-        # per stream: the ranges freed there whose work may not be done, and one event
-        # recorded after the last of those frees (in stream order it covers them all)
-        self._pending: dict[int, tuple[Any, list[tuple[int, int]]]] = {}
-        self._gone_keys = -1  # (below DEAD_STREAM: keys of destroyed streams' frees)
+        # the heap's own methods, so that a pool's miss calls no Python frame here (a lend
+        # and give-back cost 3.7 us through Python methods: python -m cuflow bench traces,
+        # "cuflow vmm")
+        self.alloc = self.heap.lend
+        self.free = self.heap.give_back
+
+    @property
+    def base(self) -> int:
+        """The address of the reserved range."""
+        return self.heap.base
 
     # -- subclasses: the pages
     @abc.abstractmethod
@@ -326,72 +444,18 @@ class ExpandableBackend(Backend):
     def _unmap_run(self, first: int, count: int) -> None:
         """Unmap ``count`` pages from page ``first``."""
 
-    @abc.abstractmethod
-    def _sync(self, event: Any) -> None:
-        """Wait on the host for ``event``'s work (from :meth:`_record_free`)."""
-
-    def _record_free(self, stream: int, event: Any) -> Any:
-        """An event recorded on ``stream`` now, at a segment's free: ``event``, the
-        stream's pending one, recorded again, or a new one (``None``: work is
-        synchronous)."""
-        return self.record(stream)
-
-    def _free_done(self, event: Any) -> bool:
-        """Whether ``event``'s work is done."""
-        return self.done(event)
-
-    def _forget(self, event: Any) -> None:
-        """``event`` is no longer pending."""
-
     # -- the backend
+    def alloc(self, nbytes: int, stream: int) -> int:  # (the instance's is the heap's)
+        return self.heap.lend(nbytes, stream)
+
+    def free(self, ptr: int, nbytes: int, stream: int) -> None:
+        self.heap.give_back(ptr, nbytes, stream)
+
     def attach(self, state: Any) -> None:
         # the pool's requested bytes: the mapped bytes are kept within KEEP x their peak,
         # not the segments', which hold the pool's free blocks too (python -m cuflow bench
         # traces: S's footprint)
-        self._state = state
-
-    def alloc(self, nbytes: int, stream: int) -> int:
-        n = max(-(-nbytes // ALIGN) * ALIGN, ALIGN)
-        st = self._state
-        a = self.heap.alloc(n, 0 if st is None else max(st.peak_requested, st.requested + n))
-        if self._pending:
-            self._order(a, a + n, stream)
-        return self.base + a
-
-    def free(self, ptr: int, nbytes: int, stream: int) -> None:
-        a = ptr - self.base
-        n = max(-(-nbytes // ALIGN) * ALIGN, ALIGN)
-        try:
-            self.heap.free(a, n)
-        except ValueError as e:
-            raise DoubleFreeError(f"cuflow.memory.{type(self).__name__}.free: {ptr:#x} of "
-                                  f"{nbytes} bytes is no segment this backend lends: "
-                                  f"{e}") from None
-        old, ranges = self._pending.get(stream, (None, []))
-        event = self._record_free(stream, old)
-        if event is None:
-            return
-        if old is not None and event is not old:
-            self._forget(old)
-        ranges.append((a, a + n))
-        if len(ranges) > 64:  # one span over them (waiting for it waits for each of them)
-            ranges[:] = [(min(r[0] for r in ranges), max(r[1] for r in ranges))]
-        self._pending[stream] = (event, ranges)
-        if len(self._pending) > 8:  # streams come and go: forget those whose work is done
-            self._order(0, 0, stream)
-
-    def _order(self, lo: int, hi: int, stream: int) -> None:
-        """Make ``stream`` wait for the frees of other streams over ``[lo, hi)`` whose work
-        is not done; forget the streams whose work is (every other one, for an empty
-        range)."""
-        for s, (event, ranges) in list(self._pending.items()):
-            if s == stream or (lo < hi and not any(a < hi and lo < b for a, b in ranges)):
-                continue
-            if self._free_done(event):
-                del self._pending[s]
-                self._forget(event)
-            elif lo < hi:
-                self.wait(stream, event)
+        self.heap.state = state
 
     def limit_memory(self, limit: int | None) -> None:
         # the pool's limit caps the mapped pages too, where free pages allow, or free pages
@@ -402,24 +466,14 @@ class ExpandableBackend(Backend):
             self.heap.trim(-(-over // PAGE))
 
     def stream_gone(self, stream: int) -> None:
-        # CUDA may give a destroyed stream's handle to a new stream, which must not take the
-        # old one's frees for its own: they go under a key no stream has
-        entry = self._pending.pop(stream, None)
-        if entry is not None:
-            self._gone_keys -= 1
-            self._pending[self._gone_keys] = entry
+        self.heap.stream_gone(stream)
 
     def _map(self, first: int, count: int) -> None:
         self._map_run(first, count)
         self.device_allocs += 1
 
     def _unmap(self, first: int, count: int) -> None:
-        lo, hi = first * PAGE, (first + count) * PAGE
-        for s, (event, ranges) in list(self._pending.items()):
-            if any(a < hi and lo < b for a, b in ranges):  # their last work ends first
-                self._sync(event)
-                del self._pending[s]
-                self._forget(event)
+        self.heap.settle(first * PAGE, (first + count) * PAGE)  # their last work ends first
         self._unmap_run(first, count)
         self.device_frees += 1
 
@@ -464,16 +518,13 @@ class HostExpandableBackend(ExpandableBackend):
                                    f"{capacity} bytes of host address space (capacity): "
                                    f"{e}") from None
         self._view = C.c_char.from_buffer(self._buf)
-        self.base = C.addressof(self._view)
+        self.heap.base = C.addressof(self._view)
 
     def _map_run(self, first: int, count: int) -> None:
         pass  # (the kernel commits a page when it is first written)
 
     def _unmap_run(self, first: int, count: int) -> None:
         self._buf.madvise(mmap.MADV_DONTNEED, first * PAGE, count * PAGE)
-
-    def _sync(self, event: Any) -> None:
-        pass  # (host work is synchronous: :meth:`record` gives no event to wait for)
 
     def total_memory(self) -> int:
         return self.heap.capacity
@@ -544,14 +595,19 @@ class VirtualMemoryBackend(_CudaEvents, ExpandableBackend):
         base = C.c_uint64()
         self._call("cuMemAddressReserve", C.byref(base), C.c_size_t(capacity), C.c_size_t(0),
                    C.c_uint64(0), C.c_uint64(0))
-        self.base = base.value
+        self.heap.base = base.value
         self._handles: dict[int, C.c_uint64] = {}
+        rt = self._rt
+        # CuPy's runtime functions, called by the heap with no Python frame between; one
+        # event per stream, recorded again at each give-back (where a new event cost four
+        # runtime calls)
+        self.heap.events = (functools.partial(rt.eventCreateWithFlags, rt.eventDisableTiming),
+                            rt.eventRecord, rt.eventQuery, rt.streamWaitEvent,
+                            rt.eventSynchronize, rt.eventDestroy)
 
-    def alloc(self, nbytes: int, stream: int) -> int:
-        if not self.base:
-            raise MemoryValueError("cuflow.memory.VirtualMemoryBackend: closed (its address "
-                                   "range was given back); a pool needs a new backend")
-        return super().alloc(nbytes, stream)
+    def _closed(self, nbytes: int, stream: int) -> int:
+        raise MemoryValueError("cuflow.memory.VirtualMemoryBackend: closed (its address "
+                               "range was given back); a pool needs a new backend")
 
     @contextlib.contextmanager
     def _relaxed(self) -> Iterator[None]:
@@ -608,41 +664,16 @@ class VirtualMemoryBackend(_CudaEvents, ExpandableBackend):
         for p in range(first, first + count):
             self._call("cuMemRelease", self._handles.pop(p))
 
-    # one event per stream, recorded again at each free (one runtime call a free, where a
-    # new event cost four: python -m cuflow bench traces, "cuflow vmm")
-    def _record_free(self, stream: int, event: Any) -> Any:
-        rt = self._rt
-        if event is None:
-            event = rt.eventCreateWithFlags(rt.eventDisableTiming)
-        rt.eventRecord(event, stream)
-        return event
-
-    def _free_done(self, event: Any) -> bool:
-        status = self._rt.eventQuery(event)  # (600: not ready; see _CudaEvents.done)
-        if status == 600:
-            return False
-        if status:
-            raise self._rt.CUDARuntimeError(status)
-        return True
-
-    def _sync(self, event: Any) -> None:
-        self._rt.eventSynchronize(event)
-
-    def _forget(self, event: Any) -> None:
-        self._rt.eventDestroy(event)
-
     def close(self) -> None:
         """Unmap every page and give the address range back, once no segment is in use
         (otherwise, and after a first close, nothing)."""
-        if self.base and not self.heap.live:
-            self.heap.trim()
-            self._call("cuMemAddressFree", C.c_uint64(self.base),
-                       C.c_size_t(self.heap.capacity))
-            self.base = 0
-            for event, _ in self._pending.values():
-                self._sync(event)
-                self._forget(event)
-            self._pending.clear()
+        heap = self.heap
+        if heap.base and not heap.live:
+            heap.trim()
+            heap.settle(0, heap.capacity)  # (every give-back's work: none is pending after)
+            self._call("cuMemAddressFree", C.c_uint64(heap.base), C.c_size_t(heap.capacity))
+            heap.base = 0
+            self.alloc = self._closed
 
     def __del__(self) -> None:
         try:

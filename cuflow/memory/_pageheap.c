@@ -7,18 +7,43 @@
  * State: free ranges in two sorted arrays (by offset, for the neighbours; by size then
  * offset, for the fits), one byte per 2 MiB page for what is mapped.  Mapping and unmapping
  * go through the methods map_pages / unmap_pages, which a subclass overrides (the backend
- * maps device pages there) and which call these to record the pages. */
+ * maps device pages there) and which call these to record the pages.
+ *
+ * lend / give_back are the backend's alloc and free whole (the Python PageHeap's twins): the
+ * rounding, the demand read from the pool's counters, and the stream ordering of the ranges
+ * given back (per stream one event, recorded again at each give-back, and the spans given
+ * back there).  The events are the six callables of `events`; for a device they are CuPy's
+ * runtime functions, so a give-back runs no Python frame (a pair lend + give_back cost
+ * 3.7 us through the Python backend, most of a vmm miss: python -m cuflow bench traces). */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
 #include <limits.h>
+#include <string.h>
 
 #define PAGE (2LL << 20)
 
 typedef struct {
     long long a, n; /* offset, size */
 } Range;
+
+typedef struct {
+    long long lo, hi;
+} Span;
+
+typedef struct { /* a stream's give-backs whose work may not be done */
+    long long key;    /* the stream's handle; below -1 once the stream was destroyed */
+    PyObject *event;  /* recorded after the last of them */
+    Span *spans;
+    Py_ssize_t nspans, cap;
+} Pending;
+
+enum { EV_CREATE, EV_RECORD, EV_QUERY, EV_WAIT, EV_SYNC, EV_DESTROY, EV_COUNT };
+#define NOT_READY 600 /* cudaErrorNotReady */
+#define ALIGN 512LL
+#define MOST_SPANS 64 /* a stream's spans past this become one span over them */
+#define MOST_STREAMS 8 /* past this, streams whose work is done are forgotten */
 
 typedef struct {
     PyObject_HEAD
@@ -29,9 +54,13 @@ typedef struct {
     Py_ssize_t npages, mapped;
     Range *by_off, *by_size; /* the free ranges, by offset and by (size, offset) */
     Py_ssize_t nfree, cap;
+    long long base, gone_key;   /* the range's address; the last key of a destroyed stream */
+    PyObject *events, *state;   /* a tuple of EV_COUNT callables or None; the pool's counters */
+    Pending *pend;
+    Py_ssize_t npend, cappend;
 } PageHeap;
 
-static PyObject *s_map_pages, *s_unmap_pages;
+static PyObject *s_map_pages, *s_unmap_pages, *s_requested, *s_peak_requested;
 
 /* ------------------------------------------------------------ free ranges */
 static Py_ssize_t
@@ -384,43 +413,62 @@ heap_init(PageHeap *h, PyObject *args, PyObject *kwds)
     h->capacity = capacity, h->keep = keep, h->cap_bytes = 0;
     h->top = h->live = h->peak_live = h->peak_mapped = 0;
     h->mapped = h->nfree = 0;
+    h->base = 0, h->gone_key = -1; /* (DEAD_STREAM: gone keys lie below it) */
+    return 0;
+}
+
+static int
+heap_traverse(PageHeap *h, visitproc visit, void *arg)
+{
+    Py_VISIT(h->events);
+    Py_VISIT(h->state);
+    for (Py_ssize_t i = 0; i < h->npend; i++)
+        Py_VISIT(h->pend[i].event);
+    return 0;
+}
+
+static int
+heap_clear(PageHeap *h)
+{
+    Py_CLEAR(h->events);
+    Py_CLEAR(h->state);
+    Py_ssize_t n = h->npend;
+    h->npend = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_CLEAR(h->pend[i].event);
+        PyMem_Free(h->pend[i].spans);
+    }
     return 0;
 }
 
 static void
 heap_dealloc(PageHeap *h)
 {
+    PyObject_GC_UnTrack(h);
+    heap_clear(h);
+    PyMem_Free(h->pend);
     PyMem_Free(h->map);
     PyMem_Free(h->by_off);
     PyMem_Free(h->by_size);
     Py_TYPE(h)->tp_free((PyObject *)h);
 }
 
-static PyObject *
-heap_alloc(PageHeap *h, PyObject *args, PyObject *kwds)
+/* a new range of n bytes (demand: the peak the mapped bytes stay within keep x of; 0: the
+ * live ranges'); its offset, or -1 with an exception */
+static long long
+place(PageHeap *h, long long n, long long demand)
 {
-    static char *kwlist[] = {"n", "demand", NULL};
-    long long n, demand = 0, a, b, size;
-    PyObject *demand_obj = NULL;
-    int mapped = 0, over = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "L|O", kwlist, &n, &demand_obj))
-        return NULL;
-    if (demand_obj != NULL) { /* (a Python int of any size: past 2**63 - 1, that) */
-        demand = PyLong_AsLongLongAndOverflow(demand_obj, &over);
-        if (demand == -1 && PyErr_Occurred())
-            return NULL;
-        if (over)
-            demand = over > 0 ? LLONG_MAX : 0;
-    }
+    long long a, b, size;
+    int mapped = 0;
     if (h->map == NULL)
-        return PyErr_Format(PyExc_ValueError, "PageHeap.alloc: the heap was not built");
+        return PyErr_Format(PyExc_ValueError, "PageHeap.alloc: the heap was not built"), -1;
     if (n <= 0)
-        return PyErr_Format(PyExc_ValueError, "PageHeap.alloc: n must be > 0, got %lld", n);
+        return PyErr_Format(PyExc_ValueError, "PageHeap.alloc: n must be > 0, got %lld", n), -1;
     if (n > h->capacity)
         return PyErr_Format(PyExc_MemoryError, "expandable segments: %lld bytes do not fit in "
-                            "the %lld reserved bytes of address space", n, h->capacity);
+                            "the %lld reserved bytes of address space", n, h->capacity), -1;
     if (reserve(h, h->nfree + 2) < 0) /* (the puts below cannot fail then) */
-        return NULL;
+        return -1;
     if (spot(h, n, &a, &b, &size, &mapped)) {
         take(h, starting_at(h, b));
         if (a > b)
@@ -434,7 +482,7 @@ heap_alloc(PageHeap *h, PyObject *args, PyObject *kwds)
         if (n > h->capacity - a)
             return PyErr_Format(PyExc_MemoryError, "expandable segments: %lld bytes do not "
                                 "fit in the %lld reserved bytes of address space", n,
-                                h->capacity);
+                                h->capacity), -1;
         if (t >= 0)
             take(h, t);
         h->top = a + n;
@@ -447,7 +495,7 @@ heap_alloc(PageHeap *h, PyObject *args, PyObject *kwds)
         if (missing == NULL) {
             PyErr_NoMemory();
             (void)release(h, a, n); /* (room reserved above) */
-            return NULL;
+            return -1;
         }
         for (long long p = first; p <= last; p++)
             if (!h->map[p])
@@ -461,15 +509,54 @@ heap_alloc(PageHeap *h, PyObject *args, PyObject *kwds)
                 Py_XDECREF(et);
                 Py_XDECREF(ev);
                 Py_XDECREF(tb);
-                return NULL;
+                return -1;
             }
             PyErr_Restore(et, ev, tb);
-            return NULL;
+            return -1;
         }
     }
     h->live += n;
     h->peak_live = peak;
-    return PyLong_FromLongLong(a);
+    return a;
+}
+
+static PyObject *
+heap_alloc(PageHeap *h, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"n", "demand", NULL};
+    long long n, demand = 0;
+    PyObject *demand_obj = NULL;
+    int over = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "L|O", kwlist, &n, &demand_obj))
+        return NULL;
+    if (demand_obj != NULL) { /* (a Python int of any size: past 2**63 - 1, that) */
+        demand = PyLong_AsLongLongAndOverflow(demand_obj, &over);
+        if (demand == -1 && PyErr_Occurred())
+            return NULL;
+        if (over)
+            demand = over > 0 ? LLONG_MAX : 0;
+    }
+    long long a = place(h, n, demand);
+    return a < 0 ? NULL : PyLong_FromLongLong(a);
+}
+
+/* the range at a of n bytes back to the free ranges; 0, or -1 with a ValueError */
+static int
+unplace(PageHeap *h, long long a, long long n)
+{
+    if (h->map == NULL)
+        return PyErr_Format(PyExc_ValueError, "PageHeap.free: the heap was not built"), -1;
+    if (a < 0 || n <= 0 || n > h->top - a)
+        return PyErr_Format(PyExc_ValueError, "PageHeap.free: the range at %lld of %lld bytes "
+                            "must lie in [0, %lld), the ranges placed", a, n, h->top), -1;
+    Py_ssize_t i = off_index(h, a);
+    if ((i > 0 && h->by_off[i - 1].a + h->by_off[i - 1].n > a)
+        || (i < h->nfree && h->by_off[i].a < a + n))
+        return PyErr_Format(PyExc_ValueError, "PageHeap.free: the range at %lld of %lld bytes "
+                            "must be placed, and it overlaps a free one (freed twice?)", a, n),
+               -1;
+    h->live -= n;
+    return release(h, a, n);
 }
 
 static PyObject *
@@ -482,20 +569,371 @@ heap_free(PageHeap *h, PyObject *const *args, Py_ssize_t nargs)
     long long a = PyLong_AsLongLong(args[0]), n = PyLong_AsLongLong(args[1]);
     if ((a == -1 || n == -1) && PyErr_Occurred())
         return NULL;
-    if (h->map == NULL)
-        return PyErr_Format(PyExc_ValueError, "PageHeap.free: the heap was not built");
-    if (a < 0 || n <= 0 || n > h->top - a)
-        return PyErr_Format(PyExc_ValueError, "PageHeap.free: the range at %lld of %lld bytes "
-                            "must lie in [0, %lld), the ranges placed", a, n, h->top);
-    Py_ssize_t i = off_index(h, a);
-    if ((i > 0 && h->by_off[i - 1].a + h->by_off[i - 1].n > a)
-        || (i < h->nfree && h->by_off[i].a < a + n))
-        return PyErr_Format(PyExc_ValueError, "PageHeap.free: the range at %lld of %lld bytes "
-                            "must be placed, and it overlaps a free one (freed twice?)", a, n);
-    h->live -= n;
-    if (release(h, a, n) < 0)
+    if (unplace(h, a, n) < 0)
         return NULL;
     Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------ stream ordering */
+static PyObject *
+error_class(const char *module, const char *name) /* a cuflow exception class (new ref) */
+{
+    PyObject *m = PyImport_ImportModule(module);
+    if (m == NULL)
+        return NULL;
+    PyObject *c = PyObject_GetAttrString(m, name);
+    Py_DECREF(m);
+    return c;
+}
+
+/* events[which](args...): its result (new reference), or NULL */
+static PyObject *
+ev_call(PageHeap *h, int which, PyObject *const *args, Py_ssize_t nargs)
+{
+    return PyObject_Vectorcall(PyTuple_GET_ITEM(h->events, which), args, nargs, NULL);
+}
+
+static int
+ev_call0(PageHeap *h, int which, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *r = ev_call(h, which, args, nargs);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* whether event's work is done: 1, 0, or -1 with a CudaError */
+static int
+ev_done(PageHeap *h, PyObject *event)
+{
+    PyObject *r = ev_call(h, EV_QUERY, &event, 1);
+    if (r == NULL)
+        return -1;
+    long status = PyLong_AsLong(r);
+    Py_DECREF(r);
+    if (status == -1 && PyErr_Occurred())
+        return -1;
+    if (status == 0 || status == NOT_READY)
+        return status == 0;
+    PyObject *c = error_class("cuflow._errors", "CudaError");
+    if (c != NULL) {
+        PyErr_Format(c, "cuflow.memory: expandable segments: a query of the event ordering "
+                     "a range given back returned CUDA status %ld", status);
+        Py_DECREF(c);
+    }
+    return -1;
+}
+
+static Py_ssize_t
+find_pending(PageHeap *h, long long key)
+{
+    for (Py_ssize_t i = 0; i < h->npend; i++)
+        if (h->pend[i].key == key)
+            return i;
+    return -1;
+}
+
+static int
+overlaps(Pending *p, long long lo, long long hi)
+{
+    for (Py_ssize_t j = 0; j < p->nspans; j++)
+        if (p->spans[j].lo < hi && lo < p->spans[j].hi)
+            return 1;
+    return 0;
+}
+
+/* forget pending entry i (its event destroyed); 0, or -1 (the entry stays) */
+static int
+drop_pending(PageHeap *h, Py_ssize_t i)
+{
+    PyObject *event = h->pend[i].event;
+    Py_INCREF(event);
+    int rc = ev_call0(h, EV_DESTROY, &event, 1);
+    if (rc == 0) { /* (the callback may have moved the entries: find it again) */
+        for (i = 0; i < h->npend && h->pend[i].event != event; i++)
+            ;
+        if (i < h->npend) {
+            Py_DECREF(h->pend[i].event);
+            PyMem_Free(h->pend[i].spans);
+            memmove(h->pend + i, h->pend + i + 1, (h->npend - i - 1) * sizeof(Pending));
+            h->npend--;
+        }
+    }
+    Py_DECREF(event);
+    return rc;
+}
+
+/* make stream wait for the give-backs of other streams over [lo, hi) whose work is not done;
+ * forget the streams whose work is (every other one, for an empty range) */
+static int
+order(PageHeap *h, long long lo, long long hi, long long stream)
+{
+    Py_ssize_t i = 0;
+    while (i < h->npend) {
+        Pending *p = &h->pend[i];
+        if (p->key == stream || (lo < hi && !overlaps(p, lo, hi))) {
+            i++;
+            continue;
+        }
+        PyObject *event = p->event;
+        Py_INCREF(event);
+        int done = ev_done(h, event);
+        int rc = done;
+        if (done == 1) {
+            rc = drop_pending(h, i);
+        }
+        else if (done == 0) {
+            i++;
+            if (lo < hi) {
+                PyObject *args[3] = {PyLong_FromLongLong(stream), event, NULL};
+                args[2] = PyLong_FromLong(0);
+                rc = args[0] == NULL || args[2] == NULL ? -1 : ev_call0(h, EV_WAIT, args, 3);
+                Py_XDECREF(args[0]);
+                Py_XDECREF(args[2]);
+            }
+        }
+        Py_DECREF(event);
+        if (rc < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* wait on the host for the work of the streams that gave back ranges over [lo, hi), and
+ * forget them (before their pages are unmapped) */
+static int
+settle(PageHeap *h, long long lo, long long hi)
+{
+    Py_ssize_t i = 0;
+    while (i < h->npend) {
+        if (!overlaps(&h->pend[i], lo, hi)) {
+            i++;
+            continue;
+        }
+        PyObject *event = h->pend[i].event;
+        Py_INCREF(event);
+        int rc = ev_call0(h, EV_SYNC, &event, 1);
+        Py_DECREF(event);
+        if (rc < 0 || drop_pending(h, i) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static long long
+rounded(long long nbytes)
+{
+    return nbytes <= ALIGN ? ALIGN : (nbytes + ALIGN - 1) / ALIGN * ALIGN;
+}
+
+/* the arguments named names[0..want) (positional, then keywords) as long longs */
+static int
+fast_ll(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, Py_ssize_t want,
+        const char *const *names, const char *sig, long long *out)
+{
+    PyObject *got[4] = {NULL, NULL, NULL, NULL};
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (nargs > want)
+        goto bad;
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        got[i] = args[i];
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        const char *name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, k));
+        Py_ssize_t i = 0;
+        if (name == NULL)
+            return -1;
+        while (i < want && strcmp(name, names[i]) != 0)
+            i++;
+        if (i == want || got[i] != NULL)
+            goto bad;
+        got[i] = args[nargs + k];
+    }
+    for (Py_ssize_t i = 0; i < want; i++) {
+        if (got[i] == NULL)
+            goto bad;
+        out[i] = PyLong_AsLongLong(got[i]);
+        if (out[i] == -1 && PyErr_Occurred())
+            return -1;
+    }
+    return 0;
+bad:
+    PyErr_Format(PyExc_TypeError, "%s: the arguments are %s", sig, sig);
+    return -1;
+}
+
+static const char *const LEND_ARGS[] = {"nbytes", "stream"};
+static const char *const GIVE_BACK_ARGS[] = {"ptr", "nbytes", "stream"};
+static const char *const SETTLE_ARGS[] = {"lo", "hi"};
+
+static int
+state_ll(PyObject *state, PyObject *name, long long *out)
+{
+    PyObject *v = PyObject_GetAttr(state, name);
+    if (v == NULL)
+        return -1;
+    *out = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+static PyObject *
+heap_lend(PageHeap *h, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    long long v[2], demand = 0;
+    if (fast_ll(args, nargs, kwnames, 2, LEND_ARGS, "PageHeap.lend(nbytes, stream)", v) < 0)
+        return NULL;
+    long long n = rounded(v[0]), stream = v[1];
+    if (h->state != NULL && h->state != Py_None) {
+        long long peak, req;
+        if (state_ll(h->state, s_peak_requested, &peak) < 0
+            || state_ll(h->state, s_requested, &req) < 0)
+            return NULL;
+        demand = peak > req + n ? peak : req + n;
+    }
+    long long a = place(h, n, demand);
+    if (a < 0)
+        return NULL;
+    if (h->npend > 1 || (h->npend == 1 && h->pend[0].key != stream)) {
+        if (order(h, a, a + n, stream) < 0) {
+            PyObject *et, *ev, *tb;
+            PyErr_Fetch(&et, &ev, &tb);
+            (void)unplace(h, a, n); /* (placed just now: it goes back) */
+            PyErr_Restore(et, ev, tb);
+            return NULL;
+        }
+    }
+    return PyLong_FromLongLong(h->base + a);
+}
+
+static PyObject *
+heap_give_back(PageHeap *h, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    long long v[3];
+    if (fast_ll(args, nargs, kwnames, 3, GIVE_BACK_ARGS,
+                "PageHeap.give_back(ptr, nbytes, stream)", v) < 0)
+        return NULL;
+    long long a = v[0] - h->base, n = rounded(v[1]), stream = v[2];
+    if (h->events != NULL && h->events != Py_None) {
+        /* recorded before the range goes back: a failed record leaves it placed */
+        Py_ssize_t i = find_pending(h, stream);
+        if (i < 0) {
+            if (h->npend == h->cappend) {
+                Py_ssize_t cap = h->cappend ? 2 * h->cappend : 4;
+                Pending *q = PyMem_Realloc(h->pend, cap * sizeof(Pending));
+                if (q == NULL)
+                    return PyErr_NoMemory();
+                h->pend = q, h->cappend = cap;
+            }
+            PyObject *event = ev_call(h, EV_CREATE, NULL, 0);
+            if (event == NULL)
+                return NULL;
+            i = h->npend++;
+            h->pend[i] = (Pending){stream, event, NULL, 0, 0};
+        }
+        PyObject *sargs[2] = {h->pend[i].event, PyLong_FromLongLong(stream)};
+        if (sargs[1] == NULL)
+            return NULL;
+        Py_INCREF(sargs[0]);
+        int rc = ev_call0(h, EV_RECORD, sargs, 2);
+        Py_DECREF(sargs[0]);
+        Py_DECREF(sargs[1]);
+        if (rc < 0)
+            return NULL;
+    }
+    if (unplace(h, a, n) < 0) {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyObject *c = error_class("cuflow.memory._exceptions", "DoubleFreeError");
+        if (c != NULL) {
+            PyObject *msg = ev == NULL ? NULL : PyObject_Str(ev);
+            PyErr_Format(c, "cuflow.memory: expandable segments: 0x%llx of %lld bytes is no "
+                         "segment this backend lends: %U", (unsigned long long)v[0], v[1],
+                         msg);
+            Py_XDECREF(msg);
+            Py_DECREF(c);
+        }
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+        return NULL;
+    }
+    if (h->events == NULL || h->events == Py_None)
+        Py_RETURN_NONE;
+    Py_ssize_t i = find_pending(h, stream);
+    if (i >= 0) {
+        Pending *p = &h->pend[i];
+        if (p->nspans == MOST_SPANS) { /* one span over them: waiting for it waits for each */
+            Span all = p->spans[0];
+            for (Py_ssize_t j = 1; j < p->nspans; j++) {
+                if (p->spans[j].lo < all.lo)
+                    all.lo = p->spans[j].lo;
+                if (p->spans[j].hi > all.hi)
+                    all.hi = p->spans[j].hi;
+            }
+            p->spans[0] = all;
+            p->nspans = 1;
+        }
+        if (p->nspans == p->cap) {
+            Py_ssize_t cap = p->cap ? 2 * p->cap : 4;
+            Span *q = PyMem_Realloc(p->spans, cap * sizeof(Span));
+            if (q == NULL)
+                return PyErr_NoMemory();
+            p->spans = q, p->cap = cap;
+        }
+        p->spans[p->nspans++] = (Span){a, a + n};
+    }
+    if (h->npend > MOST_STREAMS && order(h, 0, 0, stream) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+heap_settle(PageHeap *h, PyObject *const *args, Py_ssize_t nargs)
+{
+    long long v[2];
+    if (fast_ll(args, nargs, NULL, 2, SETTLE_ARGS, "PageHeap.settle(lo, hi)", v) < 0)
+        return NULL;
+    if (h->events != NULL && h->events != Py_None && settle(h, v[0], v[1]) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+heap_stream_gone(PageHeap *h, PyObject *arg)
+{
+    long long stream = PyLong_AsLongLong(arg);
+    if (stream == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t i = find_pending(h, stream);
+    if (i >= 0) { /* last, under its new key (the Python heap's dict order) */
+        Pending p = h->pend[i];
+        memmove(h->pend + i, h->pend + i + 1, (h->npend - i - 1) * sizeof(Pending));
+        p.key = --h->gone_key;
+        h->pend[h->npend - 1] = p;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+heap_pending(PageHeap *h, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *d = PyDict_New();
+    for (Py_ssize_t i = 0; d != NULL && i < h->npend; i++) {
+        PyObject *lst = PyList_New(h->pend[i].nspans), *k = PyLong_FromLongLong(h->pend[i].key);
+        for (Py_ssize_t j = 0; lst != NULL && j < h->pend[i].nspans; j++) {
+            PyObject *t = Py_BuildValue("(LL)", h->pend[i].spans[j].lo, h->pend[i].spans[j].hi);
+            if (t == NULL)
+                Py_CLEAR(lst);
+            else
+                PyList_SET_ITEM(lst, j, t);
+        }
+        PyObject *t = lst == NULL ? NULL : PyTuple_Pack(2, h->pend[i].event, lst);
+        if (t == NULL || k == NULL || PyDict_SetItem(d, k, t) < 0)
+            Py_CLEAR(d);
+        Py_XDECREF(t);
+        Py_XDECREF(k);
+        Py_XDECREF(lst);
+    }
+    return d;
 }
 
 static PyObject *
@@ -616,6 +1054,16 @@ static PyMethodDef heap_methods[] = {
      "free_ranges() -> [(offset, size)] ascending"},
     {"map_pages", (PyCFunction)heap_map_pages, METH_O, "record pages as mapped"},
     {"unmap_pages", (PyCFunction)heap_unmap_pages, METH_O, "record pages as unmapped"},
+    {"lend", (PyCFunction)(void (*)(void))heap_lend, METH_FASTCALL | METH_KEYWORDS,
+     "lend(nbytes, stream) -> the address of a new segment (the backend's alloc)"},
+    {"give_back", (PyCFunction)(void (*)(void))heap_give_back, METH_FASTCALL | METH_KEYWORDS,
+     "give_back(ptr, nbytes, stream): a segment back (the backend's free)"},
+    {"settle", (PyCFunction)(void (*)(void))heap_settle, METH_FASTCALL,
+     "settle(lo, hi): wait for the work of the streams that gave back ranges over [lo, hi)"},
+    {"stream_gone", (PyCFunction)heap_stream_gone, METH_O,
+     "stream_gone(stream): its give-backs stay under a key no stream has"},
+    {"pending", (PyCFunction)heap_pending, METH_NOARGS,
+     "pending() -> {stream: (event, [(lo, hi)])}, the give-backs whose work may not be done"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -630,11 +1078,50 @@ static PyMemberDef heap_members[] = {
     {"cap", T_LONGLONG, offsetof(PageHeap, cap_bytes), 0,
      "most bytes mapped where free pages allow (0: no cap)"},
     {"mapped_count", T_PYSSIZET, offsetof(PageHeap, mapped), READONLY, NULL},
+    {"base", T_LONGLONG, offsetof(PageHeap, base), 0, "the address of offset 0"},
+    {"state", T_OBJECT, offsetof(PageHeap, state), 0,
+     "the pool's counters (peak_requested, requested), or None"},
     {NULL, 0, 0, 0, NULL},
 };
 
+static PyObject *
+heap_get_events(PageHeap *h, void *Py_UNUSED(closure))
+{
+    PyObject *e = h->events == NULL ? Py_None : h->events;
+    Py_INCREF(e);
+    return e;
+}
+
+static int
+heap_set_events(PageHeap *h, PyObject *value, void *Py_UNUSED(closure))
+{
+    if (value == NULL)
+        value = Py_None;
+    if (value != Py_None) {
+        int ok = PyTuple_Check(value) && PyTuple_GET_SIZE(value) == EV_COUNT;
+        for (Py_ssize_t i = 0; ok && i < EV_COUNT; i++)
+            ok = PyCallable_Check(PyTuple_GET_ITEM(value, i));
+        if (!ok) {
+            PyErr_Format(PyExc_TypeError, "PageHeap.events must be None or a tuple of %d "
+                         "callables (create, record, query, wait, sync, destroy), got %R",
+                         EV_COUNT, value);
+            return -1;
+        }
+        if (h->npend) {
+            PyErr_SetString(PyExc_ValueError, "PageHeap.events: give-backs are pending on "
+                            "the events in use");
+            return -1;
+        }
+    }
+    Py_INCREF(value);
+    Py_XSETREF(h->events, value);
+    return 0;
+}
+
 static PyGetSetDef heap_getset[] = {
     {"mapped", (getter)heap_get_mapped, NULL, "the mapped pages (a new set)", NULL},
+    {"events", (getter)heap_get_events, (setter)heap_set_events,
+     "(create, record, query, wait, sync, destroy), or None: work is synchronous", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -643,7 +1130,9 @@ static PyTypeObject PageHeapType = {
     .tp_name = "cuflow.memory._hotpath.PageHeap",
     .tp_doc = "Expandable segments' placement (cuflow.memory._expandable.PageHeap) in C.",
     .tp_basicsize = sizeof(PageHeap),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)heap_traverse,
+    .tp_clear = (inquiry)heap_clear,
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)heap_init,
     .tp_dealloc = (destructor)heap_dealloc,
@@ -657,6 +1146,8 @@ add_pageheap(PyObject *m)
 {
     if ((s_map_pages = PyUnicode_InternFromString("map_pages")) == NULL
         || (s_unmap_pages = PyUnicode_InternFromString("unmap_pages")) == NULL
+        || (s_requested = PyUnicode_InternFromString("requested")) == NULL
+        || (s_peak_requested = PyUnicode_InternFromString("peak_requested")) == NULL
         || PyType_Ready(&PageHeapType) < 0)
         return -1;
     Py_INCREF(&PageHeapType);

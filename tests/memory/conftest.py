@@ -53,12 +53,34 @@ class EventBackend(FakeEvents, HostBackend):
 
 
 class ExpandableEventBackend(FakeEvents, HostExpandableBackend):
-    """Expandable segments over host memory with :class:`FakeEvents`."""
+    """Expandable segments over host memory with :class:`FakeEvents`, in the heap's form
+    (``PageHeap.events``: an event is created once and recorded again)."""
 
     def __init__(self, capacity=256 << 20):
         super().__init__(capacity)
         self.events = []
         self.waits = []
+        self.heap.events = (self._create, self._record, self._query, self.wait, self._sync,
+                            self._destroy)
+
+    def _create(self):
+        ev = {"stream": None, "done": True, "polls": 0, "destroyed": False}
+        self.events.append(ev)
+        return ev
+
+    def _record(self, event, stream):
+        assert not event["destroyed"], "a destroyed event recorded"
+        event.update(stream=stream, done=False, polls=0)
+
+    def _query(self, event):
+        return 0 if self.done(event) else 600
+
+    def _destroy(self, event):
+        event["destroyed"] = True
+
+    def wait(self, stream, event, flags=0):
+        assert not event.get("destroyed"), "a destroyed event waited for"
+        super().wait(stream, event)
 
 
 def fill(b, byte):

@@ -256,6 +256,150 @@ HeapMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=60
 test_heap_state_machine = HeapMachine.TestCase
 
 
+class LoggedEvents:
+    """Events as a heap takes them (``PageHeap.events``), logging every call; an event's
+    work is done when the test says so."""
+
+    def __init__(self):
+        self.log, self.made = [], 0
+
+    def calls(self):
+        def create():
+            self.made += 1
+            ev = {"id": self.made, "done": True, "destroyed": False}
+            self.log.append(("create", ev["id"]))
+            return ev
+
+        def record(ev, stream):
+            assert not ev["destroyed"]
+            ev["done"] = False
+            self.log.append(("record", ev["id"], stream))
+
+        def query(ev):
+            assert not ev["destroyed"]
+            return 0 if ev["done"] else 600
+
+        def wait(stream, ev, flags):
+            assert not ev["destroyed"] and flags == 0
+            self.log.append(("wait", stream, ev["id"]))
+
+        def sync(ev):
+            ev["done"] = True
+            self.log.append(("sync", ev["id"]))
+
+        def destroy(ev):
+            ev["destroyed"] = True
+            self.log.append(("destroy", ev["id"]))
+
+        return create, record, query, wait, sync, destroy
+
+
+class StreamOrderMachine(RuleBasedStateMachine):
+    """Segments lent and given back on random streams, streams destroyed, work completed
+    and pages trimmed, every implementation side by side: the same addresses, the same
+    event calls in the same order (which stream waits for which), the same pending
+    give-backs; a segment placed over a range another stream gave back, whose work is not
+    done, is never lent before its stream waits for that work."""
+
+    def __init__(self):
+        super().__init__()
+        self.heaps, self.events = [], []
+        for base in IMPLEMENTATIONS.values():
+
+            class Settling(base):  # as the backend's heap: a page's give-backs settle first
+                def unmap_pages(self, pages):
+                    for first, count in _expandable._runs(pages):
+                        self.settle(first * PAGE, (first + count) * PAGE)
+                    super().unmap_pages(pages)
+
+            heap, ev = Settling(physical=120), LoggedEvents()
+            heap.base, heap.events = 1 << 40, ev.calls()
+            self.heaps.append(heap)
+            self.events.append(ev)
+        self.live = []
+
+    def _same(self, results):
+        assert len(set(results)) == 1, f"the implementations differ: {results}"
+        first = self.events[0].log
+        assert all(e.log == first for e in self.events), [e.log[-6:] for e in self.events]
+        return results[0]
+
+    @rule(n=st.integers(1, 12 * MIB // 512).map(lambda k: k * 512),
+          stream=st.sampled_from([0, 7, 8, 9]))
+    def lend(self, n, stream):
+        before = len(self.events[0].log)
+        out = []
+        for heap in self.heaps:
+            pend = {s: (ev["id"], spans) for s, (ev, spans) in heap.pending().items()
+                    if s != stream and not ev["done"]}
+            try:
+                ptr = heap.lend(n, stream)
+            except MemoryError:
+                out.append(None)
+                continue
+            out.append(ptr)
+            a = ptr - heap.base
+            since = self.events[0].log[before:]
+            for ev_id, spans in pend.values():  # work over the range not done: waited for
+                if any(lo < a + n and a < hi for lo, hi in spans):
+                    assert ("wait", stream, ev_id) in since or ("sync", ev_id) in since
+        ptr = self._same(out)
+        if ptr is not None:
+            self.live.append((ptr, n, stream))
+
+    @precondition(lambda self: self.live)
+    @rule(i=st.integers(0, 1 << 30), other=st.sampled_from([None, 0, 7]))
+    def give_back(self, i, other):
+        ptr, n, stream = self.live.pop(i % len(self.live))
+        stream = stream if other is None else other  # (the pool gives back on any stream)
+        for heap in self.heaps:
+            heap.give_back(ptr, n, stream)
+        self._same([0])
+
+    @rule(stream=st.sampled_from([7, 8, 9]))
+    def stream_gone(self, stream):
+        for heap in self.heaps:
+            heap.stream_gone(stream)
+        self._same([0])
+
+    @rule()
+    def work_done(self):
+        for heap in self.heaps:
+            for ev, _ in heap.pending().values():
+                ev["done"] = True
+
+    @rule(pages=st.integers(0, 8))
+    def trim(self, pages):
+        self._same([heap.trim(pages) for heap in self.heaps])
+
+    @invariant()
+    def same_pending(self):
+        views = [{s: (ev["id"], spans) for s, (ev, spans) in heap.pending().items()}
+                 for heap in self.heaps]
+        assert all(v == views[0] for v in views), views
+        for heap in self.heaps:  # nothing pending over an unmapped page
+            for _, spans in heap.pending().values():
+                for lo, hi in spans:
+                    assert pages_of(lo, hi - lo) <= heap.mapped
+
+
+StreamOrderMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=60,
+                                                deadline=None)
+test_stream_order_state_machine = StreamOrderMachine.TestCase
+
+
+def test_a_heaps_events_are_six_callables_or_none():
+    for make in IMPLEMENTATIONS.values():
+        heap = make()
+        with pytest.raises(TypeError, match="6 callables"):
+            heap.events = (print,) * 5
+        heap.events = LoggedEvents().calls()
+        heap.give_back(heap.lend(4 * MIB, 1), 4 * MIB, 1)
+        with pytest.raises(ValueError, match="pending"):
+            heap.events = LoggedEvents().calls()
+        heap.events = None  # (work is synchronous: nothing to order)
+
+
 def test_a_segment_on_another_streams_freed_range_waits_for_it():
     be = ExpandableEventBackend()
     a = be.alloc(4 * MIB, stream=1)
@@ -272,7 +416,7 @@ def test_frees_on_many_streams_are_forgotten_once_done():
     for s in range(1, 40):  # streams come and go, each freeing a segment
         be.free(be.alloc(2 * MIB, stream=s), 2 * MIB, stream=s)
         be.finish_all()
-    assert len(be._pending) <= 9
+    assert len(be.heap.pending()) <= 9
     a = be.alloc(2 * MIB, stream=1)
     be.free(a, 2 * MIB, stream=1)
     b = be.alloc(2 * MIB, stream=1)  # its own stream's free: in stream order, no wait
