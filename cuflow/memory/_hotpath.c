@@ -673,7 +673,7 @@ typedef struct {
 
 static PyObject *s_segment_granularity_min, *s_gone, *s_watched, *s_on_new_stream,
     *s_capturing, *s_backend, *s_cheap_release, *s_segment_granularity, *s_recording,
-    *s_source, *s_pending, *s_deferred, *s_orphans, *s_warming, *s_misses, *s_segments,
+    *s_source, *s_pending, *s_deferred, *s_orphans, *s_warming, *s_misses, *s_segments, *s_whole,
     *s_alloc, *s_free;
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
@@ -1086,6 +1086,17 @@ insert_free(HotAlloc *self, PyObject *b)
             Py_XSETREF(SLOT(nn, self->off[B_PREV]), Py_NewRef(b));
     }
     r = fl_push(self, fl, b);
+    if (r == 0 && SLOT(b, self->off[B_PREV]) == Py_None && SLOT(b, self->off[B_NEXT]) == Py_None) {
+        /* wholly free: a candidate for the next miss's release (Pool._whole) */
+        PyObject *whole = PyDict_GetItemWithError(self->attrs, s_whole);
+        if (whole == NULL || !PyDict_Check(whole)) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "the pool's _whole must be a dict");
+            r = -1;
+        }
+        else
+            r = PyDict_SetItem(whole, SLOT(seg, self->xoff[S_PTR]), seg);
+    }
 done2:
     Py_DECREF(p);
     Py_DECREF(n);
@@ -1313,24 +1324,29 @@ restore_exception(PyObject *exc)
 #endif
 }
 
-/* Pool._release_free_segments(kept=False) for the general pool: its wholly free segments,
- * except those a warm-up kept, go back to the source.  A segment used by several streams
- * goes through Pool._release_segment (events order its release after their work). */
+/* Pool._release_whole: the general pool's wholly free segments, except those a warm-up
+ * kept, go back to the source; they are found among those that became wholly free since the
+ * last miss (Pool._whole).  A segment used by several streams goes through
+ * Pool._release_segment (events order its release after their work). */
 static int
 release_free_segments(HotAlloc *self, PyObject *source)
 {
     PyObject *segs = PyDict_GetItemWithError(self->attrs, s_segments);
-    if (segs == NULL || !PyDict_Check(segs)) {
+    PyObject *whole = segs == NULL ? NULL : PyDict_GetItemWithError(self->attrs, s_whole);
+    if (segs == NULL || !PyDict_Check(segs) || whole == NULL || !PyDict_Check(whole)) {
         if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "the pool's _segments must be a dict");
+            PyErr_SetString(PyExc_TypeError, "the pool's _segments and _whole must be dicts");
         return -1;
     }
-    PyObject *found = PyList_New(0);
-    if (found == NULL)
+    PyObject *found = PyList_New(0), *cands = PyDict_Values(whole);
+    if (found == NULL || cands == NULL) {
+        Py_XDECREF(found);
+        Py_XDECREF(cands);
         return -1;
-    Py_ssize_t pos = 0;
-    PyObject *k, *seg;
-    while (PyDict_Next(segs, &pos, &k, &seg)) {
+    }
+    PyDict_Clear(whole); /* (what the releases below make wholly free stays for the next) */
+    for (Py_ssize_t c = 0; c < PyList_GET_SIZE(cands); c++) {
+        PyObject *seg = PyList_GET_ITEM(cands, c);
         if (Py_TYPE(seg) != (PyTypeObject *)self->segment_type)
             continue;
         PyObject *b = SLOT(seg, self->xoff[S_FIRST]), *keep = SLOT(seg, self->xoff[S_KEEP]);
@@ -1349,11 +1365,17 @@ release_free_segments(HotAlloc *self, PyObject *source)
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(found); i++) {
         PyObject *b = PyList_GET_ITEM(found, i), *seg = SLOT(b, self->off[B_SEG]);
         /* checked again: Python code run by an earlier release (a finalizer) may have used
-         * the pool since, as Pool._release_free_segments checks each segment in turn */
+         * the pool since, as Pool._release_whole checks each segment in turn */
         if (SLOT(b, self->off[B_NEXT]) != Py_None || SLOT(b, self->off[B_FREE]) != Py_True
             || SLOT(b, self->off[B_QUICK]) != Py_False || SLOT(b, self->off[B_EVENTS]) != Py_None
             || SLOT(seg, self->xoff[S_FIRST]) != b)
             continue;
+        PyObject *held = PyDict_GetItemWithError(segs, SLOT(seg, self->xoff[S_PTR]));
+        if (held != seg) { /* released already (a stale candidate) */
+            if (PyErr_Occurred())
+                goto fail;
+            continue;
+        }
         PyObject *stream = SLOT(b, self->off[B_STREAM]), *streams = SLOT(seg, self->xoff[S_STREAMS]);
         PyObject *fl = get_list(self, Py_None, stream), *r;
         if (fl == NULL)
@@ -1387,9 +1409,11 @@ release_free_segments(HotAlloc *self, PyObject *source)
         self->st->num_segment_free++;
     }
     Py_DECREF(found);
+    Py_DECREF(cands);
     return 0;
 fail:
     Py_DECREF(found);
+    Py_DECREF(cands);
     return -1;
 }
 
@@ -2472,6 +2496,7 @@ PyInit__hotpath(void)
     INTERN(s_warming, "_warming");
     INTERN(s_misses, "misses");
     INTERN(s_segments, "_segments");
+    INTERN(s_whole, "_whole");
     INTERN(s_alloc, "alloc");
     INTERN(s_free, "free");
 #undef INTERN

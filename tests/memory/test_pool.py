@@ -15,7 +15,9 @@ import cuflow
 from cuflow.bench import _traces
 from cuflow.memory import HostBackend, Pool, round_size, size_class
 
-from .conftest import DeviceBytes, assert_consistent, check, fill
+from .conftest import DeviceBytes, EventBackend, assert_consistent, check, fill
+
+MIB = 1 << 20
 
 
 def test_round_size_and_classes():
@@ -442,3 +444,29 @@ def test_free_ptr_refuses_what_is_no_pointer():
         pool.free_ptr([1])
     with pytest.raises(cuflow.memory.DoubleFreeError, match="0x10"):
         pool.free_ptr(16)
+
+
+@settings(max_examples=40, deadline=None)
+@given(ops=st.lists(st.tuples(st.booleans(), st.integers(1, 40), st.integers(0, 1 << 20)),
+                    min_size=1, max_size=80))
+def test_a_miss_releases_every_wholly_free_segment(ops):
+    """A miss finds the wholly free segments among those that became so since the last one;
+    it must release each of them, as a look at every segment would (kept ones stay)."""
+    backend = EventBackend()
+    backend.cheap_release = True  # (a miss releases: the driver pool's rule)
+    pool = Pool(backend)
+    pool.warmup([3 * MIB])  # one kept segment, never released by a miss
+    live = []
+    for alloc, mib, pick in ops:
+        if alloc or not live:
+            pool._settle()  # the exact-size cache coalesced: what a miss sees
+            whole = {p for p, seg in pool._segments.items() if not seg.keep
+                     and seg.first.next is None and seg.first.free and not seg.first.quick}
+            misses = pool.stats()["cache_misses"]
+            b = pool.alloc(mib * 100_000)
+            if pool.stats()["cache_misses"] > misses:
+                assert not whole & set(pool._segments), "a wholly free segment stayed"
+            live.append(b)
+        else:
+            pool.free(live.pop(pick % len(live)))
+    assert any(seg.keep for seg in pool._segments.values())
