@@ -46,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
                          "installed cuflow refuses it)")
     pb.add_argument("--variants", action="store_true",
                     help="with traces: also cuflow's pool with whole 64 MiB granules")
+    pb.add_argument("--rounds", type=int, metavar="N",
+                    help="with traces: alternated rounds, whose medians are reported "
+                         "(default 3; 1 with --quick)")
     args = p.parse_args(argv)
     if args.cmd is None:  # no verb: say what the verbs are
         p.print_help()
@@ -118,9 +121,12 @@ def _run(args: argparse.Namespace, pb: argparse.ArgumentParser) -> int:
             pb.error(f"--from-json: {args.from_json}: {bad}")
     if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
         pb.error("--plot needs matplotlib: python3 -m pip install matplotlib")
-    if args.section != "traces" and (args.record or args.variants):
-        pb.error("--record and --variants go with the traces section: "
-                "python -m cuflow bench traces --record")
+    if args.section != "traces" and (args.record or args.variants or args.rounds is not None):
+        pb.error("--record, --variants and --rounds go with the traces section: "
+                 "python -m cuflow bench traces --record")
+    if args.rounds is not None and (args.rounds < 1 or args.quick):
+        pb.error(f"--rounds must be at least 1, and goes without --quick, got {args.rounds}"
+                 + (" with --quick" if args.quick else ""))
     if args.record:
         if not _realtraces.in_checkout():
             pb.error(f"--record writes the traces into a source checkout's bench/traces/, "
@@ -137,7 +143,7 @@ def _run(args: argparse.Namespace, pb: argparse.ArgumentParser) -> int:
                   f"{cuflow.backend_info()['reason']}", file=sys.stderr)
             return 1
         return bench_traces(record=args.record, quick=args.quick, json_path=args.json,
-                            variants=args.variants)
+                            variants=args.variants, rounds=args.rounds)
     if loaded is not None:
         result = loaded
     else:

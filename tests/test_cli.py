@@ -61,6 +61,14 @@ def test_an_empty_path_is_refused(opt, capsys, nothing_runs):
     assert f"{opt} takes a file path, got an empty one: ''" in err
 
 
+@pytest.mark.parametrize("argv, words", [
+    (["bench", "--rounds", "5"], "go with the traces section"),
+    (["bench", "traces", "--rounds", "0"], "--rounds must be at least 1"),
+    (["bench", "traces", "--rounds", "5", "--quick"], "got 5 with --quick")])
+def test_rounds_are_the_traces_and_at_least_one(argv, words, capsys, nothing_runs):
+    assert words in usage_error(argv, capsys)
+
+
 @pytest.mark.parametrize("extra", [["--json", "copy.json"], ["--quick"]])
 def test_from_json_takes_plot_only(saved, tmp_path, extra, capsys, nothing_runs):
     if extra[0] == "--json":

@@ -486,9 +486,10 @@ def format_compare(rows: list[dict[str, Any]]) -> str:
 
 
 def bench_traces(record: bool = False, quick: bool = False, json_path: str | None = None,
-                 variants: bool = False) -> int:
+                 variants: bool = False, rounds: int | None = None) -> int:
     """``python -m cuflow bench traces [--record]``: record the real workloads' traces (with
-    ``--record``), then compare the allocators on every trace."""
+    ``--record``), then compare the allocators on every trace, in ``rounds`` alternated
+    rounds (3; 1 with ``quick``)."""
     if record:
         for name, info in _realtraces.record_all().items():
             print(f"recorded {name}: {info}")
@@ -500,8 +501,9 @@ def bench_traces(record: bool = False, quick: bool = False, json_path: str | Non
         torch = torch if torch.cuda.is_available() else None
     except ImportError:
         torch = None
-    rows = compare(list(TRACES) + loop_names(), rounds=1 if quick else 3, torch=torch,
-                   variants=variants)
+    if rounds is None:
+        rounds = 1 if quick else 3
+    rows = compare(list(TRACES) + loop_names(), rounds=rounds, torch=torch, variants=variants)
     print(format_compare(rows))
     if json_path is not None:
         try:
