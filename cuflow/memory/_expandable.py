@@ -73,6 +73,11 @@ _MOST_SPANS = 64  # a stream's spans past this become one span over them
 _MOST_STREAMS = 8  # past this, streams whose work is done are forgotten
 
 
+def _rounded(nbytes: int) -> int:
+    """``nbytes`` rounded up to a multiple of :data:`ALIGN` (at least one)."""
+    return max(-(-nbytes // ALIGN) * ALIGN, ALIGN)
+
+
 class PageHeap:
     """Placement of ranges in ``[0, capacity)`` with page accounting (see the module
     docstring); ``map_pages`` and ``unmap_pages`` are called with ascending page numbers and
@@ -115,8 +120,9 @@ class PageHeap:
                                       and all(callable(f) for f in value)):
             raise MemoryTypeError(f"PageHeap.events must be None or a tuple of 6 callables "
                             f"(create, record, query, wait, sync, destroy), got {value!r}")
-        if value is not None and self._pending:
-            raise MemoryValueError("PageHeap.events: give-backs are pending on the events in use")
+        if self._pending:
+            raise MemoryValueError("PageHeap.events: give-backs are pending on the events in "
+                                   "use (settle them first)")
         self._events = value
 
     @property
@@ -295,15 +301,17 @@ class PageHeap:
         """Unmap every free page (or ``pages`` of them); the number unmapped."""
         return self._unmap_free(pages)
 
-    # -- the backend's alloc and free, with the streams' ordering
+    # -- the backend's alloc and free, with the streams' ordering (the events' callbacks may
+    # run any code, a collection's finalizers giving back ranges or destroying streams
+    # included: entries are found again by their event after each call)
     def lend(self, nbytes: int, stream: int) -> int:
         """The address of a new segment of ``nbytes`` for work on ``stream``, which waits
         for the work of other streams that gave back ranges under it."""
-        n = max(-(-nbytes // ALIGN) * ALIGN, ALIGN)
+        n = _rounded(nbytes)
         st = self.state
         a = self.alloc(n, 0 if st is None else max(st.peak_requested, st.requested + n))
         p = self._pending
-        if len(p) > 1 or (p and stream not in p):
+        if self._events is not None and (len(p) > 1 or (p and stream not in p)):
             try:
                 self._order(a, a + n, stream)
             except BaseException:
@@ -313,38 +321,82 @@ class PageHeap:
 
     def give_back(self, ptr: int, nbytes: int, stream: int) -> None:
         """The segment at ``ptr`` back, after ``stream``'s work so far."""
-        a, n = ptr - self.base, max(-(-nbytes // ALIGN) * ALIGN, ALIGN)
+        a, n = ptr - self.base, _rounded(nbytes)
         ev = self._events
+        event = None
         if ev is not None:  # recorded before the range goes back: a failed record leaves it
-            if stream not in self._pending:
-                self._pending[stream] = (ev[0](), [])
-            ev[1](self._pending[stream][0], stream)
+            event = self._entry_event(stream)
+            try:
+                ev[1](event, stream)
+            except BaseException:
+                self._drop_if_unused(event)
+                raise
         try:
             self.free(a, n)
         except ValueError as e:
+            if event is not None:
+                self._drop_if_unused(event)
             raise DoubleFreeError(f"cuflow.memory: expandable segments: {ptr:#x} of {nbytes} "
                                   f"bytes is no segment this backend lends: {e}") from None
-        if ev is None:
+        if event is None:
             return
-        spans = self._pending[stream][1]
-        if len(spans) == _MOST_SPANS:  # one span over them (waiting for it waits for each)
-            spans[:] = [(min(s[0] for s in spans), max(s[1] for s in spans))]
-        spans.append((a, a + n))
+        key = self._key_of(event)
+        if key is not None:  # (the event's entry, under whatever key it has now)
+            spans = self._pending[key][1]
+            if len(spans) == _MOST_SPANS:  # one span over them (waiting for it waits for each)
+                spans[:] = [(min(s[0] for s in spans), max(s[1] for s in spans))]
+            spans.append((a, a + n))
         if len(self._pending) > _MOST_STREAMS:  # streams come and go: forget those done
             self._order(0, 0, stream)
+
+    def _entry_event(self, stream: int) -> Any:
+        """``stream``'s event, with a new entry where it has none."""
+        entry = self._pending.get(stream)
+        if entry is not None:
+            return entry[0]
+        event = self._events[0]()
+        entry = self._pending.get(stream)  # (the callback may have made one)
+        if entry is not None:
+            self._events[5](event)
+            return entry[0]
+        self._pending[stream] = (event, [])
+        return event
+
+    def _key_of(self, event: Any) -> int | None:
+        return next((k for k, (e, _) in self._pending.items() if e is event), None)
+
+    def _drop_event(self, event: Any) -> None:
+        """``event`` destroyed and its entry, wherever it is now, forgotten."""
+        self._events[5](event)
+        key = self._key_of(event)
+        if key is not None:
+            del self._pending[key]
+
+    def _drop_if_unused(self, event: Any) -> None:
+        """``event``'s entry forgotten if it holds no span (made for a give-back that
+        failed)."""
+        key = self._key_of(event)
+        if key is not None and not self._pending[key][1]:
+            with contextlib.suppress(Exception):  # (the give-back's own error goes on)
+                self._drop_event(event)
+
+    def _over(self, lo: int, hi: int, stream: int | None) -> list[Any]:
+        """The events of the entries (other than ``stream``'s) over ``[lo, hi)`` (every one
+        for an empty range), before any callback runs."""
+        return [e for s, (e, spans) in self._pending.items()
+                if s != stream and (lo >= hi or any(a < hi and lo < b for a, b in spans))]
 
     def _order(self, lo: int, hi: int, stream: int) -> None:
         """Make ``stream`` wait for the give-backs of other streams over ``[lo, hi)`` whose
         work is not done; forget the streams whose work is (every other one, for an empty
         range)."""
         ev = self._events
-        for s, (event, spans) in list(self._pending.items()):
-            if s == stream or (lo < hi and not any(a < hi and lo < b for a, b in spans)):
-                continue
+        for event in self._over(lo, hi, stream):
+            if self._key_of(event) is None:
+                continue  # (forgotten meanwhile)
             status = ev[2](event)
             if status == 0:
-                ev[5](event)
-                del self._pending[s]
+                self._drop_event(event)
             elif status != _NOT_READY:
                 raise CudaError(f"cuflow.memory: expandable segments: a query of the event "
                                 f"ordering a range given back returned CUDA status {status}")
@@ -354,12 +406,12 @@ class PageHeap:
     def settle(self, lo: int, hi: int) -> None:
         """Wait on the host for the work of the streams that gave back ranges over
         ``[lo, hi)``, and forget them (before their pages are unmapped)."""
-        ev = self._events
-        for s, (event, spans) in list(self._pending.items()):
-            if any(a < hi and lo < b for a, b in spans):
-                ev[4](event)
-                ev[5](event)
-                del self._pending[s]
+        if self._events is None:
+            return
+        for event in self._over(lo, max(hi, lo + 1), None):
+            if self._key_of(event) is not None:
+                self._events[4](event)
+                self._drop_event(event)
 
     def stream_gone(self, stream: int) -> None:
         """``stream`` was destroyed: its give-backs stay under a key no stream has (CUDA may
@@ -425,10 +477,13 @@ class ExpandableBackend(Backend):
     def __init__(self, capacity: int) -> None:
         self.heap = _HEAPS[CPageHeap or PageHeap](self, capacity)
         # the heap's own methods, so that a pool's miss calls no Python frame here (a lend
-        # and give-back cost 3.7 us through Python methods: python -m cuflow bench traces,
-        # "cuflow vmm")
-        self.alloc = self.heap.lend
-        self.free = self.heap.give_back
+        # and give-back cost 2.3-2.8 us through Python methods, 0.6-0.7 us so: the
+        # performance page, "Expandable segments, alloc and free compiled"), unless a
+        # subclass has its own
+        if type(self).alloc is ExpandableBackend.alloc:
+            self.alloc = self.heap.lend
+        if type(self).free is ExpandableBackend.free:
+            self.free = self.heap.give_back
 
     @property
     def base(self) -> int:

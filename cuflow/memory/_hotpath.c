@@ -1345,6 +1345,7 @@ release_free_segments(HotAlloc *self, PyObject *source)
         return -1;
     }
     PyDict_Clear(whole); /* (what the releases below make wholly free stays for the next) */
+    Py_ssize_t rest = -1; /* on an error: the first of found not released (-1: every cand) */
     for (Py_ssize_t c = 0; c < PyList_GET_SIZE(cands); c++) {
         PyObject *seg = PyList_GET_ITEM(cands, c);
         if (Py_TYPE(seg) != (PyTypeObject *)self->segment_type)
@@ -1364,6 +1365,7 @@ release_free_segments(HotAlloc *self, PyObject *source)
     }
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(found); i++) {
         PyObject *b = PyList_GET_ITEM(found, i), *seg = SLOT(b, self->off[B_SEG]);
+        rest = i + 1; /* (an error at i: the ones after it stay candidates) */
         /* checked again: Python code run by an earlier release (a finalizer) may have used
          * the pool since, as Pool._release_whole checks each segment in turn */
         if (SLOT(b, self->off[B_NEXT]) != Py_None || SLOT(b, self->off[B_FREE]) != Py_True
@@ -1399,6 +1401,11 @@ release_free_segments(HotAlloc *self, PyObject *source)
             r = PyObject_CallMethodObjArgs(source, s_free, ptr, nbytes, stream, NULL);
             e = r == NULL || PyDict_DelItem(segs, ptr) < 0;
             Py_XDECREF(r);
+            PyObject *w = e ? NULL : PyDict_GetItemWithError(whole, ptr);
+            if (w == seg) /* (made a candidate again by Python code the release ran) */
+                e = PyDict_DelItem(whole, ptr) < 0;
+            else if (w == NULL && PyErr_Occurred())
+                e = 1;
         }
         Py_DECREF(stream);
         Py_DECREF(ptr);
@@ -1412,6 +1419,19 @@ release_free_segments(HotAlloc *self, PyObject *source)
     Py_DECREF(cands);
     return 0;
 fail:
+    { /* the candidates not released stay candidates */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyObject *from = rest < 0 ? cands : found;
+        for (Py_ssize_t j = rest < 0 ? 0 : rest; j < PyList_GET_SIZE(from); j++) {
+            PyObject *x = PyList_GET_ITEM(from, j);
+            PyObject *seg = rest < 0 ? x : SLOT(x, self->off[B_SEG]);
+            if (Py_TYPE(seg) == (PyTypeObject *)self->segment_type
+                && PyDict_SetDefault(whole, SLOT(seg, self->xoff[S_PTR]), seg) == NULL)
+                PyErr_Clear();
+        }
+        PyErr_Restore(et, ev, tb);
+    }
     Py_DECREF(found);
     Py_DECREF(cands);
     return -1;

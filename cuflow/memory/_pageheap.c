@@ -391,6 +391,8 @@ map_missing(PageHeap *h, long long *pages, Py_ssize_t k, long long peak)
 }
 
 /* ------------------------------------------------------------ the type */
+static int heap_clear(PageHeap *h);
+
 static int
 heap_init(PageHeap *h, PyObject *args, PyObject *kwds)
 {
@@ -403,6 +405,7 @@ heap_init(PageHeap *h, PyObject *args, PyObject *kwds)
         PyErr_Format(PyExc_ValueError, "PageHeap: capacity must be > 0, got %lld", capacity);
         return -1;
     }
+    heap_clear(h); /* (a second __init__ starts from nothing, as the Python heap's does) */
     PyMem_Free(h->map);
     h->npages = (Py_ssize_t)((capacity + PAGE - 1) / PAGE);
     h->map = PyMem_Calloc(h->npages, 1);
@@ -432,12 +435,15 @@ heap_clear(PageHeap *h)
 {
     Py_CLEAR(h->events);
     Py_CLEAR(h->state);
+    /* detached first: an event's finalizer may give back ranges here meanwhile */
+    Pending *p = h->pend;
     Py_ssize_t n = h->npend;
-    h->npend = 0;
+    h->pend = NULL, h->npend = h->cappend = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        Py_CLEAR(h->pend[i].event);
-        PyMem_Free(h->pend[i].spans);
+        PyMem_Free(p[i].spans);
+        Py_DECREF(p[i].event);
     }
+    PyMem_Free(p);
     return 0;
 }
 
@@ -586,11 +592,19 @@ error_class(const char *module, const char *name) /* a cuflow exception class (n
     return c;
 }
 
-/* events[which](args...): its result (new reference), or NULL */
+/* events[which](args...): its result (new reference), or NULL.  The callable is held for
+ * the call: the callback may set the heap's events anew. */
 static PyObject *
 ev_call(PageHeap *h, int which, PyObject *const *args, Py_ssize_t nargs)
 {
-    return PyObject_Vectorcall(PyTuple_GET_ITEM(h->events, which), args, nargs, NULL);
+    if (h->events == NULL || h->events == Py_None) {
+        PyErr_SetString(PyExc_ValueError, "PageHeap: no events to order the give-backs by");
+        return NULL;
+    }
+    PyObject *f = Py_NewRef(PyTuple_GET_ITEM(h->events, which));
+    PyObject *r = PyObject_Vectorcall(f, args, nargs, NULL);
+    Py_DECREF(f);
+    return r;
 }
 
 static int
@@ -632,6 +646,15 @@ find_pending(PageHeap *h, long long key)
     return -1;
 }
 
+static Py_ssize_t
+find_event(PageHeap *h, PyObject *event) /* the entry of event (callbacks move entries) */
+{
+    for (Py_ssize_t i = 0; i < h->npend; i++)
+        if (h->pend[i].event == event)
+            return i;
+    return -1;
+}
+
 static int
 overlaps(Pending *p, long long lo, long long hi)
 {
@@ -641,25 +664,36 @@ overlaps(Pending *p, long long lo, long long hi)
     return 0;
 }
 
-/* forget pending entry i (its event destroyed); 0, or -1 (the entry stays) */
+/* event destroyed and its entry (wherever it is now) forgotten; 0, or -1 (the entry stays) */
 static int
-drop_pending(PageHeap *h, Py_ssize_t i)
+drop_event(PageHeap *h, PyObject *event)
 {
-    PyObject *event = h->pend[i].event;
-    Py_INCREF(event);
-    int rc = ev_call0(h, EV_DESTROY, &event, 1);
-    if (rc == 0) { /* (the callback may have moved the entries: find it again) */
-        for (i = 0; i < h->npend && h->pend[i].event != event; i++)
-            ;
-        if (i < h->npend) {
-            Py_DECREF(h->pend[i].event);
-            PyMem_Free(h->pend[i].spans);
-            memmove(h->pend + i, h->pend + i + 1, (h->npend - i - 1) * sizeof(Pending));
-            h->npend--;
-        }
+    if (ev_call0(h, EV_DESTROY, &event, 1) < 0)
+        return -1;
+    Py_ssize_t i = find_event(h, event);
+    if (i >= 0) {
+        Pending p = h->pend[i];
+        memmove(h->pend + i, h->pend + i + 1, (h->npend - i - 1) * sizeof(Pending));
+        h->npend--;
+        PyMem_Free(p.spans);
+        Py_DECREF(p.event);
     }
-    Py_DECREF(event);
-    return rc;
+    return 0;
+}
+
+/* the events of the entries (other than stream's) over [lo, hi) (every one for an empty
+ * range): a new list, taken before any callback runs (callbacks may move the entries) */
+static PyObject *
+events_over(PageHeap *h, long long lo, long long hi, long long stream)
+{
+    PyObject *out = PyList_New(0);
+    for (Py_ssize_t i = 0; out != NULL && i < h->npend; i++) {
+        Pending *p = &h->pend[i];
+        if (p->key != stream && (lo >= hi || overlaps(p, lo, hi))
+            && PyList_Append(out, p->event) < 0)
+            Py_CLEAR(out);
+    }
+    return out;
 }
 
 /* make stream wait for the give-backs of other streams over [lo, hi) whose work is not done;
@@ -667,35 +701,28 @@ drop_pending(PageHeap *h, Py_ssize_t i)
 static int
 order(PageHeap *h, long long lo, long long hi, long long stream)
 {
-    Py_ssize_t i = 0;
-    while (i < h->npend) {
-        Pending *p = &h->pend[i];
-        if (p->key == stream || (lo < hi && !overlaps(p, lo, hi))) {
-            i++;
-            continue;
-        }
-        PyObject *event = p->event;
-        Py_INCREF(event);
+    PyObject *evs = events_over(h, lo, hi, stream);
+    if (evs == NULL)
+        return -1;
+    int rc = 0;
+    for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(evs); i++) {
+        PyObject *event = PyList_GET_ITEM(evs, i);
+        if (find_event(h, event) < 0)
+            continue; /* (forgotten meanwhile) */
         int done = ev_done(h, event);
-        int rc = done;
-        if (done == 1) {
-            rc = drop_pending(h, i);
+        if (done < 0)
+            rc = -1;
+        else if (done)
+            rc = drop_event(h, event);
+        else if (lo < hi) {
+            PyObject *args[3] = {PyLong_FromLongLong(stream), event, PyLong_FromLong(0)};
+            rc = args[0] == NULL || args[2] == NULL ? -1 : ev_call0(h, EV_WAIT, args, 3);
+            Py_XDECREF(args[0]);
+            Py_XDECREF(args[2]);
         }
-        else if (done == 0) {
-            i++;
-            if (lo < hi) {
-                PyObject *args[3] = {PyLong_FromLongLong(stream), event, NULL};
-                args[2] = PyLong_FromLong(0);
-                rc = args[0] == NULL || args[2] == NULL ? -1 : ev_call0(h, EV_WAIT, args, 3);
-                Py_XDECREF(args[0]);
-                Py_XDECREF(args[2]);
-            }
-        }
-        Py_DECREF(event);
-        if (rc < 0)
-            return -1;
     }
-    return 0;
+    Py_DECREF(evs);
+    return rc;
 }
 
 /* wait on the host for the work of the streams that gave back ranges over [lo, hi), and
@@ -703,25 +730,24 @@ order(PageHeap *h, long long lo, long long hi, long long stream)
 static int
 settle(PageHeap *h, long long lo, long long hi)
 {
-    Py_ssize_t i = 0;
-    while (i < h->npend) {
-        if (!overlaps(&h->pend[i], lo, hi)) {
-            i++;
-            continue;
-        }
-        PyObject *event = h->pend[i].event;
-        Py_INCREF(event);
-        int rc = ev_call0(h, EV_SYNC, &event, 1);
-        Py_DECREF(event);
-        if (rc < 0 || drop_pending(h, i) < 0)
-            return -1;
+    PyObject *evs = events_over(h, lo, hi > lo ? hi : lo + 1, LLONG_MIN);
+    if (evs == NULL)
+        return -1;
+    int rc = 0;
+    for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(evs); i++) {
+        PyObject *event = PyList_GET_ITEM(evs, i);
+        if (find_event(h, event) >= 0)
+            rc = ev_call0(h, EV_SYNC, &event, 1) < 0 ? -1 : drop_event(h, event);
     }
-    return 0;
+    Py_DECREF(evs);
+    return rc;
 }
 
 static long long
-rounded(long long nbytes)
+rounded(long long nbytes) /* (past the largest multiple of ALIGN: that, which fits nowhere) */
 {
+    if (nbytes > LLONG_MAX - ALIGN)
+        return LLONG_MAX / ALIGN * ALIGN;
     return nbytes <= ALIGN ? ALIGN : (nbytes + ALIGN - 1) / ALIGN * ALIGN;
 }
 
@@ -775,6 +801,12 @@ state_ll(PyObject *state, PyObject *name, long long *out)
     return *out == -1 && PyErr_Occurred() ? -1 : 0;
 }
 
+static int
+has_events(PageHeap *h)
+{
+    return h->events != NULL && h->events != Py_None;
+}
+
 static PyObject *
 heap_lend(PageHeap *h, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
@@ -787,12 +819,14 @@ heap_lend(PageHeap *h, PyObject *const *args, Py_ssize_t nargs, PyObject *kwname
         if (state_ll(h->state, s_peak_requested, &peak) < 0
             || state_ll(h->state, s_requested, &req) < 0)
             return NULL;
-        demand = peak > req + n ? peak : req + n;
+        demand = req > LLONG_MAX - n ? LLONG_MAX : req + n;
+        if (peak > demand)
+            demand = peak;
     }
     long long a = place(h, n, demand);
     if (a < 0)
         return NULL;
-    if (h->npend > 1 || (h->npend == 1 && h->pend[0].key != stream)) {
+    if (has_events(h) && (h->npend > 1 || (h->npend == 1 && h->pend[0].key != stream))) {
         if (order(h, a, a + n, stream) < 0) {
             PyObject *et, *ev, *tb;
             PyErr_Fetch(&et, &ev, &tb);
@@ -804,6 +838,55 @@ heap_lend(PageHeap *h, PyObject *const *args, Py_ssize_t nargs, PyObject *kwname
     return PyLong_FromLongLong(h->base + a);
 }
 
+/* event's entry forgotten if it holds no span (made for a give-back that failed), keeping
+ * the exception set */
+static void
+drop_if_unused(PageHeap *h, PyObject *event)
+{
+    Py_ssize_t i = find_event(h, event);
+    if (i >= 0 && h->pend[i].nspans == 0) {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        if (drop_event(h, event) < 0)
+            PyErr_Clear();
+        PyErr_Restore(et, ev, tb);
+    }
+}
+
+/* stream's entry, made (with a new event) where it has none; its event (a new reference) */
+static PyObject *
+entry_event(PageHeap *h, long long stream)
+{
+    Py_ssize_t i = find_pending(h, stream);
+    if (i >= 0)
+        return Py_NewRef(h->pend[i].event);
+    PyObject *event = ev_call(h, EV_CREATE, NULL, 0);
+    if (event == NULL)
+        return NULL;
+    i = find_pending(h, stream); /* (the callback may have made one) */
+    if (i >= 0) {
+        PyObject *made = Py_NewRef(h->pend[i].event);
+        int rc = ev_call0(h, EV_DESTROY, &event, 1);
+        Py_DECREF(event);
+        if (rc < 0) {
+            Py_DECREF(made);
+            return NULL;
+        }
+        return made;
+    }
+    if (h->npend == h->cappend) {
+        Py_ssize_t cap = h->cappend ? 2 * h->cappend : 4;
+        Pending *q = PyMem_Realloc(h->pend, cap * sizeof(Pending));
+        if (q == NULL) {
+            Py_DECREF(event);
+            return PyErr_NoMemory();
+        }
+        h->pend = q, h->cappend = cap;
+    }
+    h->pend[h->npend++] = (Pending){stream, Py_NewRef(event), NULL, 0, 0};
+    return event;
+}
+
 static PyObject *
 heap_give_back(PageHeap *h, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
@@ -812,54 +895,64 @@ heap_give_back(PageHeap *h, PyObject *const *args, Py_ssize_t nargs, PyObject *k
                 "PageHeap.give_back(ptr, nbytes, stream)", v) < 0)
         return NULL;
     long long a = v[0] - h->base, n = rounded(v[1]), stream = v[2];
-    if (h->events != NULL && h->events != Py_None) {
+    PyObject *event = NULL;
+    if (has_events(h)) {
         /* recorded before the range goes back: a failed record leaves it placed */
-        Py_ssize_t i = find_pending(h, stream);
-        if (i < 0) {
-            if (h->npend == h->cappend) {
-                Py_ssize_t cap = h->cappend ? 2 * h->cappend : 4;
-                Pending *q = PyMem_Realloc(h->pend, cap * sizeof(Pending));
-                if (q == NULL)
-                    return PyErr_NoMemory();
-                h->pend = q, h->cappend = cap;
-            }
-            PyObject *event = ev_call(h, EV_CREATE, NULL, 0);
-            if (event == NULL)
-                return NULL;
-            i = h->npend++;
-            h->pend[i] = (Pending){stream, event, NULL, 0, 0};
+        if ((event = entry_event(h, stream)) == NULL)
+            return NULL;
+        PyObject *sargs[2] = {event, PyLong_FromLongLong(stream)};
+        int rc = sargs[1] == NULL ? -1 : ev_call0(h, EV_RECORD, sargs, 2);
+        Py_XDECREF(sargs[1]);
+        Py_ssize_t i = find_event(h, event);
+        if (rc == 0 && i >= 0 && h->pend[i].nspans == h->pend[i].cap) { /* room, first */
+            Pending *p = &h->pend[i];
+            Py_ssize_t cap = p->cap ? 2 * p->cap : 4;
+            Span *q = PyMem_Realloc(p->spans, cap * sizeof(Span));
+            if (q == NULL)
+                rc = -1, PyErr_NoMemory();
+            else
+                p->spans = q, p->cap = cap;
         }
-        PyObject *sargs[2] = {h->pend[i].event, PyLong_FromLongLong(stream)};
-        if (sargs[1] == NULL)
+        if (rc < 0) {
+            drop_if_unused(h, event);
+            Py_DECREF(event);
             return NULL;
-        Py_INCREF(sargs[0]);
-        int rc = ev_call0(h, EV_RECORD, sargs, 2);
-        Py_DECREF(sargs[0]);
-        Py_DECREF(sargs[1]);
-        if (rc < 0)
-            return NULL;
+        }
     }
     if (unplace(h, a, n) < 0) {
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        PyObject *c = error_class("cuflow.memory._exceptions", "DoubleFreeError");
-        if (c != NULL) {
+        if (PyErr_ExceptionMatches(PyExc_ValueError)) {
+            PyObject *et, *ev, *tb;
+            PyErr_Fetch(&et, &ev, &tb);
+            PyObject *c = error_class("cuflow.memory._exceptions", "DoubleFreeError");
+            PyObject *ptr = PyLong_FromLongLong(v[0]);
+            PyObject *hex = ptr == NULL ? NULL : PyNumber_ToBase(ptr, 16);
             PyObject *msg = ev == NULL ? NULL : PyObject_Str(ev);
-            PyErr_Format(c, "cuflow.memory: expandable segments: 0x%llx of %lld bytes is no "
-                         "segment this backend lends: %U", (unsigned long long)v[0], v[1],
-                         msg);
+            if (c != NULL && hex != NULL && msg != NULL)
+                PyErr_Format(c, "cuflow.memory: expandable segments: %U of %lld bytes is no "
+                             "segment this backend lends: %U", hex, v[1], msg);
+            Py_XDECREF(c);
+            Py_XDECREF(ptr);
+            Py_XDECREF(hex);
             Py_XDECREF(msg);
-            Py_DECREF(c);
+            if (!PyErr_Occurred())
+                PyErr_Restore(et, ev, tb);
+            else {
+                Py_XDECREF(et);
+                Py_XDECREF(ev);
+                Py_XDECREF(tb);
+            }
         }
-        Py_XDECREF(et);
-        Py_XDECREF(ev);
-        Py_XDECREF(tb);
+        if (event != NULL) {
+            drop_if_unused(h, event);
+            Py_DECREF(event);
+        }
         return NULL;
     }
-    if (h->events == NULL || h->events == Py_None)
+    if (event == NULL)
         Py_RETURN_NONE;
-    Py_ssize_t i = find_pending(h, stream);
-    if (i >= 0) {
+    Py_ssize_t i = find_event(h, event);
+    Py_DECREF(event);
+    if (i >= 0) { /* (the entry is the event's, under whatever key it has now) */
         Pending *p = &h->pend[i];
         if (p->nspans == MOST_SPANS) { /* one span over them: waiting for it waits for each */
             Span all = p->spans[0];
@@ -872,14 +965,7 @@ heap_give_back(PageHeap *h, PyObject *const *args, Py_ssize_t nargs, PyObject *k
             p->spans[0] = all;
             p->nspans = 1;
         }
-        if (p->nspans == p->cap) {
-            Py_ssize_t cap = p->cap ? 2 * p->cap : 4;
-            Span *q = PyMem_Realloc(p->spans, cap * sizeof(Span));
-            if (q == NULL)
-                return PyErr_NoMemory();
-            p->spans = q, p->cap = cap;
-        }
-        p->spans[p->nspans++] = (Span){a, a + n};
+        p->spans[p->nspans++] = (Span){a, a + n}; /* (room made above) */
     }
     if (h->npend > MOST_STREAMS && order(h, 0, 0, stream) < 0)
         return NULL;
@@ -892,7 +978,7 @@ heap_settle(PageHeap *h, PyObject *const *args, Py_ssize_t nargs)
     long long v[2];
     if (fast_ll(args, nargs, NULL, 2, SETTLE_ARGS, "PageHeap.settle(lo, hi)", v) < 0)
         return NULL;
-    if (h->events != NULL && h->events != Py_None && settle(h, v[0], v[1]) < 0)
+    if (has_events(h) && settle(h, v[0], v[1]) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -916,23 +1002,43 @@ heap_stream_gone(PageHeap *h, PyObject *arg)
 static PyObject *
 heap_pending(PageHeap *h, PyObject *Py_UNUSED(ignored))
 {
-    PyObject *d = PyDict_New();
-    for (Py_ssize_t i = 0; d != NULL && i < h->npend; i++) {
-        PyObject *lst = PyList_New(h->pend[i].nspans), *k = PyLong_FromLongLong(h->pend[i].key);
-        for (Py_ssize_t j = 0; lst != NULL && j < h->pend[i].nspans; j++) {
-            PyObject *t = Py_BuildValue("(LL)", h->pend[i].spans[j].lo, h->pend[i].spans[j].hi);
+    /* a copy first: building the Python objects may run a collection, whose finalizers may
+     * give back ranges here */
+    Py_ssize_t n = h->npend, total = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        total += h->pend[i].nspans;
+    Pending *cp = PyMem_Malloc((n + 1) * sizeof(Pending));
+    Span *sp = PyMem_Malloc((total + 1) * sizeof(Span));
+    PyObject *d = cp == NULL || sp == NULL ? PyErr_NoMemory() : PyDict_New();
+    Py_ssize_t at = 0;
+    for (Py_ssize_t i = 0; d != NULL && i < n; i++) {
+        cp[i] = h->pend[i];
+        Py_INCREF(cp[i].event);
+        memcpy(sp + at, h->pend[i].spans, cp[i].nspans * sizeof(Span));
+        cp[i].spans = sp + at;
+        at += cp[i].nspans;
+    }
+    for (Py_ssize_t i = 0; d != NULL && i < n; i++) {
+        PyObject *lst = PyList_New(cp[i].nspans), *k = PyLong_FromLongLong(cp[i].key);
+        for (Py_ssize_t j = 0; lst != NULL && j < cp[i].nspans; j++) {
+            PyObject *t = Py_BuildValue("(LL)", cp[i].spans[j].lo, cp[i].spans[j].hi);
             if (t == NULL)
                 Py_CLEAR(lst);
             else
                 PyList_SET_ITEM(lst, j, t);
         }
-        PyObject *t = lst == NULL ? NULL : PyTuple_Pack(2, h->pend[i].event, lst);
+        PyObject *t = lst == NULL ? NULL : PyTuple_Pack(2, cp[i].event, lst);
         if (t == NULL || k == NULL || PyDict_SetItem(d, k, t) < 0)
             Py_CLEAR(d);
         Py_XDECREF(t);
         Py_XDECREF(k);
         Py_XDECREF(lst);
     }
+    if (cp != NULL && sp != NULL)
+        for (Py_ssize_t i = 0; i < n; i++)
+            Py_DECREF(cp[i].event);
+    PyMem_Free(cp);
+    PyMem_Free(sp);
     return d;
 }
 
@@ -1107,11 +1213,11 @@ heap_set_events(PageHeap *h, PyObject *value, void *Py_UNUSED(closure))
                          EV_COUNT, value);
             return -1;
         }
-        if (h->npend) {
-            PyErr_SetString(PyExc_ValueError, "PageHeap.events: give-backs are pending on "
-                            "the events in use");
-            return -1;
-        }
+    }
+    if (h->npend) {
+        PyErr_SetString(PyExc_ValueError, "PageHeap.events: give-backs are pending on the "
+                        "events in use (settle them first)");
+        return -1;
     }
     Py_INCREF(value);
     Py_XSETREF(h->events, value);

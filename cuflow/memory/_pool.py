@@ -716,6 +716,8 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         else:
             self._source.free_private(seg.ptr, seg.nbytes)
         del self._segments[seg.ptr]
+        if self._whole.get(seg.ptr) is seg:
+            del self._whole[seg.ptr]
         self.reserved -= seg.nbytes
         self.num_segment_free += 1
         if seg.owner is not None:
@@ -733,11 +735,17 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         (``python -m cuflow bench traces``, "cuflow vmm")."""
         whole = list(self._whole.values())
         self._whole.clear()
-        for seg in whole:
+        for i, seg in enumerate(whole):
             b = seg.first
             if self._segments.get(seg.ptr) is seg and not seg.keep and b.next is None \
                     and _idle(b):
-                self._release_segment(b, self._lists[(None, b.stream)])
+                try:
+                    self._release_segment(b, self._lists[(None, b.stream)])
+                except BaseException:  # the ones after it stay candidates
+                    for seg in whole[i + 1:]:
+                        if self._segments.get(seg.ptr) is seg:
+                            self._whole.setdefault(seg.ptr, seg)
+                    raise
 
     def _release_free_segments(self, owner: Any = None, kept: bool = True,
                                split: bool = False) -> int:

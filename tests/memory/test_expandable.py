@@ -395,9 +395,89 @@ def test_a_heaps_events_are_six_callables_or_none():
             heap.events = (print,) * 5
         heap.events = LoggedEvents().calls()
         heap.give_back(heap.lend(4 * MIB, 1), 4 * MIB, 1)
-        with pytest.raises(ValueError, match="pending"):
-            heap.events = LoggedEvents().calls()
+        for value in (LoggedEvents().calls(), None):  # (the pending events are its)
+            with pytest.raises(ValueError, match="pending"):
+                heap.events = value
+        heap.settle(0, heap.capacity)
         heap.events = None  # (work is synchronous: nothing to order)
+
+
+class HookedEvents(LoggedEvents):
+    """LoggedEvents whose callbacks run ``hooks[(call, event id or stream)]`` once: the code
+    a collection's finalizers may run inside any callback."""
+
+    def __init__(self):
+        super().__init__()
+        self.hooks = {}
+
+    def calls(self):
+        create, record, query, wait, sync, destroy = super().calls()
+
+        def hooked(name, f, key_of):
+            def call(*args):
+                out = f(*args)
+                hook = self.hooks.pop((name, key_of(*args, out)), None)
+                if hook is not None:
+                    hook()
+                return out
+
+            return call
+
+        return (hooked("create", create, lambda ev: ev["id"]),
+                hooked("record", record, lambda ev, stream, _: stream),
+                hooked("query", query, lambda ev, _: ev["id"]), wait,
+                hooked("sync", sync, lambda ev, _: ev["id"]), destroy)
+
+
+def three_streams(make):
+    """A heap whose streams 1, 2 and 3 each gave back a page in turn, their work not done."""
+    heap, events = make(), HookedEvents()
+    heap.events = events.calls()
+    pages = [heap.lend(PAGE, s) for s in (1, 2, 3)]
+    for s, a in zip((1, 2, 3), pages, strict=True):
+        heap.give_back(a, PAGE, s)
+    return heap, events
+
+
+@pytest.mark.parametrize("impl", list(IMPLEMENTATIONS))
+def test_a_stream_destroyed_inside_a_query_does_not_skip_the_others(impl):
+    heap, events = three_streams(IMPLEMENTATIONS[impl])
+    events.hooks[("query", 2)] = lambda: heap.stream_gone(1)
+    events.log.clear()
+    heap.lend(3 * PAGE, 9)  # over all three pages: it waits for each stream's work
+    assert [e for e in events.log if e[0] == "wait"] == [("wait", 9, 1), ("wait", 9, 2),
+                                                         ("wait", 9, 3)]
+
+
+@pytest.mark.parametrize("impl", list(IMPLEMENTATIONS))
+def test_a_stream_destroyed_inside_a_sync_leaves_the_others_pending(impl):
+    heap, events = three_streams(IMPLEMENTATIONS[impl])
+    events.hooks[("sync", 1)] = lambda: heap.stream_gone(2)
+    events.log.clear()
+    heap.settle(0, PAGE)
+    assert events.log == [("sync", 1), ("destroy", 1)]
+    assert sorted(ev["id"] for ev, _ in heap.pending().values()) == [2, 3]
+
+
+@pytest.mark.parametrize("impl", list(IMPLEMENTATIONS))
+def test_a_give_back_inside_a_give_back_loses_nothing(impl):
+    heap, events = three_streams(IMPLEMENTATIONS[impl])
+    a, b = heap.lend(PAGE, 4), heap.lend(PAGE, 5)
+    events.hooks[("create", 4)] = lambda: heap.give_back(b, PAGE, 5)  # (event 4: stream 4's)
+    heap.give_back(a, PAGE, 4)
+    spans = {k: spans for k, (_, spans) in heap.pending().items()}
+    assert spans[4] == [(a - heap.base, a - heap.base + PAGE)]
+    assert spans[5] == [(b - heap.base, b - heap.base + PAGE)]
+
+
+@pytest.mark.parametrize("impl", list(IMPLEMENTATIONS))
+def test_a_stream_destroyed_inside_its_record_keeps_its_range(impl):
+    heap, events = three_streams(IMPLEMENTATIONS[impl])
+    a = heap.lend(PAGE, 3)
+    events.hooks[("record", 3)] = lambda: heap.stream_gone(3)
+    heap.give_back(a, PAGE, 3)
+    (key, (_, spans)), = [(k, v) for k, v in heap.pending().items() if v[0]["id"] == 3]
+    assert key < -1 and (a - heap.base, a - heap.base + PAGE) in spans
 
 
 def test_a_segment_on_another_streams_freed_range_waits_for_it():

@@ -470,3 +470,26 @@ def test_a_miss_releases_every_wholly_free_segment(ops):
         else:
             pool.free(live.pop(pick % len(live)))
     assert any(seg.keep for seg in pool._segments.values())
+
+
+def test_a_release_that_raises_leaves_the_other_segments_for_the_next_miss():
+    backend = EventBackend()
+    backend.cheap_release = True
+    pool = Pool(backend)
+    blocks = [pool.alloc(n * MIB) for n in (3, 5, 7)]  # three segments, one size each
+    for b in blocks:
+        pool.free(b)
+    real_free, calls = backend.free, []
+
+    def refuse_once(ptr, nbytes, stream):
+        calls.append(ptr)
+        if len(calls) == 1:
+            raise RuntimeError("the source refuses")
+        real_free(ptr, nbytes, stream)
+
+    backend.free = refuse_once
+    with pytest.raises(RuntimeError, match="refuses"):
+        pool.alloc(40 * MIB)  # a miss: its release meets the refusal first
+    before = pool.stats()["num_segment_free"]
+    pool.alloc(60 * MIB)  # the next miss releases the two others
+    assert pool.stats()["num_segment_free"] == before + 2 and len(calls) == 3
