@@ -477,7 +477,7 @@ class ExpandableBackend(Backend):
     def __init__(self, capacity: int) -> None:
         self.heap = _HEAPS[CPageHeap or PageHeap](self, capacity)
         # the heap's own methods, so that a pool's miss calls no Python frame here (a lend
-        # and give-back cost 2.3-2.8 us through Python methods, 0.6-0.7 us so: the
+        # and give-back cost 2.3-2.8 us through Python methods, 0.6-1.0 us so: the
         # performance page, "Expandable segments, alloc and free compiled"), unless a
         # subclass has its own
         if type(self).alloc is ExpandableBackend.alloc:
