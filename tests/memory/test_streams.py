@@ -331,7 +331,10 @@ def test_a_borrow_does_not_wait_for_a_stream_at_work(pooled, spin):
         b = cupy.empty((n,), cupy.float32)
     with idle:
         a = cupy.empty((n,), cupy.float32)
-    spin(busy)  # (after taking back destroyed streams' memory: no device synchronize below)
+    # (after taking back destroyed streams' memory: no device synchronize below).  Long: the
+    # spin counts wall time, and with other processes on the GPU this context can wait its
+    # turn for longer than the default spin before the borrower's fill runs
+    spin(busy, ms=2000)
     del a, b  # each back in its stream's cache
     before = pool.stats()["num_cross_stream_reuse"]
     with user:
