@@ -114,6 +114,7 @@ def _forward(name: str) -> property:
 # would hide the upstream's from __getattr__
 for _name in ("cheap_release", "segment_granularity", "segment_granularity_min", "device_id",
               "device_allocs", "device_frees", "current_stream", "record", "done", "wait",
+              "stream_idle",
               "synchronize", "device_reserved", "reset_device_peak", "trim",
               "places_segments", "attach", "stream_gone", "limit_memory", "total_memory"):
     setattr(LimitingAdaptor, _name, _forward(_name))

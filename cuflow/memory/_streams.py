@@ -161,8 +161,9 @@ class StreamsMixin:
         The first fit on a stream whose work has all finished is taken as it is; without
         one, the first fit found, and ``stream`` waits for the work queued so far on the
         fit's stream (all of it: the pool does not know which of it used the block).
-        Whether a stream's work has finished is asked only while no stream captures (a
-        query may not run during a capture): then the first fit is taken.
+        Whether a stream's work has finished is asked of the stream (``Backend.stream_idle``),
+        else of an event recorded there, and only while no stream captures (a query may not
+        run during a capture): then the first fit is taken.
         """
         gone, capturing = self._gone, self._capturing
         probe = not capturing
@@ -176,7 +177,8 @@ class StreamsMixin:
                 b = fl.pop_fit(size, most)
                 if b is None:
                     continue
-                ev = self.backend.record(s)
+                idle = probe and self.backend.stream_idle(s)  # (then no event is needed)
+                ev = None if idle else self.backend.record(s)
                 if ev is None or (probe and self.backend.done(ev)):
                     # s's work so far, the block's last use included, has finished
                     if first is not None:
