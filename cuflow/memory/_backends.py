@@ -221,10 +221,8 @@ class _CudaEvents(Backend):
         return True
 
     def stream_idle(self, stream: int) -> bool:
-        # cudaStreamQuery: an event recorded just now on an idle stream may read as not done
-        # until the device takes the record, which, with other processes on the GPU, is
-        # after the borrower's own work (tests/memory/test_streams.py::
-        # test_a_borrow_does_not_wait_for_a_stream_at_work, under eight test processes)
+        # cudaStreamQuery: no event to make, record and destroy for a stream with no work
+        # left, and no answer of "not done" from an event the device has not taken yet
         status = self._rt.streamQuery(stream)  # (600: not ready; see done)
         if status == 600:
             return False
