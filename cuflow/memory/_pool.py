@@ -729,10 +729,9 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
 
     def _release_whole(self) -> None:
         """A miss's release: the general pool's wholly free segments, except those a warm-up
-        kept (the rule of ``_release_free_segments(kept=False)``), found among those that
-        became wholly free since the last miss (``_whole``): a miss over a backend of
-        exact-size segments, which holds hundreds, does not look at each
-        (``python -m cuflow bench traces``, "cuflow vmm")."""
+        kept, found among those that became wholly free since the last miss (``_whole``): a
+        miss over a backend of exact-size segments, which holds hundreds, does not look at
+        each (``python -m cuflow bench traces``, "cuflow vmm")."""
         whole = list(self._whole.values())
         self._whole.clear()
         for i, seg in enumerate(whole):
@@ -747,19 +746,16 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
                             self._whole.setdefault(seg.ptr, seg)
                     raise
 
-    def _release_free_segments(self, owner: Any = None, kept: bool = True,
-                               split: bool = False) -> int:
-        """Release ``owner``'s wholly free segments (without ``kept``, not those a warm-up
-        kept); the number released.  A segment is wholly free when its first block spans it
-        and sits in a free list (free, not in the exact-size cache, awaiting no event, of a
-        live stream); looking at segments, not at every free block, keeps a miss cheap.
-        With ``split`` (``empty_cache``, an out-of-memory retry) a segment whose blocks are
+    def _release_free_segments(self, owner: Any = None, split: bool = False) -> int:
+        """Release ``owner``'s wholly free segments, kept ones too; the number released.  A
+        segment is wholly free when its first block spans it and sits in a free list (free,
+        not in the exact-size cache, awaiting no event, of a live stream).  With ``split`` (``empty_cache``, an out-of-memory retry) a segment whose blocks are
         all so, on several streams (free neighbours of different streams never coalesce),
         goes back too, after the work of each of its streams."""
         n = 0
         for seg in list(self._segments.values()):
             b = seg.first
-            if seg.owner != owner or not (kept or not seg.keep) or not _idle(b):
+            if seg.owner != owner or not _idle(b):
                 continue
             if b.next is not None:
                 rest = []

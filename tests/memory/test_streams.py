@@ -278,16 +278,23 @@ def test_releasing_a_segment_used_on_two_streams_destroys_its_event():
     assert not be.live, f"{len(be.live)} of {len(be.events)} events never destroyed"
 
 
-def test_a_borrow_takes_a_stream_whose_work_is_done_first():
-    """A block of a stream whose work has all finished needs no ordering; only when every
-    fit is on a stream at work does the borrower wait, for the first one's work."""
-    be = _LifeBackend()
+def _cached_on_11_and_13(be):
+    """A pool over ``be`` with a free 1 MiB block cached on stream 11 (whose free list comes
+    first, and which is then at work) and one on stream 13; the pool and the two blocks."""
     pool = Pool(be)
-    a = pool.alloc(1 << 20, 11)  # stream 11's free list comes first
+    a = pool.alloc(1 << 20, 11)
     b = pool.alloc(1 << 20, 13)
     pool.free(a)
     pool.free(b)
     be.busy = {11}
+    return pool, a, b
+
+
+def test_a_borrow_takes_a_stream_whose_work_is_done_first():
+    """A block of a stream whose work has all finished needs no ordering; only when every
+    fit is on a stream at work does the borrower wait, for the first one's work."""
+    be = _LifeBackend()
+    pool, a, b = _cached_on_11_and_13(be)
     c = pool.alloc(1 << 20, 12)
     assert c.ptr == b.ptr and be.waits == []  # stream 13's block, no wait
     pool.free(c)  # back, on stream 12 now
@@ -314,12 +321,7 @@ def test_a_borrow_asks_the_stream_before_it_records_an_event():
     """An event recorded on an idle stream may read as not done yet: the borrow asks the
     stream itself first, and takes an idle stream's block with no event and no wait."""
     be = _LaggingBackend()
-    pool = Pool(be)
-    a = pool.alloc(1 << 20, 11)  # stream 11's free list comes first
-    b = pool.alloc(1 << 20, 13)
-    pool.free(a)
-    pool.free(b)
-    be.busy = {11}
+    pool, _, b = _cached_on_11_and_13(be)
     before = len(be.events)
     c = pool.alloc(1 << 20, 12)
     assert c.ptr == b.ptr and be.waits == []
