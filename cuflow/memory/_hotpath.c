@@ -1329,7 +1329,7 @@ restore_exception(PyObject *exc)
  * last miss (Pool._whole).  A segment used by several streams goes through
  * Pool._release_segment (events order its release after their work). */
 static int
-release_free_segments(HotAlloc *self, PyObject *source)
+release_whole(HotAlloc *self, PyObject *source)
 {
     PyObject *segs = PyDict_GetItemWithError(self->attrs, s_segments);
     PyObject *whole = segs == NULL ? NULL : PyDict_GetItemWithError(self->attrs, s_whole);
@@ -1593,7 +1593,7 @@ alloc_slow(HotAlloc *self, long long size, PyObject *size_obj, PyObject *stream,
     }
     long long seg_bytes = segment_bytes(size, granule); /* before the release, as in Python */
     Py_INCREF(misses);
-    if (!cheap || release_free_segments(self, source) == 0)
+    if (!cheap || release_whole(self, source) == 0)
         b = segment_block(self, source, size_obj, seg_bytes, stream);
     Py_DECREF(source);
     if (b != NULL && Py_TYPE(b) != (PyTypeObject *)self->block_type) {
