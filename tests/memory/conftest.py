@@ -83,6 +83,12 @@ class ExpandableEventBackend(FakeEvents, HostExpandableBackend):
         super().wait(stream, event)
 
 
+def device_unshared() -> bool:
+    """Whether this is the only test process on the device: ``memGetInfo`` counts every
+    process's memory, and ``pytest -n N`` runs N of them side by side."""
+    return int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) == 1
+
+
 def fill(b, byte):
     ctypes.memset(b.ptr, byte, b.req)
 

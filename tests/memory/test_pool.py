@@ -15,7 +15,8 @@ import cuflow
 from cuflow.bench import _traces
 from cuflow.memory import HostBackend, Pool, round_size, size_class
 
-from .conftest import DeviceBytes, EventBackend, assert_consistent, check, fill
+from .conftest import (DeviceBytes, EventBackend, assert_consistent, check, device_unshared,
+                       fill)
 
 MIB = 1 << 20
 
@@ -312,8 +313,9 @@ def test_empty_cache_gives_the_driver_reserve_back(gpu_cf):
     pool.free(p)
     free_before = rt.memGetInfo()[0]
     assert pool.empty_cache() == 1
-    assert pool.backend.device_reserved()[0] == 0
-    assert rt.memGetInfo()[0] >= free_before + (1 << 30) - (64 << 20)
+    assert pool.backend.device_reserved()[0] == 0  # the driver pool backs nothing now
+    if device_unshared():  # and the device's own count of free memory agrees
+        assert rt.memGetInfo()[0] >= free_before + (1 << 30) - (64 << 20)
 
 
 class _Granular64(HostBackend):
