@@ -1406,6 +1406,8 @@ release_whole(HotAlloc *self, PyObject *source)
                 e = PyDict_DelItem(whole, ptr) < 0;
             else if (w == NULL && PyErr_Occurred())
                 e = 1;
+            if (!e) /* Pool._release_segment's unlink (found still holds b) */
+                Py_SETREF(SLOT(seg, self->xoff[S_FIRST]), Py_NewRef(Py_None));
         }
         Py_DECREF(stream);
         Py_DECREF(ptr);

@@ -716,6 +716,10 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         else:
             self._source.free_private(seg.ptr, seg.nbytes)
         del self._segments[seg.ptr]
+        # the segment no longer holds its block: without the Segment <-> Block cycle both go
+        # as soon as the last reference does, rather than at the garbage collector's next
+        # pass (a miss over ``vmm`` releases a segment at nearly every miss)
+        seg.first = None
         if self._whole.get(seg.ptr) is seg:
             del self._whole[seg.ptr]
         self.reserved -= seg.nbytes

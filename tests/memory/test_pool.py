@@ -3,6 +3,7 @@ statistics, large requests and segments, out-of-memory retry, threads."""
 
 from __future__ import annotations
 
+import gc
 import random
 import threading
 
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 import cuflow
 from cuflow.bench import _traces
-from cuflow.memory import HostBackend, Pool, round_size, size_class
+from cuflow.memory import HostBackend, HostExpandableBackend, Pool, round_size, size_class
 
 from .conftest import (DeviceBytes, EventBackend, assert_consistent, check, device_unshared,
                        fill)
@@ -472,6 +473,29 @@ def test_a_miss_releases_every_wholly_free_segment(ops):
         else:
             pool.free(live.pop(pick % len(live)))
     assert any(seg.keep for seg in pool._segments.values())
+
+
+@pytest.mark.parametrize("make", [EventBackend, HostExpandableBackend], ids=["cheap", "vmm"])
+def test_released_segments_leave_no_garbage_for_the_collector(make):
+    """A miss over a backend whose release is cheap releases a segment nearly every time:
+    the segment and its block go when released, not at the garbage collector's next pass."""
+    backend = make()
+    backend.cheap_release = True
+    pool = Pool(backend)
+    rng = random.Random(7)
+    sizes = [rng.randrange(1, 64) * 100_000 + rng.randrange(512) for _ in range(40)]
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        released = pool.stats()["num_segment_free"]
+        for n in sizes:
+            pool.free(pool.alloc(n))
+        assert pool.stats()["num_segment_free"] - released >= len(sizes) // 4
+        assert gc.collect() == 0, "released segments left reference cycles behind"
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def test_a_release_that_raises_leaves_the_other_segments_for_the_next_miss():
