@@ -1,6 +1,9 @@
 """Same-process A/B of two cuflow trees: host time of ``add(a, b, dst=c)``, device time of an
 8x1080p ``image.normalize``, the pool's hit (``cupy.empty`` of 1 MiB, then free), and host
-time of a ``Bufferizer.append`` from the producer's stream and into the Bufferizer's own.
+time of a ``Bufferizer.append`` from the producer's stream and into the Bufferizer's own;
+with ``--traces``, the host time per operation of replays of those allocation traces
+(``python -m cuflow bench traces``) through each tree's pool after its ``warmup``, over the
+driver's pool and over ``vmm``.
 
 The old tree is copied, its package renamed ``cuflow_old`` (every ``cuflow`` identifier in its
 sources), and built in place, so both trees import into one process and share one GPU, one
@@ -10,12 +13,14 @@ measurement, the median over rounds of the per-round ratio new / old, and the sp
 ratios (the 10th and 90th percentiles), so a bound such as "within 3%" can be read against
 the noise it was measured in.
 
-Usage (on the GPU machine): ``python3 bench/ab.py OLD_CHECKOUT [--rounds N] [--json PATH]``
+Usage (on the GPU machine):
+``python3 bench/ab.py OLD_CHECKOUT [--rounds N] [--json PATH] [--traces TRACE ...]``
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import shutil
@@ -49,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("old", type=Path, help="a checkout of the old tree")
     ap.add_argument("--rounds", type=int, default=21)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--traces", nargs="*", default=[], metavar="TRACE",
+                    help="trace names of python -m cuflow bench traces (R0, real:..., loop:...)")
     args = ap.parse_args(argv)
     # checked before the old tree is copied and built; probe_cupy selects no backend, so
     # each tree still installs its own pool as CuPy's allocator below
@@ -98,7 +105,12 @@ def main(argv: list[str] | None = None) -> int:
                 buf.reset()
             buf.append(x)
 
-        probes[name] = {
+        traces = importlib.import_module(module + ".bench._traces")
+        makers = traces.allocators(cupy)
+        replays = {f"{t} {kind} after warmup, host_us_per_op": functools.partial(
+            traces.replay, makers[kind], traces.trace_its(t), warmup=traces.warmup_for(t))
+            for t in args.traces for kind in ("cuflow", "cuflow vmm")}
+        probes[name] = {**replays,
             "add_dst_host_us": lambda cf=cf, a=a, b=b, c=c: cf.add(a, b, dst=c),
             "normalize_8x1080p_device_us": norm,
             "pool_hit_1MiB_host_us": lambda: cupy.empty(1 << 20, dtype=numpy.uint8),
@@ -112,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     def time(name: str, key: str) -> float:
         cupy.cuda.set_allocator(allocators[name])
         fn = probes[name][key]
+        if key.endswith("host_us_per_op"):  # (a replay: its own pool, its own clock)
+            return fn()["host_us_per_op"]
         if key.endswith("device_us"):
             return device_time_us(fn, number=10, repeat=9).median_us
         return host_time_us(fn, number=2000, repeat=7).median_us
@@ -134,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
                        "new_over_old_median": round(statistics.median(rs), 4),
                        "new_over_old_p10": round(q[0], 4), "new_over_old_p90": round(q[-1], 4),
                        "rounds": len(rs)}
-        print(f"{key:30s} old {o:9.3f}  new {n:9.3f}  new/old {statistics.median(rs):.3f}"
+        print(f"{key:52s} old {o:9.3f}  new {n:9.3f}  new/old {statistics.median(rs):.3f}"
               f"  (p10 {q[0]:.3f}, p90 {q[-1]:.3f}, {len(rs)} rounds)")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))

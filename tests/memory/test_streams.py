@@ -392,13 +392,31 @@ def test_borrowing_destroys_its_cuda_events(pooled, monkeypatch):
     pool = cf.memory.get_pool()
     be = pool.backend
     made, destroyed = [], []
+    outstanding: dict = {}  # handle -> events made with it and not destroyed yet
     record, done = be.record, be.done
+
+    def recorded(stream):
+        ev = record(stream)
+        made.append(ev)
+        outstanding[ev] = outstanding.get(ev, 0) + 1
+        return ev
+
+    def destroyed_if_done(ev):
+        if not done(ev):
+            return False
+        # (CUDA reuses a destroyed event's handle, so a handle made and not destroyed is
+        # the latest event made with it; an event made before the patch is not counted)
+        if outstanding.get(ev):
+            outstanding[ev] -= 1
+            destroyed.append(ev)
+        return True
+
     s1, s2 = (cupy.cuda.Stream(non_blocking=True) for _ in range(2))
     n = (40 << 20) // 4 + 77
     with s1:  # the one miss (a miss may release free segments: not a borrow's events)
         cupy.empty((n,), cupy.float32)  # (freed at once)
-    monkeypatch.setattr(be, "record", lambda s: made.append(record(s)) or made[-1])
-    monkeypatch.setattr(be, "done", lambda ev: done(ev) and (destroyed.append(ev) or True))
+    monkeypatch.setattr(be, "record", recorded)
+    monkeypatch.setattr(be, "done", destroyed_if_done)
     for _ in range(20):  # from here on, each allocation borrows the other stream's block
         with s1:
             x = cupy.empty((n,), cupy.float32)
