@@ -46,6 +46,12 @@ def _prepare_old(checkout: Path) -> Path:
     # a bare setup.py build: the old pyproject's metadata is not needed to compile
     subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=WORK,
                    check=True, capture_output=True)
+    # the recorded traces of this checkout, which both trees replay (the old tree finds them
+    # beside its package, in what looks like a checkout: pyproject.toml at the root)
+    here = Path(__file__).resolve().parents[1]
+    if (here / "bench" / "traces").is_dir():
+        shutil.copytree(here / "bench" / "traces", WORK / "bench" / "traces")
+        shutil.copy(here / "pyproject.toml", WORK / "pyproject.toml")
     return WORK
 
 
@@ -107,9 +113,10 @@ def main(argv: list[str] | None = None) -> int:
 
         traces = importlib.import_module(module + ".bench._traces")
         makers = traces.allocators(cupy)
+        # (the old tree names its pools "cuflow_old" too: every identifier was renamed)
         replays = {f"{t} {kind} after warmup, host_us_per_op": functools.partial(
-            traces.replay, makers[kind], traces.trace_its(t), warmup=traces.warmup_for(t))
-            for t in args.traces for kind in ("cuflow", "cuflow vmm")}
+            traces.replay, makers[module + kind[6:]], traces.trace_its(t),
+            warmup=traces.warmup_for(t)) for t in args.traces for kind in ("cuflow", "cuflow vmm")}
         probes[name] = {**replays,
             "add_dst_host_us": lambda cf=cf, a=a, b=b, c=c: cf.add(a, b, dst=c),
             "normalize_8x1080p_device_us": norm,
