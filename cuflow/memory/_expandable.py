@@ -28,8 +28,9 @@ cuflow places the segments itself, in one range of virtual addresses reserved at
   default) is neither destroyed nor captured, so its frees record nothing: its event is
   recorded when another stream's segment or an unmap first needs it, after all of that
   stream's work so far, which covers theirs (most misses of a one-stream program then make
-  no runtime call; ``bench/vmm_event_share.py`` measures what the records cost).  Mapping and unmapping run in relaxed capture mode: they touch
-  no stream, so another stream's graph capture goes on.
+  no runtime call; ``bench/vmm_event_share.py`` counts the calls).  Mapping and unmapping
+  run in relaxed capture mode: they touch no stream, so another stream's graph capture
+  goes on.
 
 :class:`PageHeap` is the placement, on offsets, and the streams' ordering (its ``lend`` and
 ``give_back`` are the backend's ``alloc`` and ``free``, compiled with it in ``_pageheap.c``);

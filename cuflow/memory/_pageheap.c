@@ -12,8 +12,9 @@
  * lend / give_back are the backend's alloc and free whole (the Python PageHeap's twins): the
  * rounding, the demand read from the pool's counters, and the stream ordering of the ranges
  * given back (per stream one event, recorded again at each give-back, and the spans given
- * back there; the legacy stream's event only when something needs it, see LEGACY).  The events are the six callables of `events`; for a device they are CuPy's
- * runtime functions, so a give-back runs no Python frame (a pair lend + give_back cost
+ * back there; the legacy stream's event only when something needs it, see LEGACY).  The
+ * events are the six callables of `events`; for a device they are CuPy's runtime
+ * functions, so a give-back runs no Python frame (a pair lend + give_back cost
  * 2.3-2.8 us through the Python backend, 0.6-1.0 us here: the performance page, "Expandable
  * segments, alloc and free compiled").  The callbacks may run any Python code (a
  * collection's finalizers give back ranges or destroy streams): the loops over the entries
@@ -705,8 +706,6 @@ events_over(PageHeap *h, long long lo, long long hi, long long stream)
     return out;
 }
 
-/* make stream wait for the give-backs of other streams over [lo, hi) whose work is not done;
- * forget the streams whose work is (every other one, for an empty range) */
 /* record the event the legacy stream's give-backs over [lo, hi) (any, for an empty range)
  * left unrecorded, unless stream is LEGACY (_expandable.PageHeap._record_late) */
 static int
@@ -726,6 +725,8 @@ record_late(PageHeap *h, long long lo, long long hi, long long stream)
     return rc;
 }
 
+/* make stream wait for the give-backs of other streams over [lo, hi) whose work is not done;
+ * forget the streams whose work is (every other one, for an empty range) */
 static int
 order(PageHeap *h, long long lo, long long hi, long long stream)
 {
@@ -933,7 +934,9 @@ heap_give_back(PageHeap *h, PyObject *const *args, Py_ssize_t nargs, PyObject *k
         if ((event = entry_event(h, stream)) == NULL)
             return NULL;
         PyObject *sargs[2] = {event, PyLong_FromLongLong(stream)};
-        int rc = sargs[1] == NULL ? -1 : stream == LEGACY ? 0 : ev_call0(h, EV_RECORD, sargs, 2);
+        int rc = sargs[1] == NULL ? -1
+                 : stream == LEGACY ? 0 /* (recorded when needed: record_late) */
+                 : ev_call0(h, EV_RECORD, sargs, 2);
         Py_XDECREF(sargs[1]);
         Py_ssize_t i = find_event(h, event);
         if (rc == 0 && i >= 0 && h->pend[i].nspans == h->pend[i].cap) { /* room, first */
