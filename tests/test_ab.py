@@ -1,4 +1,5 @@
-"""bench/ab.py where no GPU is usable: one line saying it needs one, and a failing status."""
+"""bench/ab.py and bench/new_result_cost.py where no GPU is usable: one line saying it needs
+one, and a failing status."""
 
 import os
 import subprocess
@@ -6,6 +7,7 @@ import sys
 from pathlib import Path
 
 AB = Path(__file__).resolve().parents[1] / "bench" / "ab.py"
+NEW_RESULT = AB.parent / "new_result_cost.py"
 
 
 def test_without_a_gpu_it_says_it_needs_one(tmp_path):
@@ -17,3 +19,18 @@ def test_without_a_gpu_it_says_it_needs_one(tmp_path):
     assert r.stdout == ""
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("bench/ab.py needs a GPU"), r.stderr
+
+
+def test_new_result_cost_without_a_gpu_says_it_needs_one():
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    r = subprocess.run([sys.executable, str(NEW_RESULT), "--rounds", "1"], capture_output=True,
+                       text=True, timeout=120, env=env)
+    assert r.returncode == 1 and r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("bench/new_result_cost.py needs a GPU"), r.stderr
+
+
+def test_new_result_cost_refuses_a_round_count_below_one():
+    r = subprocess.run([sys.executable, str(NEW_RESULT), "--rounds", "0"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and "--rounds and --number must be >= 1, got 0 and 3000" in r.stderr
