@@ -58,7 +58,7 @@ from typing import Any
 import numpy
 
 from ..core._creation import check_shape
-from ..core._runtime import Device, on_select, runtime
+from ..core._runtime import on_select, runtime
 from ..core._streams import as_cupy_stream
 from ._backends import Backend, CudaMallocBackend, DriverPoolBackend, HostBackend
 from ._expandable import ExpandableBackend, HostExpandableBackend, VirtualMemoryBackend
@@ -226,12 +226,9 @@ def snapshot(device: int | None = None) -> list[dict[str, Any]]:
 
 def empty_cache(device: int | None = None) -> int:
     """Return ``device``'s cached, fully free segments and the backend's unused reserve to
-    the device (:meth:`Pool.empty_cache`); the number of segments released.  It runs with
-    ``device`` current: a release orders itself after its streams' work with events, which
-    belong to the device of their stream."""
-    dev = _device(device, "empty_cache")
-    with Device(dev):
-        return get_pool(dev).empty_cache()
+    the device (:meth:`Pool.empty_cache`, which makes the pool's device current for it);
+    the number of segments released."""
+    return get_pool(_device(device, "empty_cache")).empty_cache()
 
 
 def reset_peak_stats(device: int | None = None) -> None:
@@ -268,10 +265,8 @@ def set_limit(limit: int | float | str | None, device: int | None = None) -> Non
         segments: the limit applies to new segments, so allocations that need
         one fail until enough memory is freed (nothing already allocated is lost).
     """
-    dev = _device(device, "set_limit")
-    pool = get_pool(dev)
-    with Device(dev), pool._lock:  # no segment taken between the limit and the release it
-        # asks for; the releases on the pool's device (empty_cache)
+    pool = get_pool(_device(device, "set_limit"))
+    with pool._lock:  # no segment taken between the limit and the release it asks for
         pool.limit = limit  # (set_limit's forms: the pool's limit reads them)
         over = pool.limit is not None and pool.reserved > pool.limit
         if over:

@@ -22,6 +22,7 @@ directly, so CPU-only CI tests it against :class:`HostBackend`.
 from __future__ import annotations
 
 import abc
+import contextlib
 import ctypes
 import mmap
 from typing import Any
@@ -115,6 +116,12 @@ class Backend(abc.ABC):
     def trim(self) -> None:
         """Give memory the backend holds beyond the pool's segments back to the device."""
 
+    def on_device(self) -> contextlib.AbstractContextManager[Any]:
+        """A block with the backend's device current: its streams and events belong to it,
+        so work the pool starts outside an allocation (``empty_cache``, a new limit) runs
+        there, whichever device the caller has current."""
+        return contextlib.nullcontext()
+
 
 class _Counted(Backend):
     """A backend whose every segment is new device memory: it counts the bytes it holds."""
@@ -198,6 +205,9 @@ class _CudaEvents(Backend):
 
     def current_stream(self) -> int:
         return self._get_stream().ptr
+
+    def on_device(self) -> contextlib.AbstractContextManager[Any]:
+        return self._cupy.cuda.Device(self.device_id)
 
     def synchronize(self) -> None:
         self._rt.deviceSynchronize()

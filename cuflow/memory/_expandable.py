@@ -759,8 +759,9 @@ class VirtualMemoryBackend(_CudaEvents, ExpandableBackend):
         (otherwise, and after a first close, nothing)."""
         heap = self.heap
         if heap.base and not heap.live:
-            heap.trim()
-            heap.settle(0, heap.capacity)  # (every give-back's work: none is pending after)
+            with self.on_device():  # (the late record of a give-back on its legacy stream)
+                heap.trim()
+                heap.settle(0, heap.capacity)  # (every give-back's work: none is pending after)
             self._call("cuMemAddressFree", C.c_uint64(heap.base), C.c_size_t(heap.capacity))
             heap.base = 0
             self.alloc = self._closed

@@ -612,7 +612,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         value = limit_of(value, self.backend)  # (None: no limit, 0 bytes included)
         # under the lock: a segment another thread is taking counts in ``reserved``, and so
         # in what a new adaptor holds, before the source changes
-        with self._lock:
+        with self.backend.on_device(), self._lock:  # (a lower limit may release memory)
             if value is None:
                 self._source = self.backend
                 self.backend.limit_memory(None)
@@ -799,7 +799,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         nothing can be released (freeing device memory would invalidate the capture): it
         then releases nothing and returns 0.
         """
-        with self._lock:
+        with self.backend.on_device(), self._lock:  # (releases record events on its streams)
             if self._capturing:
                 return 0
             self._settle()

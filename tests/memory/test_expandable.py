@@ -760,6 +760,30 @@ class TestDevice:
         a_s.synchronize()
         assert float(y[0]) == 2.0
 
+    def test_a_pool_of_another_device_releases_on_it(self, gpu_cf):
+        """empty_cache, a lower limit and close of a pool over device j, called with device
+        i current, record the legacy stream's late event on j's legacy stream (an event and
+        its stream belong to one device) and leave i current."""
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() < 2:
+            pytest.skip("needs two devices; this machine has one GPU")
+        pool = cuflow.memory.Pool(cuflow.memory.VirtualMemoryBackend(1))
+        with cupy.cuda.Device(1):
+            for n in (40, 12, 28, 80):  # misses: segments given back on stream 0, unrecorded
+                pool.free(pool.alloc(n * MIB, 0))
+        heap = pool.backend.heap
+        assert any(not recorded for _, _, recorded in heap.pending().values())
+        with cupy.cuda.Device(0):
+            assert pool.empty_cache() >= 1
+            pool.free(pool.alloc(30 * MIB, 0))  # (a late give-back again: one miss)
+            pool.limit = MIB
+            assert cupy.cuda.runtime.getDevice() == 0
+            pool.limit = None
+            assert pool.empty_cache() == 1 and not heap.pending() and not heap.mapped
+            pool.backend.close()
+        assert heap.base == 0
+
     def test_a_closed_backend_says_so(self, gpu_cf):
         be = cuflow.memory.VirtualMemoryBackend(0)
         be.close()
