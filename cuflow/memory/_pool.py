@@ -797,7 +797,8 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         free mapped pages, after their last work), so the memory is free for other
         processes, as after ``torch.cuda.empty_cache()``.  While a graph is being captured
         nothing can be released (freeing device memory would invalidate the capture): it
-        then releases nothing and returns 0.
+        then releases nothing and returns 0.  It runs with the pool's device current
+        (:meth:`~cuflow.memory.Backend.on_device`), whichever device the caller has current.
         """
         with self.backend.on_device(), self._lock:  # (releases record events on its streams)
             if self._capturing:
