@@ -24,13 +24,8 @@ cuflow places the segments itself, in one range of virtual addresses reserved at
   for all of the freeing stream's work so far, which covers the range's.  Pages are
   unmapped only once the events of the streams that freed ranges on them completed (a host
   wait).  A destroyed stream's frees stay under a key of their own, since CUDA may give its
-  handle to a new stream.  The legacy default stream (handle 0, CuPy's and PyTorch's
-  default) is neither destroyed nor captured, so its frees record nothing: its event is
-  recorded when another stream's segment or an unmap first needs it, after all of that
-  stream's work so far, which covers theirs (most misses of a one-stream program then make
-  no runtime call; ``bench/vmm_event_share.py`` counts the calls).  Mapping and unmapping
-  run in relaxed capture mode: they touch no stream, so another stream's graph capture
-  goes on.
+  handle to a new stream.  Mapping and unmapping run in relaxed capture mode: they touch
+  no stream, so another stream's graph capture goes on.
 
 :class:`PageHeap` is the placement, on offsets, and the streams' ordering (its ``lend`` and
 ``give_back`` are the backend's ``alloc`` and ``free``, compiled with it in ``_pageheap.c``);
@@ -76,7 +71,6 @@ KEEP = 1.25  # mapped bytes stay at most KEEP x the peak live bytes, while free 
 _NOT_READY = 600  # cudaErrorNotReady: an event's work is not done
 _MOST_SPANS = 64  # a stream's spans past this become one span over them
 _MOST_STREAMS = 8  # past this, streams whose work is done are forgotten
-_LEGACY = 0  # the legacy default stream: its give-backs' event is recorded when needed
 
 
 def _rounded(nbytes: int) -> int:
@@ -108,9 +102,6 @@ class PageHeap:
         # per stream: one event, recorded after the last of its give-backs whose work may not
         # be done, and the spans given back there
         self._pending: dict[int, tuple[Any, list[tuple[int, int]]]] = {}
-        # the legacy stream's entry has give-backs its event was not recorded after: it is
-        # recorded before anything queries, waits for or syncs on it
-        self._late = False
         self._gone_key = DEAD_STREAM  # (destroyed streams' give-backs: keys below it)
 
     @property
@@ -333,11 +324,14 @@ class PageHeap:
         a, n = ptr - self.base, _rounded(nbytes)
         ev = self._events
         event = None
+        # recorded here, on the freeing stream, even where no reader may ever need it: a record
+        # made later, when another stream's segment or an unmap reads it, would touch the
+        # freeing stream inside that other work, and a use of the legacy stream there ends any
+        # capture on a blocking stream (cudaErrorStreamCaptureImplicit)
         if ev is not None:  # recorded before the range goes back: a failed record leaves it
             event = self._entry_event(stream)
             try:
-                if stream != _LEGACY:
-                    ev[1](event, stream)
+                ev[1](event, stream)
             except BaseException:
                 self._drop_if_unused(event)
                 raise
@@ -356,8 +350,6 @@ class PageHeap:
             if len(spans) == _MOST_SPANS:  # one span over them (waiting for it waits for each)
                 spans[:] = [(min(s[0] for s in spans), max(s[1] for s in spans))]
             spans.append((a, a + n))
-            if stream == _LEGACY:
-                self._late = True
         if len(self._pending) > _MOST_STREAMS:  # streams come and go: forget those done
             self._order(0, 0, stream)
 
@@ -383,8 +375,6 @@ class PageHeap:
         key = self._key_of(event)
         if key is not None:
             del self._pending[key]
-            if key == _LEGACY:
-                self._late = False
 
     def _drop_if_unused(self, event: Any) -> None:
         """``event``'s entry forgotten if it holds no span (made for a give-back that
@@ -400,26 +390,11 @@ class PageHeap:
         return [e for s, (e, spans) in self._pending.items()
                 if s != stream and (lo >= hi or any(a < hi and lo < b for a, b in spans))]
 
-    def _record_late(self, lo: int, hi: int, stream: int | None) -> None:
-        """Record the event the legacy stream's give-backs over ``[lo, hi)`` (any, for an
-        empty range) left unrecorded, unless ``stream`` is that stream."""
-        entry = self._pending.get(_LEGACY) if self._late and stream != _LEGACY else None
-        if entry is None or not (lo >= hi or any(a < hi and lo < b for a, b in entry[1])):
-            return
-        self._late = False
-        try:
-            self._events[1](entry[0], _LEGACY)
-        except BaseException:
-            if self._pending.get(_LEGACY) is entry:
-                self._late = True  # (still its entry: the record is owed)
-            raise
-
     def _order(self, lo: int, hi: int, stream: int) -> None:
         """Make ``stream`` wait for the give-backs of other streams over ``[lo, hi)`` whose
         work is not done; forget the streams whose work is (every other one, for an empty
         range)."""
         ev = self._events
-        self._record_late(lo, hi, stream)
         for event in self._over(lo, hi, stream):
             if self._key_of(event) is None:
                 continue  # (forgotten meanwhile)
@@ -437,7 +412,6 @@ class PageHeap:
         ``[lo, hi)``, and forget them (before their pages are unmapped)."""
         if self._events is None:
             return
-        self._record_late(lo, max(hi, lo + 1), None)
         for event in self._over(lo, max(hi, lo + 1), None):
             if self._key_of(event) is not None:
                 self._events[4](event)
@@ -446,19 +420,14 @@ class PageHeap:
     def stream_gone(self, stream: int) -> None:
         """``stream`` was destroyed: its give-backs stay under a key no stream has (CUDA may
         give its handle to a new stream, which must not take them for its own)."""
-        if stream == _LEGACY:  # (never destroyed: its entry may wait for a record)
-            return
         entry = self._pending.pop(stream, None)
         if entry is not None:
             self._gone_key -= 1
             self._pending[self._gone_key] = entry
 
-    def pending(self) -> dict[int, tuple[Any, list[tuple[int, int]], bool]]:
-        """{stream: (event, [(lo, hi)], recorded)}: the give-backs whose work may not be
-        done; ``recorded`` is False where the event was not recorded after the last of them
-        (the legacy stream's, until something needs it)."""
-        return {s: (e, list(spans), not (s == _LEGACY and self._late))
-                for s, (e, spans) in self._pending.items()}
+    def pending(self) -> dict[int, tuple[Any, list[tuple[int, int]]]]:
+        """{stream: (event, [(lo, hi)])}: the give-backs whose work may not be done."""
+        return {s: (e, list(spans)) for s, (e, spans) in self._pending.items()}
 
 
 def _backend_heap(base: type) -> type:
@@ -690,7 +659,7 @@ class VirtualMemoryBackend(_CudaEvents, ExpandableBackend):
         rt = self._rt
         # CuPy's runtime functions, called by the heap with no Python frame between; one
         # event per stream, recorded again at each give-back (where a new event cost four
-        # runtime calls), the legacy stream's when needed
+        # runtime calls)
         self.heap.events = (functools.partial(rt.eventCreateWithFlags, rt.eventDisableTiming),
                             rt.eventRecord, rt.eventQuery, rt.streamWaitEvent,
                             rt.eventSynchronize, rt.eventDestroy)
@@ -759,7 +728,7 @@ class VirtualMemoryBackend(_CudaEvents, ExpandableBackend):
         (otherwise, and after a first close, nothing)."""
         heap = self.heap
         if heap.base and not heap.live:
-            with self.on_device():  # (the late record of a give-back on its legacy stream)
+            with self.on_device():  # (the heap's events belong to the backend's device)
                 heap.trim()
                 heap.settle(0, heap.capacity)  # (every give-back's work: none is pending after)
             self._call("cuMemAddressFree", C.c_uint64(heap.base), C.c_size_t(heap.capacity))

@@ -1407,7 +1407,7 @@ release_whole(HotAlloc *self, PyObject *source)
             else if (w == NULL && PyErr_Occurred())
                 e = 1;
             if (!e) /* Pool._release_segment's unlink (found still holds b) */
-                Py_SETREF(SLOT(seg, self->xoff[S_FIRST]), Py_NewRef(Py_None));
+                Py_XSETREF(SLOT(seg, self->xoff[S_FIRST]), Py_NewRef(Py_None));
         }
         Py_DECREF(stream);
         Py_DECREF(ptr);

@@ -116,7 +116,8 @@ for _name in ("cheap_release", "segment_granularity", "segment_granularity_min",
               "device_allocs", "device_frees", "current_stream", "record", "done", "wait",
               "stream_idle",
               "synchronize", "device_reserved", "reset_device_peak", "trim",
-              "places_segments", "attach", "stream_gone", "limit_memory", "total_memory"):
+              "places_segments", "attach", "stream_gone", "limit_memory", "total_memory",
+              "on_device"):
     setattr(LimitingAdaptor, _name, _forward(_name))
 del _name
 

@@ -12,9 +12,8 @@
  * lend / give_back are the backend's alloc and free whole (the Python PageHeap's twins): the
  * rounding, the demand read from the pool's counters, and the stream ordering of the ranges
  * given back (per stream one event, recorded again at each give-back, and the spans given
- * back there; the legacy stream's event only when something needs it, see LEGACY).  The
- * events are the six callables of `events`; for a device they are CuPy's runtime
- * functions, so a give-back runs no Python frame (a pair lend + give_back cost
+ * back there).  The events are the six callables of `events`; for a device they are CuPy's
+ * runtime functions, so a give-back runs no Python frame (a pair lend + give_back cost
  * 2.3-2.8 us through the Python backend, 0.6-1.0 us here: the performance page, "Expandable
  * segments, alloc and free compiled").  The callbacks may run any Python code (a
  * collection's finalizers give back ranges or destroy streams): the loops over the entries
@@ -38,7 +37,7 @@ typedef struct {
 
 typedef struct { /* a stream's give-backs whose work may not be done */
     long long key;    /* the stream's handle; below -1 once the stream was destroyed */
-    PyObject *event;  /* recorded after the last of them (LEGACY's: unless late) */
+    PyObject *event;  /* recorded after the last of them */
     Span *spans;
     Py_ssize_t nspans, cap;
 } Pending;
@@ -48,9 +47,6 @@ enum { EV_CREATE, EV_RECORD, EV_QUERY, EV_WAIT, EV_SYNC, EV_DESTROY, EV_COUNT };
 #define ALIGN 512LL
 #define MOST_SPANS 64 /* a stream's spans past this become one span over them */
 #define MOST_STREAMS 8 /* past this, streams whose work is done are forgotten */
-/* The legacy default stream, never destroyed nor captured: its give-backs record nothing,
- * its event is recorded before anything queries, waits for or syncs on it (record_late) */
-#define LEGACY 0LL
 
 typedef struct {
     PyObject_HEAD
@@ -65,7 +61,6 @@ typedef struct {
     PyObject *events, *state;   /* a tuple of EV_COUNT callables or None; the pool's counters */
     Pending *pend;
     Py_ssize_t npend, cappend;
-    int late; /* LEGACY's entry has give-backs its event was not recorded after */
 } PageHeap;
 
 static PyObject *s_map_pages, *s_unmap_pages, *s_requested, *s_peak_requested;
@@ -683,8 +678,6 @@ drop_event(PageHeap *h, PyObject *event)
         Pending p = h->pend[i];
         memmove(h->pend + i, h->pend + i + 1, (h->npend - i - 1) * sizeof(Pending));
         h->npend--;
-        if (p.key == LEGACY)
-            h->late = 0;
         PyMem_Free(p.spans);
         Py_DECREF(p.event);
     }
@@ -706,32 +699,11 @@ events_over(PageHeap *h, long long lo, long long hi, long long stream)
     return out;
 }
 
-/* record the event the legacy stream's give-backs over [lo, hi) (any, for an empty range)
- * left unrecorded, unless stream is LEGACY (_expandable.PageHeap._record_late) */
-static int
-record_late(PageHeap *h, long long lo, long long hi, long long stream)
-{
-    Py_ssize_t i = h->late && stream != LEGACY ? find_pending(h, LEGACY) : -1;
-    if (i < 0 || !(lo >= hi || overlaps(&h->pend[i], lo, hi)))
-        return 0;
-    PyObject *event = Py_NewRef(h->pend[i].event), *key = PyLong_FromLongLong(LEGACY);
-    h->late = 0;
-    PyObject *args[2] = {event, key};
-    int rc = key == NULL ? -1 : ev_call0(h, EV_RECORD, args, 2);
-    if (rc < 0 && (i = find_pending(h, LEGACY)) >= 0 && h->pend[i].event == event)
-        h->late = 1; /* (still its entry: the record is owed) */
-    Py_DECREF(event);
-    Py_XDECREF(key);
-    return rc;
-}
-
 /* make stream wait for the give-backs of other streams over [lo, hi) whose work is not done;
  * forget the streams whose work is (every other one, for an empty range) */
 static int
 order(PageHeap *h, long long lo, long long hi, long long stream)
 {
-    if (record_late(h, lo, hi, stream) < 0)
-        return -1;
     PyObject *evs = events_over(h, lo, hi, stream);
     if (evs == NULL)
         return -1;
@@ -761,8 +733,6 @@ order(PageHeap *h, long long lo, long long hi, long long stream)
 static int
 settle(PageHeap *h, long long lo, long long hi)
 {
-    if (record_late(h, lo, hi > lo ? hi : lo + 1, LLONG_MIN) < 0)
-        return -1;
     PyObject *evs = events_over(h, lo, hi > lo ? hi : lo + 1, LLONG_MIN);
     if (evs == NULL)
         return -1;
@@ -934,9 +904,7 @@ heap_give_back(PageHeap *h, PyObject *const *args, Py_ssize_t nargs, PyObject *k
         if ((event = entry_event(h, stream)) == NULL)
             return NULL;
         PyObject *sargs[2] = {event, PyLong_FromLongLong(stream)};
-        int rc = sargs[1] == NULL ? -1
-                 : stream == LEGACY ? 0 /* (recorded when needed: record_late) */
-                 : ev_call0(h, EV_RECORD, sargs, 2);
+        int rc = sargs[1] == NULL ? -1 : ev_call0(h, EV_RECORD, sargs, 2);
         Py_XDECREF(sargs[1]);
         Py_ssize_t i = find_event(h, event);
         if (rc == 0 && i >= 0 && h->pend[i].nspans == h->pend[i].cap) { /* room, first */
@@ -1001,8 +969,6 @@ heap_give_back(PageHeap *h, PyObject *const *args, Py_ssize_t nargs, PyObject *k
             p->nspans = 1;
         }
         p->spans[p->nspans++] = (Span){a, a + n}; /* (room made above) */
-        if (p->key == LEGACY)
-            h->late = 1;
     }
     if (h->npend > MOST_STREAMS && order(h, 0, 0, stream) < 0)
         return NULL;
@@ -1026,7 +992,7 @@ heap_stream_gone(PageHeap *h, PyObject *arg)
     long long stream = PyLong_AsLongLong(arg);
     if (stream == -1 && PyErr_Occurred())
         return NULL;
-    Py_ssize_t i = stream == LEGACY ? -1 : find_pending(h, stream); /* (never destroyed) */
+    Py_ssize_t i = find_pending(h, stream);
     if (i >= 0) { /* last, under its new key (the Python heap's dict order) */
         Pending p = h->pend[i];
         memmove(h->pend + i, h->pend + i + 1, (h->npend - i - 1) * sizeof(Pending));
@@ -1042,7 +1008,6 @@ heap_pending(PageHeap *h, PyObject *Py_UNUSED(ignored))
     /* a copy first: building the Python objects may run a collection, whose finalizers may
      * give back ranges here */
     Py_ssize_t n = h->npend, total = 0;
-    int late = h->late;
     for (Py_ssize_t i = 0; i < n; i++)
         total += h->pend[i].nspans;
     Pending *cp = PyMem_Malloc((n + 1) * sizeof(Pending));
@@ -1065,9 +1030,7 @@ heap_pending(PageHeap *h, PyObject *Py_UNUSED(ignored))
             else
                 PyList_SET_ITEM(lst, j, t);
         }
-        PyObject *t = lst == NULL ? NULL
-            : PyTuple_Pack(3, cp[i].event, lst,
-                           cp[i].key == LEGACY && late ? Py_False : Py_True);
+        PyObject *t = lst == NULL ? NULL : PyTuple_Pack(2, cp[i].event, lst);
         if (t == NULL || k == NULL || PyDict_SetItem(d, k, t) < 0)
             Py_CLEAR(d);
         Py_XDECREF(t);
@@ -1209,8 +1172,7 @@ static PyMethodDef heap_methods[] = {
     {"stream_gone", (PyCFunction)heap_stream_gone, METH_O,
      "stream_gone(stream): its give-backs stay under a key no stream has"},
     {"pending", (PyCFunction)heap_pending, METH_NOARGS,
-     "pending() -> {stream: (event, [(lo, hi)], recorded)}, the give-backs whose work may "
-     "not be done (recorded: whether the event was recorded after the last of them)"},
+     "pending() -> {stream: (event, [(lo, hi)])}, the give-backs whose work may not be done"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -330,9 +330,8 @@ class StreamOrderMachine(RuleBasedStateMachine):
         before = len(self.events[0].log)
         out = []
         for heap in self.heaps:
-            pend = {s: (ev["id"], spans, recorded)
-                    for s, (ev, spans, recorded) in heap.pending().items()
-                    if s != stream and not (recorded and ev["done"])}
+            pend = {s: (ev["id"], spans) for s, (ev, spans) in heap.pending().items()
+                    if s != stream and not ev["done"]}
             try:
                 ptr = heap.lend(n, stream)
             except MemoryError:
@@ -341,13 +340,9 @@ class StreamOrderMachine(RuleBasedStateMachine):
             out.append(ptr)
             a = ptr - heap.base
             since = self.events[0].log[before:]
-            for s, (ev_id, spans, recorded) in pend.items():  # work not done: waited for
+            for ev_id, spans in pend.values():  # work over the range not done: waited for
                 if any(lo < a + n and a < hi for lo, hi in spans):
-                    waits = [i for i, e in enumerate(since)
-                             if e in (("wait", stream, ev_id), ("sync", ev_id))]
-                    assert waits, f"stream {stream} placed over stream {s}'s work unwaited"
-                    if not recorded:  # (the legacy stream's: recorded first, then waited for)
-                        assert ("record", ev_id, s) in since[:waits[0]]
+                    assert ("wait", stream, ev_id) in since or ("sync", ev_id) in since
         ptr = self._same(out)
         if ptr is not None:
             self.live.append((ptr, n, stream))
@@ -370,7 +365,7 @@ class StreamOrderMachine(RuleBasedStateMachine):
     @rule()
     def work_done(self):
         for heap in self.heaps:
-            for ev, _, _ in heap.pending().values():
+            for ev, _ in heap.pending().values():
                 ev["done"] = True
 
     @rule(pages=st.integers(0, 8))
@@ -379,11 +374,11 @@ class StreamOrderMachine(RuleBasedStateMachine):
 
     @invariant()
     def same_pending(self):
-        views = [{s: (ev["id"], spans, rec) for s, (ev, spans, rec) in heap.pending().items()}
+        views = [{s: (ev["id"], spans) for s, (ev, spans) in heap.pending().items()}
                  for heap in self.heaps]
         assert all(v == views[0] for v in views), views
         for heap in self.heaps:  # nothing pending over an unmapped page
-            for _, spans, _ in heap.pending().values():
+            for _, spans in heap.pending().values():
                 for lo, hi in spans:
                     assert pages_of(lo, hi - lo) <= heap.mapped
 
@@ -461,7 +456,7 @@ def test_a_stream_destroyed_inside_a_sync_leaves_the_others_pending(impl):
     events.log.clear()
     heap.settle(0, PAGE)
     assert events.log == [("sync", 1), ("destroy", 1)]
-    assert sorted(ev["id"] for ev, _, _ in heap.pending().values()) == [2, 3]
+    assert sorted(ev["id"] for ev, _ in heap.pending().values()) == [2, 3]
 
 
 @pytest.mark.parametrize("impl", list(IMPLEMENTATIONS))
@@ -470,7 +465,7 @@ def test_a_give_back_inside_a_give_back_loses_nothing(impl):
     a, b = heap.lend(PAGE, 4), heap.lend(PAGE, 5)
     events.hooks[("create", 4)] = lambda: heap.give_back(b, PAGE, 5)  # (event 4: stream 4's)
     heap.give_back(a, PAGE, 4)
-    spans = {k: spans for k, (_, spans, _) in heap.pending().items()}
+    spans = {k: spans for k, (_, spans) in heap.pending().items()}
     assert spans[4] == [(a - heap.base, a - heap.base + PAGE)]
     assert spans[5] == [(b - heap.base, b - heap.base + PAGE)]
 
@@ -481,7 +476,7 @@ def test_a_stream_destroyed_inside_its_record_keeps_its_range(impl):
     a = heap.lend(PAGE, 3)
     events.hooks[("record", 3)] = lambda: heap.stream_gone(3)
     heap.give_back(a, PAGE, 3)
-    (key, (_, spans, _)), = [(k, v) for k, v in heap.pending().items() if v[0]["id"] == 3]
+    (key, (_, spans)), = [(k, v) for k, v in heap.pending().items() if v[0]["id"] == 3]
     assert key < -1 and (a - heap.base, a - heap.base + PAGE) in spans
 
 
@@ -506,31 +501,6 @@ def test_frees_on_many_streams_are_forgotten_once_done():
     be.free(a, 2 * MIB, stream=1)
     b = be.alloc(2 * MIB, stream=1)  # its own stream's free: in stream order, no wait
     assert b == a and be.waits == []
-
-
-@pytest.mark.parametrize("impl", list(IMPLEMENTATIONS))
-def test_the_legacy_streams_frees_are_recorded_when_another_stream_needs_them(impl):
-    """Stream 0 (the legacy default stream) is never destroyed nor captured: its give-backs
-    record no event until another stream's segment or an unmap needs it."""
-    heap, events = IMPLEMENTATIONS[impl](), LoggedEvents()
-    heap.base, heap.events = 1 << 40, events.calls()
-    a = heap.lend(4 * MIB, 0)
-    heap.give_back(a, 4 * MIB, 0)
-    assert heap.lend(4 * MIB, 0) == a  # in stream order: nothing to wait for
-    heap.give_back(a, 4 * MIB, 0)
-    assert [e[0] for e in events.log] == ["create"]
-    (_, spans, recorded), = heap.pending().values()
-    assert not recorded and spans
-    assert heap.lend(4 * MIB, 7) == a  # another stream: the record, then its wait
-    assert events.log[1:] == [("record", 1, 0), ("wait", 7, 1)]
-    b = heap.lend(4 * MIB, 0)
-    heap.give_back(b, 4 * MIB, 0)
-    heap.give_back(a, 4 * MIB, 7)
-    events.log.clear()
-    heap.settle(0, heap.capacity)  # (before an unmap): the host waits for both streams' work
-    assert events.log == [("record", 1, 0), ("sync", 1), ("destroy", 1), ("sync", 2),
-                          ("destroy", 2)]
-    assert not heap.pending()
 
 
 def test_a_destroyed_streams_frees_are_not_a_new_streams_with_its_handle():
@@ -761,28 +731,24 @@ class TestDevice:
         assert float(y[0]) == 2.0
 
     def test_a_pool_of_another_device_releases_on_it(self, gpu_cf):
-        """empty_cache, a lower limit and close of a pool over device j, called with device
-        i current, record the legacy stream's late event on j's legacy stream (an event and
-        its stream belong to one device) and leave i current."""
+        """empty_cache and close of a pool over device 1, called with device 0 current: the
+        releases record the heap's events (made on device 1) on device 1's streams, and
+        device 0 stays current."""
         import cupy
 
         if cupy.cuda.runtime.getDeviceCount() < 2:
             pytest.skip("needs two devices; this machine has one GPU")
         pool = cuflow.memory.Pool(cuflow.memory.VirtualMemoryBackend(1))
-        with cupy.cuda.Device(1):
-            for n in (40, 12, 28, 80):  # misses: segments given back on stream 0, unrecorded
-                pool.free(pool.alloc(n * MIB, 0))
         heap = pool.backend.heap
-        assert any(not recorded for _, _, recorded in heap.pending().values())
+        with cupy.cuda.Device(1):
+            s = cupy.cuda.Stream(non_blocking=True)
+            for stream in (0, s.ptr):  # a wholly free segment on each, kept by the pool
+                pool.free(pool.alloc(40 * MIB, stream))
         with cupy.cuda.Device(0):
-            assert pool.empty_cache() >= 1
-            pool.free(pool.alloc(30 * MIB, 0))  # (a late give-back again: one miss)
-            pool.limit = MIB
-            assert cupy.cuda.runtime.getDevice() == 0
-            pool.limit = None
-            assert pool.empty_cache() == 1 and not heap.pending() and not heap.mapped
+            assert pool.empty_cache() == 2  # (each release records on its stream)
+            assert cupy.cuda.runtime.getDevice() == 0 and not heap.mapped
             pool.backend.close()
-        assert heap.base == 0
+        assert heap.base == 0 and not heap.pending()
 
     def test_a_closed_backend_says_so(self, gpu_cf):
         be = cuflow.memory.VirtualMemoryBackend(0)

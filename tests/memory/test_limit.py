@@ -94,6 +94,17 @@ def test_limiting_adaptor_alone():
     assert lim.held == 0 and up.in_use == 0 and lim.name == up.name
 
 
+def test_the_adaptor_forwards_every_backend_default_it_does_not_implement():
+    """Backend's defaults would hide the upstream's own methods and attributes from the
+    adaptor's __getattr__: each one is the adaptor's own or forwarded to the upstream."""
+    from cuflow.memory import Backend, LimitingAdaptor
+
+    lim = LimitingAdaptor(HostBackend(), 1 << 20)
+    hidden = [name for name in vars(Backend) if not name.startswith("_")
+              and name not in vars(LimitingAdaptor) and name not in vars(lim)]
+    assert not hidden, f"LimitingAdaptor hides the upstream's {hidden}"
+
+
 def test_limit_is_absent_when_unused_and_counts_what_is_held():
     """An unlimited pool takes segments from its backend directly; a limit set on a pool in
     use counts the segments it already holds, and can be raised, lowered and removed."""
