@@ -742,8 +742,9 @@ class TestDevice:
         heap = pool.backend.heap
         with cupy.cuda.Device(1):
             s = cupy.cuda.Stream(non_blocking=True)
-            for stream in (0, s.ptr):  # a wholly free segment on each, kept by the pool
-                pool.free(pool.alloc(40 * MIB, stream))
+            blocks = [pool.alloc(40 * MIB, stream) for stream in (0, s.ptr)]
+            for b in blocks:  # a wholly free segment on each stream, kept by the pool
+                pool.free(b)
         with cupy.cuda.Device(0):
             assert pool.empty_cache() == 2  # (each release records on its stream)
             assert cupy.cuda.runtime.getDevice() == 0 and not heap.mapped
