@@ -387,6 +387,10 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
     def alloc(self, nbytes: int, stream: int | None = None) -> Block:
         """A block of at least ``nbytes`` usable on ``stream`` (default: the current stream).
 
+        With several devices, call it with the pool's device current, as cuflow's allocator
+        hook is: a miss may release segments, which records events on their streams, and an
+        event belongs to the device current when it is made.
+
         Raises
         ------
         MemoryTypeError
