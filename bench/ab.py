@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         makers = traces.allocators(cupy)
         # (the old tree names its pools "cuflow_old" too: every identifier was renamed)
         replays = {f"{t} {kind} after warmup, host_us_per_op": functools.partial(
-            traces.replay, makers[module + kind[6:]], traces.trace_its(t),
+            traces.replay, makers[kind.replace("cuflow", module, 1)], traces.trace_its(t),
             warmup=traces.warmup_for(t)) for t in args.traces for kind in ("cuflow", "cuflow vmm")}
         probes[name] = {**replays,
             "add_dst_host_us": lambda cf=cf, a=a, b=b, c=c: cf.add(a, b, dst=c),
