@@ -464,12 +464,16 @@ def test_a_miss_releases_every_wholly_free_segment(ops):
     for alloc, mib, pick in ops:
         if alloc or not live:
             pool._settle()  # the exact-size cache coalesced: what a miss sees
-            whole = {p for p, seg in pool._segments.items() if not seg.keep
-                     and seg.first.next is None and seg.first.free and not seg.first.quick}
+            # the segment objects, not their addresses: a new segment may be given the
+            # address of one just released
+            whole = [seg for seg in pool._segments.values() if not seg.keep
+                     and seg.first.next is None and seg.first.free and not seg.first.quick]
             misses = pool.stats()["cache_misses"]
             b = pool.alloc(mib * 100_000)
             if pool.stats()["cache_misses"] > misses:
-                assert not whole & set(pool._segments), "a wholly free segment stayed"
+                kept = set(map(id, pool._segments.values()))
+                assert not [seg for seg in whole if id(seg) in kept], \
+                    "a wholly free segment stayed"
             live.append(b)
         else:
             pool.free(live.pop(pick % len(live)))
