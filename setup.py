@@ -9,5 +9,8 @@ from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("cuflow.memory._hotpath",
                              ["cuflow/memory/_hotpath.c", "cuflow/memory/_pageheap.c"],
+                             include_dirs=["cuflow"], depends=["cuflow/_cfields.h"],
                              optional=True),
-                   Extension("cuflow.core._ewlaunch", ["cuflow/core/_ewlaunch.c"], optional=True)])
+                   Extension("cuflow.core._ewlaunch", ["cuflow/core/_ewlaunch.c"],
+                             include_dirs=["cuflow"], depends=["cuflow/_cfields.h"],
+                             optional=True)])

@@ -26,6 +26,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include "_cfields.h" /* FIELD, find_field */
 #include <limits.h>
 #include <math.h>
 #include <string.h>
@@ -55,6 +56,7 @@ typedef struct {
     PyObject *darray, *ndarray, *owner, *fail;
     PyObject *dtypes; /* empty()'s dtype argument -> numpy dtype of numbers, as met */
     newfunc base_new; /* the array base type's tp_new (NULL: results built by calling darray) */
+    int fields;       /* operands read at CuPy's fields: 1, 0, or -1 not yet asked (layout_for) */
     stream_fn get_stream;
     launch_fn launch;
     device_fn get_device; /* NULL with one device */
@@ -149,6 +151,248 @@ same_shape(PyObject *o, PyObject *shape)
     return r;
 }
 
+/* ---- CuPy's array fields at their offsets ----------------------------------------------
+ * layout_for(ndarray) finds where _ndarray_base (Cython, cupy/_core/
+ * core.pxd) keeps size, _shape and _strides (std::vector<Py_ssize_t>: three pointers),
+ * _c_contiguous, _f_contiguous and _index_32_bits (C ints), dtype, data and base, and where
+ * a MemoryPointer keeps ptr.  It checks them on three probe arrays, a C-contiguous one, its
+ * transpose and a strided view of it (every field found once, at the pxd's order, with each
+ * probe's values), and only then turns on what reads or writes them: the operands' reads
+ * of the launcher (about 0.1 us an array: bench op zoo) and basic indexing's views
+ * (basic_view).  Where any check fails, both keep their attribute paths. */
+typedef struct {
+    Py_ssize_t *begin, *end, *cap;
+} SsizeVector;
+
+static struct {
+    int ok;
+    PyObject *ndarray;     /* the array type checked (a strong reference) */
+    PyTypeObject *pointer; /* the MemoryPointer type checked */
+    Py_ssize_t size, shape, strides, c_contig, f_contig, index32, dtype, data, base, mp_ptr;
+} L;
+
+#define VEC(o, off) (&FIELD(o, off, SsizeVector))
+#define VEC_LEN(o, off) (VEC(o, off)->end - VEC(o, off)->begin)
+
+/* 1 when o holds at off a vector of exactly the ints of tuple t: its pointers are checked
+ * to be a vector's of that length before any element is read */
+static int
+vector_is(PyObject *o, Py_ssize_t off, PyObject *t)
+{
+    SsizeVector *v = VEC(o, off);
+    Py_ssize_t n = PyTuple_Check(t) ? PyTuple_GET_SIZE(t) : -1;
+    if (n < 1 || v->begin == NULL || ((uintptr_t)v->begin & (sizeof(Py_ssize_t) - 1))
+        || v->end - v->begin != n || v->cap < v->end)
+        return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t x = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, i));
+        if (x == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
+        }
+        if (v->begin[i] != x)
+            return 0;
+    }
+    return 1;
+}
+
+/* 1 when darray inherits ndarray's __new__, _init and __array_finalize__ and ndarray
+ * has a base type: a result built by that base's tp_new and _init (or a view filled in at
+ * the fields) is what calling darray builds */
+static int
+construction_inherited(PyObject *darray, PyObject *ndarray)
+{
+    PyTypeObject *base = ((PyTypeObject *)ndarray)->tp_base;
+    int same = base != NULL && base->tp_new != NULL
+               && PyType_IsSubtype((PyTypeObject *)darray, (PyTypeObject *)ndarray);
+    static const char *const inherited[] = {"__new__", "__init__", "__array_finalize__"};
+    for (int i = 0; same && i < 3; i++) {
+        PyObject *d = PyObject_GetAttrString(darray, inherited[i]);
+        PyObject *n = d == NULL ? NULL : PyObject_GetAttrString(ndarray, inherited[i]);
+        same = n != NULL && d == n;
+        Py_XDECREF(d);
+        Py_XDECREF(n);
+        PyErr_Clear(); /* a missing method: the plain call */
+    }
+    return same;
+}
+
+/* o's attribute name, or NULL (no exception) */
+static PyObject *
+attr(PyObject *o, const char *name)
+{
+    PyObject *v = PyObject_GetAttrString(o, name);
+    if (v == NULL)
+        PyErr_Clear();
+    return v;
+}
+
+/* 1 when probe o holds its own values at the offsets found: size, shape, strides, the
+ * flags, dtype, data and base (base_is: the object base should be) */
+static int
+probe_matches(PyObject *o, PyObject *base_is)
+{
+    PyObject *size = attr(o, "size"), *shape = attr(o, "shape"), *strides = attr(o, "strides"),
+             *dtype = attr(o, "dtype"), *data = attr(o, "data"), *c = attr(o, "_c_contiguous"),
+             *f = attr(o, "_f_contiguous"), *i32 = attr(o, "_index_32_bits"),
+             *ptr = data == NULL ? NULL : attr(data, "ptr");
+    int ok = size != NULL && shape != NULL && strides != NULL && dtype != NULL && data != NULL
+             && c != NULL && f != NULL && i32 != NULL && ptr != NULL;
+    ok = ok && FIELD(o, L.size, Py_ssize_t) == PyLong_AsSsize_t(size)
+         && vector_is(o, L.shape, shape) && vector_is(o, L.strides, strides)
+         && FIELD(o, L.c_contig, int) == PyObject_IsTrue(c)
+         && FIELD(o, L.f_contig, int) == PyObject_IsTrue(f)
+         && FIELD(o, L.index32, int) == PyObject_IsTrue(i32)
+         && FIELD(o, L.dtype, PyObject *) == dtype && FIELD(o, L.data, PyObject *) == data
+         && FIELD(o, L.base, PyObject *) == base_is
+         && FIELD(data, L.mp_ptr, intptr_t) == (intptr_t)PyLong_AsSsize_t(ptr);
+    PyErr_Clear();
+    Py_XDECREF(size), Py_XDECREF(shape), Py_XDECREF(strides), Py_XDECREF(dtype);
+    Py_XDECREF(data), Py_XDECREF(c), Py_XDECREF(f), Py_XDECREF(i32), Py_XDECREF(ptr);
+    return ok;
+}
+
+/* probes a, t, v of type ndarray hold the fields at the pxd's offsets: 1 (L filled in), or 0 */
+static int
+layout_of_probes(PyObject *ndarray, PyObject *a, PyObject *t, PyObject *v)
+{
+    if (Py_TYPE(a) != (PyTypeObject *)ndarray || Py_TYPE(t) != (PyTypeObject *)ndarray
+        || Py_TYPE(v) != (PyTypeObject *)ndarray)
+        return 0;
+    Py_ssize_t end = ((PyTypeObject *)ndarray)->tp_base->tp_basicsize;
+    PyObject *dtype = attr(a, "dtype"), *data = attr(a, "data"), *size = attr(a, "size"),
+             *ptr = data == NULL ? NULL : attr(data, "ptr");
+    Py_ssize_t n = size == NULL ? -1 : PyLong_AsSsize_t(size);
+    intptr_t p = ptr == NULL ? 0 : (intptr_t)PyLong_AsSsize_t(ptr);
+    PyErr_Clear();
+    int ok = dtype != NULL && data != NULL && n > 1 && p != 0;
+    if (ok) {
+        L.size = find_field(a, end, &n, sizeof n);
+        L.dtype = find_field(a, end, &dtype, sizeof dtype);
+        L.data = find_field(a, end, &data, sizeof data);
+        L.base = find_field(v, end, &a, sizeof a);
+        L.mp_ptr = find_field(data, Py_TYPE(data)->tp_basicsize, &p, sizeof p);
+        /* the pxd's order from size on: _shape, _strides, three bints, dtype, data, base */
+        L.shape = L.size + (Py_ssize_t)sizeof(Py_ssize_t);
+        L.strides = L.shape + (Py_ssize_t)sizeof(SsizeVector);
+        L.c_contig = L.strides + (Py_ssize_t)sizeof(SsizeVector);
+        L.f_contig = L.c_contig + (Py_ssize_t)sizeof(int);
+        L.index32 = L.f_contig + (Py_ssize_t)sizeof(int);
+        Py_ssize_t after = L.index32 + (Py_ssize_t)sizeof(int);
+        ok = L.size > 0 && L.mp_ptr > 0 && L.base + (Py_ssize_t)sizeof(PyObject *) <= end
+             && L.dtype == (after + (Py_ssize_t)sizeof(PyObject *) - 1)
+                           / (Py_ssize_t)sizeof(PyObject *) * (Py_ssize_t)sizeof(PyObject *)
+             && L.data == L.dtype + (Py_ssize_t)sizeof(PyObject *)
+             && L.base == L.data + (Py_ssize_t)sizeof(PyObject *)
+             && probe_matches(a, Py_None) && probe_matches(t, a) && probe_matches(v, a);
+    }
+    if (ok) {
+        L.pointer = (PyTypeObject *)Py_NewRef(Py_TYPE(data));
+        L.ndarray = Py_NewRef(ndarray);
+        L.ok = 1;
+    }
+    Py_XDECREF(dtype), Py_XDECREF(data), Py_XDECREF(size), Py_XDECREF(ptr);
+    return ok;
+}
+
+/* 1 when CuPy's fields were found for arrays of type ndarray, else 0 (no exception).  The
+ * first call for a type makes the probes, ndarray((3, 5, 7), "int16"), its .T and
+ * [1:, ::2, 3:]: on the current device, which already has a context wherever an array of
+ * that type is at hand (the launcher and the views ask at their first array). */
+static int
+layout_for(PyObject *ndarray)
+{
+    if (L.ok)
+        return L.ndarray == ndarray;
+    PyTypeObject *base = PyType_Check(ndarray) ? ((PyTypeObject *)ndarray)->tp_base : NULL;
+    if (base == NULL || base->tp_flags & Py_TPFLAGS_HEAPTYPE || base->tp_itemsize != 0)
+        return 0; /* not an array type over an extension type's fields: no probes made */
+    PyObject *a = PyObject_CallFunction(ndarray, "(nnn)s", (Py_ssize_t)3, (Py_ssize_t)5,
+                                        (Py_ssize_t)7, "int16");
+    PyObject *t = a == NULL ? NULL : PyObject_GetAttrString(a, "T"), *v = NULL, *key = NULL;
+    if (t != NULL) {
+        PyObject *one = PyLong_FromLong(1), *two = PyLong_FromLong(2), *three = PyLong_FromLong(3);
+        PyObject *s1 = one == NULL ? NULL : PySlice_New(one, NULL, NULL);
+        PyObject *s2 = two == NULL ? NULL : PySlice_New(NULL, NULL, two);
+        PyObject *s3 = three == NULL ? NULL : PySlice_New(three, NULL, NULL);
+        key = s1 == NULL || s2 == NULL || s3 == NULL ? NULL : PyTuple_Pack(3, s1, s2, s3);
+        v = key == NULL ? NULL : PyObject_GetItem(a, key);
+        Py_XDECREF(one), Py_XDECREF(two), Py_XDECREF(three);
+        Py_XDECREF(s1), Py_XDECREF(s2), Py_XDECREF(s3);
+    }
+    int ok = v != NULL && layout_of_probes(ndarray, a, t, v);
+    Py_XDECREF(a), Py_XDECREF(t), Py_XDECREF(v), Py_XDECREF(key);
+    PyErr_Clear(); /* a type without such fields keeps the attribute paths */
+    return ok;
+}
+
+static PyObject *
+cupy_layout(PyObject *Py_UNUSED(module), PyObject *ndarray)
+{
+    return PyBool_FromLong(layout_for(ndarray));
+}
+
+/* the key of an array operand's dtype: its number (dtype.num), kept per dtype object (a
+ * strong reference each, so an address is never reused) for the first DTYPE_NUMS met */
+#define DTYPE_NUMS 32
+static PyObject *num_dtypes[DTYPE_NUMS];
+static long long num_values[DTYPE_NUMS];
+static int num_count;
+
+static long long
+dtype_num(PyObject *dt)
+{
+    for (int i = 0; i < num_count; i++)
+        if (num_dtypes[i] == dt)
+            return num_values[i];
+    long long num = attr_ll(dt, s_num);
+    if (!(num == -1 && PyErr_Occurred()) && num_count < DTYPE_NUMS) {
+        num_dtypes[num_count] = Py_NewRef(dt);
+        num_values[num_count++] = num;
+    }
+    return num;
+}
+
+/* 1 when arrays x and y have the same shape (read at the fields) */
+static int
+same_vector(PyObject *x, PyObject *y)
+{
+    Py_ssize_t n = VEC_LEN(x, L.shape);
+    return n == VEC_LEN(y, L.shape)
+           && memcmp(VEC(x, L.shape)->begin, VEC(y, L.shape)->begin, n * sizeof(Py_ssize_t)) == 0;
+}
+
+/* x.data.ptr at the fields; 0 with an exception set where data is not the MemoryPointer
+ * type checked */
+static unsigned long long
+pointer_at_fields(PyObject *x)
+{
+    PyObject *d = FIELD(x, L.data, PyObject *);
+    if (Py_TYPE(d) != L.pointer) {
+        PyErr_Format(PyExc_TypeError, "array data is %R, not a %s", (PyObject *)Py_TYPE(d),
+                     L.pointer->tp_name);
+        return 0;
+    }
+    return (unsigned long long)FIELD(d, L.mp_ptr, intptr_t);
+}
+
+/* array_code at the fields (one device) */
+static int
+array_code_at_fields(PyObject *x, unsigned long long *code, unsigned long long *ptr)
+{
+    long long num = dtype_num(FIELD(x, L.dtype, PyObject *));
+    if (num == -1 && PyErr_Occurred())
+        return -1;
+    unsigned long long p = pointer_at_fields(x);
+    if (p == 0 && PyErr_Occurred())
+        return -1;
+    if (num < 0 || num > 100)
+        return 0;
+    *code = 2 + 2 * (unsigned long long)num + ((p & 15) == 0);
+    *ptr = p;
+    return 1;
+}
+
 /* ew(op, args, dst): the engine's launch of a generated kernel over same-shape C-contiguous
  * arrays and Python float/int scalars (core/_engine.py, EwOp).  The key packs, per operand,
  * 2 + 2 * dtype.num + (16-byte aligned) for an array and 250 / 251 for a float / int
@@ -220,24 +464,43 @@ ew_impl(Launcher *self, PyObject *op, PyObject *const *items, Py_ssize_t na, PyO
     int nptr = 0, nsc = 0;
     PyObject *shape = NULL, *first = NULL;
     long long n = -1;
+    /* with one device, operands are read at CuPy's fields; shape is then first's shape as a
+     * tuple, made only where needed */
+    if (self->fields < 0)
+        self->fields = layout_for(self->ndarray);
+    const int fields = self->fields && dev < 0;
     for (Py_ssize_t i = 0; i < na; i++) {
         PyObject *x = items[i];
         unsigned long long code;
         if (Py_TYPE(x) == (PyTypeObject *)self->darray || Py_TYPE(x) == (PyTypeObject *)self->ndarray) {
-            int ok = contiguous(x);
-            if (ok <= 0)
-                goto out_none_or_err;
-            if (first == NULL) {
-                first = x;
-                if ((shape = PyObject_GetAttr(x, s_shape)) == NULL)
-                    return NULL;
-                if ((n = attr_ll(x, s_size)) == -1 && PyErr_Occurred())
-                    goto error;
-            }
-            else if ((ok = same_shape(x, shape)) <= 0)
-                goto out_none_or_err;
+            int ok;
             unsigned long long p;
-            if ((ok = array_code(x, dev, &code, &p)) <= 0)
+            if (fields) {
+                if (first == NULL) {
+                    first = x;
+                    n = FIELD(x, L.size, Py_ssize_t);
+                }
+                else if (!same_vector(x, first))
+                    goto none;
+                if (!FIELD(x, L.c_contig, int))
+                    goto none;
+                ok = array_code_at_fields(x, &code, &p);
+            }
+            else {
+                if ((ok = contiguous(x)) <= 0)
+                    goto out_none_or_err;
+                if (first == NULL) {
+                    first = x;
+                    if ((shape = PyObject_GetAttr(x, s_shape)) == NULL)
+                        return NULL;
+                    if ((n = attr_ll(x, s_size)) == -1 && PyErr_Occurred())
+                        goto error;
+                }
+                else if ((ok = same_shape(x, shape)) <= 0)
+                    goto out_none_or_err;
+                ok = array_code(x, dev, &code, &p);
+            }
+            if (ok <= 0)
                 goto out_none_or_err;
             ptrs[nptr++] = p;
         }
@@ -264,11 +527,19 @@ ew_impl(Launcher *self, PyObject *op, PyObject *const *items, Py_ssize_t na, PyO
     if (dst != Py_None) {
         if (Py_TYPE(dst) != (PyTypeObject *)self->darray && Py_TYPE(dst) != (PyTypeObject *)self->ndarray)
             goto none;
-        int ok = contiguous(dst);
-        if (ok <= 0 || (ok = same_shape(dst, shape)) <= 0)
-            goto out_none_or_err;
+        int ok;
         unsigned long long code, p;
-        if ((ok = array_code(dst, dev, &code, &p)) <= 0)
+        if (fields) {
+            if (!FIELD(dst, L.c_contig, int) || !same_vector(dst, first))
+                goto none;
+            ok = array_code_at_fields(dst, &code, &p);
+        }
+        else {
+            if ((ok = contiguous(dst)) <= 0 || (ok = same_shape(dst, shape)) <= 0)
+                goto out_none_or_err;
+            ok = array_code(dst, dev, &code, &p);
+        }
+        if (ok <= 0)
             goto out_none_or_err;
         key |= code << 48;
         ptrs[nptr] = p;
@@ -327,6 +598,11 @@ ew_impl(Launcher *self, PyObject *op, PyObject *const *items, Py_ssize_t na, PyO
     /* nzero -1: a last-axis reduction; the kernel takes (row length, 1), the result drops
      * the last axis */
     long long rlen = 0;
+    if (shape == NULL && (nzero == -1 || dst == Py_None)
+        && (shape = PyObject_GetAttr(first, s_shape)) == NULL) {
+        Py_DECREF(plan);
+        goto error;
+    }
     if (nzero == -1) {
         Py_ssize_t nd = PyTuple_Check(shape) ? PyTuple_GET_SIZE(shape) : 0;
         if (nd < 1 || dst != Py_None) {
@@ -363,7 +639,7 @@ ew_impl(Launcher *self, PyObject *op, PyObject *const *items, Py_ssize_t na, PyO
         Py_DECREF(plan);
         if (c == NULL)
             goto error;
-        ptrs[nptr] = data_ptr(c, -1, NULL);
+        ptrs[nptr] = fields ? pointer_at_fields(c) : data_ptr(c, -1, NULL);
         if (ptrs[nptr] == 0 && PyErr_Occurred()) {
             Py_DECREF(c);
             goto error;
@@ -707,21 +983,9 @@ launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->get_device = (device_fn)dp;
     for (int i = 0; i < 3; i++)
         self->memset[i] = msp[i];
-    self->base_new = NULL;
-    PyTypeObject *base = ((PyTypeObject *)ndarray)->tp_base;
-    int same = base != NULL && base->tp_new != NULL
-               && PyType_IsSubtype((PyTypeObject *)darray, (PyTypeObject *)ndarray);
-    static const char *const inherited[] = {"__new__", "__init__", "__array_finalize__"};
-    for (int i = 0; same && i < 3; i++) {
-        PyObject *d = PyObject_GetAttrString(darray, inherited[i]);
-        PyObject *n = d == NULL ? NULL : PyObject_GetAttrString(ndarray, inherited[i]);
-        same = n != NULL && d == n;
-        Py_XDECREF(d);
-        Py_XDECREF(n);
-        PyErr_Clear(); /* a missing method: the plain call */
-    }
-    if (same)
-        self->base_new = base->tp_new;
+    self->base_new = construction_inherited(darray, ndarray)
+                     ? ((PyTypeObject *)ndarray)->tp_base->tp_new : NULL;
+    self->fields = -1; /* asked at the first launch (see layout_for) */
     return (PyObject *)self;
 }
 
@@ -797,6 +1061,7 @@ typedef struct {
     PyObject *op, *fn, *source, *rtdict, *dict; /* rtdict: source's dict, for a module */
     Py_ssize_t nin;
     int kind;
+    int views; /* getitem: basic indexing builds views at CuPy's fields (1, 0, -1 not asked) */
     vectorcallfunc vectorcall;
 } FastCall;
 
@@ -918,17 +1183,150 @@ call_fn:
     return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
 }
 
-/* kind 7: a[key] with op = (base, darray): the base type's own subscript, and a result of
- * the base type (advanced indexing builds one) re-classed to darray; no Python frame
- * (bench headline a[1:]).  Built only where the base's subscript is a C slot, which
- * cannot call back into this one. */
+/* ---- basic indexing -------------------------------------------------------------------
+ * x[key] for a key of ints, slices, Ellipsis and None (alone or in a tuple): the view CuPy's
+ * _view_getitem builds, made at the fields (see layout_for) with no Python frame (bench op
+ * zoo x[1:], x2[:, 0]): darray's base's tp_new, x's dtype, base (x's own, else x), data
+ * (x's MemoryPointer plus the offset) and _index_32_bits, then _set_shape_and_strides, which
+ * sets size and both contiguity flags as CuPy's view does.  None for anything else, which
+ * CuPy's subscript then takes with its own errors: other index types (NumPy integers,
+ * bools, arrays, lists), an index out of bounds, a zero step, more indices than axes, an
+ * empty array or result, and more than VIEW_NDIM axes. */
+#define VIEW_NDIM 32
+static PyObject *s_set_shape;
+
+static PyObject *
+basic_view(PyTypeObject *cls, newfunc base_new, PyObject *x, PyObject *key)
+{
+    if (Py_TYPE(x) != cls || FIELD(x, L.size, Py_ssize_t) == 0)
+        Py_RETURN_NONE;
+    PyObject *const *items = &key;
+    Py_ssize_t n = 1;
+    if (PyTuple_CheckExact(key)) {
+        items = &PyTuple_GET_ITEM(key, 0);
+        n = PyTuple_GET_SIZE(key);
+    }
+    const Py_ssize_t ndim = VEC_LEN(x, L.shape);
+    const Py_ssize_t *xs = VEC(x, L.shape)->begin, *xt = VEC(x, L.strides)->begin;
+    Py_ssize_t used = 0, ellipses = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *it = items[i];
+        if (PyLong_CheckExact(it) || PySlice_Check(it))
+            used++;
+        else if (it == Py_Ellipsis)
+            ellipses++;
+        else if (it != Py_None)
+            Py_RETURN_NONE;
+    }
+    if (ellipses > 1 || used > ndim || n - used - ellipses + ndim > VIEW_NDIM)
+        Py_RETURN_NONE;
+    Py_ssize_t shape[VIEW_NDIM], strides[VIEW_NDIM], offset = 0;
+    int nd = 0, ax = 0;
+    for (Py_ssize_t i = 0; i <= n; i++) {
+        PyObject *it = i < n ? items[i] : ellipses ? NULL : Py_Ellipsis; /* implicit ... last */
+        if (it == NULL)
+            break;
+        if (it == Py_None) {
+            shape[nd] = 1, strides[nd++] = 0;
+        }
+        else if (it == Py_Ellipsis) {
+            for (Py_ssize_t k = 0; k < ndim - used; k++, ax++)
+                shape[nd] = xs[ax], strides[nd++] = xt[ax];
+        }
+        else if (PySlice_Check(it)) {
+            Py_ssize_t start, stop, step;
+            if (PySlice_Unpack(it, &start, &stop, &step) < 0) {
+                PyErr_Clear();
+                Py_RETURN_NONE;
+            }
+            Py_ssize_t len = PySlice_AdjustIndices(xs[ax], &start, &stop, step);
+            if (len == 0)
+                Py_RETURN_NONE;
+            offset += start * xt[ax];
+            shape[nd] = len, strides[nd++] = xt[ax] * step;
+            ax++;
+        }
+        else {
+            Py_ssize_t k = PyLong_AsSsize_t(it);
+            if (k == -1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                Py_RETURN_NONE;
+            }
+            if (k < 0)
+                k += xs[ax];
+            if (k < 0 || k >= xs[ax])
+                Py_RETURN_NONE;
+            offset += k * xt[ax];
+            ax++;
+        }
+    }
+    PyObject *st = PyTuple_New(nd), *tt = PyTuple_New(nd), *v = NULL, *d = NULL;
+    if (st == NULL || tt == NULL)
+        goto done;
+    for (int i = 0; i < nd; i++) {
+        PyObject *a = PyLong_FromSsize_t(shape[i]), *b = PyLong_FromSsize_t(strides[i]);
+        if (a == NULL || b == NULL) {
+            Py_XDECREF(a);
+            Py_XDECREF(b);
+            goto done;
+        }
+        PyTuple_SET_ITEM(st, i, a);
+        PyTuple_SET_ITEM(tt, i, b);
+    }
+    PyObject *xd = FIELD(x, L.data, PyObject *), *xb = FIELD(x, L.base, PyObject *);
+    if (offset == 0)
+        d = Py_NewRef(xd);
+    else {
+        PyObject *o = PyLong_FromSsize_t(offset);
+        d = o == NULL ? NULL : PyNumber_Add(xd, o); /* CuPy's MemoryPointer + offset */
+        Py_XDECREF(o);
+    }
+    if (d == NULL || (v = base_new(cls, s_empty, NULL)) == NULL)
+        goto done;
+    Py_XSETREF(FIELD(v, L.dtype, PyObject *), Py_NewRef(FIELD(x, L.dtype, PyObject *)));
+    Py_XSETREF(FIELD(v, L.base, PyObject *), Py_NewRef(xb != Py_None ? xb : x));
+    Py_XSETREF(FIELD(v, L.data, PyObject *), d);
+    d = NULL;
+    FIELD(v, L.index32, int) = FIELD(x, L.index32, int);
+    PyObject *margs[] = {v, st, tt, Py_True, Py_True};
+    PyObject *r = PyObject_VectorcallMethod(s_set_shape, margs, 5, NULL);
+    if (r == NULL)
+        Py_CLEAR(v);
+    Py_XDECREF(r);
+done:
+    Py_XDECREF(d);
+    Py_XDECREF(st);
+    Py_XDECREF(tt);
+    return v;
+}
+
+/* kind 7: a[key] with op = (base, darray): basic indexing's view built at the fields where
+ * they were found (basic_view), else the base type's own subscript, a result of the base
+ * type (advanced indexing builds one) re-classed to darray; no Python frame (bench
+ * headline a[1:]).  Built only where the base's subscript is a C slot, which cannot call
+ * back into this one. */
 static PyObject *
 fastcall_getitem(FastCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     PyTypeObject *base = (PyTypeObject *)PyTuple_GET_ITEM(self->op, 0);
     if (PyVectorcall_NARGS(nargsf) != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0))
         return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
-    PyObject *r = base->tp_as_mapping->mp_subscript(args[0], args[1]);
+    PyObject *cls = PyTuple_GET_ITEM(self->op, 1);
+    if (self->views < 0) /* asked at the first call (see layout_for) */
+        self->views = layout_for((PyObject *)base) && construction_inherited(cls, (PyObject *)base);
+    PyObject *r = self->views ? basic_view((PyTypeObject *)cls, base->tp_base->tp_new, args[0],
+                                           args[1])
+                              : Py_NewRef(Py_None);
+    if (r == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return NULL;
+        PyErr_Clear(); /* CuPy's subscript meets it again, and raises its own */
+        r = Py_NewRef(Py_None);
+    }
+    if (r != Py_None)
+        return r;
+    Py_DECREF(r);
+    r = base->tp_as_mapping->mp_subscript(args[0], args[1]);
     if (r != NULL && Py_TYPE(r) == base
         && PyObject_SetAttr(r, s_class, PyTuple_GET_ITEM(self->op, 1)) < 0)
         Py_CLEAR(r);
@@ -1048,6 +1446,7 @@ fastcall_init(FastCall *self, PyObject *args, PyObject *kwds)
     Py_XSETREF(self->rtdict, Py_XNewRef(d));
     self->nin = nin;
     self->kind = kind;
+    self->views = -1;
     return 0;
 }
 
@@ -1135,10 +1534,26 @@ static PyTypeObject FastCallType = {
     .tp_repr = (reprfunc)fastcall_repr,
 };
 
+static PyObject *
+layout_found(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
+{
+    return PyBool_FromLong(L.ok);
+}
+
+static PyMethodDef module_functions[] = {
+    {"cupy_layout", cupy_layout, METH_O,
+     "cupy_layout(ndarray) -> bool: whether CuPy's array fields were found for arrays of type "
+     "ndarray, checked on probe arrays made on the current device (then the launcher reads "
+     "operands there and darray's basic indexing builds views there)"},
+    {"layout_found", layout_found, METH_NOARGS,
+     "layout_found() -> bool: whether CuPy's array fields were found, for any type"},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_ewlaunch",
     "The elementwise engine's launches in C (Launcher) and its entry points (FastCall).", -1,
-    NULL,
+    module_functions,
 };
 
 PyMODINIT_FUNC
@@ -1166,6 +1581,7 @@ PyInit__ewlaunch(void)
     INTERN(s_fill_fn, "fill");
     INTERN(s_dtype_kw, "dtype");
     INTERN(s_class, "__class__");
+    INTERN(s_set_shape, "_set_shape_and_strides");
 #undef INTERN
     PyObject *numpy = PyImport_ImportModule("numpy");
     if (numpy == NULL)

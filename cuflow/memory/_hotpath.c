@@ -33,6 +33,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include "_cfields.h" /* FIELD, find_field */
 #include <stddef.h>
 #include <stdint.h>
 #include <structmember.h> /* PyMemberDef (Python < 3.12) */
@@ -2066,7 +2067,6 @@ static Py_ssize_t off_mp_ptr, off_mp_dev, off_mp_mem;
 static PyTypeObject *pointer_type; /* the MemoryPointer type whose layout was checked */
 static PyObject *empty_tuple;
 
-#define FIELD(o, off, T) (*(T *)((char *)(o) + (off)))
 
 static void
 pm_dealloc(PyObject *self)
@@ -2096,21 +2096,6 @@ static PyTypeObject PoolMemoryType = {
     .tp_dealloc = pm_dealloc,
     .tp_repr = pm_repr,
 };
-
-/* the one offset in [sizeof(PyObject), end) at which o holds the n bytes of v, aligned to
- * n; -1 when there is none or more than one */
-static Py_ssize_t
-find_field(PyObject *o, Py_ssize_t end, const void *v, size_t n)
-{
-    Py_ssize_t found = -1;
-    for (Py_ssize_t off = sizeof(PyObject); off + (Py_ssize_t)n <= end; off += n)
-        if (memcmp((char *)o + off, v, n) == 0) {
-            if (found >= 0)
-                return -1;
-            found = off;
-        }
-    return found;
-}
 
 /* memory_type(base_memory, memory_pointer): PoolMemory, built over CuPy's BaseMemory, where
  * the fields of both types were found (see PoolMemory); None otherwise. */

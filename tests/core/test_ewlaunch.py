@@ -627,6 +627,22 @@ def test_fastcall_getitem_is_the_bases_subscript_with_base_results_reclassed():
             launcher_mod.FastCall(op, fallback, 2, None, _fastpath.GETITEM)
 
 
+def test_cupy_layout_is_found_only_on_cupys_arrays():
+    """The launcher reads CuPy's array fields only where they were found and checked on
+    probe arrays: NumPy's arrays (no such fields) and objects that are not types are
+    refused, and the getitem above stays the base's subscript."""
+    launcher_mod = pytest.importorskip("cuflow.core._ewlaunch",
+                                       reason="the _ewlaunch extension was not built")
+
+    class Sub(np.ndarray):
+        pass
+
+    assert launcher_mod.cupy_layout(np.ndarray) is False
+    assert launcher_mod.cupy_layout(Sub) is False
+    assert launcher_mod.cupy_layout(FakeND) is False
+    assert launcher_mod.cupy_layout(3) is False
+
+
 def test_fastcall_operators_launch_exact_operands_of_a_fast_path(request):
     """Operators read ``ew`` of the darray's fast path (any object's, not a module's), take
     exactly their operands and bind as methods; reflected ones launch (other, self),

@@ -7,6 +7,8 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import cuflow
 from cuflow.core import _fastpath
@@ -279,6 +281,9 @@ def test_entry_points_launch_without_a_python_frame(gpu_cf, rng):
         "empty": lambda: cf.empty((64, 33), np.float32),
         "zeros": lambda: cf.zeros(100, dtype=np.int32),
         "o.fill(0)": lambda: o.fill(0),
+        "a[1:]": lambda: a[1:],
+        "a[:, 0]": lambda: a[:, 0],
+        "a[None, -3, ::-2]": lambda: a[None, -3, ::-2],
     }
     # with several devices CuPy's allocator hook picks the device's pool in C
     # (_hotpath.DeviceMalloc), except in a build without the pool's extension
@@ -303,3 +308,64 @@ def test_entry_points_launch_without_a_python_frame(gpu_cf, rng):
     e = cf.empty((5, 7), "f2")
     assert type(e) is cf.darray and e.shape == (5, 7) and e.dtype == np.float16
     assert o.fill(1.5) is None and (to_host(o) == 1.5).all()
+
+
+def test_cupy_array_fields_are_found(gpu_cf):
+    """The compiled launcher reads operands, and darray's indexing builds views, at CuPy's
+    fields, found and checked on probe arrays (a CuPy whose layout differs keeps the
+    attribute paths: this test then says so)."""
+    if _fastpath.FastCall is None:
+        pytest.skip("the _ewlaunch extension was not built")
+    from cuflow.core import _ewlaunch
+
+    backend = cuflow.get_backend()
+    assert _ewlaunch.cupy_layout(backend.ndarray) and _ewlaunch.layout_found()
+    assert not _ewlaunch.cupy_layout(np.ndarray)  # found for CuPy's type only
+
+
+_INDEX = st.one_of(st.integers(-8, 8), st.none(), st.just(Ellipsis),
+                   st.builds(slice, st.none() | st.integers(-9, 9), st.none() | st.integers(-9, 9),
+                             st.none() | st.integers(-4, 4).filter(bool)))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(shape=st.lists(st.integers(1, 6), max_size=4), key=st.lists(_INDEX, max_size=5),
+       as_tuple=st.booleans(), dtype=st.sampled_from(["float32", "int8", "float64", "uint16"]))
+def test_basic_indexing_builds_cupys_view(gpu_cf, shape, key, as_tuple, dtype):
+    """darray's basic indexing (ints, slices, Ellipsis, None) is CuPy's own, field for field:
+    the same shape, strides, pointer, base, flags and values, or the same error."""
+    import cupy
+
+    cf = gpu_cf
+    rng = np.random.default_rng(len(shape) * 7 + len(key))
+    h = random_array(tuple(shape), dtype, rng, host=True)
+    x = cf.asarray(h)[...]  # a view: its own base is kept by views of it
+    k = tuple(key) if as_tuple or len(key) != 1 else key[0]
+    try:
+        want = cupy.ndarray.__getitem__(x, k)
+    except Exception as e:  # noqa: BLE001  (whatever CuPy raises, darray raises too)
+        with pytest.raises(type(e)):
+            x[k]
+        return
+    got = x[k]
+    assert type(got) is cf.darray and type(want) is cf.darray
+    assert (got.shape, got.strides, got.size, got.dtype) == \
+        (want.shape, want.strides, want.size, want.dtype)
+    assert got.data.ptr == want.data.ptr and got.data.mem is want.data.mem
+    assert got.base is want.base is x.base
+    assert (got._c_contiguous, got._f_contiguous, got._index_32_bits) == \
+        (want._c_contiguous, want._f_contiguous, want._index_32_bits)
+    np.testing.assert_array_equal(to_host(got), h[k])
+
+
+def test_basic_views_share_the_memory_pointer_where_the_offset_is_zero(gpu_cf, rng):
+    """A view at offset 0 keeps its array's MemoryPointer (CuPy's subscript makes an equal
+    one): the compiled view was built; others hold CuPy's pointer plus the offset."""
+    if _fastpath.FastCall is None:
+        pytest.skip("the _ewlaunch extension was not built")
+    x = gpu_cf.asarray(random_array((4, 6), "float32", rng, host=True))
+    assert x[:, 0].data is x.data and x[None, ...].data is x.data
+    v = x[1:, ::2]
+    assert v.data.ptr == x.data.ptr + 6 * 4 and v.base is x
+    v[...] = 7  # a view writes through to its array
+    assert (to_host(x)[1:, ::2] == 7).all() and (to_host(x)[0] != 7).any()
