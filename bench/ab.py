@@ -1,4 +1,5 @@
-"""Same-process A/B of two cuflow trees: host time of ``add(a, b, dst=c)``, device time of an
+"""Same-process A/B of two cuflow trees: host time of ``add(a, b, dst=c)``, of ``add(a, b)``
+returning a new array and of the views ``a[1:]`` and ``a[:, 0]``, device time of an
 8x1080p ``image.normalize``, the pool's hit (``cupy.empty`` of 1 MiB, then free), and host
 time of a ``Bufferizer.append`` from the producer's stream and into the Bufferizer's own;
 with ``--traces``, the host time per operation of replays of those allocation traces
@@ -119,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
             warmup=traces.warmup_for(t)) for t in args.traces for kind in ("cuflow", "cuflow vmm")}
         probes[name] = {**replays,
             "add_dst_host_us": lambda cf=cf, a=a, b=b, c=c: cf.add(a, b, dst=c),
+            "add_new_host_us": lambda cf=cf, a=a, b=b: cf.add(a, b),
+            "view_a[1:]_host_us": lambda a=a: a[1:],
+            "view_a[:,0]_host_us": lambda a=a: a[:, 0],
             "normalize_8x1080p_device_us": norm,
             "pool_hit_1MiB_host_us": lambda: cupy.empty(1 << 20, dtype=numpy.uint8),
             # (bound now: a name looked up at call time would be the last tree's append)
