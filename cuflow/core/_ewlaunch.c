@@ -362,18 +362,13 @@ same_vector(PyObject *x, PyObject *y)
            && memcmp(VEC(x, L.shape)->begin, VEC(y, L.shape)->begin, n * sizeof(Py_ssize_t)) == 0;
 }
 
-/* x.data.ptr at the fields; 0 with an exception set where data is not the MemoryPointer
- * type checked */
+/* x.data.ptr at the fields; 0 where data is not of the MemoryPointer type checked (a
+ * subclass from another allocator: the attribute path reads it) */
 static unsigned long long
 pointer_at_fields(PyObject *x)
 {
     PyObject *d = FIELD(x, L.data, PyObject *);
-    if (Py_TYPE(d) != L.pointer) {
-        PyErr_Format(PyExc_TypeError, "array data is %R, not a %s", (PyObject *)Py_TYPE(d),
-                     L.pointer->tp_name);
-        return 0;
-    }
-    return (unsigned long long)FIELD(d, L.mp_ptr, intptr_t);
+    return Py_TYPE(d) == L.pointer ? (unsigned long long)FIELD(d, L.mp_ptr, intptr_t) : 0;
 }
 
 /* array_code at the fields (one device) */
@@ -384,9 +379,7 @@ array_code_at_fields(PyObject *x, unsigned long long *code, unsigned long long *
     if (num == -1 && PyErr_Occurred())
         return -1;
     unsigned long long p = pointer_at_fields(x);
-    if (p == 0 && PyErr_Occurred())
-        return -1;
-    if (num < 0 || num > 100)
+    if (p == 0 || num < 0 || num > 100) /* another pointer type, or none: the other path */
         return 0;
     *code = 2 + 2 * (unsigned long long)num + ((p & 15) == 0);
     *ptr = p;
@@ -639,7 +632,9 @@ ew_impl(Launcher *self, PyObject *op, PyObject *const *items, Py_ssize_t na, PyO
         Py_DECREF(plan);
         if (c == NULL)
             goto error;
-        ptrs[nptr] = fields ? pointer_at_fields(c) : data_ptr(c, -1, NULL);
+        ptrs[nptr] = fields ? pointer_at_fields(c) : 0;
+        if (ptrs[nptr] == 0)
+            ptrs[nptr] = data_ptr(c, -1, NULL);
         if (ptrs[nptr] == 0 && PyErr_Occurred()) {
             Py_DECREF(c);
             goto error;
