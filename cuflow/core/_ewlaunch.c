@@ -362,13 +362,16 @@ same_vector(PyObject *x, PyObject *y)
            && memcmp(VEC(x, L.shape)->begin, VEC(y, L.shape)->begin, n * sizeof(Py_ssize_t)) == 0;
 }
 
-/* x.data.ptr at the fields; 0 where data is not of the MemoryPointer type checked (a
- * subclass from another allocator: the attribute path reads it) */
-static unsigned long long
-pointer_at_fields(PyObject *x)
+/* x.data.ptr at the fields into *p: 1, or 0 where data is not of the MemoryPointer type
+ * checked (a subclass from another allocator: the attribute path reads it) */
+static int
+pointer_at_fields(PyObject *x, unsigned long long *p)
 {
     PyObject *d = FIELD(x, L.data, PyObject *);
-    return Py_TYPE(d) == L.pointer ? (unsigned long long)FIELD(d, L.mp_ptr, intptr_t) : 0;
+    if (Py_TYPE(d) != L.pointer)
+        return 0;
+    *p = (unsigned long long)FIELD(d, L.mp_ptr, intptr_t);
+    return 1;
 }
 
 /* array_code at the fields (one device) */
@@ -378,8 +381,8 @@ array_code_at_fields(PyObject *x, unsigned long long *code, unsigned long long *
     long long num = dtype_num(FIELD(x, L.dtype, PyObject *));
     if (num == -1 && PyErr_Occurred())
         return -1;
-    unsigned long long p = pointer_at_fields(x);
-    if (p == 0 || num < 0 || num > 100) /* another pointer type, or none: the other path */
+    unsigned long long p;
+    if (!pointer_at_fields(x, &p) || num < 0 || num > 100)
         return 0;
     *code = 2 + 2 * (unsigned long long)num + ((p & 15) == 0);
     *ptr = p;
@@ -632,8 +635,7 @@ ew_impl(Launcher *self, PyObject *op, PyObject *const *items, Py_ssize_t na, PyO
         Py_DECREF(plan);
         if (c == NULL)
             goto error;
-        ptrs[nptr] = fields ? pointer_at_fields(c) : 0;
-        if (ptrs[nptr] == 0)
+        if (!fields || !pointer_at_fields(c, &ptrs[nptr]))
             ptrs[nptr] = data_ptr(c, -1, NULL);
         if (ptrs[nptr] == 0 && PyErr_Occurred()) {
             Py_DECREF(c);
