@@ -164,12 +164,15 @@ typedef struct {
     Py_ssize_t *begin, *end, *cap;
 } SsizeVector;
 
-static struct {
+typedef struct {
     int ok;
     PyObject *ndarray;     /* the array type checked (a strong reference) */
-    PyTypeObject *pointer; /* the MemoryPointer type checked */
+    PyTypeObject *pointer; /* the MemoryPointer type checked (a strong reference) */
     Py_ssize_t size, shape, strides, c_contig, f_contig, index32, dtype, data, base, mp_ptr;
-} L;
+} Layout;
+
+/* the layout found, published whole once checked (see layout_for) */
+static Layout L;
 
 #define VEC(o, off) (&FIELD(o, off, SsizeVector))
 #define VEC_LEN(o, off) (VEC(o, off)->end - VEC(o, off)->begin)
@@ -230,7 +233,7 @@ attr(PyObject *o, const char *name)
 /* 1 when probe o holds its own values at the offsets found: size, shape, strides, the
  * flags, dtype, data and base (base_is: the object base should be) */
 static int
-probe_matches(PyObject *o, PyObject *base_is)
+probe_matches(const Layout *l, PyObject *o, PyObject *base_is)
 {
     PyObject *size = attr(o, "size"), *shape = attr(o, "shape"), *strides = attr(o, "strides"),
              *dtype = attr(o, "dtype"), *data = attr(o, "data"), *c = attr(o, "_c_contiguous"),
@@ -238,23 +241,24 @@ probe_matches(PyObject *o, PyObject *base_is)
              *ptr = data == NULL ? NULL : attr(data, "ptr");
     int ok = size != NULL && shape != NULL && strides != NULL && dtype != NULL && data != NULL
              && c != NULL && f != NULL && i32 != NULL && ptr != NULL;
-    ok = ok && FIELD(o, L.size, Py_ssize_t) == PyLong_AsSsize_t(size)
-         && vector_is(o, L.shape, shape) && vector_is(o, L.strides, strides)
-         && FIELD(o, L.c_contig, int) == PyObject_IsTrue(c)
-         && FIELD(o, L.f_contig, int) == PyObject_IsTrue(f)
-         && FIELD(o, L.index32, int) == PyObject_IsTrue(i32)
-         && FIELD(o, L.dtype, PyObject *) == dtype && FIELD(o, L.data, PyObject *) == data
-         && FIELD(o, L.base, PyObject *) == base_is
-         && FIELD(data, L.mp_ptr, intptr_t) == (intptr_t)PyLong_AsSsize_t(ptr);
+    ok = ok && FIELD(o, l->size, Py_ssize_t) == PyLong_AsSsize_t(size)
+         && vector_is(o, l->shape, shape) && vector_is(o, l->strides, strides)
+         && FIELD(o, l->c_contig, int) == PyObject_IsTrue(c)
+         && FIELD(o, l->f_contig, int) == PyObject_IsTrue(f)
+         && FIELD(o, l->index32, int) == PyObject_IsTrue(i32)
+         && FIELD(o, l->dtype, PyObject *) == dtype && FIELD(o, l->data, PyObject *) == data
+         && FIELD(o, l->base, PyObject *) == base_is
+         && FIELD(data, l->mp_ptr, intptr_t) == (intptr_t)PyLong_AsSsize_t(ptr);
     PyErr_Clear();
     Py_XDECREF(size), Py_XDECREF(shape), Py_XDECREF(strides), Py_XDECREF(dtype);
     Py_XDECREF(data), Py_XDECREF(c), Py_XDECREF(f), Py_XDECREF(i32), Py_XDECREF(ptr);
     return ok;
 }
 
-/* probes a, t, v of type ndarray hold the fields at the pxd's offsets: 1 (L filled in), or 0 */
+/* probes a, t, v of type ndarray hold the fields at the pxd's offsets: 1 (*l filled in, but for
+ * its references), or 0 */
 static int
-layout_of_probes(PyObject *ndarray, PyObject *a, PyObject *t, PyObject *v)
+layout_of_probes(Layout *l, PyObject *ndarray, PyObject *a, PyObject *t, PyObject *v)
 {
     if (Py_TYPE(a) != (PyTypeObject *)ndarray || Py_TYPE(t) != (PyTypeObject *)ndarray
         || Py_TYPE(v) != (PyTypeObject *)ndarray)
@@ -267,38 +271,38 @@ layout_of_probes(PyObject *ndarray, PyObject *a, PyObject *t, PyObject *v)
     PyErr_Clear();
     int ok = dtype != NULL && data != NULL && n > 1 && p != 0;
     if (ok) {
-        L.size = find_field(a, end, &n, sizeof n);
-        L.dtype = find_field(a, end, &dtype, sizeof dtype);
-        L.data = find_field(a, end, &data, sizeof data);
-        L.base = find_field(v, end, &a, sizeof a);
-        L.mp_ptr = find_field(data, Py_TYPE(data)->tp_basicsize, &p, sizeof p);
+        l->size = find_field(a, end, &n, sizeof n);
+        l->dtype = find_field(a, end, &dtype, sizeof dtype);
+        l->data = find_field(a, end, &data, sizeof data);
+        l->base = find_field(v, end, &a, sizeof a);
+        l->mp_ptr = find_field(data, Py_TYPE(data)->tp_basicsize, &p, sizeof p);
         /* the pxd's order from size on: _shape, _strides, three bints, dtype, data, base */
-        L.shape = L.size + (Py_ssize_t)sizeof(Py_ssize_t);
-        L.strides = L.shape + (Py_ssize_t)sizeof(SsizeVector);
-        L.c_contig = L.strides + (Py_ssize_t)sizeof(SsizeVector);
-        L.f_contig = L.c_contig + (Py_ssize_t)sizeof(int);
-        L.index32 = L.f_contig + (Py_ssize_t)sizeof(int);
-        Py_ssize_t after = L.index32 + (Py_ssize_t)sizeof(int);
-        ok = L.size > 0 && L.mp_ptr > 0 && L.base + (Py_ssize_t)sizeof(PyObject *) <= end
-             && L.dtype == (after + (Py_ssize_t)sizeof(PyObject *) - 1)
+        l->shape = l->size + (Py_ssize_t)sizeof(Py_ssize_t);
+        l->strides = l->shape + (Py_ssize_t)sizeof(SsizeVector);
+        l->c_contig = l->strides + (Py_ssize_t)sizeof(SsizeVector);
+        l->f_contig = l->c_contig + (Py_ssize_t)sizeof(int);
+        l->index32 = l->f_contig + (Py_ssize_t)sizeof(int);
+        Py_ssize_t after = l->index32 + (Py_ssize_t)sizeof(int);
+        ok = l->size > 0 && l->mp_ptr > 0 && l->base + (Py_ssize_t)sizeof(PyObject *) <= end
+             && l->dtype == (after + (Py_ssize_t)sizeof(PyObject *) - 1)
                            / (Py_ssize_t)sizeof(PyObject *) * (Py_ssize_t)sizeof(PyObject *)
-             && L.data == L.dtype + (Py_ssize_t)sizeof(PyObject *)
-             && L.base == L.data + (Py_ssize_t)sizeof(PyObject *)
-             && probe_matches(a, Py_None) && probe_matches(t, a) && probe_matches(v, a);
+             && l->data == l->dtype + (Py_ssize_t)sizeof(PyObject *)
+             && l->base == l->data + (Py_ssize_t)sizeof(PyObject *)
+             && probe_matches(l, a, Py_None) && probe_matches(l, t, a) && probe_matches(l, v, a);
     }
-    if (ok) {
-        L.pointer = (PyTypeObject *)Py_NewRef(Py_TYPE(data));
-        L.ndarray = Py_NewRef(ndarray);
-        L.ok = 1;
-    }
+    if (ok)
+        l->pointer = Py_TYPE(data);
     Py_XDECREF(dtype), Py_XDECREF(data), Py_XDECREF(size), Py_XDECREF(ptr);
     return ok;
 }
 
-/* 1 when CuPy's fields were found for arrays of type ndarray, else 0 (no exception).  The
- * first call for a type makes the probes, ndarray((3, 5, 7), "int16"), its .T and
- * [1:, ::2, 3:]: on the current device, which already has a context wherever an array of
- * that type is at hand (the launcher and the views ask at their first array). */
+/* Whether CuPy's fields were found for arrays of type ndarray: 1, 0 (not for this type), -1
+ * (the probes could not be made for want of memory: ask again later) or -2 (an exception
+ * that is not an Exception, a KeyboardInterrupt say, is set).  The first call for a type
+ * makes the probes, ndarray((3, 5, 7), "int16"), its .T and [1:, ::2, 3:], on the current
+ * device, which has a context wherever an array of that type is at hand (the launcher asks
+ * at its first array operand, indexing at its first subscript).  The probes run Python
+ * code, so the layout is checked in a local copy and published whole, under the GIL. */
 static int
 layout_for(PyObject *ndarray)
 {
@@ -320,16 +324,31 @@ layout_for(PyObject *ndarray)
         Py_XDECREF(one), Py_XDECREF(two), Py_XDECREF(three);
         Py_XDECREF(s1), Py_XDECREF(s2), Py_XDECREF(s3);
     }
-    int ok = v != NULL && layout_of_probes(ndarray, a, t, v);
+    int r = 0;
+    if (v == NULL && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            r = -2;
+        else if (PyErr_ExceptionMatches(PyExc_MemoryError)) /* CuPy's OutOfMemoryError too */
+            r = -1;
+    }
+    if (r != -2)
+        PyErr_Clear(); /* a type without such fields keeps the attribute paths */
+    Layout found = {0};
+    if (v != NULL && layout_of_probes(&found, ndarray, a, t, v) && !L.ok) {
+        found.pointer = (PyTypeObject *)Py_NewRef((PyObject *)found.pointer);
+        found.ndarray = Py_NewRef(ndarray);
+        found.ok = 1;
+        L = found;
+    }
     Py_XDECREF(a), Py_XDECREF(t), Py_XDECREF(v), Py_XDECREF(key);
-    PyErr_Clear(); /* a type without such fields keeps the attribute paths */
-    return ok;
+    return r < 0 ? r : L.ok && L.ndarray == ndarray;
 }
 
 static PyObject *
 cupy_layout(PyObject *Py_UNUSED(module), PyObject *ndarray)
 {
-    return PyBool_FromLong(layout_for(ndarray));
+    int r = layout_for(ndarray);
+    return r == -2 ? NULL : PyBool_FromLong(r == 1);
 }
 
 /* the key of an array operand's dtype: its number (dtype.num), kept per dtype object (a
@@ -359,7 +378,8 @@ same_vector(PyObject *x, PyObject *y)
 {
     Py_ssize_t n = VEC_LEN(x, L.shape);
     return n == VEC_LEN(y, L.shape)
-           && memcmp(VEC(x, L.shape)->begin, VEC(y, L.shape)->begin, n * sizeof(Py_ssize_t)) == 0;
+           && (n == 0 /* (0-d: no buffer to compare) */
+               || memcmp(VEC(x, L.shape)->begin, VEC(y, L.shape)->begin, n * sizeof(Py_ssize_t)) == 0);
 }
 
 /* x.data.ptr at the fields into *p: 1, or 0 where data is not of the MemoryPointer type
@@ -462,15 +482,23 @@ ew_impl(Launcher *self, PyObject *op, PyObject *const *items, Py_ssize_t na, PyO
     long long n = -1;
     /* with one device, operands are read at CuPy's fields; shape is then first's shape as a
      * tuple, made only where needed */
-    if (self->fields < 0)
-        self->fields = layout_for(self->ndarray);
-    const int fields = self->fields && dev < 0;
+    int fields = 0; /* decided at the first array operand, with one device */
     for (Py_ssize_t i = 0; i < na; i++) {
         PyObject *x = items[i];
         unsigned long long code;
         if (Py_TYPE(x) == (PyTypeObject *)self->darray || Py_TYPE(x) == (PyTypeObject *)self->ndarray) {
             int ok;
             unsigned long long p;
+            if (first == NULL && dev < 0 && self->fields != 0) {
+                if (self->fields < 0) {
+                    int r = layout_for(self->ndarray);
+                    if (r == -2)
+                        goto error;
+                    if (r >= 0) /* (-1: asked again at the next launch) */
+                        self->fields = r;
+                }
+                fields = self->fields == 1;
+            }
             if (fields) {
                 if (first == NULL) {
                     first = x;
@@ -635,7 +663,9 @@ ew_impl(Launcher *self, PyObject *op, PyObject *const *items, Py_ssize_t na, PyO
         Py_DECREF(plan);
         if (c == NULL)
             goto error;
-        if (!fields || !pointer_at_fields(c, &ptrs[nptr]))
+        if (!fields || (Py_TYPE(c) != (PyTypeObject *)self->darray
+                        && Py_TYPE(c) != (PyTypeObject *)self->ndarray)
+            || !pointer_at_fields(c, &ptrs[nptr]))
             ptrs[nptr] = data_ptr(c, -1, NULL);
         if (ptrs[nptr] == 0 && PyErr_Occurred()) {
             Py_DECREF(c);
@@ -982,7 +1012,8 @@ launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         self->memset[i] = msp[i];
     self->base_new = construction_inherited(darray, ndarray)
                      ? ((PyTypeObject *)ndarray)->tp_base->tp_new : NULL;
-    self->fields = -1; /* asked at the first launch (see layout_for) */
+    /* asked at the first array operand (see layout_for) */
+    self->fields = PyType_IsSubtype((PyTypeObject *)darray, (PyTypeObject *)ndarray) ? -1 : 0;
     return (PyObject *)self;
 }
 
@@ -1187,10 +1218,60 @@ call_fn:
  * (x's MemoryPointer plus the offset) and _index_32_bits, then _set_shape_and_strides, which
  * sets size and both contiguity flags as CuPy's view does.  None for anything else, which
  * CuPy's subscript then takes with its own errors: other index types (NumPy integers,
- * bools, arrays, lists), an index out of bounds, a zero step, more indices than axes, an
- * empty array or result, and more than VIEW_NDIM axes. */
+ * bools, arrays, lists, subclasses of int or tuple), slice bounds other than None and ints
+ * of Py_ssize_t (nothing here runs Python code, which could reshape x under the vectors
+ * read), an index out of bounds, a zero step, more indices than axes, an empty array or
+ * result, an offset or stride past Py_ssize_t, and more than VIEW_NDIM axes. */
 #define VIEW_NDIM 32
 static PyObject *s_set_shape;
+static unsigned long long views_built; /* views made here (views_built(): tests) */
+
+/* *r = a * b or a + b: 1, or 0 where it overflows Py_ssize_t */
+static inline int
+mul_fits(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *r)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    return !__builtin_mul_overflow(a, b, r);
+#else
+    if (a > (1LL << 31) || a < -(1LL << 31) || b > (1LL << 31) || b < -(1LL << 31))
+        return 0; /* (without the builtin: a bound that cannot overflow) */
+    *r = a * b;
+    return 1;
+#endif
+}
+
+static inline int
+add_fits(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *r)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    return !__builtin_add_overflow(a, b, r);
+#else
+    if ((b > 0 && a > PY_SSIZE_T_MAX - b) || (b < 0 && a < PY_SSIZE_T_MIN - b))
+        return 0;
+    *r = a + b;
+    return 1;
+#endif
+}
+
+/* a slice bound: None (*given 0) or an exact int of Py_ssize_t (*given 1); 0 for anything
+ * else, with no exception */
+static int
+slice_bound(PyObject *o, Py_ssize_t *v, int *given)
+{
+    *given = o != Py_None;
+    if (o == Py_None)
+        return 1;
+    if (!PyLong_CheckExact(o))
+        return 0;
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (x == -1 && PyErr_Occurred()) || x < PY_SSIZE_T_MIN || x > PY_SSIZE_T_MAX) {
+        PyErr_Clear();
+        return 0;
+    }
+    *v = (Py_ssize_t)x;
+    return 1;
+}
 
 static PyObject *
 basic_view(PyTypeObject *cls, newfunc base_new, PyObject *x, PyObject *key)
@@ -1230,30 +1311,40 @@ basic_view(PyTypeObject *cls, newfunc base_new, PyObject *x, PyObject *key)
             for (Py_ssize_t k = 0; k < ndim - used; k++, ax++)
                 shape[nd] = xs[ax], strides[nd++] = xt[ax];
         }
-        else if (PySlice_Check(it)) {
-            Py_ssize_t start, stop, step;
-            if (PySlice_Unpack(it, &start, &stop, &step) < 0) {
-                PyErr_Clear();
+        else if (PySlice_Check(it)) { /* Python's slice.indices, on ints read without code */
+            PySliceObject *sl = (PySliceObject *)it;
+            Py_ssize_t start = 0, stop = 0, step = 1, at;
+            int has_start, has_stop, has_step;
+            if (!slice_bound(sl->step, &step, &has_step) || step == 0
+                || !slice_bound(sl->start, &start, &has_start)
+                || !slice_bound(sl->stop, &stop, &has_stop))
                 Py_RETURN_NONE;
-            }
-            Py_ssize_t len = PySlice_AdjustIndices(xs[ax], &start, &stop, step);
-            if (len == 0)
+            if (step < -PY_SSIZE_T_MAX)
+                step = -PY_SSIZE_T_MAX; /* (as PySlice_Unpack) */
+            if (!has_start)
+                start = step < 0 ? PY_SSIZE_T_MAX : 0;
+            if (!has_stop)
+                stop = step < 0 ? PY_SSIZE_T_MIN : PY_SSIZE_T_MAX;
+            Py_ssize_t len = PySlice_AdjustIndices(xs[ax], &start, &stop, step), stride;
+            if (len == 0 || !mul_fits(start, xt[ax], &at) || !add_fits(offset, at, &offset)
+                || !mul_fits(xt[ax], step, &stride))
                 Py_RETURN_NONE;
-            offset += start * xt[ax];
-            shape[nd] = len, strides[nd++] = xt[ax] * step;
+            shape[nd] = len, strides[nd++] = stride;
             ax++;
         }
         else {
-            Py_ssize_t k = PyLong_AsSsize_t(it);
-            if (k == -1 && PyErr_Occurred()) {
+            int overflow = 0;
+            long long k = PyLong_AsLongLongAndOverflow(it, &overflow);
+            Py_ssize_t at;
+            if (overflow || (k == -1 && PyErr_Occurred())) {
                 PyErr_Clear();
                 Py_RETURN_NONE;
             }
             if (k < 0)
                 k += xs[ax];
-            if (k < 0 || k >= xs[ax])
+            if (k < 0 || k >= xs[ax] || !mul_fits((Py_ssize_t)k, xt[ax], &at)
+                || !add_fits(offset, at, &offset))
                 Py_RETURN_NONE;
-            offset += k * xt[ax];
             ax++;
         }
     }
@@ -1270,14 +1361,12 @@ basic_view(PyTypeObject *cls, newfunc base_new, PyObject *x, PyObject *key)
         PyTuple_SET_ITEM(st, i, a);
         PyTuple_SET_ITEM(tt, i, b);
     }
+    /* CuPy's MemoryPointer + offset, a new one at offset 0 too, as CuPy's subscript makes
+     * (a MemoryPointer is changed in place by +=, so a view must not share x's) */
     PyObject *xd = FIELD(x, L.data, PyObject *), *xb = FIELD(x, L.base, PyObject *);
-    if (offset == 0)
-        d = Py_NewRef(xd);
-    else {
-        PyObject *o = PyLong_FromSsize_t(offset);
-        d = o == NULL ? NULL : PyNumber_Add(xd, o); /* CuPy's MemoryPointer + offset */
-        Py_XDECREF(o);
-    }
+    PyObject *o = PyLong_FromSsize_t(offset);
+    d = o == NULL ? NULL : PyNumber_Add(xd, o);
+    Py_XDECREF(o);
     if (d == NULL || (v = base_new(cls, s_empty, NULL)) == NULL)
         goto done;
     Py_XSETREF(FIELD(v, L.dtype, PyObject *), Py_NewRef(FIELD(x, L.dtype, PyObject *)));
@@ -1289,6 +1378,8 @@ basic_view(PyTypeObject *cls, newfunc base_new, PyObject *x, PyObject *key)
     PyObject *r = PyObject_VectorcallMethod(s_set_shape, margs, 5, NULL);
     if (r == NULL)
         Py_CLEAR(v);
+    else
+        views_built++;
     Py_XDECREF(r);
 done:
     Py_XDECREF(d);
@@ -1309,9 +1400,14 @@ fastcall_getitem(FastCall *self, PyObject *const *args, size_t nargsf, PyObject 
     if (PyVectorcall_NARGS(nargsf) != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0))
         return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
     PyObject *cls = PyTuple_GET_ITEM(self->op, 1);
-    if (self->views < 0) /* asked at the first call (see layout_for) */
-        self->views = layout_for((PyObject *)base) && construction_inherited(cls, (PyObject *)base);
-    PyObject *r = self->views ? basic_view((PyTypeObject *)cls, base->tp_base->tp_new, args[0],
+    if (self->views < 0) { /* asked at the first call (see layout_for) */
+        int found = layout_for((PyObject *)base);
+        if (found == -2)
+            return NULL;
+        if (found >= 0) /* (-1: asked again at the next call) */
+            self->views = found && construction_inherited(cls, (PyObject *)base);
+    }
+    PyObject *r = self->views == 1 ? basic_view((PyTypeObject *)cls, base->tp_base->tp_new, args[0],
                                            args[1])
                               : Py_NewRef(Py_None);
     if (r == NULL) {
@@ -1537,6 +1633,12 @@ layout_found(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
     return PyBool_FromLong(L.ok);
 }
 
+static PyObject *
+views_built_fn(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
+{
+    return PyLong_FromUnsignedLongLong(views_built);
+}
+
 static PyMethodDef module_functions[] = {
     {"cupy_layout", cupy_layout, METH_O,
      "cupy_layout(ndarray) -> bool: whether CuPy's array fields were found for arrays of type "
@@ -1544,6 +1646,8 @@ static PyMethodDef module_functions[] = {
      "operands there and darray's basic indexing builds views there)"},
     {"layout_found", layout_found, METH_NOARGS,
      "layout_found() -> bool: whether CuPy's array fields were found, for any type"},
+    {"views_built", views_built_fn, METH_NOARGS,
+     "views_built() -> int: how many views darray's basic indexing has built at the fields"},
     {NULL, NULL, 0, NULL},
 };
 

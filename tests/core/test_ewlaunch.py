@@ -629,8 +629,8 @@ def test_fastcall_getitem_is_the_bases_subscript_with_base_results_reclassed():
 
 def test_cupy_layout_is_found_only_on_cupys_arrays():
     """The launcher reads CuPy's array fields only where they were found and checked on
-    probe arrays: NumPy's arrays (no such fields) and objects that are not types are
-    refused, and the getitem above stays the base's subscript."""
+    probe arrays: NumPy's arrays (no such fields), types whose base is a Python class and
+    objects that are not types are refused."""
     launcher_mod = pytest.importorskip("cuflow.core._ewlaunch",
                                        reason="the _ewlaunch extension was not built")
 

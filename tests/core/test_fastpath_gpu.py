@@ -328,18 +328,30 @@ _INDEX = st.one_of(st.integers(-8, 8), st.none(), st.just(Ellipsis),
                              st.none() | st.integers(-4, 4).filter(bool)))
 
 
+def _views_built():
+    from cuflow.core import _ewlaunch
+
+    return _ewlaunch.views_built()
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(shape=st.lists(st.integers(1, 6), max_size=4), key=st.lists(_INDEX, max_size=5),
-       as_tuple=st.booleans(), dtype=st.sampled_from(["float32", "int8", "float64", "uint16"]))
-def test_basic_indexing_builds_cupys_view(gpu_cf, shape, key, as_tuple, dtype):
+       as_tuple=st.booleans(), of_view=st.booleans(),
+       dtype=st.sampled_from(["float32", "int8", "float64", "uint16"]))
+def test_basic_indexing_builds_cupys_view(gpu_cf, shape, key, as_tuple, of_view, dtype):
     """darray's basic indexing (ints, slices, Ellipsis, None) is CuPy's own, field for field:
-    the same shape, strides, pointer, base, flags and values, or the same error."""
+    the same shape, strides, pointer, base, flags and values, or the same error; every
+    non-empty view is built by the compiled path."""
     import cupy
 
+    if _fastpath.FastCall is None:
+        pytest.skip("the _ewlaunch extension was not built")
     cf = gpu_cf
     rng = np.random.default_rng(len(shape) * 7 + len(key))
     h = random_array(tuple(shape), dtype, rng, host=True)
-    x = cf.asarray(h)[...]  # a view: its own base is kept by views of it
+    x = cf.asarray(h)
+    if of_view:
+        x = x[...]  # a view: views of it take its base
     k = tuple(key) if as_tuple or len(key) != 1 else key[0]
     try:
         want = cupy.ndarray.__getitem__(x, k)
@@ -347,25 +359,60 @@ def test_basic_indexing_builds_cupys_view(gpu_cf, shape, key, as_tuple, dtype):
         with pytest.raises(type(e)):
             x[k]
         return
+    before = _views_built()
     got = x[k]
+    assert (_views_built() > before) == (want.size > 0)
     assert type(got) is cf.darray and type(want) is cf.darray
     assert (got.shape, got.strides, got.size, got.dtype) == \
         (want.shape, want.strides, want.size, want.dtype)
     assert got.data.ptr == want.data.ptr and got.data.mem is want.data.mem
-    assert got.base is want.base is x.base
+    assert got.base is want.base is (x if x.base is None else x.base)
     assert (got._c_contiguous, got._f_contiguous, got._index_32_bits) == \
         (want._c_contiguous, want._f_contiguous, want._index_32_bits)
     np.testing.assert_array_equal(to_host(got), h[k])
 
 
-def test_basic_views_share_the_memory_pointer_where_the_offset_is_zero(gpu_cf, rng):
-    """A view at offset 0 keeps its array's MemoryPointer (CuPy's subscript makes an equal
-    one): the compiled view was built; others hold CuPy's pointer plus the offset."""
+class _Index:
+    """A slice bound read through __index__, which runs Python code."""
+
+    def __index__(self):
+        return 1
+
+
+def test_basic_views_leave_other_keys_to_cupy(gpu_cf, rng):
+    """Keys whose reading runs Python code (it could reshape the array under the path's
+    reads) or passes Py_ssize_t, NumPy integers, bools and tuple subclasses take CuPy's
+    subscript, with CuPy's result or error; a view holds a MemoryPointer of its own, as
+    CuPy's subscript gives it."""
+    import collections
+
+    import cupy
+
     if _fastpath.FastCall is None:
         pytest.skip("the _ewlaunch extension was not built")
-    x = gpu_cf.asarray(random_array((4, 6), "float32", rng, host=True))
-    assert x[:, 0].data is x.data and x[None, ...].data is x.data
-    v = x[1:, ::2]
-    assert v.data.ptr == x.data.ptr + 6 * 4 and v.base is x
-    v[...] = 7  # a view writes through to its array
+    h = random_array((2, 3, 4), "float32", rng, host=True)
+    x = gpu_cf.asarray(h)
+    pair = collections.namedtuple("pair", "a b")
+    for k in (np.int64(1), (slice(None), np.int32(2)), True, pair(0, slice(1, None)),
+              slice(_Index(), None), (0, slice(None, None, _Index()))):
+        before = _views_built()
+        got, want = x[k], cupy.ndarray.__getitem__(x, k)
+        assert _views_built() == before, k
+        assert got.shape == want.shape and got.strides == want.strides
+        np.testing.assert_array_equal(to_host(got), to_host(want))
+    for k in (slice(None, 2 ** 70), slice(-2 ** 70, None), slice(None, None, 2 ** 63), 2 ** 70):
+        with pytest.raises((OverflowError, IndexError)) as caught:
+            cupy.ndarray.__getitem__(x, k)
+        with pytest.raises(caught.type):
+            x[k]
+    before = _views_built()
+    v = x[:, 0]
+    assert _views_built() == before + 1
+    assert v.data is not x.data and v.data.ptr == x.data.ptr
+    p = v.data
+    p += 4  # in place on the view's pointer only
+    assert x.data.ptr == v.data.ptr - 4
+    w = x[1:, ::2]
+    assert w.data.ptr == x.data.ptr + 12 * 4 and w.base is x
+    w[...] = 7  # a view writes through to its array
     assert (to_host(x)[1:, ::2] == 7).all() and (to_host(x)[0] != 7).any()
