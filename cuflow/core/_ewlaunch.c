@@ -21,8 +21,11 @@
  * Kernel parameters live on the C stack, so concurrent threads never share them.
  *
  * FastCall(op, fn, nin, source, kind=0) is the entry point of a function, an operator,
- * empty/zeros or fill: it calls those methods from C for the calls they take, and fn for
- * every other call (see the FastCall section below).
+ * empty/zeros, fill or a subscript: it calls those methods from C for the calls they take,
+ * and fn for every other call (see the FastCall section below).
+ *
+ * Where CuPy's array fields check out on probe arrays (layout_for), ew reads its operands
+ * there, and darray's basic indexing builds CuPy's views there (basic_view).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -480,9 +483,9 @@ ew_impl(Launcher *self, PyObject *op, PyObject *const *items, Py_ssize_t na, PyO
     int nptr = 0, nsc = 0;
     PyObject *shape = NULL, *first = NULL;
     long long n = -1;
-    /* with one device, operands are read at CuPy's fields; shape is then first's shape as a
-     * tuple, made only where needed */
-    int fields = 0; /* decided at the first array operand, with one device */
+    /* with one device, operands are read at CuPy's fields, decided at the first array
+     * operand; shape, first's shape as a tuple, is then made only where needed */
+    int fields = 0;
     for (Py_ssize_t i = 0; i < na; i++) {
         PyObject *x = items[i];
         unsigned long long code;

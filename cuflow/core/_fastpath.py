@@ -26,10 +26,12 @@ builds one :class:`FastPath` for the CuPy backend (none for NumPy, or with
 ``CUFLOW_FAST=0``).
 
 Where CuPy's array fields are found (``_ewlaunch.cupy_layout``: checked on three
-probe arrays made at the first launch or subscript), the launcher reads its
-operands' shape, contiguity, dtype and pointer there rather than through
-attributes, and darray's basic indexing (ints, slices, ``...``, ``None``) builds
-CuPy's view there; a CuPy whose layout differs keeps the attribute paths.
+probe arrays made at the first array operand of a launch, or the first
+subscript), the launcher reads its operands' shape, contiguity, dtype and
+pointer there rather than through attributes, and darray's basic indexing
+(ints, slices with ``None`` or int bounds, ``...``, ``None``) builds CuPy's view
+there; other keys take CuPy's subscript, and a CuPy whose layout differs keeps
+the attribute paths.
 
 ``FastCall`` (the same extension, ``None`` without it) is an entry point that
 reaches those methods with no Python frame: the namespace's elementwise
