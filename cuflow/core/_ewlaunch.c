@@ -69,30 +69,6 @@ typedef struct {
 static PyObject *s_dtype, *s_contig, *s_shape, *s_size, *s_data, *s_ptr, *s_num, *s_itemsize,
     *s_device_id, *s_init, *s_empty, *s_kind, *np_dtype;
 
-/* A new C-contiguous darray of ``shape`` and ``dt``: what ``darray(shape, dt)`` gives,
- * without cupy.ndarray's Python-level __new__, __init__ and __array_finalize__ frames (about
- * a microsecond of every result: bench op zoo).  The base extension type's tp_new, then its
- * _init, which allocates through CuPy's current allocator.  Only where darray inherits those
- * three methods unchanged (checked when the Launcher is built), so nothing is skipped. */
-static PyObject *
-new_result(Launcher *self, PyObject *shape, PyObject *dt)
-{
-    PyObject *args[] = {shape, dt};
-    if (self->base_new == NULL)
-        return PyObject_Vectorcall(self->darray, args, 2, NULL);
-    PyObject *x = self->base_new((PyTypeObject *)self->darray, s_empty, NULL);
-    if (x == NULL)
-        return NULL;
-    PyObject *margs[] = {x, shape, dt};
-    PyObject *r = PyObject_VectorcallMethod(s_init, margs, 3, NULL);
-    if (r == NULL) {
-        Py_DECREF(x);
-        return NULL;
-    }
-    Py_DECREF(r);
-    return x;
-}
-
 /* getattr(o, name) as a C integer; -1 with an exception set on failure */
 static long long
 attr_ll(PyObject *o, PyObject *name)
@@ -169,16 +145,47 @@ typedef struct {
 
 typedef struct {
     int ok;
+    int fresh;             /* new arrays are built at the fields (new_at_fields, checked) */
     PyObject *ndarray;     /* the array type checked (a strong reference) */
     PyTypeObject *pointer; /* the MemoryPointer type checked (a strong reference) */
+    PyObject *alloc;       /* CuPy's memory.alloc (a strong reference), for fresh arrays */
     Py_ssize_t size, shape, strides, c_contig, f_contig, index32, dtype, data, base, mp_ptr;
 } Layout;
 
 /* the layout found, published whole once checked (see layout_for) */
 static Layout L;
+static PyObject *s_set_shape; /* "_set_shape_and_strides" */
 
 #define VEC(o, off) (&FIELD(o, off, SsizeVector))
 #define VEC_LEN(o, off) (VEC(o, off)->end - VEC(o, off)->begin)
+
+/* *r = a * b or a + b: 1, or 0 where it overflows Py_ssize_t */
+static inline int
+mul_fits(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *r)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    return !__builtin_mul_overflow(a, b, r);
+#else
+    if (a > (1LL << 31) || a < -(1LL << 31) || b > (1LL << 31) || b < -(1LL << 31))
+        return 0; /* (without the builtin: a bound that cannot overflow) */
+    *r = a * b;
+    return 1;
+#endif
+}
+
+static inline int
+add_fits(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *r)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    return !__builtin_add_overflow(a, b, r);
+#else
+    if ((b > 0 && a > PY_SSIZE_T_MAX - b) || (b < 0 && a < PY_SSIZE_T_MIN - b))
+        return 0;
+    *r = a + b;
+    return 1;
+#endif
+}
+
 
 /* 1 when o holds at off a vector of exactly the ints of tuple t: its pointers are checked
  * to be a vector's of that length before any element is read */
@@ -299,6 +306,40 @@ layout_of_probes(Layout *l, PyObject *ndarray, PyObject *a, PyObject *t, PyObjec
     return ok;
 }
 
+static PyObject *new_at_fields(newfunc base_new, PyTypeObject *cls, PyObject *shape,
+                               PyObject *dt);
+
+/* 1 when an array built at the fields (new_at_fields) over probe a's shape and dtype holds
+ * what CuPy's constructor put in a: size, shape, strides, flags, dtype, _index_32_bits, no
+ * base, and data of the checked MemoryPointer type (CuPy's memory.alloc, found first) */
+static int
+fresh_checked(PyObject *ndarray, PyObject *a)
+{
+    PyObject *mem = PyImport_ImportModule("cupy.cuda.memory");
+    L.alloc = mem == NULL ? NULL : PyObject_GetAttrString(mem, "alloc");
+    Py_XDECREF(mem);
+    PyObject *shape = L.alloc == NULL ? NULL : PyObject_GetAttrString(a, "shape");
+    PyObject *y = shape == NULL ? NULL
+                  : new_at_fields(((PyTypeObject *)ndarray)->tp_base->tp_new,
+                                  (PyTypeObject *)ndarray, shape, FIELD(a, L.dtype, PyObject *));
+    Py_ssize_t n = VEC_LEN(a, L.shape);
+    int ok = y != NULL && y != Py_None && Py_TYPE(y) == (PyTypeObject *)ndarray
+             && FIELD(y, L.size, Py_ssize_t) == FIELD(a, L.size, Py_ssize_t)
+             && VEC_LEN(y, L.shape) == n && VEC_LEN(y, L.strides) == n
+             && memcmp(VEC(y, L.shape)->begin, VEC(a, L.shape)->begin, n * sizeof(Py_ssize_t)) == 0
+             && memcmp(VEC(y, L.strides)->begin, VEC(a, L.strides)->begin, n * sizeof(Py_ssize_t)) == 0
+             && FIELD(y, L.c_contig, int) == FIELD(a, L.c_contig, int)
+             && FIELD(y, L.f_contig, int) == FIELD(a, L.f_contig, int)
+             && FIELD(y, L.index32, int) == FIELD(a, L.index32, int)
+             && FIELD(y, L.dtype, PyObject *) == FIELD(a, L.dtype, PyObject *)
+             && FIELD(y, L.base, PyObject *) == Py_None
+             && Py_TYPE(FIELD(y, L.data, PyObject *)) == L.pointer;
+    Py_XDECREF(y);
+    Py_XDECREF(shape);
+    PyErr_Clear(); /* (a failed check: new arrays keep CuPy's _init) */
+    return ok;
+}
+
 /* Whether CuPy's fields were found for arrays of type ndarray: 1, 0 (not for this type), -1
  * (the probes could not be made for want of memory: ask again later) or -2 (an exception
  * that is not an Exception, a KeyboardInterrupt say, is set).  The first call for a type
@@ -342,6 +383,7 @@ layout_for(PyObject *ndarray)
         found.ndarray = Py_NewRef(ndarray);
         found.ok = 1;
         L = found;
+        L.fresh = fresh_checked(ndarray, a);
     }
     Py_XDECREF(a), Py_XDECREF(t), Py_XDECREF(v), Py_XDECREF(key);
     return r < 0 ? r : L.ok && L.ndarray == ndarray;
@@ -412,6 +454,109 @@ array_code_at_fields(PyObject *x, unsigned long long *code, unsigned long long *
     return 1;
 }
 
+/* the item sizes of NumPy's numeric type numbers (0: not fixed here) */
+static const signed char num_sizes[24] = {
+    1, 1, 1, 2, 2, 4, 4, (signed char)sizeof(long), (signed char)sizeof(long), 8, 8, 4,
+    8, 0, 8, 16, 0, 0, 0, 0, 0, 8, 8, 2};
+
+/* A new C-contiguous array of type cls (whose base's tp_new is base_new), of shape (a tuple
+ * of at most NEW_NDIM ints > 0) and a numeric dtype dt, built at the fields: what CuPy's
+ * _init builds, without its argument checks (get_size's per-dimension checks and the
+ * dtype's conversion: a third of a new result's host time in a py-spy profile of add):
+ * base_new, dtype, _set_shape_and_strides with the contiguous strides (size, both flags),
+ * data from CuPy's memory.alloc (the current allocator) and _index_32_bits.  None where
+ * dt's item size is not fixed here, or the shape is not such a tuple (an empty array's
+ * strides are CuPy's _init's to choose). */
+#define NEW_NDIM 8
+
+static PyObject *
+new_at_fields(newfunc base_new, PyTypeObject *cls, PyObject *shape, PyObject *dt)
+{
+    long long num = dtype_num(dt);
+    if (num == -1 && PyErr_Occurred())
+        return NULL;
+    if (num < 0 || num >= 24 || num_sizes[num] == 0)
+        Py_RETURN_NONE;
+    Py_ssize_t nd = PyTuple_GET_SIZE(shape), dims[NEW_NDIM], nbytes = num_sizes[num];
+    if (nd > NEW_NDIM)
+        Py_RETURN_NONE;
+    for (Py_ssize_t i = nd - 1; i >= 0; i--) { /* (the C-order strides: from the last axis) */
+        PyObject *d = PyTuple_GET_ITEM(shape, i);
+        dims[i] = PyLong_CheckExact(d) ? PyLong_AsSsize_t(d) : -1;
+        if (dims[i] == -1 && PyErr_Occurred())
+            PyErr_Clear();
+        if (dims[i] <= 0)
+            Py_RETURN_NONE;
+    }
+    PyObject *strides = PyTuple_New(nd), *x = NULL;
+    if (strides == NULL)
+        return NULL;
+    for (Py_ssize_t i = nd - 1; i >= 0; i--) {
+        PyObject *st = PyLong_FromSsize_t(nbytes);
+        if (st == NULL)
+            goto fail;
+        PyTuple_SET_ITEM(strides, i, st);
+        if (!mul_fits(nbytes, dims[i], &nbytes)) { /* (_init's error to raise) */
+            Py_DECREF(strides);
+            Py_RETURN_NONE;
+        }
+    }
+    if ((x = base_new(cls, s_empty, NULL)) == NULL)
+        goto fail;
+    Py_XSETREF(FIELD(x, L.dtype, PyObject *), Py_NewRef(dt));
+    PyObject *margs[] = {x, shape, strides, Py_True, Py_True};
+    PyObject *r = PyObject_VectorcallMethod(s_set_shape, margs, 5, NULL);
+    if (r == NULL)
+        goto fail;
+    Py_DECREF(r);
+    PyObject *nb = PyLong_FromSsize_t(nbytes);
+    PyObject *mp = nb == NULL ? NULL : PyObject_CallOneArg(L.alloc, nb);
+    Py_XDECREF(nb);
+    if (mp == NULL)
+        goto fail;
+    Py_XSETREF(FIELD(x, L.data, PyObject *), mp);
+    FIELD(x, L.index32, int) = nbytes <= (1LL << 31);
+    Py_DECREF(strides);
+    return x;
+fail:
+    Py_DECREF(strides);
+    Py_XDECREF(x);
+    return NULL;
+}
+
+/* A new C-contiguous darray of ``shape`` and ``dt``: what ``darray(shape, dt)`` gives,
+ * without cupy.ndarray's Python-level __new__, __init__ and __array_finalize__ frames (about
+ * a microsecond of every result: bench op zoo).  The base extension type's tp_new, then its
+ * _init, which allocates through CuPy's current allocator, or, where the launcher reads
+ * CuPy's fields and a fresh array built there checked out (L.fresh), new_at_fields.  Only
+ * where darray inherits those three methods unchanged (checked when the Launcher is built),
+ * so nothing is skipped. */
+static PyObject *
+new_result(Launcher *self, PyObject *shape, PyObject *dt)
+{
+    PyObject *args[] = {shape, dt};
+    if (self->base_new == NULL)
+        return PyObject_Vectorcall(self->darray, args, 2, NULL);
+    if (self->fields == 1 && L.fresh && PyTuple_CheckExact(shape)
+        && PyTuple_GET_SIZE(shape) <= NEW_NDIM) {
+        PyObject *x = new_at_fields(self->base_new, (PyTypeObject *)self->darray, shape, dt);
+        if (x != Py_None)
+            return x;
+        Py_DECREF(x);
+    }
+    PyObject *x = self->base_new((PyTypeObject *)self->darray, s_empty, NULL);
+    if (x == NULL)
+        return NULL;
+    PyObject *margs[] = {x, shape, dt};
+    PyObject *r = PyObject_VectorcallMethod(s_init, margs, 3, NULL);
+    if (r == NULL) {
+        Py_DECREF(x);
+        return NULL;
+    }
+    Py_DECREF(r);
+    return x;
+}
+
 /* ew(op, args, dst): the engine's launch of a generated kernel over same-shape C-contiguous
  * arrays and Python float/int scalars (core/_engine.py, EwOp).  The key packs, per operand,
  * 2 + 2 * dtype.num + (16-byte aligned) for an array and 250 / 251 for a float / int
@@ -452,12 +597,9 @@ array_code(PyObject *x, int dev, unsigned long long *code, unsigned long long *p
 static long long
 code_itemsize(PyObject *x, unsigned long long code)
 {
-    static const signed char sizes[24] = {
-        1, 1, 1, 2, 2, 4, 4, (signed char)sizeof(long), (signed char)sizeof(long), 8, 8, 4,
-        8, 0, 8, 16, 0, 0, 0, 0, 0, 8, 8, 2};
     unsigned long long num = (code - 2) / 2;
-    if (num < 24 && sizes[num])
-        return sizes[num];
+    if (num < 24 && num_sizes[num])
+        return num_sizes[num];
     PyObject *dt = PyObject_GetAttr(x, s_dtype);
     if (dt == NULL)
         return -1;
@@ -1226,35 +1368,7 @@ call_fn:
  * read), an index out of bounds, a zero step, more indices than axes, an empty array or
  * result, an offset or stride past Py_ssize_t, and more than VIEW_NDIM axes. */
 #define VIEW_NDIM 32
-static PyObject *s_set_shape;
 static unsigned long long views_built; /* views made here (views_built(): tests) */
-
-/* *r = a * b or a + b: 1, or 0 where it overflows Py_ssize_t */
-static inline int
-mul_fits(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *r)
-{
-#if defined(__GNUC__) || defined(__clang__)
-    return !__builtin_mul_overflow(a, b, r);
-#else
-    if (a > (1LL << 31) || a < -(1LL << 31) || b > (1LL << 31) || b < -(1LL << 31))
-        return 0; /* (without the builtin: a bound that cannot overflow) */
-    *r = a * b;
-    return 1;
-#endif
-}
-
-static inline int
-add_fits(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *r)
-{
-#if defined(__GNUC__) || defined(__clang__)
-    return !__builtin_add_overflow(a, b, r);
-#else
-    if ((b > 0 && a > PY_SSIZE_T_MAX - b) || (b < 0 && a < PY_SSIZE_T_MIN - b))
-        return 0;
-    *r = a + b;
-    return 1;
-#endif
-}
 
 /* a slice bound: None (*given 0) or an exact int of Py_ssize_t (*given 1); 0 for anything
  * else, with no exception */
@@ -1637,6 +1751,12 @@ layout_found(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
 }
 
 static PyObject *
+fresh_found(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
+{
+    return PyBool_FromLong(L.ok && L.fresh);
+}
+
+static PyObject *
 views_built_fn(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
 {
     return PyLong_FromUnsignedLongLong(views_built);
@@ -1649,6 +1769,9 @@ static PyMethodDef module_functions[] = {
      "operands there and darray's basic indexing builds views there)"},
     {"layout_found", layout_found, METH_NOARGS,
      "layout_found() -> bool: whether CuPy's array fields were found, for any type"},
+    {"fresh_found", fresh_found, METH_NOARGS,
+     "fresh_found() -> bool: whether new results are built at CuPy's fields (checked against "
+     "CuPy's constructor on a probe)"},
     {"views_built", views_built_fn, METH_NOARGS,
      "views_built() -> int: how many views darray's basic indexing has built at the fields"},
     {NULL, NULL, 0, NULL},

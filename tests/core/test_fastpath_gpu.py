@@ -416,3 +416,35 @@ def test_basic_views_leave_other_keys_to_cupy(gpu_cf, rng):
     assert w.data.ptr == x.data.ptr + 12 * 4 and w.base is x
     w[...] = 7  # a view writes through to its array
     assert (to_host(x)[1:, ::2] == 7).all() and (to_host(x)[0] != 7).any()
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "uint16", "int32", "int64", "float16",
+                                   "float32", "float64", "complex64", "complex128"])
+def test_new_results_are_cupys_arrays_field_for_field(gpu_cf, rng, dtype):
+    """A new result built at CuPy's fields (the launcher's empty, and every op's result) holds
+    what CuPy's constructor puts in an array of its shape and dtype; more axes than the
+    fields path takes go through CuPy's _init, with the same result."""
+    import cupy
+
+    if _fastpath.FastCall is None:
+        pytest.skip("the _ewlaunch extension was not built")
+    from cuflow.core import _ewlaunch
+
+    cf = gpu_cf
+    x = cf.asarray(random_array((7, 9), "float32", rng, host=True))
+    y = x * 2  # a launch: the launcher has decided to read fields
+    assert _ewlaunch.fresh_found()
+    shapes = [(), (0,), (5,), (3, 0, 2), (7, 9), (2, 3, 1, 2, 1, 2, 1, 3), (1,) * 9]
+    for shape in shapes:
+        got, want = cf.empty(shape, dtype), cupy.ndarray(shape, dtype)
+        assert type(got) is cf.darray and got.base is None
+        assert (got.shape, got.strides, got.size, got.dtype, got.nbytes) == \
+            (want.shape, want.strides, want.size, want.dtype, want.nbytes), shape
+        assert (got._c_contiguous, got._f_contiguous, got._index_32_bits) == \
+            (want._c_contiguous, want._f_contiguous, want._index_32_bits), shape
+        assert type(got.data) is type(want.data) and got.dtype is want.dtype
+        if got.size:
+            got.fill(1)  # the memory is its own and writable
+            assert (to_host(got) == 1).all()
+    assert y.shape == (7, 9) and y.strides == (36, 4) and y._c_contiguous
+    np.testing.assert_array_equal(to_host(y), to_host(x) * 2)
