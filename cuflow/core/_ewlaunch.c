@@ -25,7 +25,8 @@
  * and fn for every other call (see the FastCall section below).
  *
  * Where CuPy's array fields check out on probe arrays (layout_for), ew reads its operands
- * there, and darray's basic indexing builds CuPy's views there (basic_view).
+ * there and builds its new results there (new_at_fields), and darray's basic indexing
+ * builds CuPy's views there (basic_view).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -28,7 +28,8 @@ builds one :class:`FastPath` for the CuPy backend (none for NumPy, or with
 Where CuPy's array fields are found (``_ewlaunch.cupy_layout``: checked on three
 probe arrays made at the first array operand of a launch, or the first
 subscript), the launcher reads its operands' shape, contiguity, dtype and
-pointer there rather than through attributes, and darray's basic indexing
+pointer there rather than through attributes, builds its new results there
+(once one built so matched CuPy's constructor), and darray's basic indexing
 (ints, slices with ``None`` or int bounds, ``...``, ``None``) builds CuPy's view
 there; other keys take CuPy's subscript, and a CuPy whose layout differs keeps
 the attribute paths.
