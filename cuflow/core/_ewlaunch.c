@@ -137,9 +137,10 @@ same_shape(PyObject *o, PyObject *shape)
  * _c_contiguous, _f_contiguous and _index_32_bits (C ints), dtype, data and base, and where
  * a MemoryPointer keeps ptr.  It checks them on three probe arrays, a C-contiguous one, its
  * transpose and a strided view of it (every field found once, at the pxd's order, with each
- * probe's values), and only then turns on what reads or writes them: the operands' reads
- * of the launcher (about 0.1 us an array: bench op zoo) and basic indexing's views
- * (basic_view).  Where any check fails, both keep their attribute paths. */
+ * probe's values), and only then turns on what reads or writes them: the launcher's reads
+ * of its operands (0.3-0.4 us an array: bench/ab.py's add(a, b, dst=c)), its new results
+ * (new_at_fields) and basic indexing's views (basic_view).  Where any check fails, they
+ * keep their attribute paths and CuPy's constructor. */
 typedef struct {
     Py_ssize_t *begin, *end, *cap;
 } SsizeVector;
@@ -463,7 +464,8 @@ static const signed char num_sizes[24] = {
 /* A new C-contiguous array of type cls (whose base's tp_new is base_new), of shape (a tuple
  * of at most NEW_NDIM ints > 0) and a numeric dtype dt, built at the fields: what CuPy's
  * _init builds, without its argument checks (get_size's per-dimension checks and the
- * dtype's conversion: a third of a new result's host time in a py-spy profile of add):
+ * dtype's conversion: a third of what a new result adds to a launch, bench/ab.py's
+ * add(a, b)):
  * base_new, dtype, _set_shape_and_strides with the contiguous strides (size, both flags),
  * data from CuPy's memory.alloc (the current allocator) and _index_32_bits.  None where
  * dt's item size is not fixed here, or the shape is not such a tuple (an empty array's
