@@ -96,6 +96,9 @@ if POOL_HOTPATH == "python":
 #: pass this many times the peak requested bytes: below the backend's own bound on mapped
 #: pages (``_expandable.KEEP``, 1.25), whose page rounding needs the rest
 SEGMENTS_KEEP = 1.2
+#: misses whose cut blocks were followed by new pages all the same, after which a pool cuts
+#: only blocks at the ends of its segments' run (see ``Pool._carve``)
+CHURN_LIMIT = 2
 
 
 def _idle(b: Block) -> bool:
@@ -242,6 +245,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         self._watched: set[int] = set()
         self._on_new_stream: Callable[[int], None] | None = None  # set by the CuPy glue
         self._orphans: list[Block] = []
+        self._churn = 0  # see _carve
         self._init_stats()
         #: ``alloc_ptr(nbytes, stream)``: the device pointer of a new block of at least
         #: ``nbytes`` for work on ``stream``; give it back with :meth:`free_ptr`
@@ -530,7 +534,12 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
             if self.backend.cheap_release and owner is None and not capturing:
                 self._release_whole()
             if places:
-                self._carve(size, seg_bytes)
+                maps = self.backend.device_allocs
+                cut = self._carve(size, seg_bytes)
+                b = self._segment_block(size, stream, owner, seg_bytes)
+                if cut and self.backend.device_allocs > maps:
+                    self._churn += 1  # blocks cut out of segments, and pages mapped anyway
+                return b
             return self._segment_block(size, stream, owner, seg_bytes)
         except BaseException:
             self._uncount_miss(size)
@@ -831,30 +840,48 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         if t.prev is None and t.next is None:
             self._whole[lo.ptr] = lo
 
-    def _carve(self, size: int, seg_bytes: int) -> None:
+    def _carve(self, size: int, seg_bytes: int) -> bool:
         """Over expandable segments, before a new segment of ``seg_bytes`` for a request of
         ``size``: free blocks go back (:meth:`_give_back_free`) while the pool's segments
-        would pass :data:`SEGMENTS_KEEP` times the peak requested bytes.  The backend then
+        would pass :data:`SEGMENTS_KEEP` times the peak requested bytes, so that the backend
         places the new segment over freed space rather than mapping more pages (a fit of
-        any size leaves free blocks inside segments that only this returns)."""
-        demand = max(self.peak_requested, self.requested + size)
-        self._give_back_free(SEGMENTS_KEEP * demand - seg_bytes)
+        any size leaves free blocks inside segments that only this returns).  Whether a
+        block was cut from between two used ones.
 
-    def _give_back_free(self, room: float) -> None:
-        """Over expandable segments, give back the general pool's largest free blocks (idle,
-        not kept), each cut out of its segment, while its segments hold more than ``room``
-        bytes."""
+        Blocks between used ones are cut only until that has twice been followed by new
+        pages all the same (:data:`CHURN_LIMIT`): a workload whose placement needs more
+        than the bound would otherwise map and unmap pages at every pass (the transformer's
+        step-4 loop of ``python -m cuflow bench traces``); the pool then holds more instead.
+        """
+        if self._churn >= CHURN_LIMIT:
+            return False
+        demand = max(self.peak_requested, self.requested + size)
+        return self._give_back_free(SEGMENTS_KEEP * demand - seg_bytes)
+
+    def _give_back_free(self, room: float, inner: bool = True) -> bool:
+        """Over expandable segments, give back the general pool's free blocks (idle, not
+        kept), each cut out of its segment, while its segments hold more than ``room``
+        bytes: those at an end of the segments' run first (their space joins the backend's
+        free space), then, with ``inner``, those between used blocks; the largest first.
+        Whether one between used blocks was given back."""
         if self.reserved <= room:
-            return
-        free = [b for (owner, _), fl in self._lists.items() if owner is None
-                for b in fl.blocks() if _idle(b) and not b.seg.keep]
-        free.sort(key=lambda b: b.size, reverse=True)
-        for b in free:
-            if self.reserved <= room:
+            return False
+        ends = {seg.ptr + seg.nbytes for seg in self._segments.values()}
+        free = [(not ((b.next is None and b.ptr + b.size not in self._segments)
+                      or (b.prev is None and b.ptr not in ends)), -b.size, i, b)
+                for i, b in enumerate(b for (owner, _), fl in self._lists.items()
+                                      if owner is None for b in fl.blocks())
+                if _idle(b) and not b.seg.keep]
+        free.sort()  # the ends of the run first, then the largest
+        cut_inner = False
+        for between, _, _, b in free:
+            if self.reserved <= room or (between and not inner):
                 break
             if _idle(b) and self._segments.get(b.seg.ptr) is b.seg:  # (a release may run
                 # a finalizer, which frees or takes blocks)
                 self._release_segment(self._cut(b), self._lists[(None, b.stream)])
+                cut_inner |= between
+        return cut_inner
 
     def _cut(self, b: Block) -> Block:
         """``b`` as the only block of a segment of its own (its segment split around it);
@@ -949,6 +976,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
             if self._orphans:
                 self._adopt_orphans()
             n = self._release_free_segments(split=True)
+            self._churn = 0  # (a new start for _carve)
             held = self.backend.device_reserved()
             if n or (held is not None and held[0] > self.reserved) or \
                     self.backend.places_segments:  # (its pages: private segments are not)
