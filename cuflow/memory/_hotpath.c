@@ -23,8 +23,7 @@
  * their offsets.  A miss of every free list releases the wholly free segments and takes a
  * new one from the pool's source (its alloc and free are the only Python calls), unless
  * Pool._alloc_slow has more to do: frees awaiting other streams' work, orphans, or another
- * stream's free blocks to borrow, or the backend places segments itself (expandable
- * segments).  A refused segment goes to Pool._segment_refused's retries.
+ * stream's free blocks to borrow.  A refused segment goes to Pool._segment_refused's retries.
  * A capture, a recording, a destroyed stream or a stream met for the first time call
  * Pool._alloc_miss.
  *
@@ -676,7 +675,7 @@ typedef struct {
 static PyObject *s_segment_granularity_min, *s_gone, *s_watched, *s_on_new_stream,
     *s_capturing, *s_backend, *s_cheap_release, *s_segment_granularity, *s_recording,
     *s_source, *s_pending, *s_deferred, *s_orphans, *s_warming, *s_misses, *s_segments, *s_whole,
-    *s_alloc, *s_free, *s_places_segments;
+    *s_alloc, *s_free;
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 
@@ -1220,9 +1219,7 @@ take(HotAlloc *self, PyObject *b, long long size, PyObject *nbytes_obj, long lon
 }
 
 /* The backend's release policy and its granule for large segments (_pool.granule, 0 when
- * release is not cheap): what bounds a best fit, and the size of a new segment.  ``cheap``
- * is 2 for a backend that places segments itself (expandable segments: no bound on a fit,
- * and the miss is Pool._alloc_slow's, which joins and cuts segments). */
+ * release is not cheap): what bounds a best fit, and the size of a new segment. */
 static int
 backend_policy(HotAlloc *self, int *cheap, long long *granule)
 {
@@ -1230,12 +1227,6 @@ backend_policy(HotAlloc *self, int *cheap, long long *granule)
     PyObject *v = be == NULL ? NULL : PyObject_GetAttr(be, s_cheap_release);
     int c = v == NULL ? -1 : PyObject_IsTrue(v);
     Py_XDECREF(v);
-    if (c > 0) {
-        v = PyObject_GetAttr(be, s_places_segments);
-        int places = v == NULL ? -1 : PyObject_IsTrue(v);
-        Py_XDECREF(v);
-        c = places < 0 ? -1 : places ? 2 : 1;
-    }
     if (c < 0) {
         if (!PyErr_Occurred())
             PyErr_SetObject(PyExc_AttributeError, s_backend);
@@ -1551,8 +1542,7 @@ uncount_miss(PyObject *misses, PyObject *size_obj)
 
 /* Pool._alloc_slow for the general pool: when its first steps have nothing to do, count the
  * miss, release the free segments (a backend with cheap release), take a new segment;
- * otherwise, and over a backend that places segments itself (whose misses join and cut
- * segments, and are rare), the Python method.  ``cheap`` and ``granule``: the backend's policy as
+ * otherwise the Python method.  ``cheap`` and ``granule``: the backend's policy as
  * alloc_general read it (cheap -1: not read yet).  A new reference to the segment's first
  * block. */
 static PyObject *
@@ -1560,9 +1550,9 @@ alloc_slow(HotAlloc *self, long long size, PyObject *size_obj, PyObject *stream,
            long long most, int cheap, long long granule)
 {
     int plain = miss_is_plain(self, stream);
-    if (plain < 0 || (plain && cheap < 0 && backend_policy(self, &cheap, &granule) < 0))
+    if (plain < 0)
         return NULL;
-    if (!plain || cheap == 2) {
+    if (!plain) {
         PyObject *most_obj = most < 0 ? Py_NewRef(Py_None) : PyLong_FromLongLong(most);
         if (most_obj == NULL)
             return NULL;
@@ -1575,8 +1565,9 @@ alloc_slow(HotAlloc *self, long long size, PyObject *size_obj, PyObject *stream,
         }
         return b;
     }
-    /* (what the miss needs was looked up above, before it is counted: a miss that raises
-     * serves nothing) */
+    /* what the miss needs, looked up before it is counted: a miss that raises serves nothing */
+    if (cheap < 0 && backend_policy(self, &cheap, &granule) < 0)
+        return NULL;
     PyObject *misses = PyDict_GetItemWithError(self->attrs, s_misses);
     if (misses == NULL || !PyDict_Check(misses)) {
         if (!PyErr_Occurred())
@@ -1636,7 +1627,7 @@ alloc_general(HotAlloc *self, long long size, PyObject *nbytes_obj, long long nb
             Py_XDECREF(fl);
             return NULL;
         }
-        if (cheap == 1) { /* at most twice the request, or the segment a miss would make */
+        if (cheap) { /* at most twice the request, or the segment a miss would make for it */
             long long seg = segment_bytes(size, granule);
             most = size > LLONG_MAX / LARGE_SPLIT_MAX ? LLONG_MAX : size * LARGE_SPLIT_MAX;
             if (seg > most)
@@ -2512,7 +2503,6 @@ PyInit__hotpath(void)
     INTERN(s_warming, "_warming");
     INTERN(s_misses, "misses");
     INTERN(s_segments, "_segments");
-    INTERN(s_places_segments, "places_segments");
     INTERN(s_whole, "_whole");
     INTERN(s_alloc, "alloc");
     INTERN(s_free, "free");

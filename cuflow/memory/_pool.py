@@ -28,19 +28,14 @@ Otherwise (``size`` = request rounded to 512 B, or to 128 KiB at or above
 take the smallest free block of the stream that is at least ``size``
 (an exact-size hit first, a whole segment before the rest of a split one; a
 request of 1 MiB or more takes at most twice its size, or the segment a miss
-would make for it, unless the segment was kept by a warm-up or the backend
-places segments itself), split off the rest when it is 512 B or more; else
+would make for it, unless the segment was kept by a warm-up), split off the
+rest when it is 512 B or more; else
 process blocks whose cross-stream uses have finished; else borrow a block
 freed on another stream by making this stream wait on an event recorded there
 (no host synchronization); else (a miss) release fully free segments when the
 backend can reuse them cheaply (all but kept ones), and get a new segment
 (for a request of 1 MiB or more, a whole number of granules: the backend's
 ``segment_granularity``, or less while the pool is small, see :func:`granule`).
-Over a backend that places segments itself (expandable segments, where segments
-lie end to end in one address range) a miss first joins neighbouring segments
-whose free ends meet, and takes the fit again; before a new segment it gives
-back the largest free blocks, each cut out of its segment, while the segments
-would pass :data:`SEGMENTS_KEEP` times the peak requested bytes.
 A segment that the limit refuses is first asked for again once the wholly free
 segments are released (a pool at its limit meets the refusal often); past that,
 a refusal by the limit or by the device starts one retry sequence: collect
@@ -90,15 +85,6 @@ except ImportError:
     HotAlloc = PoolLock = PoolState = CFreeList = None
 if POOL_HOTPATH == "python":
     HotAlloc = PoolLock = PoolState = CFreeList = None
-
-
-#: over expandable segments, a miss gives back free blocks while the pool's segments would
-#: pass this many times the peak requested bytes: below the backend's own bound on mapped
-#: pages (``_expandable.KEEP``, 1.25), whose page rounding needs the rest
-SEGMENTS_KEEP = 1.2
-#: misses whose cut blocks were followed by new pages all the same, after which a pool cuts
-#: only blocks at the ends of its segments' run (see ``Pool._carve``)
-CHURN_LIMIT = 2
 
 
 def _idle(b: Block) -> bool:
@@ -245,7 +231,6 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         self._watched: set[int] = set()
         self._on_new_stream: Callable[[int], None] | None = None  # set by the CuPy glue
         self._orphans: list[Block] = []
-        self._churn = 0  # see _carve
         self._init_stats()
         #: ``alloc_ptr(nbytes, stream)``: the device pointer of a new block of at least
         #: ``nbytes`` for work on ``stream``; give it back with :meth:`free_ptr`
@@ -444,10 +429,9 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         self._flush_quick()
         fl = self._lists.get((owner, stream))
         most = None
-        if size >= SMALL and self.backend.cheap_release and not self.backend.places_segments:
+        if size >= SMALL and self.backend.cheap_release:
             # at most twice the request, or the segment a miss would make for it (a size the
-            # compiled free lists hold: no bound past 2**63 - 1); over expandable segments a
-            # split block goes back alone when memory is short (_carve), so any fit serves
+            # compiled free lists hold: no bound past 2**63 - 1)
             most = min(max(size * LARGE_SPLIT_MAX, self._segment_bytes(size, owner)),
                        sys.maxsize)
         b = fl.pop_fit(size, most) if fl is not None else None
@@ -512,12 +496,6 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
             if b is not None:
                 self._state.count_hit(size)
                 return b
-        places = self.backend.places_segments and owner is None and not capturing
-        if places and self._join_segments():
-            b = self._list(owner, stream).pop_fit(size, most)
-            if b is not None:
-                self._state.count_hit(size)
-                return b
         b = self._borrow(size, stream, most) if owner is None else None
         if b is not None:
             self._state.count_hit(size)
@@ -533,13 +511,6 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
             seg_bytes = self._segment_bytes(size, owner)
             if self.backend.cheap_release and owner is None and not capturing:
                 self._release_whole()
-            if places:
-                maps = self.backend.device_allocs
-                cut = self._carve(size, seg_bytes)
-                b = self._segment_block(size, stream, owner, seg_bytes)
-                if cut and self.backend.device_allocs > maps:
-                    self._churn += 1  # blocks cut out of segments, and pages mapped anyway
-                return b
             return self._segment_block(size, stream, owner, seg_bytes)
         except BaseException:
             self._uncount_miss(size)
@@ -646,11 +617,6 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         # under the lock: a segment another thread is taking counts in ``reserved``, and so
         # in what a new adaptor holds, before the source changes
         with self.backend.on_device(), self._lock:  # (a lower limit may release memory)
-            if value is not None and self.backend.places_segments \
-                    and getattr(self, "_segments", None) and not self._capturing \
-                    and not self._busy:  # free blocks inside segments go back first
-                self._settle()
-                self._give_back_free(value)
             if value is None:
                 self._source = self.backend
                 self.backend.limit_memory(None)
@@ -788,131 +754,6 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
                             self._whole.setdefault(seg.ptr, seg)
                     raise
 
-    def _join_segments(self) -> int:
-        """Over expandable segments, join neighbouring segments of the general pool where the
-        top block of one and the first block of the next are free on one stream: their
-        ranges lie end to end in the backend's address range, so the two free blocks
-        coalesce into one.  A miss runs it before it takes a new segment; the number of
-        joins.
-
-        Segments placed one after another by misses of different sizes would otherwise
-        keep their free ends apart, and a later request larger than each would miss
-        (``python -m cuflow bench traces``, "cuflow vmm after warmup").
-        """
-        self._flush_quick()
-        n = 0
-        for (owner, stream), fl in list(self._lists.items()):
-            if owner is not None:
-                continue
-            tops = [b for b in fl.blocks() if b.next is None and _idle(b)]
-            for t in tops:
-                # (t may be the first block of a segment joined below it already)
-                while t.next is None and self._segments.get(t.seg.ptr) is t.seg:
-                    lo = t.seg
-                    hi = self._segments.get(lo.ptr + lo.nbytes)
-                    if (hi is None or hi.owner is not None or hi.keep != lo.keep
-                            or not _idle(hi.first) or hi.first.stream != t.stream):
-                        break
-                    self._join(t, hi, fl)
-                    n += 1
-        return n
-
-    def _join(self, t: Block, hi: Segment, fl: FreeList) -> None:
-        """``hi`` into ``t``'s segment, which it follows: ``t`` (its free top block) and
-        ``hi``'s free first block become one block of ``fl``."""
-        lo, f = t.seg, hi.first
-        fl.remove(t)
-        fl.remove(f)
-        t.size += f.size
-        t.next = f.next
-        if f.next is not None:
-            f.next.prev = t
-        x = f.next
-        while x is not None:
-            x.seg = lo
-            x = x.next
-        lo.nbytes += hi.nbytes
-        lo.streams |= hi.streams
-        del self._segments[hi.ptr]
-        self._whole.pop(hi.ptr, None)
-        hi.first = None
-        fl.push(t)
-        if t.prev is None and t.next is None:
-            self._whole[lo.ptr] = lo
-
-    def _carve(self, size: int, seg_bytes: int) -> bool:
-        """Over expandable segments, before a new segment of ``seg_bytes`` for a request of
-        ``size``: free blocks go back (:meth:`_give_back_free`) while the pool's segments
-        would pass :data:`SEGMENTS_KEEP` times the peak requested bytes, so that the backend
-        places the new segment over freed space rather than mapping more pages (a fit of
-        any size leaves free blocks inside segments that only this returns).  Whether a
-        block was cut from between two used ones.
-
-        Blocks between used ones are cut only until that has twice been followed by new
-        pages all the same (:data:`CHURN_LIMIT`): a workload whose placement needs more
-        than the bound would otherwise map and unmap pages at every pass (the transformer's
-        step-4 loop of ``python -m cuflow bench traces``); the pool then holds more instead.
-        """
-        if self._churn >= CHURN_LIMIT:
-            return False
-        demand = max(self.peak_requested, self.requested + size)
-        return self._give_back_free(SEGMENTS_KEEP * demand - seg_bytes)
-
-    def _give_back_free(self, room: float, inner: bool = True) -> bool:
-        """Over expandable segments, give back the general pool's free blocks (idle, not
-        kept), each cut out of its segment, while its segments hold more than ``room``
-        bytes: those at an end of the segments' run first (their space joins the backend's
-        free space), then, with ``inner``, those between used blocks; the largest first.
-        Whether one between used blocks was given back."""
-        if self.reserved <= room:
-            return False
-        ends = {seg.ptr + seg.nbytes for seg in self._segments.values()}
-        free = [(not ((b.next is None and b.ptr + b.size not in self._segments)
-                      or (b.prev is None and b.ptr not in ends)), -b.size, i, b)
-                for i, b in enumerate(b for (owner, _), fl in self._lists.items()
-                                      if owner is None for b in fl.blocks())
-                if _idle(b) and not b.seg.keep]
-        free.sort()  # the ends of the run first, then the largest
-        cut_inner = False
-        for between, _, _, b in free:
-            if self.reserved <= room or (between and not inner):
-                break
-            if _idle(b) and self._segments.get(b.seg.ptr) is b.seg:  # (a release may run
-                # a finalizer, which frees or takes blocks)
-                self._release_segment(self._cut(b), self._lists[(None, b.stream)])
-                cut_inner |= between
-        return cut_inner
-
-    def _cut(self, b: Block) -> Block:
-        """``b`` as the only block of a segment of its own (its segment split around it);
-        ``b``."""
-        seg = b.seg
-        end = seg.ptr + seg.nbytes
-        if b.next is not None:  # the blocks above b: a segment from b's end
-            self._piece(seg, b.next, end)
-            b.next.prev = None
-            b.next = None
-        if b.prev is not None:  # b: a segment of its own above the blocks below it
-            b.prev.next = None
-            b.prev = None
-            self._piece(seg, b, b.ptr + b.size)
-            seg.nbytes = b.ptr - seg.ptr
-        else:
-            seg.nbytes = b.size
-        return b
-
-    def _piece(self, seg: Segment, first: Block, end: int) -> Segment:
-        """A segment of the general pool from ``first`` to ``end`` (the blocks from
-        ``first`` on), cut out of ``seg`` (whose counters hold it already)."""
-        piece = Segment(first.ptr, end - first.ptr, seg.stream, None)
-        piece.keep, piece.streams, piece.first = seg.keep, set(seg.streams), first
-        x = first
-        while x is not None and x.ptr < end:
-            x.seg = piece
-            x = x.next
-        self._segments[piece.ptr] = piece
-        return piece
-
     def _release_free_segments(self, owner: Any = None, split: bool = False) -> int:
         """Release ``owner``'s wholly free segments, kept ones too; the number released.  A
         segment is wholly free when its first block spans it and sits in a free list (free,
@@ -940,11 +781,6 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
                 fl.push(b)
             self._release_segment(b, self._lists[(owner, b.stream)])
             n += 1
-        if split and owner is None and self.backend.places_segments:
-            # free blocks inside segments go too, each cut out as a segment of its own
-            released = self.num_segment_free
-            self._give_back_free(0)
-            n += self.num_segment_free - released
         return n
 
     def _settle(self) -> None:
@@ -976,7 +812,6 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
             if self._orphans:
                 self._adopt_orphans()
             n = self._release_free_segments(split=True)
-            self._churn = 0  # (a new start for _carve)
             held = self.backend.device_reserved()
             if n or (held is not None and held[0] > self.reserved) or \
                     self.backend.places_segments:  # (its pages: private segments are not)

@@ -12,11 +12,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import cuflow
-from cuflow.memory import HostExpandableBackend, Pool, _expandable, _pool
+from cuflow.memory import HostExpandableBackend, Pool, _expandable
 from cuflow.memory._expandable import KEEP, PAGE
 
-from .conftest import (ExpandableEventBackend, assert_consistent, check, device_unshared,
-                       fill)
+from .conftest import ExpandableEventBackend, assert_consistent, device_unshared, fill
 from .test_state_machine import DevicePoolMachine, PoolMachine
 
 MIB = 1 << 20
@@ -669,106 +668,6 @@ def test_pool_footprint_on_varying_shapes():
             pool.free(b)
     peak = pool.stats()["requested_bytes.all.peak"]
     assert pool.backend.device_reserved()[1] <= KEEP * peak + PAGE
-
-
-def test_neighbouring_segments_join_where_their_free_ends_meet():
-    """Two segments placed end to end, the first with a free tail, the second wholly free:
-    a request larger than either is served from the two joined, with no new segment, and
-    the block still lent keeps its bytes."""
-    pool = Pool(ExpandableEventBackend())
-    a, b = pool.alloc(8 * MIB), pool.alloc(8 * MIB)  # two segments, end to end
-    assert b.seg is not a.seg and a.ptr + a.seg.nbytes == b.ptr
-    pool.free(a)
-    x = pool.alloc(5 * MIB)  # the first segment's head; its 3 MiB tail stays free
-    fill(x, 7)
-    pool.free(b)
-    segments = pool.stats()["num_segment_alloc"]
-    z = pool.alloc(10 * MIB)  # fits neither free block (3 and 8 MiB), fits the two joined
-    assert pool.stats()["num_segment_alloc"] == segments, "a new segment was taken"
-    assert len(pool._segments) == 1 and x.seg is z.seg and z.ptr == x.ptr + 5 * MIB
-    check(x, 7)
-    assert_consistent(pool, [x, z])
-    pool.free(x)
-    pool.free(z)
-    assert_consistent(pool, [])
-
-
-def test_segments_of_different_streams_do_not_join():
-    pool = Pool(ExpandableEventBackend())
-    a, b = pool.alloc(8 * MIB, 0), pool.alloc(8 * MIB, 5)
-    assert a.ptr + a.seg.nbytes == b.ptr
-    pool.free(a)
-    pool.free(b)
-    pool.alloc(5 * MIB, 0)
-    pool.alloc(5 * MIB, 5)
-    pool.alloc(5 * MIB, 0)  # the miss may join only stream 0's segments
-    for seg in pool._segments.values():
-        streams = set()
-        blk = seg.first
-        while blk is not None:
-            streams.add(blk.stream)
-            blk = blk.next
-        assert len(streams) == 1, "a segment holds blocks of two streams"
-
-
-def test_a_miss_past_the_bound_gives_back_free_blocks_inside_segments():
-    """A fit of any size leaves free blocks inside segments; when a miss's new segment
-    would take the segments past SEGMENTS_KEEP times the peak requested bytes, the largest
-    free blocks are cut out and given back, and the new segment is placed over them."""
-    pool = Pool(ExpandableEventBackend())
-    big = pool.alloc(64 * MIB)
-    live = [pool.alloc(MIB)]  # a second segment, so the first one's tail can be cut
-    pool.free(big)
-    keep = pool.alloc(2 * MIB)  # the 64 MiB segment's head: its 62 MiB free tail remains
-    pages = pool.backend.device_allocs
-    reserved = pool.reserved
-    new = pool.alloc(70 * MIB)  # fits no free block; 62 MiB of free tail go back first
-    assert pool.reserved <= _pool.SEGMENTS_KEEP * pool.peak_requested
-    assert pool.reserved < reserved + 70 * MIB
-    assert pool.backend.device_allocs - pages <= 8 * MIB // PAGE + 1  # placed over the tail
-    assert_consistent(pool, live + [keep, new])
-
-
-def test_a_limit_below_the_segments_gives_back_their_free_blocks():
-    pool = Pool(ExpandableEventBackend())
-    pool.free(pool.alloc(128 * MIB))
-    b = pool.alloc(40 * MIB)  # the head of the 128 MiB segment
-    pool.limit = 48 * MIB
-    assert pool.reserved <= 48 * MIB and pool.backend.device_reserved()[0] <= 48 * MIB
-    assert_consistent(pool, [b])
-    pool.free(b)
-
-
-def test_empty_cache_gives_back_free_blocks_inside_used_segments():
-    pool = Pool(ExpandableEventBackend())
-    pool.free(pool.alloc(64 * MIB))
-    b = pool.alloc(4 * MIB)  # 60 MiB free behind it, in the same segment
-    assert pool.empty_cache() >= 1
-    assert pool.reserved == 4 * MIB
-    assert pool.backend.device_reserved()[0] <= 4 * MIB + PAGE
-    assert_consistent(pool, [b])
-    pool.free(b)
-
-
-def test_cut_and_joined_segments_keep_every_lent_byte():
-    """Random sizes over a tight limit: misses join segments and cut free blocks out of
-    them; no lent block loses a byte, and the counters stay consistent."""
-    rng = random.Random(11)
-    pool = Pool(ExpandableEventBackend(), limit=96 * MIB)
-    held = {}
-    for step in range(400):
-        if held and rng.random() < 0.45:
-            b = held.pop(rng.choice(list(held)))
-            check(b, b.ptr % 251)
-            pool.free(b)
-        elif sum(b.size for b in held.values()) < 72 * MIB:  # (within the limit)
-            b = pool.alloc(rng.randrange(64 * 1024, 12 * MIB))
-            fill(b, b.ptr % 251)
-            held[step] = b
-        assert_consistent(pool, list(held.values()))
-    for b in held.values():
-        check(b, b.ptr % 251)
-    assert pool.stats()["num_segment_free"] > 0
 
 
 class ExpandablePoolMachine(PoolMachine):

@@ -500,10 +500,7 @@ def test_released_segments_leave_no_garbage_for_the_collector(make):
         released, before = pool.stats()["num_segment_free"], segments()
         for n in sizes:
             pool.free(pool.alloc(n))
-        # (over expandable segments a fit of any size serves most of them, and the misses
-        # that remain both release segments and cut free blocks out of them)
-        most = len(sizes) // 4 if make is EventBackend else 2
-        assert pool.stats()["num_segment_free"] - released >= most
+        assert pool.stats()["num_segment_free"] - released >= len(sizes) // 4
         assert segments() - before == len(pool._segments), (
             "released segments stay alive in reference cycles")
     finally:
