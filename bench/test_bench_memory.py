@@ -20,6 +20,12 @@ ALLOCATORS = ["cuflow", "cuflow after warmup", "cuflow vmm", "cuflow vmm after w
               "cupy MemoryPool", "cupy MemoryAsyncPool", "torch caching allocator"]
 
 
+def _expandable_backend() -> type:
+    from cuflow.memory import ExpandableBackend  # noqa: PLC0415
+
+    return ExpandableBackend
+
+
 def _makers():
     import cupy  # noqa: PLC0415  (optional dependency)
 
@@ -77,3 +83,54 @@ def test_empty_hit_latency(benchmark, backend, nbytes, alloc):
     benchmark.pedantic(run, rounds=1, iterations=1)
     benchmark.extra_info.update(out)
     benchmark.extra_info["bytes"] = nbytes
+
+
+class _NoPages(_expandable_backend()):
+    """Expandable segments over a terabyte of addresses and no memory: the placement alone."""
+
+    name = "placement only"
+
+    def __init__(self) -> None:
+        super().__init__(1 << 40)
+        self.heap.base = 1 << 44
+
+    def _map_run(self, first: int, count: int) -> None:
+        pass
+
+    def _unmap_run(self, first: int, count: int) -> None:
+        pass
+
+
+@pytest.mark.parametrize("passes", [1, 200])
+def test_placement_cost_flat(benchmark, passes):
+    """Host time of one pass of a transformer's allocations over expandable segments (no
+    device: the pool and the page heap alone), after ``passes`` passes.  The free space
+    below the heap's top grows by hundreds of unmapped pages a pass; a placement that walked
+    those pages cost 3-8x more per operation by the 200th pass."""
+    from cuflow.memory import Pool  # noqa: PLC0415
+
+    trace = "loop:real:transformer_seq7-2048:11"
+    its = _traces.trace_its(trace)
+    pool = Pool(_NoPages())
+    # the documented warm-up: the largest iteration, its segments kept
+    pool.replay([(op, key, max(n, 1), 0) for op, key, n in _traces.largest_iteration(its)])
+    live: dict[int, int] = {}
+    # frees queued as CuPy's allocator hook queues them (an array's memory going), for the
+    # next allocation to process: the order in which a device workload's frees reach the pool
+    queued = pool._freed
+
+    def one_pass():
+        for ops in its:
+            for op, key, n in ops:
+                if op == "a":
+                    live[key] = pool.alloc_ptr(max(n, 1), 0)
+                else:
+                    queued[live.pop(key)] = None
+        pool.flush_frees()
+
+    for _ in range(passes - 1):
+        one_pass()
+    benchmark.group = f"placement over expandable segments, {trace}"
+    benchmark.pedantic(one_pass, rounds=5, iterations=1)
+    benchmark.extra_info["passes before"] = passes - 1
+    benchmark.extra_info["heap top, pages"] = pool.backend.heap.top >> 21

@@ -5,7 +5,11 @@
  * (python -m cuflow bench traces, "cuflow vmm"; docs/performance.md).
  *
  * State: free ranges in two sorted arrays (by offset, for the neighbours; by size then
- * offset, for the fits), one byte per 2 MiB page for what is mapped.  Mapping and unmapping
+ * offset, for the fits), one byte per 2 MiB page for what is mapped, and the mapped pages'
+ * runs in a sorted array with their running page counts.  A placement reads the runs, so
+ * its cost grows with the free ranges and the runs, not with the pages the ranges span: the
+ * free space below the top of a long-running workload spans tens of thousands of unmapped
+ * pages (bench/test_bench_memory.py::test_placement_cost_flat).  Mapping and unmapping
  * go through the methods map_pages / unmap_pages, which a subclass overrides (the backend
  * maps device pages there) and which call these to record the pages.
  *
@@ -35,6 +39,10 @@ typedef struct {
     long long lo, hi;
 } Span;
 
+typedef struct { /* mapped pages [s, e) */
+    long long s, e;
+} PageRun;
+
 typedef struct { /* a stream's give-backs whose work may not be done */
     long long key;    /* the stream's handle; below -1 once the stream was destroyed */
     PyObject *event;  /* recorded after the last of them */
@@ -61,6 +69,9 @@ typedef struct {
     PyObject *events, *state;   /* a tuple of EV_COUNT callables or None; the pool's counters */
     Pending *pend;
     Py_ssize_t npend, cappend;
+    PageRun *runs;     /* the mapped runs, ascending */
+    long long *before; /* before[i]: the mapped pages of runs[0..i) (nruns + 1 of them) */
+    Py_ssize_t nruns, capruns;
 } PageHeap;
 
 static PyObject *s_map_pages, *s_unmap_pages, *s_requested, *s_peak_requested;
@@ -171,13 +182,114 @@ release(PageHeap *h, long long a, long long n) /* back to the free ranges, coale
 }
 
 /* ------------------------------------------------------------ placement */
+static Py_ssize_t
+run_after(PageHeap *h, long long q) /* the first mapped run ending after page q */
+{
+    Py_ssize_t lo = 0, hi = h->nruns;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (h->runs[mid].e <= q)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static long long
+mapped_in(PageHeap *h, long long q0, long long q1) /* the mapped pages in [q0, q1) */
+{
+    if (q0 >= q1)
+        return 0;
+    Py_ssize_t i = run_after(h, q0), j = run_after(h, q1);
+    long long k = 0;
+    if (j > i) { /* runs i..j-1 end by q1; run i may start before q0 */
+        k = h->before[j] - h->before[i];
+        if (h->runs[i].s < q0)
+            k -= q0 - h->runs[i].s;
+    }
+    if (j < h->nruns && h->runs[j].s < q1) /* run j goes past q1 */
+        k += q1 - (h->runs[j].s > q0 ? h->runs[j].s : q0);
+    return k;
+}
+
 static long long
 new_pages(PageHeap *h, long long p, long long n)
 {
-    long long k = 0;
-    for (long long q = p / PAGE; q <= (p + n - 1) / PAGE; q++)
-        k += !h->map[q];
-    return k;
+    long long q0 = p / PAGE, q1 = (p + n - 1) / PAGE + 1;
+    return q1 - q0 - mapped_in(h, q0, q1);
+}
+
+static int
+reserve_runs(PageHeap *h, Py_ssize_t need) /* room for need runs */
+{
+    if (need > h->capruns) {
+        Py_ssize_t cap = h->capruns ? 2 * h->capruns : 16;
+        if (cap < need)
+            cap = need;
+        PageRun *r = PyMem_Realloc(h->runs, cap * sizeof(PageRun));
+        if (r == NULL)
+            return PyErr_NoMemory(), -1;
+        h->runs = r;
+        long long *b = PyMem_Realloc(h->before, (cap + 1) * sizeof(long long));
+        if (b == NULL)
+            return PyErr_NoMemory(), -1;
+        h->before = b;
+        h->capruns = cap;
+    }
+    return 0;
+}
+
+/* page p, not mapped before, into the runs (room for one more run reserved) */
+static void
+runs_add(PageHeap *h, long long p)
+{
+    Py_ssize_t i = run_after(h, p);
+    int left = i > 0 && h->runs[i - 1].e == p, right = i < h->nruns && h->runs[i].s == p + 1;
+    if (left && right) {
+        h->runs[i - 1].e = h->runs[i].e;
+        memmove(h->runs + i, h->runs + i + 1, (h->nruns - i - 1) * sizeof(PageRun));
+        h->nruns--;
+    }
+    else if (left)
+        h->runs[i - 1].e = p + 1;
+    else if (right)
+        h->runs[i].s = p;
+    else {
+        memmove(h->runs + i + 1, h->runs + i, (h->nruns - i) * sizeof(PageRun));
+        h->runs[i] = (PageRun){p, p + 1};
+        h->nruns++;
+    }
+}
+
+/* page p, mapped before, out of the runs (room for one more run reserved) */
+static void
+runs_remove(PageHeap *h, long long p)
+{
+    Py_ssize_t i = run_after(h, p); /* the run holding p */
+    PageRun r = h->runs[i];
+    if (r.s == p && r.e == p + 1) {
+        memmove(h->runs + i, h->runs + i + 1, (h->nruns - i - 1) * sizeof(PageRun));
+        h->nruns--;
+    }
+    else if (r.s == p)
+        h->runs[i].s = p + 1;
+    else if (r.e == p + 1)
+        h->runs[i].e = p;
+    else {
+        memmove(h->runs + i + 2, h->runs + i + 1, (h->nruns - i - 1) * sizeof(PageRun));
+        h->runs[i].e = p;
+        h->runs[i + 1] = (PageRun){p + 1, r.e};
+        h->nruns++;
+    }
+}
+
+static void
+count_runs(PageHeap *h) /* before[] from the runs */
+{
+    h->before[0] = 0;
+    for (Py_ssize_t i = 0; i < h->nruns; i++)
+        h->before[i + 1] = h->before[i] + h->runs[i].e - h->runs[i].s;
 }
 
 typedef struct {
@@ -220,15 +332,11 @@ spot(PageHeap *h, long long n, long long *pos, long long *ra, long long *rsize, 
         long long size = h->by_size[i].n, a = h->by_size[i].a, end = a + size;
         consider(h, a, a, size, n, &best, &have);
         consider(h, end - n, a, size, n, &best, &have);
-        long long q = a / PAGE, last = (end - 1) / PAGE;
-        while (q <= last) { /* the mapped runs over the range */
-            if (!h->map[q]) {
-                q++;
-                continue;
-            }
-            long long rs = q;
-            while (q <= last && h->map[q])
-                q++;
+        long long first = a / PAGE, last = (end - 1) / PAGE;
+        for (Py_ssize_t r = run_after(h, first); r < h->nruns && h->runs[r].s <= last; r++) {
+            /* the mapped runs over the range: pages [rs, q) */
+            long long rs = h->runs[r].s > first ? h->runs[r].s : first;
+            long long q = h->runs[r].e < last + 1 ? h->runs[r].e : last + 1;
             long long lo = a > rs * PAGE ? a : rs * PAGE, hi = end < q * PAGE ? end : q * PAGE;
             if (hi - lo >= n && (!have_fit || lo < fit_lo)) {
                 have_fit = 1;
@@ -293,9 +401,11 @@ free_pages(PageHeap *h, Py_ssize_t *k)
     Py_ssize_t m = 0;
     for (Py_ssize_t i = 0; i < h->nfree; i++) {
         long long a = h->by_off[i].a, end = a + h->by_off[i].n;
+        long long first = (a + PAGE - 1) / PAGE;
         long long last = end == h->top ? (end + PAGE - 1) / PAGE : end / PAGE;
-        for (long long p = (a + PAGE - 1) / PAGE; p < last; p++)
-            if (h->map[p])
+        for (Py_ssize_t r = run_after(h, first); r < h->nruns && h->runs[r].s < last; r++)
+            for (long long p = h->runs[r].s > first ? h->runs[r].s : first;
+                 p < h->runs[r].e && p < last; p++)
                 out[m++] = p;
     }
     *k = m;
@@ -412,10 +522,12 @@ heap_init(PageHeap *h, PyObject *args, PyObject *kwds)
     PyMem_Free(h->map);
     h->npages = (Py_ssize_t)((capacity + PAGE - 1) / PAGE);
     h->map = PyMem_Calloc(h->npages, 1);
-    if (h->map == NULL) {
+    if (h->map == NULL || reserve_runs(h, 1) < 0) {
         PyErr_NoMemory();
         return -1;
     }
+    h->nruns = 0;
+    count_runs(h);
     h->capacity = capacity, h->keep = keep, h->cap_bytes = 0;
     h->top = h->live = h->peak_live = h->peak_mapped = 0;
     h->mapped = h->nfree = 0;
@@ -459,6 +571,8 @@ heap_dealloc(PageHeap *h)
     PyMem_Free(h->map);
     PyMem_Free(h->by_off);
     PyMem_Free(h->by_size);
+    PyMem_Free(h->runs);
+    PyMem_Free(h->before);
     Py_TYPE(h)->tp_free((PyObject *)h);
 }
 
@@ -1113,10 +1227,17 @@ set_pages(PageHeap *h, PyObject *pages, unsigned char value)
             break;
         }
         if (h->map[p] != value) {
+            if (reserve_runs(h, h->nruns + 1) < 0)
+                break;
+            if (value)
+                runs_add(h, p);
+            else
+                runs_remove(h, p);
             h->map[p] = value;
             h->mapped += value ? 1 : -1;
         }
     }
+    count_runs(h);
     Py_DECREF(it);
     if (PyErr_Occurred())
         return NULL;
