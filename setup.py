@@ -7,10 +7,10 @@ and both run the same operations in Python.
 
 from setuptools import Extension, setup
 
+HEADERS = ["cuflow/_cfields.h", "cuflow/_poolapi.h"]
+
 setup(ext_modules=[Extension("cuflow.memory._hotpath",
                              ["cuflow/memory/_hotpath.c", "cuflow/memory/_pageheap.c"],
-                             include_dirs=["cuflow"], depends=["cuflow/_cfields.h"],
-                             optional=True),
+                             include_dirs=["cuflow"], depends=HEADERS, optional=True),
                    Extension("cuflow.core._ewlaunch", ["cuflow/core/_ewlaunch.c"],
-                             include_dirs=["cuflow"], depends=["cuflow/_cfields.h"],
-                             optional=True)])
+                             include_dirs=["cuflow"], depends=HEADERS, optional=True)])

@@ -31,6 +31,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include "_cfields.h" /* FIELD, find_field */
+#include "_poolapi.h" /* CuflowPoolAPI: new results through the pool, on the launch stream */
 #include <limits.h>
 #include <math.h>
 #include <string.h>
@@ -309,21 +310,27 @@ layout_of_probes(Layout *l, PyObject *ndarray, PyObject *a, PyObject *t, PyObjec
 }
 
 static PyObject *new_at_fields(newfunc base_new, PyTypeObject *cls, PyObject *shape,
-                               PyObject *dt);
+                               PyObject *dt, intptr_t stream);
 
 /* 1 when an array built at the fields (new_at_fields) over probe a's shape and dtype holds
  * what CuPy's constructor put in a: size, shape, strides, flags, dtype, _index_32_bits, no
  * base, and data of the checked MemoryPointer type (CuPy's memory.alloc, found first) */
+static const CuflowPoolAPI *pool_api; /* cuflow's pool, where its extension was built */
+static PyObject *get_allocator;       /* CuPy's memory.get_allocator (a strong reference) */
+
 static int
 fresh_checked(PyObject *ndarray, PyObject *a)
 {
     PyObject *mem = PyImport_ImportModule("cupy.cuda.memory");
     L.alloc = mem == NULL ? NULL : PyObject_GetAttrString(mem, "alloc");
+    get_allocator = mem == NULL ? NULL : PyObject_GetAttrString(mem, "get_allocator");
     Py_XDECREF(mem);
+    if (get_allocator != NULL && (pool_api = PyCapsule_Import(CUFLOW_POOL_API, 0)) == NULL)
+        PyErr_Clear(); /* (no compiled pool: CuPy's memory.alloc serves every result) */
     PyObject *shape = L.alloc == NULL ? NULL : PyObject_GetAttrString(a, "shape");
     PyObject *y = shape == NULL ? NULL
                   : new_at_fields(((PyTypeObject *)ndarray)->tp_base->tp_new,
-                                  (PyTypeObject *)ndarray, shape, FIELD(a, L.dtype, PyObject *));
+                                  (PyTypeObject *)ndarray, shape, FIELD(a, L.dtype, PyObject *), -1);
     Py_ssize_t n = VEC_LEN(a, L.shape);
     int ok = y != NULL && y != Py_None && Py_TYPE(y) == (PyTypeObject *)ndarray
              && FIELD(y, L.size, Py_ssize_t) == FIELD(a, L.size, Py_ssize_t)
@@ -473,7 +480,8 @@ static const signed char num_sizes[24] = {
 #define NEW_NDIM 8
 
 static PyObject *
-new_at_fields(newfunc base_new, PyTypeObject *cls, PyObject *shape, PyObject *dt)
+new_at_fields(newfunc base_new, PyTypeObject *cls, PyObject *shape, PyObject *dt,
+              intptr_t stream)
 {
     long long num = dtype_num(dt);
     if (num == -1 && PyErr_Occurred())
@@ -512,8 +520,20 @@ new_at_fields(newfunc base_new, PyTypeObject *cls, PyObject *shape, PyObject *dt
     if (r == NULL)
         goto fail;
     Py_DECREF(r);
-    PyObject *nb = PyLong_FromSsize_t(nbytes);
-    PyObject *mp = nb == NULL ? NULL : PyObject_CallOneArg(L.alloc, nb);
+    PyObject *nb = PyLong_FromSsize_t(nbytes), *mp = NULL;
+    if (nb != NULL && pool_api != NULL && stream != -1) { /* memory.alloc(nb), as it calls */
+        PyObject *hook = PyObject_CallNoArgs(get_allocator);
+        mp = hook == NULL ? NULL
+             : Py_IS_TYPE(hook, pool_api->cupy_malloc_type) ? pool_api->malloc_on(hook, nb, stream)
+                                                            : Py_NewRef(Py_None);
+        Py_XDECREF(hook);
+        if (mp == Py_None)
+            Py_CLEAR(mp);
+        else if (mp == NULL)
+            Py_CLEAR(nb);
+    }
+    if (nb != NULL && mp == NULL)
+        mp = PyObject_CallOneArg(L.alloc, nb); /* (it checks the result's type) */
     Py_XDECREF(nb);
     if (mp == NULL)
         goto fail;
@@ -535,14 +555,15 @@ fail:
  * where darray inherits those three methods unchanged (checked when the Launcher is built),
  * so nothing is skipped. */
 static PyObject *
-new_result(Launcher *self, PyObject *shape, PyObject *dt)
+new_result(Launcher *self, PyObject *shape, PyObject *dt, intptr_t stream)
 {
     PyObject *args[] = {shape, dt};
     if (self->base_new == NULL)
         return PyObject_Vectorcall(self->darray, args, 2, NULL);
     if (self->fields == 1 && L.fresh && PyTuple_CheckExact(shape)
         && PyTuple_GET_SIZE(shape) <= NEW_NDIM) {
-        PyObject *x = new_at_fields(self->base_new, (PyTypeObject *)self->darray, shape, dt);
+        PyObject *x = new_at_fields(self->base_new, (PyTypeObject *)self->darray, shape, dt,
+                                    stream);
         if (x != Py_None)
             return x;
         Py_DECREF(x);
@@ -805,8 +826,9 @@ ew_impl(Launcher *self, PyObject *op, PyObject *const *items, Py_ssize_t na, PyO
         goto none;
     }
     PyObject *c;
+    intptr_t stream = self->get_stream(); /* the result's memory and the launch */
     if (dst == Py_None) {
-        c = new_result(self, oshape == Py_None ? shape : oshape, odt);
+        c = new_result(self, oshape == Py_None ? shape : oshape, odt, stream);
         Py_DECREF(oshape);
         Py_DECREF(plan);
         if (c == NULL)
@@ -866,10 +888,9 @@ ew_impl(Launcher *self, PyObject *op, PyObject *const *items, Py_ssize_t na, PyO
         unsigned long long g = (chunks + BLOCK - 1) / BLOCK;
         if (cap > 0 && g > (unsigned long long)cap)
             g = (unsigned long long)cap;
-        void *stream = (void *)self->get_stream();
         int status;
         Py_BEGIN_ALLOW_THREADS
-        status = self->launch(fp, (unsigned)g, 1, 1, BLOCK, 1, 1, 0, stream, kargs, NULL);
+        status = self->launch(fp, (unsigned)g, 1, 1, BLOCK, 1, 1, 0, (void *)stream, kargs, NULL);
         Py_END_ALLOW_THREADS
         if (status != 0) {
             Py_DECREF(c);
@@ -972,7 +993,7 @@ launcher_empty(Launcher *self, PyObject *const *args, Py_ssize_t nargs)
             PyErr_Clear();
         ok = isz > 0 && count <= (unsigned long long)LLONG_MAX / (unsigned long long)isz;
     }
-    PyObject *r = ok ? new_result(self, dims, dt) : Py_NewRef(Py_None);
+    PyObject *r = ok ? new_result(self, dims, dt, self->get_stream()) : Py_NewRef(Py_None);
     Py_XDECREF(dt);
     Py_DECREF(dims);
     return r;

@@ -34,6 +34,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include "_cfields.h" /* FIELD, find_field */
+#include "_poolapi.h" /* CuflowPoolAPI */
 #include <stddef.h>
 #include <stdint.h>
 #include <structmember.h> /* PyMemberDef (Python < 3.12) */
@@ -2451,6 +2452,36 @@ static PyMethodDef dm_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* CuflowPoolAPI.malloc_on: cm_vectorcall's fast path with the stream given (_poolapi.h) */
+static PyObject *
+malloc_on(PyObject *hook, PyObject *size, intptr_t s)
+{
+    CupyMalloc *self = (CupyMalloc *)hook;
+    if (!Py_IS_TYPE(hook, &CupyMallocType) || !self->fast
+        || !Py_IS_TYPE(self->alloc, &HotAllocType) || ((HotAlloc *)self->alloc)->get_stream == NULL)
+        Py_RETURN_NONE;
+    int over;
+    long long nbytes = PyLong_AsLongLongAndOverflow(size, &over);
+    if (nbytes == -1 && PyErr_Occurred())
+        return NULL;
+    if (over || nbytes <= 0) /* (an empty request, and those the pool refuses: the hook's) */
+        Py_RETURN_NONE;
+    HotAlloc *h = (HotAlloc *)self->alloc;
+    PyObject *stream = PyLong_FromSsize_t((Py_ssize_t)s);
+    if (stream == NULL)
+        return NULL;
+    lock_take(h->lock);
+    PyObject *ptr = alloc_locked(h, size, nbytes, stream);
+    Py_DECREF(stream);
+    if (lock_give(h->lock) < 0) { /* only if the miss path released it: a bug */
+        Py_XDECREF(ptr);
+        return NULL;
+    }
+    return ptr == NULL ? NULL : pool_pointer(ptr, (size_t)nbytes, self->dev_v, self->freed);
+}
+
+static CuflowPoolAPI pool_api = {&CupyMallocType, malloc_on};
+
 static PyTypeObject DeviceMallocType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "cuflow.memory._hotpath.DeviceMalloc",
@@ -2535,5 +2566,12 @@ PyInit__hotpath(void)
         Py_DECREF(m);
         return NULL;
     }
+    PyObject *api = PyCapsule_New(&pool_api, CUFLOW_POOL_API, NULL);
+    if (api == NULL || PyModule_AddObjectRef(m, "_C_API", api) < 0) {
+        Py_XDECREF(api);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_DECREF(api);
     return m;
 }
