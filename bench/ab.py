@@ -1,7 +1,9 @@
 """Same-process A/B of two cuflow trees: host time of ``add(a, b, dst=c)``, of ``add(a, b)``
-returning a new array and of the views ``a[1:]`` and ``a[:, 0]``, device time of an
-8x1080p ``image.normalize``, the pool's hit (``cupy.empty`` of 1 MiB, then free), and host
-time of a ``Bufferizer.append`` from the producer's stream and into the Bufferizer's own;
+returning a new array, of a fused GELU (a new array, and into ``dst=``) and of the views
+``a[1:]`` and ``a[:, 0]``; device time of an 8x1080p ``image.normalize`` and of a graph
+replay of the seed's ``slow_function`` (2000 small kernels); the pool's hit (``cupy.empty``
+of 1 MiB, then free), and host time of a ``Bufferizer.append`` from the producer's stream
+and into the Bufferizer's own;
 with ``--traces``, the host time per operation of replays of those allocation traces
 (``python -m cuflow bench traces``) through each tree's pool after its ``warmup``, over the
 driver's pool and over ``vmm``.
@@ -54,6 +56,11 @@ def _prepare_old(checkout: Path) -> Path:
         shutil.copytree(here / "bench" / "traces", WORK / "bench" / "traces")
         shutil.copy(here / "pyproject.toml", WORK / "pyproject.toml")
     return WORK
+
+
+def _fused_gelu(cf):
+    """A tanh-approximation GELU fused by the tree ``cf``."""
+    return cf.fuse(lambda x: 0.5 * x * (1 + cf.tanh(0.79788456 * (x + 0.044715 * x ** 3))))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,7 +125,13 @@ def main(argv: list[str] | None = None) -> int:
         replays = {f"{t} {kind} after warmup, host_us_per_op": functools.partial(
             traces.replay, makers[kind.replace("cuflow", module, 1)], traces.trace_its(t),
             warmup=traces.warmup_for(t)) for t in args.traces for kind in ("cuflow", "cuflow vmm")}
+        fused_gelu = _fused_gelu(cf)
+        slow_graph = importlib.import_module(module + ".bench._pipeline").graph_cases(cf)[
+            f"{module} graph replay"]  # (the old tree's rows are named cuflow_old)
         probes[name] = {**replays,
+            "fused_gelu_new_host_us": lambda f=fused_gelu, a=a: f(a),
+            "fused_gelu_dst_host_us": lambda f=fused_gelu, a=a, c=c: f(a, dst=c),
+            "slow_function_graph_replay_device_us": slow_graph,
             "add_dst_host_us": lambda cf=cf, a=a, b=b, c=c: cf.add(a, b, dst=c),
             "add_new_host_us": lambda cf=cf, a=a, b=b: cf.add(a, b),
             "view_a[1:]_host_us": lambda a=a: a[1:],
@@ -138,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         if key.endswith("host_us_per_op"):  # (a replay: its own pool, its own clock)
             return fn()["host_us_per_op"]
         if key.endswith("device_us"):
-            return device_time_us(fn, number=10, repeat=9).median_us
+            return device_time_us(fn, number=3 if "graph" in key else 10, repeat=9).median_us
         return host_time_us(fn, number=2000, repeat=7).median_us
 
     ratios: dict[str, list[float]] = {k: [] for k in probes["new"]}
