@@ -1,5 +1,6 @@
 /* The pool's C entry for the launcher of cuflow.core (_ewlaunch.c): a capsule named
- * CUFLOW_POOL_API in cuflow.memory._hotpath, holding a CuflowPoolAPI.  The launcher makes
+ * CUFLOW_POOL_API in cuflow.memory._hotpath, holding a CuflowPoolAPI, which cuflow.memory
+ * hands to the launcher (_ewlaunch.use_pool; core does not import memory).  The launcher makes
  * its new results through it, on the stream it launches on, where CuPy's current
  * allocator is the pool's hook (CupyMalloc): the hook's own read of the current stream and
  * its Python call layers are a tenth of a new result's cost (bench/ab.py,

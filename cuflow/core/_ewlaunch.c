@@ -312,22 +312,23 @@ layout_of_probes(Layout *l, PyObject *ndarray, PyObject *a, PyObject *t, PyObjec
 static PyObject *new_at_fields(newfunc base_new, PyTypeObject *cls, PyObject *shape,
                                PyObject *dt, intptr_t stream);
 
+/* cuflow's pool, as cuflow.memory hands it over (use_pool); NULL: memory.alloc serves all */
+static const CuflowPoolAPI *pool_api;
+/* core/_vectors.cpp's capsule: std::vector<Py_ssize_t> assignment, where it was built */
+typedef struct {
+    size_t vector_size;
+    int (*assign)(void *vec, const Py_ssize_t *values, Py_ssize_t n);
+} VectorsAPI;
+static const VectorsAPI *vectors;
+static PyObject *get_allocator; /* CuPy's memory.get_allocator (a strong reference) */
+
 /* 1 when an array built at the fields (new_at_fields) over probe a's shape and dtype holds
  * what CuPy's constructor put in a: size, shape, strides, flags, dtype, _index_32_bits, no
- * base, and data of the checked MemoryPointer type (CuPy's memory.alloc, found first) */
-static const CuflowPoolAPI *pool_api; /* cuflow's pool, where its extension was built */
-static PyObject *get_allocator;       /* CuPy's memory.get_allocator (a strong reference) */
-
+ * base, and data of the checked MemoryPointer type */
 static int
-fresh_checked(PyObject *ndarray, PyObject *a)
+fresh_matches(PyObject *ndarray, PyObject *a)
 {
-    PyObject *mem = PyImport_ImportModule("cupy.cuda.memory");
-    L.alloc = mem == NULL ? NULL : PyObject_GetAttrString(mem, "alloc");
-    get_allocator = mem == NULL ? NULL : PyObject_GetAttrString(mem, "get_allocator");
-    Py_XDECREF(mem);
-    if (get_allocator != NULL && (pool_api = PyCapsule_Import(CUFLOW_POOL_API, 0)) == NULL)
-        PyErr_Clear(); /* (no compiled pool: CuPy's memory.alloc serves every result) */
-    PyObject *shape = L.alloc == NULL ? NULL : PyObject_GetAttrString(a, "shape");
+    PyObject *shape = PyObject_GetAttrString(a, "shape");
     PyObject *y = shape == NULL ? NULL
                   : new_at_fields(((PyTypeObject *)ndarray)->tp_base->tp_new,
                                   (PyTypeObject *)ndarray, shape, FIELD(a, L.dtype, PyObject *), -1);
@@ -345,6 +346,39 @@ fresh_checked(PyObject *ndarray, PyObject *a)
              && Py_TYPE(FIELD(y, L.data, PyObject *)) == L.pointer;
     Py_XDECREF(y);
     Py_XDECREF(shape);
+    PyErr_Clear();
+    return ok;
+}
+
+/* Whether new arrays may be built at the fields (L.fresh): arrays built there match what
+ * CuPy's constructor gives for probe a, (3, 5, 7), and for (1, 4, 1) (its one long axis makes
+ * it F-contiguous too), with their data from CuPy's memory.alloc (found first).  Their
+ * vectors are set by core/_vectors.cpp where it was built and checks out, else by CuPy's
+ * _set_shape_and_strides. */
+static int
+fresh_checked(PyObject *ndarray, PyObject *a)
+{
+    PyObject *mem = PyImport_ImportModule("cupy.cuda.memory");
+    L.alloc = mem == NULL ? NULL : PyObject_GetAttrString(mem, "alloc");
+    get_allocator = mem == NULL ? NULL : PyObject_GetAttrString(mem, "get_allocator");
+    Py_XDECREF(mem);
+    /* (imported first: PyCapsule_Import reads a dotted name's submodules as attributes) */
+    PyObject *vmod = PyImport_ImportModule("cuflow.core._vectors");
+    PyObject *vcap = vmod == NULL ? NULL : PyObject_GetAttrString(vmod, "_C_API");
+    vectors = vcap == NULL ? NULL : PyCapsule_GetPointer(vcap, "cuflow.core._vectors._C_API");
+    Py_XDECREF(vcap); /* (the module stays imported: a C extension is never unloaded) */
+    Py_XDECREF(vmod);
+    PyErr_Clear(); /* (not built: CuPy's _set_shape_and_strides sets new arrays' vectors) */
+    if (vectors != NULL && vectors->vector_size != sizeof(SsizeVector))
+        vectors = NULL;
+    PyObject *b = PyObject_CallFunction(ndarray, "(nnn)s", (Py_ssize_t)1, (Py_ssize_t)4,
+                                        (Py_ssize_t)1, "int16");
+    int ok = L.alloc != NULL && b != NULL && fresh_matches(ndarray, a) && fresh_matches(ndarray, b);
+    if (!ok && vectors != NULL && b != NULL) { /* the vectors' fields did not check out */
+        vectors = NULL;
+        ok = L.alloc != NULL && fresh_matches(ndarray, a) && fresh_matches(ndarray, b);
+    }
+    Py_XDECREF(b);
     PyErr_Clear(); /* (a failed check: new arrays keep CuPy's _init) */
     return ok;
 }
@@ -499,27 +533,44 @@ new_at_fields(newfunc base_new, PyTypeObject *cls, PyObject *shape, PyObject *dt
         if (dims[i] <= 0)
             Py_RETURN_NONE;
     }
-    PyObject *strides = PyTuple_New(nd), *x = NULL;
-    if (strides == NULL)
-        return NULL;
+    Py_ssize_t st[NEW_NDIM], size = 1, ones = 0;
     for (Py_ssize_t i = nd - 1; i >= 0; i--) {
-        PyObject *st = PyLong_FromSsize_t(nbytes);
-        if (st == NULL)
-            goto fail;
-        PyTuple_SET_ITEM(strides, i, st);
-        if (!mul_fits(nbytes, dims[i], &nbytes)) { /* (_init's error to raise) */
-            Py_DECREF(strides);
+        st[i] = nbytes;
+        if (!mul_fits(nbytes, dims[i], &nbytes)) /* (_init's error to raise) */
             Py_RETURN_NONE;
-        }
+        size *= dims[i];
+        ones += dims[i] == 1;
     }
-    if ((x = base_new(cls, s_empty, NULL)) == NULL)
-        goto fail;
+    PyObject *strides = NULL, *x = base_new(cls, s_empty, NULL);
+    if (x == NULL)
+        return NULL;
     Py_XSETREF(FIELD(x, L.dtype, PyObject *), Py_NewRef(dt));
-    PyObject *margs[] = {x, shape, strides, Py_True, Py_True};
-    PyObject *r = PyObject_VectorcallMethod(s_set_shape, margs, 5, NULL);
-    if (r == NULL)
-        goto fail;
-    Py_DECREF(r);
+    if (vectors != NULL) { /* what _set_shape_and_strides(shape, strides, True, True) sets */
+        if (vectors->assign(&FIELD(x, L.shape, SsizeVector), dims, nd) < 0
+            || vectors->assign(&FIELD(x, L.strides, SsizeVector), st, nd) < 0) {
+            PyErr_NoMemory();
+            goto fail;
+        }
+        FIELD(x, L.size, Py_ssize_t) = size;
+        FIELD(x, L.c_contig, int) = 1;
+        /* CuPy's _update_f_contiguity of a C-contiguous array: one axis longer than 1 */
+        FIELD(x, L.f_contig, int) = nd - ones <= 1;
+    }
+    else {
+        if ((strides = PyTuple_New(nd)) == NULL)
+            goto fail;
+        for (Py_ssize_t i = 0; i < nd; i++) {
+            PyObject *v = PyLong_FromSsize_t(st[i]);
+            if (v == NULL)
+                goto fail;
+            PyTuple_SET_ITEM(strides, i, v);
+        }
+        PyObject *margs[] = {x, shape, strides, Py_True, Py_True};
+        PyObject *r = PyObject_VectorcallMethod(s_set_shape, margs, 5, NULL);
+        if (r == NULL)
+            goto fail;
+        Py_DECREF(r);
+    }
     PyObject *nb = PyLong_FromSsize_t(nbytes), *mp = NULL;
     if (nb != NULL && pool_api != NULL && stream != -1) { /* memory.alloc(nb), as it calls */
         PyObject *hook = PyObject_CallNoArgs(get_allocator);
@@ -539,11 +590,11 @@ new_at_fields(newfunc base_new, PyTypeObject *cls, PyObject *shape, PyObject *dt
         goto fail;
     Py_XSETREF(FIELD(x, L.data, PyObject *), mp);
     FIELD(x, L.index32, int) = nbytes <= (1LL << 31);
-    Py_DECREF(strides);
+    Py_XDECREF(strides);
     return x;
 fail:
-    Py_DECREF(strides);
-    Py_XDECREF(x);
+    Py_XDECREF(strides);
+    Py_DECREF(x);
     return NULL;
 }
 
@@ -1781,6 +1832,26 @@ fresh_found(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
 }
 
 static PyObject *
+use_pool(PyObject *Py_UNUSED(module), PyObject *capsule)
+{
+    if (capsule == Py_None) {
+        pool_api = NULL;
+        Py_RETURN_NONE;
+    }
+    const CuflowPoolAPI *api = PyCapsule_GetPointer(capsule, CUFLOW_POOL_API);
+    if (api == NULL)
+        return NULL;
+    pool_api = api; /* (the capsule's module stays imported: a C extension is never unloaded) */
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+vectors_found(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
+{
+    return PyBool_FromLong(L.ok && L.fresh && vectors != NULL);
+}
+
+static PyObject *
 views_built_fn(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
 {
     return PyLong_FromUnsignedLongLong(views_built);
@@ -1795,7 +1866,13 @@ static PyMethodDef module_functions[] = {
      "layout_found() -> bool: whether CuPy's array fields were found, for any type"},
     {"fresh_found", fresh_found, METH_NOARGS,
      "fresh_found() -> bool: whether new results are built at CuPy's fields (checked against "
-     "CuPy's constructor on a probe)"},
+     "CuPy's constructor on probes)"},
+    {"use_pool", use_pool, METH_O,
+     "use_pool(capsule or None): new results allocate through the pool's C entry (the "
+     "capsule cuflow.memory._hotpath._C_API) where CuPy's current allocator is its hook"},
+    {"vectors_found", vectors_found, METH_NOARGS,
+     "vectors_found() -> bool: whether new results' shape and strides are set by "
+     "cuflow.core._vectors (checked as fresh_found)"},
     {"views_built", views_built_fn, METH_NOARGS,
      "views_built() -> int: how many views darray's basic indexing has built at the fields"},
     {NULL, NULL, 0, NULL},

@@ -27,11 +27,17 @@ from ._limit import limit_bytes
 from ._pool import Pool as _CorePool
 
 try:  # the allocator hook in C (the same extension as the pool's hot path)
-    from ._hotpath import CupyMalloc, DeviceMalloc, memory_type
+    from ._hotpath import _C_API, CupyMalloc, DeviceMalloc, memory_type
 except ImportError:
-    CupyMalloc = DeviceMalloc = memory_type = None
+    _C_API = CupyMalloc = DeviceMalloc = memory_type = None
 if POOL_HOTPATH == "python":
     CupyMalloc = DeviceMalloc = memory_type = None
+try:  # the launcher, whose new results allocate through the hook's C entry
+    from ..core._ewlaunch import use_pool
+except ImportError:
+    use_pool = None
+if CupyMalloc is not None and use_pool is not None:
+    use_pool(_C_API)  # (otherwise CuPy's memory.alloc, through the hook)
 
 __all__ = ["Pool", "device_malloc", "make_cupy_malloc"]
 
