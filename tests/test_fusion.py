@@ -861,6 +861,9 @@ def test_random_chains_compile_for_sm90(spec, seed):
 # math is 6e-8 of absolute error in a result near 5
 @example(spec=([np.int32], [(37,)], [("u", "expm1", 0), ("b", "add", 0, 0),
                                      ("u", "negative", 0), ("b", "fmod", 1, 0)], None), seed=1)
+# an int32 max-reduction of maximum(x, -x): NVRTC folded it to the maximum of x
+@example(spec=([np.int32], [(37,)], [("u", "negative", 0), ("u", "negative", 0),
+                                     ("b", "maximum", 0, 1)], "max"), seed=0)
 def test_random_chains_match_numpy_on_gpu(spec, seed):
     cuflow.set_backend("cupy")
     fn = _build(spec)
@@ -926,6 +929,24 @@ def test_integer_powers_compile_for_sm90(dtype):
 
 
 # ------------------------------------------------------------ GPU only
+@pytest.mark.gpu
+def test_an_int32_max_of_maximum_with_its_negation(gpu_cf, rng):
+    """NVRTC folds an int32 max-reduction of maximum(x, -x) to the maximum of x where it sees
+    the negation (_ewgen's cf_neg32 hides it); the largest magnitude here is a negative
+    element's."""
+    cf = gpu_cf
+    x = rng.integers(-2**31 + 2, 2**31 - 2, 4099, dtype=np.int32)
+    x[7] = -2**31 + 1
+    chains = [lambda a: np.maximum(a, np.negative(a)).max(),
+              lambda a: np.maximum(np.negative(a), a).max(),
+              lambda a: np.minimum(a, -a).min(),
+              lambda a: np.maximum(a, np.negative(a)).argmax()]
+    for fn in chains:
+        assert int(host(cf.fuse(fn)(cf.asarray(x)))) == int(fn(x))
+    small = np.array([-20, 5, 19], np.int32)
+    assert int(host(cf.fuse(chains[0])(cf.asarray(small)))) == 20
+
+
 @pytest.mark.gpu
 def test_graph_capture_replays_the_fused_kernel(gpu_cf, rng):
     cf = gpu_cf
