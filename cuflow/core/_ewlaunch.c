@@ -507,10 +507,12 @@ static const signed char num_sizes[24] = {
  * _init builds, without its argument checks (get_size's per-dimension checks and the
  * dtype's conversion: a third of what a new result adds to a launch, bench/ab.py's
  * add(a, b)):
- * base_new, dtype, _set_shape_and_strides with the contiguous strides (size, both flags),
- * data from CuPy's memory.alloc (the current allocator) and _index_32_bits.  None where
- * dt's item size is not fixed here, or the shape is not such a tuple (an empty array's
- * strides are CuPy's _init's to choose). */
+ * base_new, dtype, the shape and contiguous strides with size and both flags (what
+ * _set_shape_and_strides sets: through core/_vectors.cpp where it checked out, else that
+ * method), data from the current allocator (CuPy's memory.alloc, or the pool's C entry on
+ * ``stream`` where the allocator is the pool's hook; stream -1: memory.alloc) and
+ * _index_32_bits.  None where dt's item size is not fixed here, or the shape is not such a
+ * tuple (an empty array's strides are CuPy's _init's to choose). */
 #define NEW_NDIM 8
 
 static PyObject *
@@ -572,7 +574,8 @@ new_at_fields(newfunc base_new, PyTypeObject *cls, PyObject *shape, PyObject *dt
         Py_DECREF(r);
     }
     PyObject *nb = PyLong_FromSsize_t(nbytes), *mp = NULL;
-    if (nb != NULL && pool_api != NULL && stream != -1) { /* memory.alloc(nb), as it calls */
+    if (nb != NULL && pool_api != NULL && get_allocator != NULL && stream != -1) {
+        /* memory.alloc(nb): get_allocator()(nb), the pool's hook through its C entry */
         PyObject *hook = PyObject_CallNoArgs(get_allocator);
         mp = hook == NULL ? NULL
              : Py_IS_TYPE(hook, pool_api->cupy_malloc_type) ? pool_api->malloc_on(hook, nb, stream)

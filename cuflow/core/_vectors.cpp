@@ -1,7 +1,7 @@
 // CuPy's arrays keep their shape and strides in std::vector<Py_ssize_t> fields (shape_t and
 // strides_t, cupy/_core/_carray.pxd).  The launcher (_ewlaunch.c) sets a new result's two
 // vectors through this module's capsule, as _set_shape_and_strides assigns them, without
-// the tuples that method takes and their conversion: a quarter of a new result's host cost
+// the tuples that method takes and their conversion: about a fifth of what a new result adds
 // (bench/ab.py, fused_gelu_new_host_us).  C++ because the vectors' memory must come from
 // the same operator new their destructor gives it back to; an optional extension of its
 // own, so that the launcher builds and runs without a C++ compiler (and then calls the
