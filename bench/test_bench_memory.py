@@ -15,15 +15,10 @@ import functools
 import pytest
 
 from cuflow.bench import _traces
+from cuflow.memory import ExpandableBackend, Pool
 
 ALLOCATORS = ["cuflow", "cuflow after warmup", "cuflow vmm", "cuflow vmm after warmup",
               "cupy MemoryPool", "cupy MemoryAsyncPool", "torch caching allocator"]
-
-
-def _expandable_backend() -> type:
-    from cuflow.memory import ExpandableBackend  # noqa: PLC0415
-
-    return ExpandableBackend
 
 
 def _makers():
@@ -85,7 +80,7 @@ def test_empty_hit_latency(benchmark, backend, nbytes, alloc):
     benchmark.extra_info["bytes"] = nbytes
 
 
-class _NoPages(_expandable_backend()):
+class _NoPages(ExpandableBackend):
     """Expandable segments over a terabyte of addresses and no memory: the placement alone."""
 
     name = "placement only"
@@ -106,9 +101,7 @@ def test_placement_cost_flat(benchmark, passes):
     """Host time of one pass of a transformer's allocations over expandable segments (no
     device: the pool and the page heap alone), after ``passes`` passes.  The free space
     below the heap's top grows by hundreds of unmapped pages a pass; a placement that walked
-    those pages cost 3-8x more per operation by the 200th pass."""
-    from cuflow.memory import Pool  # noqa: PLC0415
-
+    those pages took 8.8x as long a pass by the 200th."""
     trace = "loop:real:transformer_seq7-2048:11"
     its = _traces.trace_its(trace)
     pool = Pool(_NoPages())

@@ -1751,6 +1751,20 @@ alloc_locked(HotAlloc *self, PyObject *nbytes_obj, long long nbytes, PyObject *s
     return alloc_miss(self, size, nbytes_obj, nbytes, stream);
 }
 
+/* alloc_locked under the pool's lock; steals stream */
+static PyObject *
+alloc_taking_lock(HotAlloc *self, PyObject *nbytes_obj, long long nbytes, PyObject *stream)
+{
+    lock_take(self->lock);
+    PyObject *result = alloc_locked(self, nbytes_obj, nbytes, stream);
+    Py_DECREF(stream);
+    if (lock_give(self->lock) < 0) { /* only if the miss path released it: a bug */
+        Py_XDECREF(result);
+        return NULL;
+    }
+    return result;
+}
+
 static PyObject *
 hot_call(HotAlloc *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -1775,14 +1789,7 @@ hot_call(HotAlloc *self, PyObject *const *args, size_t nargsf, PyObject *kwnames
     }
     else
         stream = Py_NewRef(args[1]);
-    lock_take(self->lock);
-    PyObject *result = alloc_locked(self, args[0], nbytes, stream);
-    Py_DECREF(stream);
-    if (lock_give(self->lock) < 0) { /* only if the miss path released it: a bug */
-        Py_XDECREF(result);
-        return NULL;
-    }
-    return result;
+    return alloc_taking_lock(self, args[0], nbytes, stream);
 }
 
 static int
@@ -2466,17 +2473,10 @@ malloc_on(PyObject *hook, PyObject *size, intptr_t s)
         return NULL;
     if (over || nbytes <= 0) /* (an empty request, and those the pool refuses: the hook's) */
         Py_RETURN_NONE;
-    HotAlloc *h = (HotAlloc *)self->alloc;
     PyObject *stream = PyLong_FromSsize_t((Py_ssize_t)s);
     if (stream == NULL)
         return NULL;
-    lock_take(h->lock);
-    PyObject *ptr = alloc_locked(h, size, nbytes, stream);
-    Py_DECREF(stream);
-    if (lock_give(h->lock) < 0) { /* only if the miss path released it: a bug */
-        Py_XDECREF(ptr);
-        return NULL;
-    }
+    PyObject *ptr = alloc_taking_lock((HotAlloc *)self->alloc, size, nbytes, stream);
     return ptr == NULL ? NULL : pool_pointer(ptr, (size_t)nbytes, self->dev_v, self->freed);
 }
 
