@@ -291,6 +291,12 @@ class DriverPoolBackend(_CudaEvents):
             ptr = rt.mallocFromPoolAsync(nbytes, self.handle, stream)
         except rt.CUDARuntimeError as e:
             if e.status == 2:  # cudaErrorMemoryAllocation
+                # A refused request larger than the free memory leaves the driver's pool
+                # holding all of it (with the release threshold at its maximum nothing gives
+                # it back), which starves every other library and process on the device:
+                # back to the reserve held before the request.
+                # tests/memory/test_limit.py::test_a_refused_segment_leaves_the_device_free
+                rt.memPoolTrimTo(self.handle, self._reserved)
                 raise MemoryError(str(e)) from e
             raise
         # a device allocation only when the driver had to grow the pool's reserve

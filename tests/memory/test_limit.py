@@ -16,7 +16,7 @@ import cuflow
 from cuflow.memory import HostBackend, Pool
 from cuflow.memory._limit import parse_limit_env
 
-from .conftest import EventBackend, check, fill
+from .conftest import DeviceBytes, EventBackend, check, fill
 
 
 def test_limit_and_oom_message_keep_live_data():
@@ -168,6 +168,26 @@ def test_oom_message_of_the_device_gives_the_segment_it_refused():
     assert ("3.00 MiB requested (rounded up to the pool's block size) needs a new segment of "
             "3.00 MiB, which the device could not give; the pool reserves 7.00 MiB") in msg
     pool.free(a)
+
+
+@pytest.mark.gpu
+def test_a_refused_segment_leaves_the_device_free(gpu_cf):
+    """A segment the device cannot give leaves the driver's pool with the reserve it held
+    before the request.  The driver's pool takes every free byte of the device while it
+    tries, and keeps them (its release threshold is at the maximum): the other libraries
+    and processes on the device would be starved until ``empty_cache``."""
+    be = gpu_cf.memory.DriverPoolBackend(DeviceBytes().rt.getDevice())
+    pool = Pool(be)
+    try:
+        keep = pool.alloc(1 << 20, 0)
+        held = be.device_reserved()[0]
+        with pytest.raises(cuflow.OutOfMemoryError, match="which the device could not give"):
+            pool.alloc(be.total_memory() + (1 << 30), 0)
+        assert be.device_reserved()[0] <= held
+        pool.free(keep)
+        pool.free(pool.alloc(64 << 20, 0))  # and the pool goes on
+    finally:
+        pool.empty_cache()
 
 
 @pytest.mark.parametrize("zero", [0, "0B", "0 MiB"])
