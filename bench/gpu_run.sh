@@ -9,7 +9,8 @@
 # Every file is written as $OUT/<gpu-kind>-<what> (default OUT: bench/results), with no
 # date or run number in its name: a run replaces the previous evidence for its GPU kind,
 # and the date is inside <gpu-kind>-headline.json. Commit only the small files
-# (<gpu-kind>-headline.json and <gpu-kind>-tests-summary.log) to bench/results.
+# (<gpu-kind>-summary.json, which bench/summarize.py makes from the headline JSON, and
+# <gpu-kind>-tests-summary.log) to bench/results.
 set -uo pipefail
 OUT=${OUT:-bench/results}
 MODE=${1:-all}
@@ -89,6 +90,9 @@ result["gpu_kind"] = kind
 with open(path, "w") as f:
     json.dump(result, f, indent=1)
 PY
+  [ -s "$P-headline.json" ] && python3 bench/summarize.py "$P-headline.json" \
+    --commit "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
+    --date "$(date -u +%F)" --out "$P-summary.json"
   # the pipeline example with every cuflow op NVTX-annotated, and its CUPTI overlap check
   : > "$P-pipeline_example.txt"
   for mode in "" --pinned; do
