@@ -482,7 +482,7 @@ class ExpandableBackend(Backend):
         self.heap = _HEAPS[CPageHeap or PageHeap](self, capacity)
         # the heap's own methods, so that a pool's miss calls no Python frame here (a lend
         # and give-back cost 2.3-2.8 us through Python methods, 0.6-1.0 us so: the
-        # performance page, "Expandable segments, alloc and free compiled"), unless a
+        # performance page, "What limits the figures"), unless a
         # subclass has its own
         if type(self).alloc is ExpandableBackend.alloc:
             self.alloc = self.heap.lend

@@ -18,8 +18,8 @@
  * given back (per stream one event, recorded again at each give-back, and the spans given
  * back there).  The events are the six callables of `events`; for a device they are CuPy's
  * runtime functions, so a give-back runs no Python frame (a pair lend + give_back cost
- * 2.3-2.8 us through the Python backend, 0.6-1.0 us here: the performance page, "Expandable
- * segments, alloc and free compiled").  The callbacks may run any Python code (a
+ * 2.3-2.8 us through the Python backend, 0.6-1.0 us here: the performance page, "What
+ * limits the figures").  The callbacks may run any Python code (a
  * collection's finalizers give back ranges or destroy streams): the loops over the entries
  * take the events to visit first and find each entry again by its event. */
 
