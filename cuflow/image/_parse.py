@@ -17,6 +17,9 @@ YUV = {"NV12": 1, "I420": 2}
 INTERP = {"nearest": 0, "bilinear": 1, "area": 2}
 LAYOUTS = ("NCHW", "NHWC")
 OUT_DTYPES = ("float32", "float16", "uint8")
+#: the same as NumPy dtypes in the machine's byte order (a set test, where ``dtype.name``
+#: runs Python code on every call)
+_OUT_NATIVE = frozenset(numpy.dtype(n) for n in OUT_DTYPES)
 #: Luma weights of RGB -> GRAY (ITU-R BT.601, as OpenCV's COLOR_RGB2GRAY).
 GRAY = {"R": 0.299, "G": 0.587, "B": 0.114}
 #: (Kr, Kb) of the YUV matrices.
@@ -67,6 +70,8 @@ def out_dtype(dtype: Any, dst: Any) -> Any:
     if dtype is not None:
         return dtype
     dt = getattr(dst, "dtype", None)
+    if dt in _OUT_NATIVE:
+        return dt
     return dt if dt is not None and dt.name in OUT_DTYPES else numpy.float32
 
 
@@ -111,6 +116,8 @@ def finite(name: str, what: str, value: Any) -> float:
 
 
 def size(name: str, size) -> tuple[int, int]:
+    if type(size) is int and 0 < size <= 65535:
+        return size, size
     if type(size) is tuple and len(size) == 2 and type(size[0]) is int \
             and type(size[1]) is int and 0 < size[0] <= 65535 and 0 < size[1]:
         return size  # the common case, checked without conversions

@@ -140,6 +140,10 @@ def _values_key(v: Any) -> tuple:
     values' types are part of the key: ``True == 1``, and a plan built for ``1`` must not
     answer a call given ``True``, which :class:`Norm` refuses.
     """
+    if v is None:
+        return None, type(None)
+    if type(v) is tuple:
+        return v, tuple(map(type, v))
     if hasattr(v, "dtype"):
         v = v.tolist()
     if isinstance(v, list):
