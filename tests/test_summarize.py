@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SUMMARIZE = ROOT / "bench" / "summarize.py"
 
@@ -37,6 +39,9 @@ def test_it_keeps_the_figures_and_leaves_the_counters_out(tmp_path):
 
 
 def test_the_committed_summaries_are_json_with_their_gpu_and_date():
-    for p in sorted((ROOT / "bench" / "results").glob("*-summary.json")):
+    paths = sorted((ROOT / "bench" / "results").glob("*-summary.json"))
+    if not paths:
+        pytest.skip("no bench/results here (an sdist carries none)")
+    for p in paths:
         s = json.loads(p.read_text())
         assert s.get("gpu") and s.get("date") and s.get("commit"), p.name
