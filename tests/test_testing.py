@@ -3,6 +3,8 @@ the public API on every backend."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -106,3 +108,38 @@ def test_timers_give_positive_times(cf):
     t = host_time_us(lambda: None, number=10, repeat=3, warmup=0)
     assert 0 < t.min_us <= t.median_us <= t.max_us and len(t.samples_us) == 3
     assert copy_bandwidth_tbps(1 << 22) > 0
+
+
+@pytest.mark.gpu
+def test_device_time_leaves_out_a_slow_hosts_launches(gpu_cf, rng):
+    """Calls the host launches every 2 ms still time as their kernels: the hold queues them
+    behind it until all are launched."""
+    a, b = (random_array((256,), "float32", rng) for _ in range(2))
+    c = gpu_cf.empty_like(a)
+
+    def slow_host():
+        time.sleep(0.002)
+        gpu_cf.add(a, b, dst=c)
+
+    t = device_time_us(slow_host, number=5, repeat=3, warmup=1)
+    assert t.max_us < 500, t  # the kernel alone takes microseconds; its host path 2000 us
+    assert_equal_host(c, a.get() + b.get())
+
+
+@pytest.mark.gpu
+def test_device_time_of_a_call_that_waits_for_the_gpu(gpu_cf, rng):
+    """A call that synchronizes cannot be held: the hold gives up, that run is taken again,
+    and the rest queue an untimed call first; every run counts once."""
+    a = random_array((256,), "float32", rng)
+    c = gpu_cf.empty_like(a)
+
+    def waits():
+        gpu_cf.negative(a, dst=c)
+        gpu_cf.synchronize()
+
+    t0 = time.perf_counter()
+    t = device_time_us(waits, number=3, repeat=4, warmup=1)
+    took = time.perf_counter() - t0
+    assert len(t.samples_us) == 4 and 0 < t.min_us <= t.max_us
+    assert 0.05 <= took < 5, took  # one hold of 50 ms given up, not one per run
+    assert_equal_host(c, -a.get())

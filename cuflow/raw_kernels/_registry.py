@@ -107,6 +107,8 @@ REGISTRY: dict[str, KernelSpec] = {
             + tuple((f"cf_denormalize_vec<{{T}},{c},{oc}>", ("float16", "float32"))
                     for c, oc in VEC_CHANNELS),
         ),
+        # the stream hold of cuflow.testing.device_time_us, instantiated for its flag's type
+        KernelSpec(name="timing", source="timing.cu", entries=(("cf_hold", ("int32",)),)),
     )
 }
 

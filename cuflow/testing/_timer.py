@@ -3,11 +3,13 @@
 * host time per call: a loop of many calls, one synchronize at the end (so the
   queue never runs dry unnoticed), after a warm-up, with the garbage collector
   off (as ``timeit``); the median of several loops.
-* device time: CUDA events around the region, after a warm-up, median of runs;
-  one call is queued before the start event, so the GPU is busy while the host
-  launches the timed calls and the host's latency to its first launch is not
-  counted (over the few calls of a run, it would add a visible share to a
-  short kernel's time).
+* device time: CUDA events around the region, after a warm-up, median of runs.
+  A one-thread kernel (``cf_hold``, ``cuflow/raw_kernels/timing.cu``) holds the
+  stream before the start event until the host has launched the timed calls, so
+  they run back to back and the events time the GPU alone, however slowly the
+  host launched them (nvbench's blocking kernel).  A call that waits for the GPU
+  itself cannot be held: the hold times out, and the rest of the measurement
+  queues one untimed call before the start event instead.
 * copy bandwidth: a large device-to-device copy, counting bytes read plus bytes
   written (the convention of the reference figures).
 
@@ -18,13 +20,18 @@ from __future__ import annotations
 
 import gc
 import statistics
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+import numpy
 
 from .._checks import is_integer
 from .._errors import ArgumentError, ArgumentTypeError
-from ..core import Event, copy, empty, ones, runtime
+from ..core import Event, as_cupy_stream, copy, empty, ones, runtime
+from ..raw_kernels import _launch
 
 __all__ = ["Timing", "host_time_us", "device_time_us", "copy_bandwidth_tbps"]
 
@@ -99,28 +106,75 @@ def host_time_us(fn: Callable[[], object], *, number: int = 2000, repeat: int = 
     return Timing.of(samples)
 
 
+#: GPU time after which a hold gives up: the host waited for the GPU inside the timed calls
+_HOLD_TIMEOUT_NS = 50_000_000
+_HOLD_ARGS = struct.Struct("QQ")  # HoldParams: the flag's address, the timeout in ns
+
+
+class _Hold:
+    """``cf_hold`` on the current stream, released by the host through pinned memory."""
+
+    _flags: dict[int, tuple[Any, numpy.ndarray]] = {}  # per device: (memory, [released, timed out])
+
+    def __init__(self, rt) -> None:
+        dev = rt.xp.cuda.runtime.getDevice()
+        if dev not in self._flags:
+            mem = rt.xp.cuda.alloc_pinned_memory(8)
+            self._flags[dev] = (mem, numpy.frombuffer(mem, numpy.int32, 2))
+        self._mem, self.flag = self._flags[dev]
+
+    def hold(self) -> None:
+        self.flag[:] = 0
+        _launch.launch("timing", "cf_hold", "int32", (1, 1, 1), (1, 1, 1),
+                       as_cupy_stream(None).ptr, _HOLD_ARGS, (self._mem.ptr, _HOLD_TIMEOUT_NS))
+
+    def release(self) -> None:
+        self.flag[0] = 1
+
+    @property
+    def timed_out(self) -> bool:  # (read after the stream's work is done)
+        return bool(self.flag[1])
+
+
 def device_time_us(fn: Callable[[], object], *, number: int = 10, repeat: int = 15,
                    warmup: int = 3) -> Timing:
     """Device microseconds per call of ``fn``, from CUDA events around ``number`` calls.
 
-    Each run queues one untimed call first, so the timed calls run back to
-    back unless the host launches them slower than the GPU runs them (then
-    the figure is the host's rate, as a pipeline of such calls would see).
+    On the GPU a one-thread kernel holds the current stream until the host has
+    launched the ``number`` calls, so they run back to back and the events time
+    the GPU alone, however slowly the host launches them (time the host with
+    :func:`host_time_us`).  A ``fn`` that waits for the GPU itself (a
+    synchronize, a result read on the host) or fills the launch queue cannot be
+    held: the hold gives up after 50 ms and that run is taken again, and every
+    later run queues one untimed call before the start event instead (the timed
+    calls then run back to back unless the host launches them slower than the
+    GPU runs them).  The hold and the events are on the current stream: time work
+    queued there (work ``fn`` queues on other streams is neither held nor timed).
     """
     _callable("device_time_us", fn)
     _counts("device_time_us", number=number, repeat=repeat, warmup=warmup)
     for _ in range(warmup):
         fn()
     _sync()
-    samples = []
-    for _ in range(repeat):
+    rt = runtime()
+    hold = _Hold(rt) if rt.is_gpu else None
+    samples: list[float] = []
+    while len(samples) < repeat:
         start, end = Event(), Event()
-        fn()  # keeps the GPU busy while the host launches the timed calls
+        if hold is not None:
+            hold.hold()
+        else:
+            fn()  # keeps the GPU busy while the host launches the timed calls
         start.record()
         for _ in range(number):
             fn()
         end.record()
+        if hold is not None:
+            hold.release()
         end.synchronize()
+        if hold is not None and hold.timed_out:
+            hold = None  # (this run waited for the hold: it is taken again without one)
+            continue
         samples.append(start.elapsed_time(end) * 1e3 / number)
     return Timing.of(samples)
 
