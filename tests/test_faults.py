@@ -174,10 +174,12 @@ def test_a_consumer_stream_dropped_while_its_batch_is_in_use(cf, rng):
     s = cf.Stream()
     got = []
     gen = pipe.batches(frames, stream=s)
-    got.append(cf.asnumpy(next(gen)))
+    got.append(cf.asnumpy(next(gen), stream=s))  # a batch is ready on the consumer's stream
     del s
     gc.collect()
-    got += [cf.asnumpy(b) for b in gen]
+    for b in gen:  # ready on the stream the Pipeline holds: the device's work, then read it
+        cf.synchronize()
+        got.append(cf.asnumpy(b))
     np.testing.assert_allclose(np.concatenate(got), expected(cf, frames), rtol=1e-5, atol=1e-5)
 
 
