@@ -143,3 +143,23 @@ def test_device_time_of_a_call_that_waits_for_the_gpu(gpu_cf, rng):
     assert len(t.samples_us) == 4 and 0 < t.min_us <= t.max_us
     assert 0.05 <= took < 5, took  # one hold of 50 ms given up, not one per run
     assert_equal_host(c, -a.get())
+
+
+@pytest.mark.gpu
+def test_device_time_leaves_no_stream_held_when_a_call_raises(gpu_cf, rng):
+    a = random_array((256,), "float32", rng)
+    c = gpu_cf.empty_like(a)
+    calls = []
+
+    def fails_on_its_sixth_call():
+        calls.append(1)
+        if len(calls) == 6:  # two warm-up calls, then the timed ones, held
+            raise RuntimeError("boom")
+        gpu_cf.negative(a, dst=c)
+
+    with pytest.raises(RuntimeError, match="boom"):
+        device_time_us(fails_on_its_sixth_call, number=5, repeat=2, warmup=2)
+    t0 = time.perf_counter()
+    gpu_cf.synchronize()
+    assert time.perf_counter() - t0 < 0.04  # released, not waiting for the 50 ms timeout
+    assert_equal_host(c, -a.get())

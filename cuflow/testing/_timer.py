@@ -165,12 +165,14 @@ def device_time_us(fn: Callable[[], object], *, number: int = 10, repeat: int = 
             hold.hold()
         else:
             fn()  # keeps the GPU busy while the host launches the timed calls
-        start.record()
-        for _ in range(number):
-            fn()
-        end.record()
-        if hold is not None:
-            hold.release()
+        try:
+            start.record()
+            for _ in range(number):
+                fn()
+            end.record()
+        finally:  # (a call that raised leaves no stream held)
+            if hold is not None:
+                hold.release()
         end.synchronize()
         if hold is not None and hold.timed_out:
             hold = None  # (this run waited for the hold: it is taken again without one)
