@@ -400,7 +400,9 @@ def test_numpys_exception_classes_still_catch(cf):
         _is_clear(e.value, "axis")
     u8 = cf.asarray(np.arange(3, dtype=np.uint8))
     for call in (lambda: cf.add(u8, 300), lambda: cf.full(2, 300, dtype=cf.uint8),
-                 lambda: cf.asarray([300], dtype=cf.uint8)):
+                 lambda: cf.asarray([300], dtype=cf.uint8),
+                 lambda: cf.asarray(300, dtype=cf.uint8),
+                 lambda: cf.asarray(-300, dtype=cf.int8)):
         with pytest.raises(OverflowError) as e:
             call()
         _is_clear(e.value, "300")

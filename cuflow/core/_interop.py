@@ -263,9 +263,10 @@ def _host_array(obj, dtype, order, copy):
         return _numpy_asarray(obj, dtype, order, copy)
     src = _numpy_asarray(obj, None, None, False if copy is False else None)
     _refuse_complex_to_real(src.dtype, dtype)
-    # Python numbers convert again with the dtype, which refuses those out of its range
+    # Python numbers (a bare int, or in lists and tuples) convert again with the dtype,
+    # which refuses those out of its range; NumPy data casts as astype does
     return _numpy_asarray(obj, dtype, order, copy,
-                          data=obj if isinstance(obj, list | tuple) else src)
+                          data=obj if isinstance(obj, list | tuple | int) else src)
 
 
 def _numpy_asarray(obj, dtype, order, copy, data=None):
