@@ -240,23 +240,31 @@ def test_streams(non_blocking, priority, n):
 @given(shape=st.one_of(st.tuples(st.integers(-1, 4), st.integers(0, 4)), ANY_VALUE),
        size=SCALARS, dtype=st.sampled_from(["float32", "uint8", "x", None]),
        element=st.one_of(arrays(dtypes=st.sampled_from([np.float32, np.uint8]), max_dims=3,
-                                max_side=4), ANY_VALUE))
-def test_bufferizer(shape, size, dtype, element):
+                                max_side=4), ANY_VALUE),
+       data=st.data())
+def test_bufferizer(shape, size, dtype, element, data):
     b = outcome(cuflow.Bufferizer, shape, size, dtype)
     if b is None:
         return
     assert b.shape[0] == size >= 1
+    if data.draw(st.booleans()):  # an element that fits (one, or a batch of k), else the drawn one
+        k = data.draw(st.integers(0, 3))
+        rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+        shp = b.element_shape if k == 0 else (k, *b.element_shape)
+        element = (rng.uniform(-300, 300, shp) if b.dtype.kind == "f"
+                   else rng.integers(0, 256, shp)).astype(b.dtype)
     n = len(b)
     try:
-        r = outcome(b.append, element)
+        outcome(b.append, element)
     except BufferError as e:  # the buffer is full: all-or-nothing, and a CuflowError
         assert isinstance(e, cuflow.CuflowError)
-        r = None
     if len(b) == n:  # refused: nothing counted
         return
-    x = host(element)
-    assert r is None and x.dtype == b.dtype and x.shape[-len(b.element_shape):] == \
-        b.element_shape or x.shape == b.element_shape
+    x = host(element)  # taken: one element or a batch of them, of the buffer's dtype
+    assert x.dtype == b.dtype
+    assert x.shape == b.element_shape or x.shape[1:] == b.element_shape
+    b.stream.synchronize()
+    np.testing.assert_array_equal(host(b.darray)[n:len(b)], x.reshape(len(b) - n, *b.element_shape))
 
 
 @FUZZ
