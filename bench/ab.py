@@ -1,7 +1,7 @@
 """Same-process A/B of two cuflow trees: host time of ``add(a, b, dst=c)``, of ``add(a, b)``
 returning a new array, of a fused GELU (a new array, and into ``dst=``) and of the views
 ``a[1:]`` and ``a[:, 0]``; device time of an 8x1080p ``image.normalize`` and of a graph
-replay of the seed's ``slow_function`` (2000 small kernels); the pool's hit (``cupy.empty``
+replay of ``slow_function`` (2000 small kernels); the pool's hit (``cupy.empty``
 of 1 MiB, then free), and host time of a ``Bufferizer.append`` from the producer's stream
 and into the Bufferizer's own;
 with ``--traces``, the host time per operation of replays of those allocation traces

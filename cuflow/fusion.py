@@ -92,7 +92,7 @@ class FuseOptions:
         What a construct the tracer cannot handle does: raise :class:`TraceError`
         (default), or run the function op by op, with a warning the first time.
     name : str or None
-        The name in error messages and kernel statistics (default: the function's).
+        The name in error and warning messages (default: the function's).
     """
 
     fallback: Literal["error", "unfused"] = "error"

@@ -55,7 +55,7 @@ def _interleaved_ms(cases: dict[str, Callable[[], object]], rounds: int,
 
 # ----------------------------------------------------------------------- graphs
 def graph_cases(cf, torch=None) -> dict[str, Callable[[], object]]:
-    """The seed's ``slow_function`` (sigmoid spelled tanh, as NumPy/CuPy name it), eager and replayed."""
+    """``slow_function``, 500 steps of four small ops on 5 floats (sigmoid spelled tanh, as NumPy/CuPy name it), eager and replayed."""
     import cupy  # noqa: PLC0415  (optional dependency)
 
     def chain(xp):
@@ -105,7 +105,7 @@ def graph_cases(cf, torch=None) -> dict[str, Callable[[], object]]:
 
 # ---------------------------------------------------------------------- overlap
 def overlap_cases(cf) -> dict[str, Callable[[], object]]:
-    """The seed's stream example: a big matmul and 16 pinned 64 MiB uploads."""
+    """The stream example: a big matmul and 16 pinned 64 MiB uploads."""
     a = cf.testing.random_array((8192, 8192), "float32")
     c = cf.empty_like(a)
     n = 64 << 20
