@@ -154,6 +154,9 @@ def test_resizing(src, size, op, pad, interpolation):
     assert (o.shape[-3:-1] if op == "resize" else o.shape[-2:]) == (h, w)
     if o.dtype.kind == "f":
         assert np.isfinite(o).all()
+    if op == "resize" and o.size:  # every interpolation is a convex combination of pixels
+        x = host(src)
+        assert x.min() - 0.5 <= o.min() and o.max() <= x.max() + 0.5
 
 
 @FUZZ
@@ -204,6 +207,10 @@ def test_creation(shape, fn, dtype, fill):
     assert out.shape == want and out.dtype.kind in "biufc"
     if fn in ("zeros", "ones"):
         assert (host(out) == (fn == "ones")).all()
+    elif fn == "full":  # the value NumPy makes of fill in that dtype
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            np.testing.assert_array_equal(host(out), np.full(want, fill, dtype=out.dtype))
 
 
 @FUZZ

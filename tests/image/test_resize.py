@@ -53,8 +53,13 @@ def test_tiny_images(cf, rng, shape):
     v = x[..., :o.shape[-1]].astype(np.float64)  # the channels kept: GRAY, or RGBA's RGB
     if shape[1:3] == (1, 1):  # one pixel: every output pixel is that pixel
         close(out, np.broadcast_to(v, o.shape), "float32", dict(scale=1.0))
-    elif shape[1] == 1:  # one row: every output row is that row, resized alike
-        close(out, np.broadcast_to(o[:, :1], o.shape), "float32", dict(scale=1.0))
+    elif shape[1] == 1:  # one row: every output row is that row, resized alike (half-pixel
+        # centres, the edges repeated: NumPy's interp)
+        w = shape[2]
+        at = (np.arange(5) + 0.5) * w / 5 - 0.5
+        row = np.stack([np.interp(at, np.arange(w), v[0, 0, :, c]) for c in range(v.shape[-1])],
+                       axis=-1)
+        close(out, np.broadcast_to(row, o.shape), "float32", dict(scale=1.0))
     else:  # one column as high as the output: every output column is that column
         close(out, np.broadcast_to(v, o.shape), "float32", dict(scale=1.0))
 

@@ -115,7 +115,11 @@ def test_image_options_are_validated_when_the_pipeline_is_made(cf, kw, words):
                                 dict(src_format="GRAY", out_format="RGB", mean=0.5),
                                 dict(out_format="RGBA", mean=(1, 2, 3, 4))])
 def test_image_options_that_fit_are_taken(cf, kw):
-    assert cf.Pipeline(8, 2, **kw).options.src_format == kw.get("src_format")
+    options = cf.Pipeline(8, 2, **kw).options
+    for k, v in kw.items():  # each as given (a tuple of means as floats)
+        got = getattr(options, k)
+        assert got == (tuple(map(float, v)) if isinstance(v, tuple) else v), (k, got)
+    assert options.src_format == kw.get("src_format")
 
 
 NAN = float("nan")
