@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy
 
+from ..testing import host_time_us
+
 __all__ = ["CHAINS", "COPY", "fusion_rows", "namespaces", "cold_start_rows"]
 
 #: the reference case of each chain: a device-to-device copy of the chain's floor bytes
@@ -263,11 +265,7 @@ def cold_start_rows(cf, processes: int = 3) -> list[dict[str, Any]]:
     f(x)
     cf.synchronize()
     first = (time.perf_counter() - t0) * 1e3
-    t0 = time.perf_counter()
-    for _ in range(100):
-        f(x)
-    cf.synchronize()
-    steady = (time.perf_counter() - t0) * 1e4
+    steady = host_time_us(lambda: f(x), number=100, repeat=7, warmup=0).median_us
     seconds = []
     for _ in range(processes):
         out = subprocess.run([sys.executable, "-c", _SECOND_PROCESS, repr(k)], check=True,

@@ -146,8 +146,10 @@ def run_headline(quick: bool = False) -> dict[str, Any]:
 
 
 def _pool_comparison(quick: bool) -> list[dict[str, Any]]:
-    """cuflow's pool against CuPy's and PyTorch's on the synthetic and recorded traces; hit
-    latency."""
+    """cuflow's pool against CuPy's and PyTorch's on the synthetic and recorded traces
+    (footprint and steady-state device allocations of one replay each: the host time per
+    operation is ``python -m cuflow bench traces``' figure, medians of alternated rounds);
+    hit latency."""
     import cupy  # noqa: PLC0415  (optional dependency)
 
     torch = _torch()
@@ -156,15 +158,14 @@ def _pool_comparison(quick: bool) -> list[dict[str, Any]]:
     _traces.warm_up(makers)
     for name, gen in _traces.TRACES.items():
         its = gen(iterations=40) if (quick and name == "R0") else gen()
-        for aname, make in makers.items():
-            r = _traces.replay(make, its)
+        runs = [(aname, _traces.replay(make, its)) for aname, make in makers.items()]
+        runs += [(f"{aname} after warmup",
+                  _traces.replay(makers[aname], its, warmup=_traces.warmup_for(name)))
+                 for aname in ("cuflow", "cuflow vmm")]
+        for case, r in runs:
             rows.append({"group": f"allocation trace {name}: peak reserved / peak requested",
-                         "case": aname, **{k: v for k, v in r.items() if k != "allocator"}})
-        for aname in ("cuflow", "cuflow vmm"):
-            r = _traces.replay(makers[aname], its, warmup=_traces.warmup_for(name))
-            rows.append({"group": f"allocation trace {name}: peak reserved / peak requested",
-                         "case": f"{aname} after warmup", **{k: v for k, v in r.items()
-                                                             if k != "allocator"}})
+                         "case": case, **{k: v for k, v in r.items()
+                                          if k not in ("allocator", "host_us_per_op")}})
     for nbytes in (4096, 1 << 20, 64 << 20):
         lats = _traces.empty_latency(_traces.allocators(cupy, torch, python_hot_path=True),
                                      nbytes, n=5000 if quick else 20000)
