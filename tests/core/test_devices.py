@@ -64,7 +64,7 @@ def test_device_context_restores_after_an_error(dcf):
 
 @given(path=st.lists(st.integers(0, EMULATED - 1), max_size=8))
 @settings(max_examples=40, deadline=None)
-def test_nested_devices_restore_in_order(path):
+def _nested_devices_restore_in_order(path):
     n = cuflow.Device().count
     seen = []
 
@@ -96,7 +96,7 @@ def emulated(monkeypatch):
 
 
 def test_nested_devices_under_emulation(emulated):
-    test_nested_devices_restore_in_order()
+    _nested_devices_restore_in_order()
 
 
 @pytest.mark.parametrize("bad", [-1, "n", 1.0, True, None])

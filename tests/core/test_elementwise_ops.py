@@ -73,7 +73,8 @@ def test_non_contiguous_and_transposed_inputs_and_outputs(cf, rng):
     exp_big[::2, ::2] = ha * hb.T
     assert_equal_host(big, exp_big)
     # offset view input
-    cf.add(a[1:, 2:], 1.5, dst=cf.empty((7, 8), "float32"))
+    out = cf.add(a[1:, 2:], 1.5, dst=cf.empty((7, 8), "float32"))
+    assert_equal_host(out, ha[1:, 2:] + np.float32(1.5))
     assert_equal_host(cf.add(a[1:, 2:], 1.5), ha[1:, 2:] + np.float32(1.5))
 
 

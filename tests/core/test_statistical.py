@@ -20,7 +20,7 @@ REDUCTIONS = ["sum", "mean", "min", "max", "argmin", "argmax", "prod", "std", "v
 @pytest.mark.parametrize("dtype", ["bool", "uint8", "int32", "float32", "float64", "complex64"])
 @pytest.mark.parametrize("name", REDUCTIONS)
 @pytest.mark.parametrize("axis", [None, 0, 1, (0, 1)])
-def test_reductions(cf, rng, name, dtype, axis):
+def test_reductions(cf, rng, poisons, name, dtype, axis):
     if dtype == "complex64" and name in ("min", "max", "argmin", "argmax"):
         pytest.skip("complex ordering differs between NumPy and CuPy")
     if dtype == "bool" and name in ("std", "var", "mean"):
@@ -35,6 +35,11 @@ def test_reductions(cf, rng, name, dtype, axis):
     if name == "prod" and dtype == "bool":
         # mostly True, so that products (the ``all`` of each lane) come out both 0 and 1
         h = rng.random(h.shape) < 0.95
+    if name in ("any", "all"):
+        # zeros (and negative zeros) in most lanes, not in all: random full-range data holds
+        # none, and every lane would be True
+        z = rng.random(h.shape) < (0.85 if name == "any" else 0.1)
+        h = np.where(z, np.where(rng.random(h.shape) < 0.5, -0.0, 0.0), h).astype(dtype)
     a = cf.asarray(h)
     with np.errstate(all="ignore"):
         exp = np.asarray(getattr(np, name)(h, axis=axis)) if name not in ("argmin", "argmax") or axis != (0, 1) else None
@@ -50,9 +55,10 @@ def test_reductions(cf, rng, name, dtype, axis):
     r = getattr(cf, name)(a, axis=axis, dst=dst)
     assert r is dst
     np.testing.assert_allclose(to_host(dst), exp, rtol=2e-5 if dtype != "float32" else 1e-3)
-    # method spelling with out=
-    dst2 = cf.empty(exp.shape, dtype=exp.dtype)
-    assert getattr(a, name)(axis=axis, out=dst2) is dst2
+    # method spelling with out=, into outputs that show an unwritten element
+    for dst2 in poisons(exp.shape, exp.dtype):
+        assert getattr(a, name)(axis=axis, out=dst2) is dst2
+        np.testing.assert_allclose(to_host(dst2), exp, rtol=2e-5 if dtype != "float32" else 1e-3)
 
 
 def test_reduction_positional_out_matches_numpy_signatures(cf):

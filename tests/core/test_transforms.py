@@ -336,7 +336,7 @@ def test_descending_sort_keeps_equal_values_in_order(cf):
 def test_reductions_of_a_zero_dimensional_array_along_an_axis(cf):
     a = cf.asarray(np.array(5.0))
     for name in ("sum", "prod", "max", "min", "mean", "argmax", "any", "all"):
-        want = to_host(getattr(cf, name)(a))
+        want = np.asarray(getattr(np, name)(np.array(5.0)))
         d = cf.empty((), dtype=want.dtype)
         for axis in (0, -1, (0,), ()):
             assert getattr(cf, name)(a, axis=axis, dst=d) is d
