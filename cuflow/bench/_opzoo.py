@@ -3,8 +3,8 @@
 Each op is timed as host microseconds per call (a loop of many calls, one
 synchronize at the end) on 1000 float32 elements, for cuflow, plain CuPy and
 PyTorch eager, interleaved round by round.  A fused call on 100x100 is set
-against one ``add(a, b, dst=c)``; ``slow_function`` (500 steps of four small ops on 5 floats) is timed eager
-and replayed from a CUDA graph.
+against one ``add(a, b, dst=c)``; ``slow_function`` (500 steps of four small ops on 5
+floats) is timed eager and replayed from a CUDA graph.
 """
 
 from __future__ import annotations

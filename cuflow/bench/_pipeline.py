@@ -55,7 +55,8 @@ def _interleaved_ms(cases: dict[str, Callable[[], object]], rounds: int,
 
 # ----------------------------------------------------------------------- graphs
 def graph_cases(cf, torch=None) -> dict[str, Callable[[], object]]:
-    """``slow_function``, 500 steps of four small ops on 5 floats (sigmoid spelled tanh, as NumPy/CuPy name it), eager and replayed."""
+    """``slow_function``, 500 steps of four small ops on 5 floats (sigmoid spelled tanh, as
+    NumPy/CuPy name it), eager and replayed."""
     import cupy  # noqa: PLC0415  (optional dependency)
 
     def chain(xp):
