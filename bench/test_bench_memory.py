@@ -15,19 +15,11 @@ import functools
 import pytest
 
 from cuflow.bench import _traces
+from cuflow.bench._headline import _torch
 from cuflow.memory import ExpandableBackend, Pool
 
 ALLOCATORS = ["cuflow", "cuflow after warmup", "cuflow vmm", "cuflow vmm after warmup",
               "cupy MemoryPool", "cupy MemoryAsyncPool", "torch caching allocator"]
-
-
-def _torch():
-    try:
-        import torch  # noqa: PLC0415  (optional dependency)
-
-        return torch if torch.cuda.is_available() else None
-    except Exception:
-        return None
 
 
 def _makers():

@@ -12,14 +12,7 @@ import pytest
 
 import cuflow
 from cuflow.bench import _pipeline as bp
-
-
-def _torch():
-    try:
-        import torch  # noqa: PLC0415  (optional dependency)
-    except ImportError:
-        return None
-    return torch if torch.cuda.is_available() else None
+from cuflow.bench._headline import _torch
 
 
 def _run(benchmark, fn, rounds):
