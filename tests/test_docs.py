@@ -133,6 +133,22 @@ def test_bench_results_keep_only_the_latest_evidence():
     assert sum(p.stat().st_size for p in files) < 1 << 20
 
 
+_TABLE_RULE = re.compile(r"^\|(?: *:?-{3,}:? *\|)+$")
+
+
+@pytest.mark.parametrize("page", _pages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_table_has_a_header_row(page):
+    """A Markdown table's rule line follows a header row of as many cells; without one the
+    page renders the rows as a paragraph of pipes."""
+    lines = page.read_text(encoding="utf-8").splitlines()
+    for i, line in enumerate(lines):
+        if not _TABLE_RULE.match(line.strip()):
+            continue
+        header = lines[i - 1].strip() if i else ""
+        assert header.startswith("|") and header.count("|") == line.strip().count("|"), (
+            f"{page.name}:{i + 1}: a table rule without a header row of its width")
+
+
 # --- the API reference is complete ----------------------------------------------------------
 
 def _api_text() -> str:
