@@ -673,9 +673,9 @@ def fuse(fn: Callable | None = None, *, options: FuseOptions | None = None,
 
     Parameters
     ----------
-    fn : callable
+    fn : callable, optional
         Arrays in, one array (or a tuple of same-shape arrays, or one trailing
-        reduction) out.
+        reduction) out.  Left out, ``fuse`` returns a decorator that takes it.
     options : FuseOptions, optional
     fallback : {"error", "unfused"}, optional
         Shorthand for ``options=FuseOptions(fallback=...)``.
@@ -684,9 +684,10 @@ def fuse(fn: Callable | None = None, *, options: FuseOptions | None = None,
 
     Returns
     -------
-    Fused
-        Call it with the function's arguments plus keyword-only ``dst=`` (an
-        array, or a tuple with one array per output) and ``stream=``.
+    Fused or callable
+        The ``Fused`` function; without ``fn``, a decorator that makes it.  Call a
+        ``Fused`` with the function's arguments plus keyword-only ``dst=`` (an array, or a
+        tuple with one array per output) and ``stream=``.
 
     Notes
     -----

@@ -12,6 +12,7 @@ A failure names the page and the line of the failing statement.
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import pathlib
 import re
@@ -239,3 +240,26 @@ def test_no_build_history_in_code_or_docs():
                 hits.append(f"{rel}:{n}: {line.strip()[:120]}")
     assert not hits, ("build-history wording (say what the product does instead):\n"
                       + "\n".join(hits))
+
+
+# --- docstrings state the whole contract ----------------------------------------------------
+
+def _numpydoc_sections(obj: object) -> dict:
+    from numpydoc.docscrape import NumpyDocString  # noqa: PLC0415  (the docs extra)
+
+    return NumpyDocString(obj.__doc__ or "")
+
+
+@pytest.mark.parametrize("module", ["_arithmetic", "_transcendental", "_logical",
+                                    "_statistical"])
+def test_elementwise_and_reduction_docstrings_state_parameters_returns_and_streams(module):
+    """``help(cuflow.add)`` shows every parameter, the result and where the work runs."""
+    mod = importlib.import_module(f"cuflow.core.{module}")
+    for name in mod.__all__:
+        fn = getattr(cuflow, name)
+        doc = _numpydoc_sections(fn)
+        documented = {n.strip("*") for p in doc["Parameters"] for n in p.name.split(", ")}
+        params = set(inspect.signature(fn).parameters)
+        assert params <= documented, f"cuflow.{name}: {sorted(params - documented)} undocumented"
+        assert doc["Returns"], f"cuflow.{name} has no Returns section"
+        assert "Stream semantics" in "\n".join(doc["Notes"]), f"cuflow.{name}: no stream note"

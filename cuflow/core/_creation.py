@@ -317,7 +317,8 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
 
 
 def eye(N, M=None, k=0, dtype=float, order="C", *, device=None, stream=None):  # noqa: N803
-    """2-D array with ones on diagonal ``k`` (array API ``eye``: ``n_rows, n_cols``)."""
+    """2-D array of ``N`` rows and ``M`` columns (``N`` when omitted), ones on diagonal ``k``
+    (array API ``eye``, whose ``n_rows, n_cols`` are these positional ``N, M``)."""
     check_dtype("eye", dtype)
     if isinstance(N, int | numpy.integer) and isinstance(M, int | numpy.integer | None) and N > 0 \
             and (M is None or M > 0):

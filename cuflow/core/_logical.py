@@ -14,6 +14,7 @@ from .._errors import ArgumentError, ArgumentOverflowError
 from ._contract import prepare_out
 from . import _runtime
 from ._dispatch import call, fast_call, reraise, run_on, ufunc1, ufunc2, ufunc_methods
+from ._docs import complete
 from ._engine import ew_op
 from ._expr import Expr
 from ._expr import where as traced_where
@@ -30,14 +31,36 @@ __all__ = ["equal", "not_equal", "less", "less_equal", "greater", "greater_equal
 
 def where(condition: Any, x1: Any = None, x2: Any = None, /, *, dst: Any = None,
           stream: Any = None) -> Any:
-    """``x1`` where ``condition`` is true, else ``x2`` (array API ``where``); fuses in ``cuflow.fuse``.
+    """``x1`` where ``condition`` is true, else ``x2`` (array API ``where``).
 
-    With only ``condition``, NumPy's ``where(condition)`` (the indices of true elements).
-    ``x1`` and ``x2`` come both or neither (:class:`~cuflow.ArgumentError` otherwise).
+    With only ``condition``, NumPy's ``where(condition)``: the indices of the true elements.
+    In ``cuflow.fuse`` it fuses into the kernel.
+
+    Parameters
+    ----------
+    condition : darray
+        Booleans (any other dtype is tested against 0), broadcast with ``x1`` and ``x2``.
+    x1, x2 : darray or scalar, optional
+        The values taken where ``condition`` is true and where it is false; both or neither
+        (:class:`~cuflow.ArgumentError` otherwise).  A Python int must fit the dtype of the
+        other operand (:class:`~cuflow.ArgumentOverflowError`).
+    dst : darray, optional
+        Where the result is written, of exactly the broadcast shape and a dtype the result
+        casts to; not with the one-argument form, whose size depends on the data.
+    stream : cuflow.Stream, optional
+        The stream the work is queued on; the current stream when omitted.
+
+    Returns
+    -------
+    darray or tuple of darrays
+        ``dst`` when given, else a new array; with only ``condition``, one index array per
+        axis.
 
     Notes
     -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    Stream semantics: with ``x1`` and ``x2``, asynchronous, queued on ``stream`` or the
+    current stream.  The one-argument form waits for the GPU: its result's size is the
+    number of true elements, which the host reads before it allocates.
     """
     if (x1 is None) != (x2 is None):
         raise ArgumentError(f"cuflow.where takes both x1 and x2 or neither; got only "
@@ -88,330 +111,154 @@ def _int_scalars_fit(rt: Any, x1: Any, x2: Any) -> None:
 @fast_call(2)
 def equal(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
           casting: str = "same_kind", dtype: Any = None) -> Any:
-    """``src == other``, elementwise (array API).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """``src == other``, elementwise (array API)."""
     return ufunc2("equal", src, other, dst, out, stream, casting, dtype)
 
 
 @fast_call(2)
 def not_equal(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
               casting: str = "same_kind", dtype: Any = None) -> Any:
-    """``src != other``, elementwise (array API).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """``src != other``, elementwise (array API)."""
     return ufunc2("not_equal", src, other, dst, out, stream, casting, dtype)
 
 
 @fast_call(2)
 def less(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
          casting: str = "same_kind", dtype: Any = None) -> Any:
-    """``src < other``, elementwise (array API).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """``src < other``, elementwise (array API)."""
     return ufunc2("less", src, other, dst, out, stream, casting, dtype)
 
 
 @fast_call(2)
 def less_equal(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
                casting: str = "same_kind", dtype: Any = None) -> Any:
-    """``src <= other``, elementwise (array API).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """``src <= other``, elementwise (array API)."""
     return ufunc2("less_equal", src, other, dst, out, stream, casting, dtype)
 
 
 @fast_call(2)
 def greater(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
             casting: str = "same_kind", dtype: Any = None) -> Any:
-    """``src > other``, elementwise (array API).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """``src > other``, elementwise (array API)."""
     return ufunc2("greater", src, other, dst, out, stream, casting, dtype)
 
 
 @fast_call(2)
 def greater_equal(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
                   casting: str = "same_kind", dtype: Any = None) -> Any:
-    """``src >= other``, elementwise (array API).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """``src >= other``, elementwise (array API)."""
     return ufunc2("greater_equal", src, other, dst, out, stream, casting, dtype)
 
 
 @fast_call(2)
 def logical_and(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
                 casting: str = "same_kind", dtype: Any = None) -> Any:
-    """Logical and, elementwise (array API).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """Logical and, elementwise (array API)."""
     return ufunc2("logical_and", src, other, dst, out, stream, casting, dtype)
 
 
 @fast_call(2)
 def logical_or(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
                casting: str = "same_kind", dtype: Any = None) -> Any:
-    """Logical or, elementwise (array API).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """Logical or, elementwise (array API)."""
     return ufunc2("logical_or", src, other, dst, out, stream, casting, dtype)
 
 
 @fast_call(2)
 def logical_xor(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
                 casting: str = "same_kind", dtype: Any = None) -> Any:
-    """Logical exclusive or, elementwise (array API).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """Logical exclusive or, elementwise (array API)."""
     return ufunc2("logical_xor", src, other, dst, out, stream, casting, dtype)
 
 
 @fast_call(1)
 def logical_not(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
                 casting: str = "same_kind", dtype: Any = None) -> Any:
-    """Logical not, elementwise (array API).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """Logical not, elementwise (array API)."""
     return ufunc1("logical_not", src, dst, out, stream, casting, dtype)
 
 
 @fast_call(2)
 def bitwise_and(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
                 casting: str = "same_kind", dtype: Any = None) -> Any:
-    """Bitwise and, ``src & other``, elementwise (array API).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """Bitwise and, ``src & other``, elementwise (array API)."""
     return ufunc2("bitwise_and", src, other, dst, out, stream, casting, dtype)
 
 
 @fast_call(2)
 def bitwise_or(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
                casting: str = "same_kind", dtype: Any = None) -> Any:
-    """Bitwise or, ``src | other``, elementwise (array API).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """Bitwise or, ``src | other``, elementwise (array API)."""
     return ufunc2("bitwise_or", src, other, dst, out, stream, casting, dtype)
 
 
 @fast_call(2)
 def bitwise_xor(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
                 casting: str = "same_kind", dtype: Any = None) -> Any:
-    """Bitwise exclusive or, ``src ^ other``, elementwise (array API).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """Bitwise exclusive or, ``src ^ other``, elementwise (array API)."""
     return ufunc2("bitwise_xor", src, other, dst, out, stream, casting, dtype)
 
 
 @fast_call(1)
 def invert(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
            casting: str = "same_kind", dtype: Any = None) -> Any:
-    """Bitwise not, ``~src``, elementwise (array API ``bitwise_invert``).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """Bitwise not, ``~src``, elementwise (array API ``bitwise_invert``)."""
     return ufunc1("invert", src, dst, out, stream, casting, dtype)
 
 
 @fast_call(2)
 def left_shift(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
                casting: str = "same_kind", dtype: Any = None) -> Any:
-    """``src << other``, elementwise (array API ``bitwise_left_shift``).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """``src << other``, elementwise (array API ``bitwise_left_shift``)."""
     return ufunc2("left_shift", src, other, dst, out, stream, casting, dtype)
 
 
 @fast_call(2)
 def right_shift(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
                 casting: str = "same_kind", dtype: Any = None) -> Any:
-    """``src >> other``, elementwise (array API ``bitwise_right_shift``).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """``src >> other``, elementwise (array API ``bitwise_right_shift``)."""
     return ufunc2("right_shift", src, other, dst, out, stream, casting, dtype)
 
 
 @fast_call(1)
 def bitwise_count(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
                   casting: str = "same_kind", dtype: Any = None) -> Any:
-    """Number of set bits, elementwise.
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """Number of set bits, elementwise."""
     return ufunc1("bitwise_count", src, dst, out, stream, casting, dtype)
 
 
 @fast_call(1)
 def isfinite(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
              casting: str = "same_kind", dtype: Any = None) -> Any:
-    """True where finite, elementwise (array API).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """True where finite, elementwise (array API)."""
     return ufunc1("isfinite", src, dst, out, stream, casting, dtype)
 
 
 @fast_call(1)
 def isinf(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
           casting: str = "same_kind", dtype: Any = None) -> Any:
-    """True where infinite, elementwise (array API).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """True where infinite, elementwise (array API)."""
     return ufunc1("isinf", src, dst, out, stream, casting, dtype)
 
 
 @fast_call(1)
 def isnan(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
           casting: str = "same_kind", dtype: Any = None) -> Any:
-    """True where NaN, elementwise (array API).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """True where NaN, elementwise (array API)."""
     return ufunc1("isnan", src, dst, out, stream, casting, dtype)
 
 
 @fast_call(1)
 def isnat(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
           casting: str = "same_kind", dtype: Any = None) -> Any:
-    """True where not-a-time, elementwise.
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """True where not-a-time, elementwise."""
     return ufunc1("isnat", src, dst, out, stream, casting, dtype)
 
 
 @fast_call(1)
 def signbit(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
             casting: str = "same_kind", dtype: Any = None) -> Any:
-    """True where the sign bit is set, elementwise (array API).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """True where the sign bit is set, elementwise (array API)."""
     return ufunc1("signbit", src, dst, out, stream, casting, dtype)
 
 
@@ -420,4 +267,5 @@ bitwise_not = invert
 bitwise_left_shift = left_shift
 bitwise_right_shift = right_shift
 
+complete(globals(), [n for n in __all__ if n != "where"])
 ufunc_methods(globals())

@@ -19,6 +19,7 @@ from .._errors import ArgumentError, ArgumentTypeError
 from ._contract import may_share, prepare_out, reduced_shape, resolve_out
 from ._contract import bad_input, check_dtype, check_ints, one_element_axis
 from ._dispatch import reraise, run_on
+from ._docs import complete, reduction_sections
 from ._interop import astype
 from ._engine import ew_op
 from ._expr import Expr, TraceError, caller_line
@@ -224,3 +225,6 @@ def any(a, axis=None, dst=None, keepdims=False, *, out=None, stream=None):  # no
 def all(a, axis=None, dst=None, keepdims=False, *, out=None, stream=None):  # noqa: A001
     """True where every element over ``axis`` is true (array API ``all``)."""
     return _reduce("all", a, axis, None, resolve_out(dst, out, "all"), keepdims, 0, stream)
+
+
+complete(globals(), __all__, reduction_sections)

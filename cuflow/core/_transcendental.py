@@ -10,6 +10,7 @@ from typing import Any
 
 from . import _runtime
 from ._dispatch import fast_call, ufunc1, ufunc2, ufunc_methods
+from ._docs import complete
 from ._streams import use_stream
 
 __all__ = ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "logaddexp", "logaddexp2", "sin",
@@ -21,45 +22,21 @@ __all__ = ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "logaddexp",
 @fast_call(1)
 def exp(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
         casting: str = "same_kind", dtype: Any = None) -> Any:
-    """Exponential, elementwise (array API).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """Exponential, elementwise (array API)."""
     return ufunc1("exp", src, dst, out, stream, casting, dtype)
 
 
 @fast_call(1)
 def exp2(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
          casting: str = "same_kind", dtype: Any = None) -> Any:
-    """``2**src``, elementwise.
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """``2**src``, elementwise."""
     return ufunc1("exp2", src, dst, out, stream, casting, dtype)
 
 
 @fast_call(1)
 def expm1(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
           casting: str = "same_kind", dtype: Any = None) -> Any:
-    """``exp(src) - 1``, exact near 0, elementwise (array API).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """``exp(src) - 1``, exact near 0, elementwise (array API)."""
     if getattr(src, "dtype", None) is None or src.dtype.kind != "c":
         return ufunc1("expm1", src, dst, out, stream, casting, dtype)
     with use_stream(stream, "expm1"):  # expm1(±0 + 0j) is exactly 0 + 0j, as the standard says
@@ -74,225 +51,105 @@ def expm1(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
 @fast_call(1)
 def log(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
         casting: str = "same_kind", dtype: Any = None) -> Any:
-    """Natural logarithm, elementwise (array API).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """Natural logarithm, elementwise (array API)."""
     return ufunc1("log", src, dst, out, stream, casting, dtype)
 
 
 @fast_call(1)
 def log2(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
          casting: str = "same_kind", dtype: Any = None) -> Any:
-    """Base-2 logarithm, elementwise (array API).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """Base-2 logarithm, elementwise (array API)."""
     return ufunc1("log2", src, dst, out, stream, casting, dtype)
 
 
 @fast_call(1)
 def log10(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
           casting: str = "same_kind", dtype: Any = None) -> Any:
-    """Base-10 logarithm, elementwise (array API).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """Base-10 logarithm, elementwise (array API)."""
     return ufunc1("log10", src, dst, out, stream, casting, dtype)
 
 
 @fast_call(1)
 def log1p(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
           casting: str = "same_kind", dtype: Any = None) -> Any:
-    """``log(1 + src)``, exact near 0, elementwise (array API).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """``log(1 + src)``, exact near 0, elementwise (array API)."""
     return ufunc1("log1p", src, dst, out, stream, casting, dtype)
 
 
 @fast_call(2)
 def logaddexp(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
               casting: str = "same_kind", dtype: Any = None) -> Any:
-    """``log(exp(src) + exp(other))``, elementwise (array API).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """``log(exp(src) + exp(other))``, elementwise (array API)."""
     return ufunc2("logaddexp", src, other, dst, out, stream, casting, dtype)
 
 
 @fast_call(2)
 def logaddexp2(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
                casting: str = "same_kind", dtype: Any = None) -> Any:
-    """``log2(2**src + 2**other)``, elementwise.
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """``log2(2**src + 2**other)``, elementwise."""
     return ufunc2("logaddexp2", src, other, dst, out, stream, casting, dtype)
 
 
 @fast_call(1)
 def sin(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
         casting: str = "same_kind", dtype: Any = None) -> Any:
-    """Sine, elementwise (array API).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """Sine, elementwise (array API)."""
     return ufunc1("sin", src, dst, out, stream, casting, dtype)
 
 
 @fast_call(1)
 def cos(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
         casting: str = "same_kind", dtype: Any = None) -> Any:
-    """Cosine, elementwise (array API).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """Cosine, elementwise (array API)."""
     return ufunc1("cos", src, dst, out, stream, casting, dtype)
 
 
 @fast_call(1)
 def tan(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
         casting: str = "same_kind", dtype: Any = None) -> Any:
-    """Tangent, elementwise (array API).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """Tangent, elementwise (array API)."""
     return ufunc1("tan", src, dst, out, stream, casting, dtype)
 
 
 @fast_call(1)
 def arcsin(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
            casting: str = "same_kind", dtype: Any = None) -> Any:
-    """Inverse sine, elementwise (array API ``asin``).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """Inverse sine, elementwise (array API ``asin``)."""
     return ufunc1("arcsin", src, dst, out, stream, casting, dtype)
 
 
 @fast_call(1)
 def arccos(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
            casting: str = "same_kind", dtype: Any = None) -> Any:
-    """Inverse cosine, elementwise (array API ``acos``).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """Inverse cosine, elementwise (array API ``acos``)."""
     return ufunc1("arccos", src, dst, out, stream, casting, dtype)
 
 
 @fast_call(1)
 def arctan(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
            casting: str = "same_kind", dtype: Any = None) -> Any:
-    """Inverse tangent, elementwise (array API ``atan``).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """Inverse tangent, elementwise (array API ``atan``)."""
     return ufunc1("arctan", src, dst, out, stream, casting, dtype)
 
 
 @fast_call(2)
 def arctan2(src: Any, other: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
             casting: str = "same_kind", dtype: Any = None) -> Any:
-    """Angle of the point ``(other, src)``, elementwise (array API ``atan2``).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """Angle of the point ``(other, src)``, elementwise (array API ``atan2``)."""
     return ufunc2("arctan2", src, other, dst, out, stream, casting, dtype)
 
 
 @fast_call(1)
 def sinh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
          casting: str = "same_kind", dtype: Any = None) -> Any:
-    """Hyperbolic sine, elementwise (array API).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """Hyperbolic sine, elementwise (array API)."""
     return ufunc1("sinh", src, dst, out, stream, casting, dtype)
 
 
 @fast_call(1)
 def cosh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
          casting: str = "same_kind", dtype: Any = None) -> Any:
-    """Hyperbolic cosine, elementwise (array API).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """Hyperbolic cosine, elementwise (array API)."""
     return ufunc1("cosh", src, dst, out, stream, casting, dtype)
 
 
@@ -301,15 +158,9 @@ def tanh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
          casting: str = "same_kind", dtype: Any = None) -> Any:
     """Hyperbolic tangent, elementwise (array API).
 
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).  For a complex
-    ``src`` with an infinite real part and a finite imaginary part the result is
+    For a complex ``src`` with an infinite real part and a finite imaginary part the result is
     the standard's ``±1 ± 0j`` (the zero signed as ``imag``), where NumPy's and
     CuPy's ``tanh`` can give NaN.
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
     rt = _runtime.runtime()
     # the GPU's complex kernel sets those values itself (_cupy_ufuncs)
@@ -331,105 +182,49 @@ def tanh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
 @fast_call(1)
 def arcsinh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
             casting: str = "same_kind", dtype: Any = None) -> Any:
-    """Inverse hyperbolic sine, elementwise (array API ``asinh``).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """Inverse hyperbolic sine, elementwise (array API ``asinh``)."""
     return ufunc1("arcsinh", src, dst, out, stream, casting, dtype)
 
 
 @fast_call(1)
 def arccosh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
             casting: str = "same_kind", dtype: Any = None) -> Any:
-    """Inverse hyperbolic cosine, elementwise (array API ``acosh``).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """Inverse hyperbolic cosine, elementwise (array API ``acosh``)."""
     return ufunc1("arccosh", src, dst, out, stream, casting, dtype)
 
 
 @fast_call(1)
 def arctanh(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
             casting: str = "same_kind", dtype: Any = None) -> Any:
-    """Inverse hyperbolic tangent, elementwise (array API ``atanh``).
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """Inverse hyperbolic tangent, elementwise (array API ``atanh``)."""
     return ufunc1("arctanh", src, dst, out, stream, casting, dtype)
 
 
 @fast_call(1)
 def deg2rad(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
             casting: str = "same_kind", dtype: Any = None) -> Any:
-    """Degrees to radians, elementwise.
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """Degrees to radians, elementwise."""
     return ufunc1("deg2rad", src, dst, out, stream, casting, dtype)
 
 
 @fast_call(1)
 def rad2deg(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
             casting: str = "same_kind", dtype: Any = None) -> Any:
-    """Radians to degrees, elementwise.
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """Radians to degrees, elementwise."""
     return ufunc1("rad2deg", src, dst, out, stream, casting, dtype)
 
 
 @fast_call(1)
 def degrees(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
             casting: str = "same_kind", dtype: Any = None) -> Any:
-    """Radians to degrees, elementwise.
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """Radians to degrees, elementwise."""
     return ufunc1("degrees", src, dst, out, stream, casting, dtype)
 
 
 @fast_call(1)
 def radians(src: Any, dst: Any = None, *, out: Any = None, stream: Any = None,
             casting: str = "same_kind", dtype: Any = None) -> Any:
-    """Degrees to radians, elementwise.
-
-    ``dst`` (or ``out``), ``stream``, ``casting`` and ``dtype`` are those of every
-    elementwise function (:mod:`cuflow.core._dispatch`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """Degrees to radians, elementwise."""
     return ufunc1("radians", src, dst, out, stream, casting, dtype)
 
 
@@ -441,4 +236,5 @@ asinh = arcsinh
 acosh = arccosh
 atanh = arctanh
 
+complete(globals(), __all__)
 ufunc_methods(globals())

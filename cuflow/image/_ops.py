@@ -334,8 +334,10 @@ def denormalize(src, *, mean=None, std=None, scale=None, norm: Norm | None = Non
         Default: NCHW.  When it is not given, a shape that reads as NHWC
         (``src_format``'s channel count last) is refused, so that NHWC input is
         never read as NCHW: ``(1, 3, 16, 3)`` fits both and needs ``layout=``.
-    src_format, out_format : str
-        Channel order of ``src`` and of the output (default: the same).
+    src_format : str, default "RGB"
+        Channel order of ``src``.
+    out_format : str, optional
+        Channel order of the output; ``src_format`` when omitted.
     dst : darray, optional
         uint8 output of the result shape; written and returned.
     stream : Stream, optional

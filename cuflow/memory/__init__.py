@@ -347,18 +347,30 @@ def warmup(fn: Callable[..., Any], *largest_inputs: Any, pool: Pool | None = Non
     times the peak requested bytes, free pages unmapped first): fewer device calls, not
     always none.
 
+    Parameters
+    ----------
+    fn : callable
+        One step of the workload (an inference step, a preprocessing call).
+    *largest_inputs
+        Its positional arguments, at the largest sizes the later calls will use.
+    pool : Pool, optional
+        The pool to prepare (default: the current device's); ``fn`` runs with it.
+    keep : bool, default True
+        Keep the replay's segments (see above).
+    **kwargs
+        Its keyword arguments.
+
     Returns
     -------
     dict
         ``peak_bytes`` (most bytes ``fn`` held at once), ``allocations`` (made by
         ``fn``), ``extra_segments`` (segments the replay made) and ``reserved_bytes``.
 
-    Other Parameters
-    ----------------
-    pool : Pool, optional
-        The pool to prepare (default: the current device's); ``fn`` runs with it.
-    keep : bool, default True
-        Keep the replay's segments (see above).
+    Notes
+    -----
+    Stream semantics: ``fn`` runs as called, its work queued on the streams it uses; the
+    replay launches no kernel, it only takes segments from the backend, on the current
+    stream.
     """
 
     if not callable(fn):

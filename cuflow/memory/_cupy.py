@@ -92,6 +92,11 @@ class Pool(_CorePool):
             return self._free_runs()
 
     def free_all_blocks(self, stream: Any = None) -> None:
+        """Give every unused cached block back (CuPy's ``MemoryPool.free_all_blocks``).
+
+        Unlike CuPy's, it empties the whole cache: ``stream`` is taken for CuPy's signature,
+        and the blocks cached for every stream go back, as :meth:`empty_cache`.
+        """
         self.empty_cache()
 
     def set_limit(self, size: int | None = None, fraction: float | None = None) -> None:

@@ -379,15 +379,34 @@ class Pipeline:
 
     def batches(self, frames: Iterable[numpy.ndarray], *,
                 stream: Any = None) -> Generator[Any, None, None]:
-        """Yield batches ``(n, C, H, W)`` (``n == batch_size`` except maybe the last).
+        """Yield the model's batches of ``frames``, ``batch_size`` frames each but maybe the last.
 
-        ``frames`` are ``(H, W, C)`` uint8 NumPy arrays (or ``(H*3//2, W)`` NV12
-        / I420 with ``src_format``), for example from a video decoder.  The work
-        runs on the Pipeline's device (the one current when it was made), whichever
-        device is current when the batches are asked for.  One iteration runs at a
-        time per Pipeline (:class:`PipelineError` otherwise).  When it ends by an
-        exception, or the consumer stops early, the frames not delivered are counted
-        in :attr:`undelivered` (see "Warnings" in the class docstring).
+        The work runs on the Pipeline's device (the one current when it was made), whichever
+        device is current when the batches are asked for.  One iteration runs at a time per
+        Pipeline (:class:`PipelineError` otherwise).  When it ends by an exception, or the
+        consumer stops early, the frames not delivered are counted in :attr:`undelivered`
+        (see "Warnings" in the class docstring).
+
+        Parameters
+        ----------
+        frames : iterable of numpy.ndarray
+            ``(H, W, C)`` uint8 frames (or ``(H*3//2, W)`` NV12 / I420 with
+            ``src_format``), for example from a video decoder.
+        stream : cuflow.Stream, optional
+            The consumer's stream, which each batch is ordered before; the current stream
+            when omitted.
+
+        Yields
+        ------
+        darray
+            ``(n, C, H, W)`` with ``layout="NCHW"`` (the default), ``(n, H, W, C)`` with
+            ``"NHWC"``, of the options' ``dtype``; valid until the next batch is asked for.
+
+        Notes
+        -----
+        Stream semantics: asynchronous; uploads and kernels run on the Pipeline's streams,
+        and an event orders each batch before the work queued on ``stream`` (see the class
+        docstring).
         """
         gen = self._iterate(frames, stream)
         return _on_device(self.device, gen) if get_backend().multi else gen
@@ -492,12 +511,30 @@ class Pipeline:
 
     def run(self, frames: Iterable[numpy.ndarray], consumer: Callable[[Any], Any], *,
             stream: Any = None) -> list[Any]:
-        """Call ``consumer(batch)`` for every batch; returns the consumer's results.
+        """Call ``consumer(batch)`` for every batch of :meth:`batches`.
 
         An exception raised by ``consumer`` ends the iteration as one thrown into
         :meth:`batches` does: the iteration is closed, the exception gets the note counting
         the frames delivered and not delivered (:attr:`undelivered`), and is re-raised; the
         next call starts clean.
+
+        Parameters
+        ----------
+        frames : iterable of numpy.ndarray
+            The frames, as :meth:`batches` takes them.
+        consumer : callable
+            Called with each batch, on the host, in order.
+        stream : cuflow.Stream, optional
+            The consumer's stream (see :meth:`batches`).
+
+        Returns
+        -------
+        list
+            What ``consumer`` returned for each batch.
+
+        Notes
+        -----
+        Stream semantics: as :meth:`batches`; ``consumer`` queues its work on ``stream``.
         """
         gen = self.batches(frames, stream=stream)
         results = []
