@@ -128,7 +128,7 @@ def test_creation_still_takes_numpy_ints_and_empty_shapes(cf):
 
 
 # ------------------------------------------------------------------ interop
-@pytest.mark.parametrize("obj", [object(), None, "abc", {1: 2}, [1, "a"], 2**70])
+@pytest.mark.parametrize("obj", [object(), None, "abc", {1: 2}, [1, "a"]])
 def test_asarray_refuses_what_is_not_numbers(cf, obj):
     with pytest.raises(TypeError) as e:
         cf.asarray(obj)
@@ -142,6 +142,55 @@ def test_asarray_refuses_ragged_and_overflowing_input(cf):
     with pytest.raises(ValueError) as e:
         cf.asarray([300], dtype="uint8")
     _is_clear(e.value, "cuflow.asarray", "300")
+
+
+@pytest.mark.parametrize("call, words", [
+    # a Python float truncated toward zero must fit the integer dtype (NumPy wraps these)
+    (lambda cf: cf.asarray(256.0, dtype="uint8"), ("256.0", "uint8", "[0, 255]")),
+    (lambda cf: cf.asarray(-1.5, dtype="uint8"), ("-1.5", "uint8")),
+    (lambda cf: cf.asarray([1.0, 300.7], dtype="uint8"), ("300.7", "uint8")),
+    # an int past int64 and uint64 is a number, too large, not "not a number"
+    (lambda cf: cf.asarray(2**64), (str(2**64), "int64", "uint64")),
+    # a range's values must fit its dtype
+    (lambda cf: cf.arange(250, 260, dtype="uint8"), ("arange", "259", "uint8")),
+    (lambda cf: cf.arange(-3, 3, dtype="uint8"), ("arange", "-3", "uint8")),
+    (lambda cf: cf.arange(65500.0, 65700.0, 50.0, dtype="float16"), ("arange", "float16")),
+    (lambda cf: cf.arange(0, 10, 2**70), ("arange", str(2**70))),
+    (lambda cf: cf.linspace(0, 300, 3, dtype="uint8"), ("linspace", "300", "uint8")),
+])
+def test_numbers_a_dtype_cannot_hold_are_refused_not_wrapped(cf, call, words):
+    with pytest.raises(OverflowError) as e:
+        call(cf)
+    _is_clear(e.value, *words)
+
+
+def test_ranges_and_floats_that_fit_convert_as_numpy_does(cf):
+    for got, want in [(cf.asarray(255.9, dtype="uint8"), np.asarray(255.9).astype(np.uint8)),
+                      (cf.asarray([-0.5, 3.7], dtype="uint8"), np.array([0, 3], np.uint8)),
+                      (cf.arange(255, -1, -3, dtype="uint8"),
+                       np.arange(255, -1, -3, dtype=np.uint8)),
+                      (cf.arange(0.0, 5.0, 1.5, dtype="int32"),
+                       np.arange(0.0, 5.0, 1.5, dtype=np.int32)),
+                      (cf.linspace(0.5, 10.5, 4, dtype="int16"),
+                       np.linspace(0.5, 10.5, 4, dtype=np.int16))]:
+        np.testing.assert_array_equal(to_host(got), want)
+        assert got.dtype == want.dtype
+
+
+@pytest.mark.parametrize("proto", [None, "abc", [1, "a"]])
+def test_a_like_prototype_must_be_numbers(cf, proto):
+    for fn in (cf.empty_like, cf.zeros_like, cf.ones_like):
+        with pytest.raises(TypeError) as e:
+            fn(proto)
+        _is_clear(e.value, fn.__name__, type(proto).__name__)
+
+
+def test_an_array_fill_value_broadcasts_and_casts_as_astype(cf):
+    fill = np.array([1.5, -2.0, 300.0])
+    got = cf.full((2, 3), cf.asarray(fill), dtype="float32")
+    np.testing.assert_array_equal(to_host(got), np.broadcast_to(fill.astype(np.float32), (2, 3)))
+    got = cf.full(3, cf.asarray(np.array([7, -8, 9])))
+    np.testing.assert_array_equal(to_host(got), [7, -8, 9])
 
 
 # ------------------------------------------------------------------ streams

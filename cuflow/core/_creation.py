@@ -69,7 +69,7 @@ def _fmt_bytes(n: int) -> str:
     return f"{n} B"  # pragma: no cover
 
 
-def check_fill_value(name: str, value: Any, dtype: Any = None) -> Any:
+def check_fill_value(name: str, value: Any, dtype: Any = None, what: str = "fill_value") -> Any:
     """A fill value is a number (or a 0-d array of one): text or objects make no array of
     numbers; with ``dtype``, one that it holds (bool: True, False, 0 or 1; integers: whole
     numbers in range; reals: finite values in range, or inf and nan as given).  Returns the
@@ -85,10 +85,10 @@ def check_fill_value(name: str, value: Any, dtype: Any = None) -> Any:
     except TypeError:
         kind = "O"
     if kind not in "biufc":
-        raise ArgumentTypeError(f"cuflow.{name}: fill_value must be a number, got "
+        raise ArgumentTypeError(f"cuflow.{name}: {what} must be a number, got "
                                 f"{type(value).__name__} {value!r}")
-    if dtype is None and kind == "i" and not -2**63 <= value < 2**64:
-        raise ArgumentOverflowError(f"cuflow.{name}: fill_value {value!r} is past int64 and "
+    if dtype is None and isinstance(value, int) and kind == "i" and not -2**63 <= value < 2**64:
+        raise ArgumentOverflowError(f"cuflow.{name}: {what} {value!r} is past int64 and "
                                     "uint64, the largest integer dtypes; give a float dtype")
     if dtype is None or numpy.ndim(value) != 0:
         return value
@@ -98,36 +98,60 @@ def check_fill_value(name: str, value: Any, dtype: Any = None) -> Any:
         try:
             value = float(value)
         except OverflowError:
-            raise ArgumentOverflowError(f"cuflow.{name}: fill_value {value!r} is out of the "
+            raise ArgumentOverflowError(f"cuflow.{name}: {what} {value!r} is out of the "
                                         f"range of {dt}") from None
         kind = "f"
     if dt.kind == "b":
         # True/False (NumPy's too) or the ints 0 and 1; a cast would make 2.5 or 1j True
         if kind == "b" or (kind in "iu" and value in (0, 1)):
             return value
-        raise ArgumentError(f"cuflow.{name}: fill_value for bool must be True, False, 0 or 1, "
+        raise ArgumentError(f"cuflow.{name}: {what} for bool must be True, False, 0 or 1, "
                             f"got {value!r}")
     if dt.kind == "c" or kind == "b":
         return value
     v = complex(value) if kind == "c" else value
     if kind == "c":
         if v.imag:
-            raise ArgumentTypeError(f"cuflow.{name}: fill_value {value!r} is complex, and "
+            raise ArgumentTypeError(f"cuflow.{name}: {what} {value!r} is complex, and "
                                     f"{dt} holds real numbers; take .real first")
         v = v.real
     v = float(v) if kind in "fc" else int(v)
     if dt.kind in "iu":
         info = numpy.iinfo(dt)
         if isinstance(v, float) and not (math.isfinite(v) and v == int(v)):
-            raise ArgumentError(f"cuflow.{name}: fill_value must be a whole number for {dt}, "
+            raise ArgumentError(f"cuflow.{name}: {what} must be a whole number for {dt}, "
                                 f"got {value!r}")
         if not info.min <= int(v) <= info.max:
-            raise ArgumentOverflowError(f"cuflow.{name}: fill_value {value!r} is out of the "
+            raise ArgumentOverflowError(f"cuflow.{name}: {what} {value!r} is out of the "
                                         f"range of {dt}, [{info.min}, {info.max}]")
     elif dt.kind == "f" and math.isfinite(v) and abs(v) > float(numpy.finfo(dt).max):
-        raise ArgumentOverflowError(f"cuflow.{name}: fill_value {value!r} is out of the range "
+        raise ArgumentOverflowError(f"cuflow.{name}: {what} {value!r} is out of the range "
                                     f"of {dt} (its largest value is {numpy.finfo(dt).max})")
     return v if kind == "c" else value
+
+
+def _check_ends(name: str, ends: dict[str, Any], dtype: Any) -> None:
+    """The first and last values of a range (``arange``, ``linspace``) in the range of
+    ``dtype``, after the truncation toward zero an integer dtype makes: a range whose values
+    the dtype cannot hold is refused, as a fill value is, rather than wrapped around."""
+    dt = numpy.dtype(dtype if dtype is not None else numpy.int64)
+    for what, v in ends.items():
+        if isinstance(v, int) and not isinstance(v, bool) and dtype is None \
+                and not -2**63 <= v < 2**64:
+            raise ArgumentOverflowError(f"cuflow.{name}: {what} {v!r} is past int64 and "
+                                        "uint64, the largest integer dtypes; give a float dtype")
+        if dtype is None or dt.kind not in "iuf":
+            continue
+        if dt.kind == "f":
+            if math.isfinite(v) and abs(float(v)) > float(numpy.finfo(dt).max):
+                raise ArgumentOverflowError(f"cuflow.{name}: {what} {v!r} is out of the range "
+                                            f"of {dt} (its largest value is "
+                                            f"{numpy.finfo(dt).max})")
+            continue
+        info = numpy.iinfo(dt)
+        if not info.min <= math.trunc(v) <= info.max:
+            raise ArgumentOverflowError(f"cuflow.{name}: {what} {v!r} is out of the range of "
+                                        f"{dt}, [{info.min}, {info.max}]")
 
 
 def check_shape(name: str, shape: Any, dtype: Any) -> tuple[int, ...]:
@@ -169,6 +193,13 @@ def check_shape(name: str, shape: Any, dtype: Any) -> tuple[int, ...]:
 
 def _like(name: str, a: Any, dtype: Any, order: str, subok: Any, shape: Any) -> dict[str, Any]:
     check_dtype(name, dtype)
+    try:  # (a prototype without a dtype is host data: a number or a nest of them)
+        kind = numpy.dtype(getattr(a, "dtype", None) or numpy.asarray(a).dtype).kind
+    except (TypeError, ValueError):
+        kind = "O"
+    if kind not in "biufc":
+        raise ArgumentTypeError(f"cuflow.{name}: a must be an array of numbers (or numbers), "
+                                f"got {type(a).__name__} {a!r:.60}")
     if shape is not None:
         shape = check_shape(name, shape, dtype if dtype is not None else getattr(a, "dtype", None))
     kw = {"dtype": dtype, "order": order, "shape": shape}
@@ -290,6 +321,8 @@ def arange(start=None, stop=None, step=1, dtype=None, *, device=None, stream=Non
         raise ArgumentError(f"cuflow.arange: step must be non-zero, got {step!r}")
     check_dtype("arange", dtype)
     real = (int, float, numpy.integer, numpy.floating)
+    if dtype is None:
+        _check_ends("arange", {"start": start, "stop": stop, "step": step}, None)
     if all(isinstance(v, real) and not isinstance(v, bool) for v in (start, stop, step)):
         # the length is checked here: CuPy computes a size past 2**63 bytes as a small one
         # and its kernel then writes past the allocation
@@ -304,6 +337,8 @@ def arange(start=None, stop=None, step=1, dtype=None, *, device=None, stream=Non
         if n > 0:
             check_shape("arange", (n,), dtype if dtype is not None else
                    (numpy.float64 if fl else numpy.int64))
+            last = start + (n - 1) * step if not fl else float(start) + (n - 1) * float(step)
+            _check_ends("arange", {"start": start, "the last value": last}, dtype)
     return _make("arange", device, stream, start, stop, step, dtype=dtype)
 
 
@@ -313,6 +348,10 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
     check_dtype("linspace", dtype)
     if isinstance(num, int | numpy.integer) and num > 0:
         check_shape("linspace", (num,), dtype if dtype is not None else numpy.float64)
+    real = (int, float, numpy.integer, numpy.floating)
+    if dtype is not None and all(isinstance(v, real) and not isinstance(v, bool)
+                                 and math.isfinite(v) for v in (start, stop)):
+        _check_ends("linspace", {"start": start, "stop": stop}, dtype)
     return _make("linspace", device, stream, start, stop, num, endpoint, retstep, dtype, axis)
 
 

@@ -167,6 +167,8 @@ def asarray(obj, dtype=None, order=None, *, device=None, copy=None, blocking=Fal
     # every backend); Python numbers that the dtype cannot hold are refused, like integers
     # out of range (NEP 50)
     python_data = not hasattr(obj, "dtype")
+    if python_data:
+        _check_python_numbers(obj, dtype)
     try:
         with numpy.errstate(over="raise" if python_data else "ignore",
                             invalid="raise" if python_data else "ignore"):
@@ -251,6 +253,33 @@ def _conform(src, a, dtype, order, copy):
                      else f"a copy in order {order!r}")
     with numpy.errstate(over="ignore", invalid="ignore"):  # astype's semantics
         return runtime().ndarray.astype(a, dtype or a.dtype, order=order or "K", copy=True)
+
+
+def _check_python_numbers(obj, dtype):
+    """Python numbers the conversion would wrap around, refused (NumPy raises for neither):
+    an int past int64 and uint64 with no dtype (NumPy makes an object array of it), and a
+    float whose truncation toward zero an integer dtype cannot hold (``256.0`` as uint8)."""
+    if dtype is None:
+        if isinstance(obj, int) and not isinstance(obj, bool) and not -2**63 <= obj < 2**64:
+            raise ArgumentOverflowError(f"cuflow.asarray: {obj!r} is past int64 and uint64, the "
+                                        "largest integer dtypes; give a float dtype")
+        return
+    if dtype.kind not in "iu" or not isinstance(obj, float | list | tuple):
+        return
+    try:
+        src = numpy.asarray(obj)
+    except (ValueError, TypeError):
+        return  # (the conversion itself refuses it)
+    if src.dtype.kind != "f" or not src.size:
+        return
+    finite = src[numpy.isfinite(src)]
+    info = numpy.iinfo(dtype)
+    if finite.size and not (info.min <= numpy.trunc(finite.min()) and
+                            numpy.trunc(finite.max()) <= info.max):
+        bad = finite.min() if numpy.trunc(finite.min()) < info.min else finite.max()
+        raise ArgumentOverflowError(f"cuflow.asarray: Python float {float(bad)!r} is out of "
+                                    f"the range of {dtype}, [{info.min}, {info.max}], once "
+                                    "truncated toward zero")
 
 
 def _host_array(obj, dtype, order, copy):

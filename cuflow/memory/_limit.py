@@ -68,6 +68,14 @@ class LimitingAdaptor(Backend):
 
     @limit.setter
     def limit(self, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise MemoryTypeError(f"cuflow.memory.LimitingAdaptor: limit must be an int number "
+                                  f"of bytes, got {type(value).__name__} {value!r} (a pool's "
+                                  "limit= and set_limit also take fractions and strings)")
+        if value < 1:
+            raise MemoryValueError(f"cuflow.memory.LimitingAdaptor: limit must be at least 1 "
+                                   f"byte, got {value} (a pool without a limit has no adaptor)")
+        value = int(value)
         self._limit = value
         self.upstream.limit_memory(value)
 

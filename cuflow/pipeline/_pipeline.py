@@ -536,6 +536,9 @@ class Pipeline:
         -----
         Stream semantics: as :meth:`batches`; ``consumer`` queues its work on ``stream``.
         """
+        if not callable(consumer):  # (before a frame is taken from the source)
+            raise ArgumentTypeError(f"cuflow.Pipeline.run: consumer must be callable, got "
+                                    f"{type(consumer).__name__} {consumer!r:.60}")
         gen = self.batches(frames, stream=stream)
         results = []
         try:

@@ -423,3 +423,15 @@ def test_memory_limit_env_of_zero_is_no_limit_and_of_a_vanishing_fraction_raises
         assert "at least 1 byte" in r.stderr
     else:
         assert r.returncode == 0 and r.stdout.strip() == expected, r.stderr
+
+
+@pytest.mark.parametrize("limit, error", [(float("nan"), TypeError), ("1GB", TypeError),
+                                          (1.5, TypeError), (True, TypeError),
+                                          (0, ValueError), (-5, ValueError)])
+def test_a_limiting_adaptor_takes_a_positive_byte_count(limit, error):
+    from cuflow.memory import LimitingAdaptor
+
+    with pytest.raises(error) as e:
+        LimitingAdaptor(HostBackend(), limit)
+    assert isinstance(e.value, cuflow.CuflowError)
+    assert "limit" in str(e.value) and str(limit) in str(e.value)

@@ -65,6 +65,14 @@ def test_run_calls_the_consumer(cf, rng):
                                rtol=1e-5)
 
 
+def test_run_refuses_a_consumer_it_cannot_call_before_taking_a_frame(cf, rng):
+    frames = iter(host_frames(rng, 5))
+    with pytest.raises(TypeError) as e:
+        cf.Pipeline(16, 2).run(frames, None)
+    assert isinstance(e.value, cf.CuflowError) and "consumer" in str(e.value)
+    assert len(list(frames)) == 5  # a one-shot source keeps every frame
+
+
 def test_frames_of_another_shape_midway(cf, rng):
     frames = host_frames(rng, 3) + host_frames(rng, 3, h=20, w=30)
     pipe = cf.Pipeline(16, 4)
