@@ -250,8 +250,8 @@ def _numpydoc_sections(obj: object) -> dict:
 
 
 @pytest.mark.parametrize("module", ["_arithmetic", "_transcendental", "_logical",
-                                    "_statistical"])
-def test_elementwise_and_reduction_docstrings_state_parameters_returns_and_streams(module):
+                                    "_statistical", "_creation"])
+def test_elementwise_reduction_and_creation_docstrings_state_their_contract(module):
     """``help(cuflow.add)`` shows every parameter, the result and where the work runs."""
     mod = importlib.import_module(f"cuflow.core.{module}")
     for name in mod.__all__:

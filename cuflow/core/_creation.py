@@ -28,6 +28,7 @@ from typing import Any
 import numpy
 
 from .._checks import as_index
+from ._docs import complete, creation_sections
 from .._errors import (ArgumentError, ArgumentOverflowError, ArgumentTypeError, CuflowError,
                        OutOfMemoryError)
 from ._contract import check_dtype
@@ -369,3 +370,6 @@ def identity(n, dtype=float, *, device=None, stream=None):
     """Square identity matrix."""
     check_dtype("identity", dtype)
     return _make("identity", device, stream, n, dtype)
+
+
+complete(globals(), __all__, creation_sections)

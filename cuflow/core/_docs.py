@@ -1,9 +1,11 @@
-"""The numpydoc sections the elementwise functions and the reductions share, written once.
+"""The numpydoc sections the elementwise functions, the reductions and the creation functions
+share, written once.
 
 Each function's own docstring gives its summary (and any notes of its own); :func:`complete`
 appends the Parameters and Returns sections, built from the function's signature, and the
 Stream semantics note, so ``help(cuflow.add)`` and the API reference show the whole contract
-without a copy of it in each of the 87 elementwise functions and 11 reductions.
+without a copy of it in each of the 87 elementwise functions, 11 reductions and 12 creation
+functions.
 """
 
 from __future__ import annotations
@@ -93,6 +95,59 @@ def reduction_sections(fn: Any) -> str:
                       "Notes\n-----", _REDUCTION_STREAM])
 
 
+_CREATION = {
+    "shape": ("shape : int or sequence of ints\n    The new array's shape, of ints >= 0 (a 0-d "
+              "integer array is an int; a bool or a\n    float is not)."),
+    "a": ("a : darray or array_like\n    The prototype whose shape and dtype the result takes "
+          "(numbers, not text or objects)."),
+    "fill_value": ("fill_value : number or darray\n    The value every element takes: a number "
+                   "the dtype holds, or an array that\n    broadcasts to the shape and casts as "
+                   "``astype`` does."),
+    "dtype": ("dtype : dtype, optional\n    The result's dtype; when omitted, float64, or "
+              "for ``full``, ``arange`` and\n    ``linspace``, NumPy's choice from the values."),
+    "order": ("order : {\"C\", \"F\"}, optional\n    Memory layout (for ``*_like``, also "
+              "``\"K\"`` and ``\"A\"``: the prototype's, NumPy's rule)."),
+    "subok": ("subok : bool, optional\n"
+              "    NumPy's argument, passed to the backend; the result is a darray."),
+    "start": "start : number, optional\n    The first value.",
+    "stop": "stop : number\n    The end of the range.",
+    "step": "step : number, default 1\n    The spacing, non-zero.",
+    "num": "num : int, default 50\n    How many values.",
+    "endpoint": "endpoint : bool, default True\n    Whether ``stop`` is the last value.",
+    "retstep": "retstep : bool, default False\n    Also return the spacing.",
+    "axis": ("axis : int, default 0\n"
+             "    The axis of the values when ``start`` or ``stop`` is an array."),
+    "N": "N : int\n    Rows (the array API's ``n_rows``).",
+    "M": "M : int, optional\n    Columns (``n_cols``); ``N`` when omitted.",
+    "k": "k : int, default 0\n    The diagonal: 0 the main one, above it > 0, below it < 0.",
+    "n": "n : int\n    Rows and columns.",
+    "device": ("device : optional\n    The array API's device: None or the current device (move "
+               "arrays with ``to_device``)."),
+    "stream": _STREAM_PARAM,
+}
+_CREATION_DTYPE_LIKE = ("dtype : dtype, optional\n"
+                        "    The result's dtype; the prototype's when omitted.")
+_CREATION_SHAPE_LIKE = ("shape : int or sequence of ints, optional\n"
+                        "    The result's shape; the prototype's when omitted.")
+_CREATION_RETURNS = "Returns\n-------\ndarray\n    The new array."
+_CREATION_STREAM = ("Stream semantics: asynchronous; any initialization (zeros, ones, a fill, a "
+                    "range) is\nqueued on ``stream`` or the current stream.  A shape given as a "
+                    "device array is read\nfirst: the host waits for its value.")
+
+
+def creation_sections(fn: Any) -> str:
+    """The Parameters, Returns and Notes sections of the creation function ``fn``."""
+    names = inspect.signature(fn).parameters
+    like = fn.__name__.endswith("_like")
+    params = [_CREATION_DTYPE_LIKE if like and n == "dtype" else
+              _CREATION_SHAPE_LIKE if like and n == "shape" else _CREATION[n] for n in names]
+    returns = _CREATION_RETURNS
+    if "retstep" in names:
+        returns += "\ntuple of (darray, float)\n    With ``retstep``: the array and the spacing."
+    return "\n".join(["Parameters\n----------", *params, "", returns, "", "Notes\n-----",
+                      _CREATION_STREAM])
+
+
 def sections(fn: Any) -> str:
     """The Parameters, Returns and Notes sections of the elementwise function ``fn``."""
     params = inspect.signature(fn).parameters
@@ -105,8 +160,9 @@ def sections(fn: Any) -> str:
 
 def complete(namespace: dict[str, Any], names: Iterable[str], make: Any = sections) -> None:
     """Append the shared sections (``make(fn)``: :func:`sections` for elementwise functions,
-    :func:`reduction_sections` for reductions) to the docstring of each function in ``names``
-    (aliases, the same object under another name, are completed once)."""
+    :func:`reduction_sections` for reductions, :func:`creation_sections` for creation
+    functions) to the docstring of each function in ``names`` (aliases, the same object
+    under another name, are completed once)."""
     done: set[int] = set()
     for name in names:
         fn = namespace[name]
