@@ -11,6 +11,7 @@ functions.
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -86,13 +87,18 @@ _REDUCTION_STREAM = ("Stream semantics: asynchronous; queued on ``stream`` or th
                      "Reading the value on the host (``float(r)``, ``r.to_numpy()``) waits for it.")
 
 
+def _whole(fn: Any, sections: list[str]) -> str:
+    """``fn``'s own docstring (its summary and notes of its own), then ``sections``."""
+    return inspect.cleandoc(fn.__doc__ or fn.__name__) + "\n\n" + "\n".join(sections) + "\n"
+
+
 def reduction_sections(fn: Any) -> str:
-    """The Parameters, Returns and Notes sections of the reduction ``fn``."""
+    """The docstring of the reduction ``fn``, with its Parameters, Returns and Notes."""
     names = inspect.signature(fn).parameters
     arg = fn.__name__.startswith("arg")
     params = [_ARG_DTYPE if arg and n == "dtype" else _REDUCTION[n] for n in names]
-    return "\n".join(["Parameters\n----------", *params, "", _REDUCTION_RETURNS, "",
-                      "Notes\n-----", _REDUCTION_STREAM])
+    return _whole(fn, ["Parameters\n----------", *params, "", _REDUCTION_RETURNS, "",
+                       "Notes\n-----", _REDUCTION_STREAM])
 
 
 _CREATION = {
@@ -136,7 +142,7 @@ _CREATION_STREAM = ("Stream semantics: asynchronous; any initialization (zeros, 
 
 
 def creation_sections(fn: Any) -> str:
-    """The Parameters, Returns and Notes sections of the creation function ``fn``."""
+    """The docstring of the creation function ``fn``, with its Parameters, Returns and Notes."""
     names = inspect.signature(fn).parameters
     like = fn.__name__.endswith("_like")
     params = [_CREATION_DTYPE_LIKE if like and n == "dtype" else
@@ -144,30 +150,90 @@ def creation_sections(fn: Any) -> str:
     returns = _CREATION_RETURNS
     if "retstep" in names:
         returns += "\ntuple of (darray, float)\n    With ``retstep``: the array and the spacing."
-    return "\n".join(["Parameters\n----------", *params, "", returns, "", "Notes\n-----",
-                      _CREATION_STREAM])
+    return _whole(fn, ["Parameters\n----------", *params, "", returns, "", "Notes\n-----",
+                       _CREATION_STREAM])
 
 
 def sections(fn: Any) -> str:
-    """The Parameters, Returns and Notes sections of the elementwise function ``fn``."""
+    """The docstring of the elementwise function ``fn``, with its Parameters, Returns and
+    Notes."""
     params = inspect.signature(fn).parameters
     pair = "dst_pair" in params
     nin = ("src" in params) + ("other" in params)
-    text = ["Parameters\n----------", _INPUTS[nin], _PAIR if pair else _OUTPUT, "",
-            _RETURNS[pair], "", "Notes\n-----", _STREAM]
-    return "\n".join(text)
+    return _whole(fn, ["Parameters\n----------", _INPUTS[nin], _PAIR if pair else _OUTPUT, "",
+                       _RETURNS[pair], "", "Notes\n-----", _STREAM])
+
+
+_COMMON = {
+    "a": "a : darray\n    The input.",
+    "dst": ("dst : darray, optional\n    Where the result is written, of exactly its shape and a "
+            "dtype it casts to; an\n    input that overlaps it is read from a private copy."),
+    "out": "out : darray, optional\n    NumPy's name for ``dst``; give one of the two.",
+    "dtype": "dtype : dtype, optional\n    The result's dtype (NumPy's ``dtype=``).",
+    "casting": ('casting : {"no", "equiv", "safe", "same_kind", "unsafe"}, default "same_kind"\n'
+                "    How the inputs may be cast to the result's dtype (NumPy's rule)."),
+    "order": ('order : {"C", "F", "A", "K"}, optional\n    Memory layout of the result '
+              "(NumPy's rule)."),
+    "axis": "axis : int, optional\n    The axis the operation runs along (NumPy's default).",
+    "copy": ("copy : bool, optional\n    True always copies, False refuses where a copy is "
+             "needed, None copies\n    only where needed."),
+    "device": _CREATION["device"],
+    "stream": _STREAM_PARAM,
+}
+_COMMON_RETURNS = "Returns\n-------\ndarray\n    ``dst`` when given, else a new array (or a view)."
+
+
+def _split(doc: str) -> tuple[str, dict[str, str]]:
+    """A numpydoc docstring's text before its first section, and its sections by title."""
+    parts = re.split(r"\n(?=[A-Z][A-Za-z ]*\n-{3,}\n)", doc)
+    head, sections = parts[0].rstrip("\n"), {}
+    for part in parts[1:]:
+        title, _, text = part.partition("\n")
+        sections[title] = text.partition("\n")[2].rstrip("\n")
+    return head, sections
+
+
+def with_common_parameters(fn: Any, like: Any = None) -> str:
+    """``fn``'s docstring with its Parameters section completed: the parameters its own
+    section (or that of ``like``, a function of the same parameters) describes, those
+    particular to it, and the common ones (``a``, ``dst``, ``out``, ``stream`` ...) in
+    signature order; a Returns section where it has none."""
+    head, secs = _split(inspect.cleandoc(fn.__doc__ or ""))
+    body = secs.pop("Parameters", "")
+    if like is not None:
+        body = _split(inspect.cleandoc(like.__doc__))[1]["Parameters"]
+    own: dict[str, str] = {}
+    for line in body.split("\n") if body else []:
+        if line and not line.startswith(" "):
+            name = line.split(" : ")[0]
+            own[name] = line
+        elif own:
+            own[name] += "\n" + line
+    entries = []
+    for name in inspect.signature(fn).parameters:
+        key = next((k for k in own if name in [n.strip("*") for n in k.split(", ")]), None)
+        if key is not None:
+            if own[key] not in entries:
+                entries.append(own[key])
+        elif name in _COMMON:
+            entries.append(_COMMON[name])
+        else:
+            raise KeyError(f"{fn.__name__}: parameter {name!r} is described nowhere")
+    returns = secs.pop("Returns", None)
+    out = [head, "Parameters\n----------\n" + "\n".join(entries),
+           _COMMON_RETURNS if returns is None else "Returns\n-------\n" + returns]
+    out += [f"{title}\n{'-' * len(title)}\n{text}" for title, text in secs.items()]
+    return "\n\n".join(out) + "\n"
 
 
 def complete(namespace: dict[str, Any], names: Iterable[str], make: Any = sections) -> None:
-    """Append the shared sections (``make(fn)``: :func:`sections` for elementwise functions,
-    :func:`reduction_sections` for reductions, :func:`creation_sections` for creation
-    functions) to the docstring of each function in ``names`` (aliases, the same object
-    under another name, are completed once)."""
+    """Give each function in ``names`` the docstring ``make(fn)`` builds: :func:`sections` for
+    elementwise functions, :func:`reduction_sections` for reductions,
+    :func:`creation_sections` for creation functions, :func:`with_common_parameters` for the
+    others (aliases, the same object under another name, are completed once)."""
     done: set[int] = set()
     for name in names:
         fn = namespace[name]
-        if id(fn) in done or not callable(fn) or "Parameters\n" in (fn.__doc__ or ""):
-            continue
-        done.add(id(fn))
-        summary = inspect.cleandoc(fn.__doc__ or name)
-        fn.__doc__ = summary + "\n\n" + make(fn) + "\n"
+        if id(fn) not in done and callable(fn):
+            done.add(id(fn))
+            fn.__doc__ = make(fn)

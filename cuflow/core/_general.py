@@ -14,6 +14,7 @@ import functools
 import numpy
 
 from .._errors import ArgumentError, ArgumentTypeError
+from ._docs import complete, with_common_parameters
 from ._contract import bad_input, check_ints, one_element_axis, prepare_out, resolve_out
 from ._dispatch import reraise, run_on
 from . import _runtime
@@ -120,6 +121,11 @@ def _general(name, np_fn, xp_name, arrays, dst, stream, elementwise=False, **kw)
 def matmul(a, b, dst=None, *, out=None, stream=None):
     """Matrix product (NumPy ``matmul`` semantics); with ``dst`` written there.
 
+    Parameters
+    ----------
+    a, b : darray
+        The matrices (stacks of them broadcast, NumPy's rule).
+
     Notes
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
@@ -130,6 +136,11 @@ def matmul(a, b, dst=None, *, out=None, stream=None):
 
 def dot(a, b, dst=None, *, out=None, stream=None):
     """Dot product (NumPy ``dot`` semantics); with ``dst`` written there.
+
+    Parameters
+    ----------
+    a, b : darray
+        The operands (NumPy's ``dot``).
 
     Notes
     -----
@@ -187,6 +198,13 @@ def clip(a, min=None, max=None, dst=None, *, a_min=None, a_max=None, out=None,  
     NaN bound gives NaN and where ``min > max`` the result is ``max``; with one bound,
     ``maximum`` or ``minimum`` alone.
 
+    Parameters
+    ----------
+    min, max : number or darray, optional
+        The bounds; at least one of them.
+    a_min, a_max : number or darray, optional
+        NumPy's names for ``min`` and ``max``.
+
     Notes
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
@@ -236,6 +254,11 @@ def cumprod(a, axis=None, dtype=None, dst=None, *, out=None, stream=None):
 def around(a, decimals=0, dst=None, *, out=None, stream=None):
     """Round to ``decimals``; with ``dst`` written there.
 
+    Parameters
+    ----------
+    decimals : int, default 0
+        Decimal places kept; negative rounds to tens, hundreds...
+
     Notes
     -----
     Halves round to even, as in NumPy.  With ``decimals != 0``, NumPy scales by
@@ -251,3 +274,6 @@ def around(a, decimals=0, dst=None, *, out=None, stream=None):
 
 
 round = around  # noqa: A001  (NumPy's name)
+
+
+complete(globals(), __all__, with_common_parameters)

@@ -15,6 +15,7 @@ import operator
 import numpy
 
 from .._errors import ArgumentError, ArgumentOverflowError, ArgumentTypeError, CuflowError
+from ._docs import complete, with_common_parameters
 from ._contract import (as_dtype, bad_input, check_cast, check_dtype, check_host_out, check_order,
                         may_share, prepare_out, resolve_out)
 from ._dispatch import reraise, run_on
@@ -28,7 +29,22 @@ __all__ = ["asarray", "array", "from_dlpack", "asnumpy", "as_darray", "copy", "a
 
 
 def as_darray(x):
-    """``x`` (an array of the backend) as a darray without copying and without mutating ``x``."""
+    """``x`` (an array of the backend) as a darray without copying and without mutating ``x``.
+
+    Parameters
+    ----------
+    x : cupy.ndarray or numpy.ndarray
+        An array of the active backend.
+
+    Returns
+    -------
+    darray
+        A view of ``x``'s memory.
+
+    Notes
+    -----
+    Stream semantics: synchronous and immediate; nothing is queued.
+    """
     rt = runtime()
     if not isinstance(x, rt.ndarray):
         bad_input("as_darray", x, f"x must be an array of the active {rt.name} backend (a "
@@ -96,6 +112,15 @@ def astype(a, dtype, dst=None, *, out=None, order="K", casting="unsafe", copy=Tr
            device=None, stream=None):
     """Cast ``a`` to ``dtype``; with ``dst`` (of that dtype) the result is written there.
 
+    Parameters
+    ----------
+    dtype : dtype
+        The result's dtype.
+    casting : {"no", "equiv", "safe", "same_kind", "unsafe"}, default "unsafe"
+        Which casts are allowed (NumPy's rule; ``astype`` allows every one by default).
+    copy : bool, default True
+        False returns ``a`` itself where its dtype and layout already fit.
+
     Notes
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
@@ -132,6 +157,18 @@ def asarray(obj, dtype=None, order=None, *, device=None, copy=None, blocking=Fal
     data is shared (zero-copy); host data is copied to the device.  The signature is
     CuPy's (``dtype`` and ``order`` by position, ``copy`` and ``blocking`` by keyword),
     with the array API's ``device=`` and cuflow's ``stream=``.
+
+    Parameters
+    ----------
+    obj : array_like
+        What is converted (see above).
+    blocking : bool, default False
+        Wait for the host-to-device copy before returning (CuPy's meaning).
+
+    Returns
+    -------
+    darray
+        ``obj`` itself where it is already a darray that fits, else a new darray (or a view).
 
     Notes
     -----
@@ -318,6 +355,28 @@ def array(obj, dtype=None, copy=True, order="K", subok=False, ndmin=0, *, blocki
     ``subok=True`` is refused, as CuPy refuses it: the result is always a darray.
     ``ndmin`` puts ones in front of the shape up to that many dimensions.  ``blocking``,
     ``device`` and ``stream`` are :func:`asarray`'s.
+
+    Parameters
+    ----------
+    obj : array_like
+        What is converted, as :func:`asarray` takes it.
+    copy : bool, default True
+        False refuses where a copy is needed (as :func:`asarray`).
+    subok : bool, default False
+        Must be False (see above).
+    ndmin : int, default 0
+        The least number of dimensions of the result, from 0 to 64.
+    blocking : bool, default False
+        As :func:`asarray`'s.
+
+    Returns
+    -------
+    darray
+        A new darray (or ``obj`` with ``copy=False``).
+
+    Notes
+    -----
+    Stream semantics: as :func:`asarray`.
     """
     if subok:
         raise ArgumentError(f"cuflow.array: subok must be False (as in CuPy, which does not "
@@ -439,6 +498,16 @@ def _to_numpy(obj, dtype, order, copy):
 def from_dlpack(x, /, *, device=None, copy=None, stream=None):
     """Zero-copy import of a DLPack-capable object (``__dlpack__``) as a darray.
 
+    Parameters
+    ----------
+    x : object
+        An object with ``__dlpack__`` and ``__dlpack_device__``.
+
+    Returns
+    -------
+    darray
+        The imported array (a view of ``x``'s memory, or its copy with ``copy=True``).
+
     Notes
     -----
     Stream semantics: the producer is asked to order its work before ``stream``
@@ -467,7 +536,29 @@ def from_dlpack(x, /, *, device=None, copy=None, stream=None):
 
 
 def asnumpy(a, stream=None, order="C", out=None, blocking=True):
-    """Copy to a ``numpy.ndarray`` (waits for the data unless ``blocking=False`` with pinned ``out``)."""
+    """Copy to a ``numpy.ndarray`` (waits for the data unless ``blocking=False`` with pinned ``out``).
+
+    Parameters
+    ----------
+    a : darray or array_like
+        What is copied.
+    order : {"C", "F", "A", "K"}, default "C"
+        Memory layout of the result.
+    out : numpy.ndarray, optional
+        A host array of ``a``'s shape and dtype to copy into (pinned for ``blocking=False``).
+    blocking : bool, default True
+        Wait for the copy; False returns once it is queued (``out`` must be pinned memory).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``out`` when given, else a new host array.
+
+    Notes
+    -----
+    Stream semantics: the device-to-host copy is queued on ``stream`` or the current
+    stream, after the work queued there; with ``blocking=True`` the host waits for it.
+    """
     rt = runtime()
     check_order("asnumpy", order, "CFA")  # (CuPy's get takes no "K")
     # checked on every backend, so a stream the GPU refuses is refused on the host too
@@ -482,3 +573,6 @@ def asnumpy(a, stream=None, order="C", out=None, blocking=True):
     if isinstance(a, rt.xp.ndarray):  # (CuPy's own get: cupy.asnumpy calls darray.get, ours)
         return rt.xp.ndarray.get(a, stream=s, order=order, out=out, blocking=blocking)
     return rt.xp.asnumpy(a, stream=s, order=order, out=out, blocking=blocking)
+
+
+complete(globals(), [n for n in __all__ if n != "copy_into"], with_common_parameters)

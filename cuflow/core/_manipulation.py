@@ -10,6 +10,7 @@ import numpy
 
 from .._checks import is_integer
 from .._errors import ArgumentError, ArgumentIndexError, ArgumentTypeError, AxisError
+from ._docs import complete, with_common_parameters
 from ._contract import (bad_input, check_dtype, check_ints, check_order, may_share, prepare_out,
                         resolve_out)
 from ._dispatch import call, reraise, wrap_view
@@ -96,6 +97,13 @@ def reshape(a, shape=None, order="C", *, copy=None, newshape=None, dst=None, out
     raises where a view is impossible.  ``newshape`` is NumPy's older spelling of
     ``shape``.
 
+    Parameters
+    ----------
+    shape : int or tuple of ints
+        The new shape; one entry may be -1, inferred from the size.
+    newshape : int or tuple of ints, optional
+        NumPy's older name for ``shape``; give one of the two.
+
     Notes
     -----
     Stream semantics: a view launches nothing; every copy (``copy=True``, a layout that
@@ -144,6 +152,11 @@ def reshape(a, shape=None, order="C", *, copy=None, newshape=None, dst=None, out
 def transpose(a, axes=None, *, dst=None, out=None, stream=None):
     """Transposed view of ``a``; with ``dst`` the transposed data is copied there (contiguous).
 
+    Parameters
+    ----------
+    axes : tuple of ints, optional
+        The permutation of the axes; reversed when omitted.
+
     Notes
     -----
     Stream semantics: the view launches nothing; the copy into ``dst`` is queued on
@@ -162,7 +175,13 @@ def transpose(a, axes=None, *, dst=None, out=None, stream=None):
 
 
 def ascontiguousarray(a, dtype=None, *, dst=None, out=None, stream=None):
-    """C-contiguous version of ``a`` (``a`` itself when already so); with ``dst`` copied there."""
+    """C-contiguous version of ``a`` (``a`` itself when already so); with ``dst`` copied there.
+
+    Notes
+    -----
+    Stream semantics: a copy (``a`` not contiguous, or ``dst``) is queued on ``stream`` or the
+    current stream; otherwise nothing is launched.
+    """
     rt = runtime()
     dst = resolve_out(dst, out, "ascontiguousarray")
     if stream is not None:
@@ -215,6 +234,13 @@ def concatenate(arrays, axis=0, dst=None, *, out=None, dtype=None, casting="same
                 stream=None):
     """Join arrays along an existing axis; with ``dst`` written there.
 
+    Parameters
+    ----------
+    arrays : sequence of darrays
+        Arrays of one shape but along ``axis``.
+    axis : int or None, default 0
+        The axis joined along; None joins the flattened arrays.
+
     Notes
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
@@ -225,6 +251,13 @@ def concatenate(arrays, axis=0, dst=None, *, out=None, dtype=None, casting="same
 
 def stack(arrays, axis=0, dst=None, *, out=None, dtype=None, casting="same_kind", stream=None):
     """Join arrays along a new axis; with ``dst`` written there.
+
+    Parameters
+    ----------
+    arrays : sequence of darrays
+        Arrays of one shape.
+    axis : int, default 0
+        The new axis of the result they are stacked along.
 
     Notes
     -----
@@ -243,6 +276,13 @@ def take(a, indices, axis=None, dst=None, *, out=None, stream=None):
     scalars to indices are refused).  Indices on the host are checked against the axis'
     length (``ArgumentIndexError``); indices on the GPU are not, since checking them would
     synchronize: there an index past the end wraps around, CuPy's rule.
+
+    Parameters
+    ----------
+    indices : int, sequence of ints or integer darray
+        The positions taken (see above).
+    axis : int, optional
+        The axis taken along; the flattened array when omitted.
 
     Notes
     -----
@@ -307,6 +347,13 @@ def take_along_axis(a, indices, axis=-1, dst=None, *, out=None, stream=None):
     """Values of ``a`` at ``indices`` along ``axis`` (array API ``take_along_axis``; the last
     axis unless given, where NumPy requires it); with ``dst`` written there.
 
+    Parameters
+    ----------
+    indices : integer darray
+        Positions along ``axis``, of ``a``'s number of dimensions (NumPy's rule).
+    axis : int or None
+        The axis taken along; None for the flattened array.
+
     Notes
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
@@ -320,3 +367,6 @@ def take_along_axis(a, indices, axis=-1, dst=None, *, out=None, stream=None):
         bad_input("take_along_axis", a, scalars=False)
     r = call("take_along_axis", runtime().xp.take_along_axis, a, indices, axis)
     return r if dst is None else copy_into("take_along_axis", dst, r, "same_kind")
+
+
+complete(globals(), __all__, with_common_parameters)

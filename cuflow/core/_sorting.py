@@ -5,9 +5,11 @@ Stream semantics: asynchronous; queued on ``stream`` or the current stream.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from .._errors import AxisError
+from ._docs import complete, with_common_parameters
 from ._contract import bad_input, check_ints, one_element_axis
 from ._dispatch import call, run_on
 from ._runtime import runtime
@@ -31,6 +33,28 @@ def argsort(a, axis=-1, kind=None, order=None, *, descending=False, stable=True,
 
     ``descending=True`` keeps equal elements in their original order when
     ``stable`` (the array API's rule), as NumPy's own flip would not.
+
+    Parameters
+    ----------
+    axis : int or None, default -1
+        The axis sorted along; None sorts the flattened array.
+    kind : str, optional
+        NumPy's sorting algorithm name; the backend picks its own.
+    order : None
+        NumPy's field order for structured arrays, which cuflow does not have.
+    descending : bool, default False
+        Sort from the largest down (array API).
+    stable : bool, default True
+        Keep equal elements in their original order (array API).
+
+    Returns
+    -------
+    darray
+        The indices, of ``a``'s shape (int64).
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
     if stream is not None:
         return run_on(stream, "argsort", argsort, a, axis, kind, order, descending=descending,
@@ -68,7 +92,17 @@ def _argsort_descending(xp, a, axis, kw):
 
 
 def sort(a, axis=-1, kind=None, order=None, *, descending=False, stable=True, stream=None):
-    """``a`` sorted along ``axis`` (array API ``sort``)."""
+    """``a`` sorted along ``axis`` (array API ``sort``).
+
+    Returns
+    -------
+    darray
+        A new sorted array.
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+    """
     if stream is not None:
         return run_on(stream, "sort", sort, a, axis, kind, order, descending=descending,
                       stable=stable)
@@ -88,3 +122,7 @@ def _sort_descending(xp, a, axis, kw):
         a, axis = a.ravel(), 0
     return xp.ascontiguousarray(xp.flip(xp.sort(xp.flip(a, axis=axis), axis=axis, **kw),
                                          axis=axis))
+
+
+complete(globals(), ["argsort"], with_common_parameters)
+complete(globals(), ["sort"], functools.partial(with_common_parameters, like=argsort))
