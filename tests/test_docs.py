@@ -249,6 +249,16 @@ def _numpydoc_sections(obj: object) -> dict:
     return docscrape.NumpyDocString(obj.__doc__ or "")
 
 
+def _states_its_contract(fn: object, label: str) -> None:
+    """Every parameter documented, a Returns section, and a Stream semantics note."""
+    doc = _numpydoc_sections(fn)
+    documented = {n.strip("*") for p in doc["Parameters"] for n in p.name.split(", ")}
+    params = set(inspect.signature(fn).parameters)
+    assert params <= documented, f"{label}: {sorted(params - documented)} undocumented"
+    assert doc["Returns"], f"{label} has no Returns section"
+    assert "Stream semantics" in "\n".join(doc["Notes"]), f"{label}: no stream note"
+
+
 @pytest.mark.parametrize("module", ["_arithmetic", "_transcendental", "_logical",
                                     "_statistical", "_creation", "_manipulation", "_interop",
                                     "_general", "_sorting"])
@@ -256,10 +266,12 @@ def test_namespace_docstrings_state_their_contract(module):
     """``help(cuflow.add)`` shows every parameter, the result and where the work runs."""
     mod = importlib.import_module(f"cuflow.core.{module}")
     for name in (n for n in mod.__all__ if n in cuflow.__all__):
-        fn = getattr(cuflow, name)
-        doc = _numpydoc_sections(fn)
-        documented = {n.strip("*") for p in doc["Parameters"] for n in p.name.split(", ")}
-        params = set(inspect.signature(fn).parameters)
-        assert params <= documented, f"cuflow.{name}: {sorted(params - documented)} undocumented"
-        assert doc["Returns"], f"cuflow.{name} has no Returns section"
-        assert "Stream semantics" in "\n".join(doc["Notes"]), f"cuflow.{name}: no stream note"
+        _states_its_contract(getattr(cuflow, name), f"cuflow.{name}")
+
+
+def test_image_operators_state_their_contract():
+    for name in cuflow.image.__all__:
+        fn = getattr(cuflow.image, name)
+        if not inspect.isfunction(fn):
+            continue
+        _states_its_contract(fn, f"cuflow.image.{name}")

@@ -59,6 +59,12 @@ def normalize(src, *, mean=None, std=None, scale=None, norm: Norm | None = None,
     stream : Stream, optional
         Where the kernel is queued (default: the current stream).
 
+    Returns
+    -------
+    darray
+        ``dst`` when given, else a new array: ``(N, C, H, W)`` or ``(N, H, W, C)`` (one frame:
+        ``(C, H, W)`` or ``(H, W, C)``) of ``dtype``.
+
     Notes
     -----
     Stream semantics: asynchronous; one kernel queued on ``stream`` (or the
@@ -90,6 +96,12 @@ def resize_normalize(src, size, *, interpolation="bilinear", mean=None, std=None
         overlapping the input; written and returned, nothing is allocated.
     stream : Stream, optional
         Where the kernel is queued (default: the current stream).
+
+    Returns
+    -------
+    darray
+        ``dst`` when given, else a new array of ``size`` in ``layout`` and ``dtype``, as
+        :func:`normalize` gives.
 
     Notes
     -----
@@ -127,6 +139,11 @@ def resize(src, size, *, interpolation="bilinear", src_format=None, out_format=N
     stream : Stream, optional
         Where the kernel is queued (default: the current stream).
 
+    Returns
+    -------
+    darray
+        ``dst`` when given, else a new uint8 array: ``(N, h, w, C')`` (one frame: ``(h, w, C')``).
+
     Notes
     -----
     Stream semantics: asynchronous; one kernel queued on ``stream`` (or the
@@ -162,6 +179,11 @@ def cvt_color(src, src_format, out_format, *, matrix="bt601", full_range=False, 
         overlapping the input; written and returned.
     stream : Stream, optional
         Where the kernel is queued (default: the current stream).
+
+    Returns
+    -------
+    darray
+        ``dst`` when given, else a new uint8 HWC array of ``out_format``'s channels.
 
     Notes
     -----
@@ -273,6 +295,12 @@ def crop_resize(src, boxes, size, *, frame_index=None, interpolation="bilinear",
     stream : Stream, optional
         Where the kernel is queued (default: the current stream).
 
+    Returns
+    -------
+    darray
+        ``dst`` when given, else a new ``(K, C, h, w)`` (``layout="NCHW"``) or ``(K, h, w, C)``
+        array of ``dtype``, one image per box.
+
     Notes
     -----
     Stream semantics: asynchronous; one kernel queued on ``stream`` (or the
@@ -342,6 +370,11 @@ def denormalize(src, *, mean=None, std=None, scale=None, norm: Norm | None = Non
         uint8 output of the result shape; written and returned.
     stream : Stream, optional
         Where the kernel is queued (default: the current stream).
+
+    Returns
+    -------
+    darray
+        ``dst`` when given, else a new uint8 ``(N, H, W, C)`` (one image: ``(H, W, C)``) array.
 
     Notes
     -----
