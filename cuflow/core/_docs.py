@@ -15,6 +15,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from .._errors import CuflowError
+
 _INPUTS = {
     1: ("src : darray or scalar\n    The operand: a darray (or an array of the active backend), "
         "or a Python or\n    NumPy scalar."),
@@ -218,7 +220,8 @@ def with_common_parameters(fn: Any, like: Any = None) -> str:
         elif name in _COMMON:
             entries.append(_COMMON[name])
         else:
-            raise KeyError(f"{fn.__name__}: parameter {name!r} is described nowhere")
+            raise CuflowError(f"cuflow.{fn.__name__}: its parameter {name!r} is described "
+                              "neither in its docstring nor in the common table (core/_docs.py)")
     returns = secs.pop("Returns", None)
     out = [head, "Parameters\n----------\n" + "\n".join(entries),
            _COMMON_RETURNS if returns is None else "Returns\n-------\n" + returns]
