@@ -154,7 +154,23 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
         return _ns().flatten(self, dst, out=out, order=order, stream=stream)
 
     def to_numpy(self, *, stream=None):
-        """Copy to a new ``numpy.ndarray`` (alias of ``get()``; blocks until the data is on the host)."""
+        """Copy to a new ``numpy.ndarray`` (alias of ``get()``).
+
+        Parameters
+        ----------
+        stream : cuflow.Stream, optional
+            The stream the copy is queued on; the current stream when omitted.
+
+        Returns
+        -------
+        numpy.ndarray
+            The data, on the host.
+
+        Notes
+        -----
+        Stream semantics: the copy follows the work queued on ``stream``, and the host waits
+        for it before returning.
+        """
         return _ns().asnumpy(self, stream=stream)
 
     def __array_namespace__(self, /, *, api_version=None):
@@ -481,7 +497,11 @@ def _reduction_method(name):
         return getattr(_ns(), name)(self, *args, **kwargs)
 
     method.__name__ = method.__qualname__ = name
-    method.__doc__ = f"``cuflow.{name}(self, ...)``: the reduction with ``dst=`` and ``stream=``."
+    method.__doc__ = (f"``cuflow.{name}(self, ...)``: the reduction, with ``dst=`` and "
+                      f"``stream=``.\n\n"
+                      f"Its parameters, result and stream semantics are those of\n"
+                      f":func:`cuflow.{name}`, with this array as ``a``.\n\n"
+                      f"See Also\n--------\ncuflow.{name}\n")
     return method
 
 
