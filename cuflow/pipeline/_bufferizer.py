@@ -304,6 +304,18 @@ class Bufferizer:
         """Append one element, a batch ``(k, *shape)`` or a list of elements.
 
         Dispatches to :meth:`append_one` or :meth:`append_multiple` by shape.
+
+        Parameters
+        ----------
+        element : darray or list of darrays
+            One element of the Bufferizer's shape, a batch ``(k, *shape)``, or a list of elements.
+        stream : cuflow.Stream, optional
+            The producer's stream, whose work so far the copy follows; the current stream when
+            omitted.
+
+        Notes
+        -----
+        Stream semantics: as :meth:`append_one`.
         """
         # resolved once here: the call it dispatches to gets the resolved stream (a CuPy
         # stream, or None on the NumPy backend), which resolves to itself
@@ -325,6 +337,14 @@ class Bufferizer:
 
         Raises :class:`BufferizerStateError` (a ``BufferError``) when the
         buffer is full (nothing changes).
+
+        Parameters
+        ----------
+        element : darray
+            One element of the Bufferizer's shape and dtype (any strides).
+        stream : cuflow.Stream, optional
+            The producer's stream, whose work so far the copy follows; the current stream when
+            omitted.
 
         Notes
         -----
@@ -349,6 +369,14 @@ class Bufferizer:
 
         Every element is checked and the room for all ``k`` is checked before
         anything is copied: on error nothing is appended.
+
+        Parameters
+        ----------
+        element : darray or list of darrays
+            A batch ``(k, *shape)`` or a list of ``k`` elements.
+        stream : cuflow.Stream, optional
+            The producer's stream, whose work so far the copy follows; the current stream when
+            omitted.
 
         Notes
         -----
@@ -384,6 +412,16 @@ class Bufferizer:
         made.  Raises :class:`BufferizerStateError` when full.  A kernel that fails
         before :meth:`commit` leaves the Bufferizer unchanged.
 
+        Parameters
+        ----------
+        stream : cuflow.Stream, optional
+            The stream of the kernel that writes the slot; the current stream when omitted.
+
+        Returns
+        -------
+        darray
+            A view of the next free element, to write with ``dst=``.
+
         Notes
         -----
         Stream semantics: ``stream`` is ordered after the work queued so far on the
@@ -403,6 +441,13 @@ class Bufferizer:
     @_on_own_device
     def commit(self, n: int = 1, *, stream: Any = None) -> None:
         """Count ``n`` elements written through :meth:`next_slot` (fires the append hooks).
+
+        Parameters
+        ----------
+        n : int, default 1
+            How many elements written through :meth:`next_slot` to count.
+        stream : cuflow.Stream, optional
+            The stream of the kernels that wrote them; the current stream when omitted.
 
         Notes
         -----
@@ -432,6 +477,16 @@ class Bufferizer:
         :meth:`release`.  Raises :class:`BufferizerStateError` (a
         ``BufferError``) if it is empty.
 
+        Parameters
+        ----------
+        stream : cuflow.Stream, optional
+            The consumer's stream; the current stream when omitted.
+
+        Returns
+        -------
+        darray
+            A view of the elements appended so far, ``(len(self), *shape)``.
+
         Notes
         -----
         Stream semantics: no host synchronization; one event record on the
@@ -456,6 +511,17 @@ class Bufferizer:
         The buffer's stream waits for that point before writing the buffer
         again (no host synchronization).  Raises :class:`BufferizerStateError`
         if no buffer is taken.
+
+        Parameters
+        ----------
+        stream : cuflow.Stream, optional
+            The stream where the consumer's work on the oldest taken buffer is queued;
+            the current stream when omitted.
+
+        Notes
+        -----
+        Stream semantics: no host synchronization; one event record on ``stream``, which the
+        buffer's stream waits for before writing the buffer again.
         """
         consumer = _stream_arg("release", as_stream, stream)
         if self._stale:  # the oldest: a buffer allocate() replaced, whose memory goes back to
