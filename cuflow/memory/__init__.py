@@ -120,6 +120,16 @@ def get_pool(device: int | None = None) -> Pool:
     On the NumPy backend a host-memory pool per device is returned, so code
     that reads statistics runs unchanged.
 
+    Parameters
+    ----------
+    device : int, optional
+        The device whose pool; the current device when omitted.
+
+    Returns
+    -------
+    Pool
+        The device's pool, made on first use.
+
     Raises
     ------
     MemoryTypeError, MemoryValueError
@@ -185,6 +195,16 @@ def _install(backend: Any) -> None:
 def using_pool(pool: Pool):
     """Route this thread's CuPy allocations to ``pool`` inside the block (thread-local).
 
+    Parameters
+    ----------
+    pool : Pool
+        The pool that serves the block's allocations.
+
+    Returns
+    -------
+    contextmanager
+        Entered with ``with``; it yields ``pool``.
+
     Raises
     ------
     MemoryTypeError
@@ -209,30 +229,78 @@ def _using_pool(pool: Pool):
 
 # ------------------------------------------------------------ module level
 def stats(device: int | None = None) -> dict[str, Any]:
-    """:meth:`Pool.stats` of ``device``'s pool (default: the current device's), with
-    PyTorch's key names."""
+    """:meth:`Pool.stats` of ``device``'s pool, with PyTorch's key names.
+
+    Parameters
+    ----------
+    device : int, optional
+        The device whose pool; the current device when omitted.
+
+    Returns
+    -------
+    dict
+        The counters and byte totals (:meth:`Pool.stats`).
+    """
     return get_pool(device).stats()
 
 
 def summary(device: int | None = None) -> str:
-    """:meth:`Pool.summary` of ``device``'s pool (default: the current device's)."""
+    """:meth:`Pool.summary` of ``device``'s pool.
+
+    Parameters
+    ----------
+    device : int, optional
+        The device whose pool; the current device when omitted.
+
+    Returns
+    -------
+    str
+        A table of the pool's use, as PyTorch's ``memory_summary``.
+    """
     return get_pool(device).summary()
 
 
 def snapshot(device: int | None = None) -> list[dict[str, Any]]:
-    """:meth:`Pool.snapshot` of ``device``'s pool (default: the current device's)."""
+    """:meth:`Pool.snapshot` of ``device``'s pool.
+
+    Parameters
+    ----------
+    device : int, optional
+        The device whose pool; the current device when omitted.
+
+    Returns
+    -------
+    list of dict
+        One entry per segment with its blocks (:meth:`Pool.snapshot`).
+    """
     return get_pool(device).snapshot()
 
 
 def empty_cache(device: int | None = None) -> int:
     """Return ``device``'s cached, fully free segments and the backend's unused reserve to
-    the device (:meth:`Pool.empty_cache`, which makes the pool's device current for it);
-    the number of segments released."""
+    the device (:meth:`Pool.empty_cache`, which makes the pool's device current for it).
+
+    Parameters
+    ----------
+    device : int, optional
+        The device whose pool; the current device when omitted.
+
+    Returns
+    -------
+    int
+        The number of segments released.
+    """
     return get_pool(_device(device, "empty_cache")).empty_cache()
 
 
 def reset_peak_stats(device: int | None = None) -> None:
-    """Reset the peak statistics of ``device``'s pool."""
+    """Reset the peak statistics of ``device``'s pool.
+
+    Parameters
+    ----------
+    device : int, optional
+        The device whose pool; the current device when omitted.
+    """
     get_pool(device).reset_peak_stats()
 
 
@@ -287,6 +355,18 @@ def record_stream(array: Any, stream: Any) -> None:
     stream is read or written by work queued on another and then freed.  The
     pool learns when a CuPy (or cuflow) stream is destroyed; a PyTorch or
     cuda.core stream must outlive the array's free.
+
+    Parameters
+    ----------
+    array : darray
+        An array of the pool's memory (host arrays are ignored).
+    stream : cuflow.Stream or a CuPy, PyTorch or cuda.core stream
+        The stream whose work uses it.
+
+    Notes
+    -----
+    Stream semantics: nothing is queued now; when ``array`` is freed, the pool records an
+    event on ``stream`` and reuses the memory only after it.
     """
 
     try:
