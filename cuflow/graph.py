@@ -75,6 +75,11 @@ class Graph:
     def replay(self, *, stream: Any = None) -> None:
         """Launch the graph on ``stream`` (default: the current stream).
 
+        Parameters
+        ----------
+        stream : cuflow.Stream, optional
+            The stream the launch is queued on; the current stream when omitted.
+
         Notes
         -----
         Stream semantics: asynchronous; one graph launch queued on ``stream`` or the
@@ -389,6 +394,16 @@ class CapturedFunction:
         """Replay on the current static inputs (no copies) and return the static outputs
         (on the NumPy backend: ``fn`` of the last inputs).
 
+        Parameters
+        ----------
+        stream : cuflow.Stream, optional
+            The stream the launch is queued on; the current stream when omitted.
+
+        Returns
+        -------
+        darray, tuple of darrays or None
+            The static outputs, overwritten by the next call or replay.
+
         Notes
         -----
         Stream semantics: asynchronous; one graph launch queued on ``stream`` or the
@@ -467,7 +482,25 @@ def capture(fn: Callable[..., Any] | None = None, *example_inputs: Any, stream: 
 
 
 def graphed(fn: Callable[..., Any] | None = None, *, warmup: int = 1) -> Any:
-    """Decorator: ``fn`` is captured on its first call and replayed on the next ones."""
+    """Decorator: ``fn`` is captured on its first call and replayed on the next ones.
+
+    Parameters
+    ----------
+    fn : callable, optional
+        The function, as :func:`capture` takes it; left out, ``graphed`` returns a decorator
+        (``@graphed(warmup=2)``).
+    warmup : int, default 1
+        Eager calls before the capture, as :func:`capture`'s.
+
+    Returns
+    -------
+    CapturedFunction or callable
+        The captured function (or, without ``fn``, a decorator that makes it).
+
+    Notes
+    -----
+    Stream semantics: as :class:`CapturedFunction`'s.
+    """
     if fn is None:
         return functools.partial(graphed, warmup=warmup)
     return CapturedFunction(fn, None, warmup=warmup)
