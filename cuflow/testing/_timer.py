@@ -82,7 +82,30 @@ def _sync():
 
 def host_time_us(fn: Callable[[], object], *, number: int = 2000, repeat: int = 7,
                  warmup: int = 200) -> Timing:
-    """Host microseconds per call of ``fn`` (synchronizes before and after each loop)."""
+    """Host microseconds per call of ``fn`` (synchronizes before and after each loop).
+
+    Parameters
+    ----------
+    fn : callable
+        Called with no arguments.
+    number : int, default 2000
+        Calls per timed loop.
+    repeat : int, default 7
+        Timed loops; the result is their median, min and max per call.
+    warmup : int, default 200
+        Untimed calls first (compiles, pool misses).
+
+    Returns
+    -------
+    Timing
+        Per-call microseconds: the wall time of each loop, its GPU work included, over
+        ``number``.
+
+    Notes
+    -----
+    Stream semantics: the device is synchronized before and after each loop, so a loop's
+    time includes the GPU work it queued that outlasts the host's launches.
+    """
     _callable("host_time_us", fn)
     _counts("host_time_us", number=number, repeat=repeat, warmup=warmup)
     for _ in range(warmup):
@@ -150,6 +173,27 @@ def device_time_us(fn: Callable[[], object], *, number: int = 10, repeat: int = 
     calls then run back to back unless the host launches them slower than the
     GPU runs them).  The hold and the events are on the current stream: time work
     queued there (work ``fn`` queues on other streams is neither held nor timed).
+
+    Parameters
+    ----------
+    fn : callable
+        Called with no arguments; its GPU work queued on the current stream.
+    number : int, default 10
+        Calls per timed loop.
+    repeat : int, default 15
+        Timed loops; the result is their median, min and max per call.
+    warmup : int, default 3
+        Untimed calls first (compiles, pool misses).
+
+    Returns
+    -------
+    Timing
+        Per-call microseconds of GPU time.
+
+    Notes
+    -----
+    Stream semantics: the hold, the events and ``fn``'s calls are queued on the current
+    stream; each loop waits for its end event.
     """
     _callable("device_time_us", fn)
     _counts("device_time_us", number=number, repeat=repeat, warmup=warmup)
@@ -182,8 +226,23 @@ def device_time_us(fn: Callable[[], object], *, number: int = 10, repeat: int = 
 
 
 def copy_bandwidth_tbps(nbytes: int = 1 << 30) -> float:
-    """Device-to-device copy bandwidth in TB/s (bytes read + bytes written) of ``nbytes``
-    (an int, a multiple of 4 of at least 4 MiB, so the copy is not a cache's)."""
+    """Device-to-device copy bandwidth in TB/s (bytes read + bytes written).
+
+    Parameters
+    ----------
+    nbytes : int, default 1 GiB
+        The bytes copied: a multiple of 4 of at least 4 MiB, so the copy is not a cache's.
+
+    Returns
+    -------
+    float
+        ``2 * nbytes`` over the median device time of a copy, in TB/s.
+
+    Notes
+    -----
+    Stream semantics: the copies run on the current stream, timed by
+    :func:`device_time_us`, which waits for them.
+    """
     rule = "nbytes must be an int multiple of 4 of at least 4 MiB"
     if not is_integer(nbytes):
         raise ArgumentTypeError(f"cuflow.testing.copy_bandwidth_tbps: {rule}, got "
