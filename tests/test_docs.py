@@ -275,3 +275,10 @@ def test_image_operators_state_their_contract():
         if not inspect.isfunction(fn):
             continue
         _states_its_contract(fn, f"cuflow.image.{name}")
+
+
+def test_cuflow_imports_with_docstrings_stripped():
+    """``python -OO`` strips the docstrings that the shared sections complete."""
+    r = subprocess.run([sys.executable, "-OO", "-c", "import cuflow; cuflow.add"],
+                       capture_output=True, text=True, env=dict(os.environ, CUFLOW_BACKEND="numpy"))
+    assert r.returncode == 0, r.stderr[-2000:]

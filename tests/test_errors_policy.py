@@ -157,6 +157,9 @@ def test_asarray_refuses_ragged_and_overflowing_input(cf):
     (lambda cf: cf.arange(65500.0, 65700.0, 50.0, dtype="float16"), ("arange", "float16")),
     (lambda cf: cf.arange(0, 10, 2**70), ("arange", str(2**70))),
     (lambda cf: cf.linspace(0, 300, 3, dtype="uint8"), ("linspace", "300", "uint8")),
+    # NumPy rounds an integer linspace down: -0.999 would wrap to 255
+    (lambda cf: cf.linspace(-0.999, 10, 5, dtype="uint8"), ("linspace", "-0.999", "uint8")),
+    (lambda cf: cf.linspace(0, np.int64(300), 3, dtype=np.uint8), ("linspace", "300")),
 ])
 def test_numbers_a_dtype_cannot_hold_are_refused_not_wrapped(cf, call, words):
     with pytest.raises(OverflowError) as e:
@@ -172,7 +175,20 @@ def test_ranges_and_floats_that_fit_convert_as_numpy_does(cf):
                       (cf.arange(0.0, 5.0, 1.5, dtype="int32"),
                        np.arange(0.0, 5.0, 1.5, dtype=np.int32)),
                       (cf.linspace(0.5, 10.5, 4, dtype="int16"),
-                       np.linspace(0.5, 10.5, 4, dtype=np.int16))]:
+                       np.linspace(0.5, 10.5, 4, dtype=np.int16)),
+                      # the values a range holds, not its bounds, must fit
+                      (cf.linspace(0, 256, 256, endpoint=False, dtype="uint8"),
+                       np.linspace(0, 256, 256, endpoint=False, dtype=np.uint8)),
+                      (cf.linspace(0, 300, 1, dtype="uint8"),
+                       np.linspace(0, 300, 1, dtype=np.uint8)),
+                      # an integer range of a float step steps by trunc(start + step) - start
+                      (cf.arange(0, 300, 1.5, dtype="uint8"),
+                       np.arange(0, 300, 1.5, dtype=np.uint8)),
+                      # NumPy scalars as bounds and steps
+                      (cf.arange(np.int64(2), 10, dtype=np.int32),
+                       np.arange(np.int64(2), 10, dtype=np.int32)),
+                      (cf.arange(np.float32(0.5), 5, np.int8(1), dtype=np.int8),
+                       np.arange(np.float32(0.5), 5, np.int8(1), dtype=np.int8))]:
         np.testing.assert_array_equal(to_host(got), want)
         assert got.dtype == want.dtype
 

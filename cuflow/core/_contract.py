@@ -31,12 +31,12 @@ from typing import Any, Literal
 import numpy
 
 from .._checks import as_index
-from .._errors import (ArgumentError, ArgumentTypeError, AxisError, DstDtypeError, DstError,
-                       DstShapeError, DstTypeError)
+from .._errors import (ArgumentError, ArgumentOverflowError, ArgumentTypeError, AxisError,
+                       DstDtypeError, DstError, DstShapeError, DstTypeError)
 from ._runtime import runtime
 
 __all__ = ["prepare_out", "resolve_out", "check_casting", "check_cast", "check_out_pair",
-           "check_order", "positional_pair", "bad_input", "check_dtype", "check_host_out", "translate_type_error", "reduced_shape",
+           "check_order", "positional_pair", "bad_input", "check_dtype", "check_int_fits_64_bits", "check_host_out", "translate_type_error", "reduced_shape",
            "broadcast_shape", "may_share", "span"]
 
 Overlap = Literal["elementwise", "copy", "refuse"]
@@ -180,6 +180,14 @@ def as_dtype(name: str, dtype: Any) -> numpy.dtype:
         except TypeError:
             got = repr(dtype)
     raise ArgumentTypeError(f"cuflow.{name}: dtype must name a dtype, got {got}")
+
+
+def check_int_fits_64_bits(name: str, what: str, v: Any) -> None:
+    """A Python int with no dtype to hold it must fit int64 or uint64, the largest integer
+    dtypes (NumPy would make an object array of it, which cuflow does not compute with)."""
+    if isinstance(v, int) and not isinstance(v, bool) and not -2**63 <= v < 2**64:
+        raise ArgumentOverflowError(f"cuflow.{name}: {what} {v!r} is past int64 and uint64, "
+                                    "the largest integer dtypes; give a float dtype")
 
 
 def check_dtype(name: str, dtype: Any) -> numpy.dtype | None:

@@ -27,11 +27,11 @@ from typing import Any
 
 import numpy
 
-from .._checks import as_index
+from .._checks import as_index, is_integer
 from ._docs import complete, creation_sections
 from .._errors import (ArgumentError, ArgumentOverflowError, ArgumentTypeError, CuflowError,
                        OutOfMemoryError)
-from ._contract import check_dtype
+from ._contract import check_dtype, check_int_fits_64_bits
 from ._dispatch import call, reraise, run_on
 from ._fastpath import EMPTY, ZEROS, FastCall
 from ._info import check_device
@@ -70,7 +70,7 @@ def _fmt_bytes(n: int) -> str:
     return f"{n} B"  # pragma: no cover
 
 
-def check_fill_value(name: str, value: Any, dtype: Any = None, what: str = "fill_value") -> Any:
+def check_fill_value(name: str, value: Any, dtype: Any = None) -> Any:
     """A fill value is a number (or a 0-d array of one): text or objects make no array of
     numbers; with ``dtype``, one that it holds (bool: True, False, 0 or 1; integers: whole
     numbers in range; reals: finite values in range, or inf and nan as given).  Returns the
@@ -86,11 +86,10 @@ def check_fill_value(name: str, value: Any, dtype: Any = None, what: str = "fill
     except TypeError:
         kind = "O"
     if kind not in "biufc":
-        raise ArgumentTypeError(f"cuflow.{name}: {what} must be a number, got "
+        raise ArgumentTypeError(f"cuflow.{name}: fill_value must be a number, got "
                                 f"{type(value).__name__} {value!r}")
-    if dtype is None and isinstance(value, int) and kind == "i" and not -2**63 <= value < 2**64:
-        raise ArgumentOverflowError(f"cuflow.{name}: {what} {value!r} is past int64 and "
-                                    "uint64, the largest integer dtypes; give a float dtype")
+    if dtype is None:
+        check_int_fits_64_bits(name, "fill_value", value)
     if dtype is None or numpy.ndim(value) != 0:
         return value
     check_dtype(name, dtype)
@@ -99,60 +98,56 @@ def check_fill_value(name: str, value: Any, dtype: Any = None, what: str = "fill
         try:
             value = float(value)
         except OverflowError:
-            raise ArgumentOverflowError(f"cuflow.{name}: {what} {value!r} is out of the "
+            raise ArgumentOverflowError(f"cuflow.{name}: fill_value {value!r} is out of the "
                                         f"range of {dt}") from None
         kind = "f"
     if dt.kind == "b":
         # True/False (NumPy's too) or the ints 0 and 1; a cast would make 2.5 or 1j True
         if kind == "b" or (kind in "iu" and value in (0, 1)):
             return value
-        raise ArgumentError(f"cuflow.{name}: {what} for bool must be True, False, 0 or 1, "
+        raise ArgumentError(f"cuflow.{name}: fill_value for bool must be True, False, 0 or 1, "
                             f"got {value!r}")
     if dt.kind == "c" or kind == "b":
         return value
     v = complex(value) if kind == "c" else value
     if kind == "c":
         if v.imag:
-            raise ArgumentTypeError(f"cuflow.{name}: {what} {value!r} is complex, and "
+            raise ArgumentTypeError(f"cuflow.{name}: fill_value {value!r} is complex, and "
                                     f"{dt} holds real numbers; take .real first")
         v = v.real
     v = float(v) if kind in "fc" else int(v)
     if dt.kind in "iu":
         info = numpy.iinfo(dt)
         if isinstance(v, float) and not (math.isfinite(v) and v == int(v)):
-            raise ArgumentError(f"cuflow.{name}: {what} must be a whole number for {dt}, "
+            raise ArgumentError(f"cuflow.{name}: fill_value must be a whole number for {dt}, "
                                 f"got {value!r}")
         if not info.min <= int(v) <= info.max:
-            raise ArgumentOverflowError(f"cuflow.{name}: {what} {value!r} is out of the "
+            raise ArgumentOverflowError(f"cuflow.{name}: fill_value {value!r} is out of the "
                                         f"range of {dt}, [{info.min}, {info.max}]")
     elif dt.kind == "f" and math.isfinite(v) and abs(v) > float(numpy.finfo(dt).max):
-        raise ArgumentOverflowError(f"cuflow.{name}: {what} {value!r} is out of the range "
+        raise ArgumentOverflowError(f"cuflow.{name}: fill_value {value!r} is out of the range "
                                     f"of {dt} (its largest value is {numpy.finfo(dt).max})")
     return v if kind == "c" else value
 
 
-def _check_ends(name: str, ends: dict[str, Any], dtype: Any) -> None:
-    """The first and last values of a range (``arange``, ``linspace``) in the range of
-    ``dtype``, after the truncation toward zero an integer dtype makes: a range whose values
-    the dtype cannot hold is refused, as a fill value is, rather than wrapped around."""
-    dt = numpy.dtype(dtype if dtype is not None else numpy.int64)
+def _check_ends(name: str, ends: dict[str, Any], dtype: Any, rounding: Any = math.trunc) -> None:
+    """The extreme values of a range (``arange``, ``linspace``) in the range of ``dtype``,
+    after the rounding an integer dtype makes (``rounding``: toward zero for ``arange``'s
+    values, down for ``linspace``'s, as NumPy rounds them): a range whose values the dtype
+    cannot hold is refused, as a fill value is, rather than wrapped around."""
+    dt = numpy.dtype(dtype)
     for what, v in ends.items():
-        if isinstance(v, int) and not isinstance(v, bool) and dtype is None \
-                and not -2**63 <= v < 2**64:
-            raise ArgumentOverflowError(f"cuflow.{name}: {what} {v!r} is past int64 and "
-                                        "uint64, the largest integer dtypes; give a float dtype")
-        if dtype is None or dt.kind not in "iuf":
-            continue
         if dt.kind == "f":
             if math.isfinite(v) and abs(float(v)) > float(numpy.finfo(dt).max):
                 raise ArgumentOverflowError(f"cuflow.{name}: {what} {v!r} is out of the range "
                                             f"of {dt} (its largest value is "
                                             f"{numpy.finfo(dt).max})")
-            continue
-        info = numpy.iinfo(dt)
-        if not info.min <= math.trunc(v) <= info.max:
-            raise ArgumentOverflowError(f"cuflow.{name}: {what} {v!r} is out of the range of "
-                                        f"{dt}, [{info.min}, {info.max}]")
+        elif dt.kind in "iu":
+            info = numpy.iinfo(dt)
+            whole = int(v) if is_integer(v) else rounding(float(v))
+            if not info.min <= whole <= info.max:
+                raise ArgumentOverflowError(f"cuflow.{name}: {what} {v!r} is out of the range "
+                                            f"of {dt}, [{info.min}, {info.max}]")
 
 
 def check_shape(name: str, shape: Any, dtype: Any) -> tuple[int, ...]:
@@ -323,7 +318,8 @@ def arange(start=None, stop=None, step=1, dtype=None, *, device=None, stream=Non
     check_dtype("arange", dtype)
     real = (int, float, numpy.integer, numpy.floating)
     if dtype is None:
-        _check_ends("arange", {"start": start, "stop": stop, "step": step}, None)
+        for what, v in (("start", start), ("stop", stop), ("step", step)):
+            check_int_fits_64_bits("arange", what, v)
     if all(isinstance(v, real) and not isinstance(v, bool) for v in (start, stop, step)):
         # the length is checked here: CuPy computes a size past 2**63 bytes as a small one
         # and its kernel then writes past the allocation
@@ -338,9 +334,22 @@ def arange(start=None, stop=None, step=1, dtype=None, *, device=None, stream=Non
         if n > 0:
             check_shape("arange", (n,), dtype if dtype is not None else
                    (numpy.float64 if fl else numpy.int64))
-            last = start + (n - 1) * step if not fl else float(start) + (n - 1) * float(step)
-            _check_ends("arange", {"start": start, "the last value": last}, dtype)
+            if dtype is not None:
+                _check_ends("arange", {"start": start, "the last value": _arange_last(
+                    start, step, n, fl, numpy.dtype(dtype))}, dtype)
     return _make("arange", device, stream, start, stop, step, dtype=dtype)
+
+
+def _arange_last(start: Any, step: Any, n: int, fl: bool, dt: numpy.dtype) -> Any:
+    """The last of ``n`` values of ``arange(start, ..., step)`` in ``dt``: NumPy makes an
+    integer dtype's range of float arguments from ``start`` and ``start + step`` cast to it,
+    so its step is the difference of the two truncated values."""
+    if not fl:
+        return int(start) + (n - 1) * int(step)
+    if dt.kind in "iu":
+        first = math.trunc(float(start))
+        return first + (n - 1) * (math.trunc(float(start) + float(step)) - first)
+    return float(start) + (n - 1) * float(step)
 
 
 def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0, *,
@@ -350,9 +359,15 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
     if isinstance(num, int | numpy.integer) and num > 0:
         check_shape("linspace", (num,), dtype if dtype is not None else numpy.float64)
     real = (int, float, numpy.integer, numpy.floating)
-    if dtype is not None and all(isinstance(v, real) and not isinstance(v, bool)
-                                 and math.isfinite(v) for v in (start, stop)):
-        _check_ends("linspace", {"start": start, "stop": stop}, dtype)
+    if dtype is not None and isinstance(num, int | numpy.integer) and num > 0 and all(
+            isinstance(v, real) and not isinstance(v, bool) and math.isfinite(v)
+            for v in (start, stop)):
+        # the values lie between the first and the last (stop only with endpoint); NumPy
+        # rounds them down for an integer dtype
+        last = (float(stop) if endpoint else
+                float(start) + (num - 1) * (float(stop) - float(start)) / num) if num > 1 \
+            else start
+        _check_ends("linspace", {"start": start, "the last value": last}, dtype, math.floor)
     return _make("linspace", device, stream, start, stop, num, endpoint, retstep, dtype, axis)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -80,6 +81,8 @@ _REDUCTION = {
     "out": "out : darray, optional\n    NumPy's name for ``dst``; give one of the two.",
     "stream": _STREAM_PARAM,
 }
+_ARG_AXIS = ("axis : int, optional\n"
+             "    The axis reduced; an index into the flattened array when omitted.")
 _ARG_DTYPE = ("dtype : integer dtype, optional\n"
               "    The index's dtype (CuPy's ``dtype=``); not with ``dst``.")
 
@@ -98,7 +101,8 @@ def reduction_sections(fn: Any) -> str:
     """The docstring of the reduction ``fn``, with its Parameters, Returns and Notes."""
     names = inspect.signature(fn).parameters
     arg = fn.__name__.startswith("arg")
-    params = [_ARG_DTYPE if arg and n == "dtype" else _REDUCTION[n] for n in names]
+    params = [_ARG_DTYPE if arg and n == "dtype" else _ARG_AXIS if arg and n == "axis" else
+              _REDUCTION[n] for n in names]
     return _whole(fn, ["Parameters\n----------", *params, "", _REDUCTION_RETURNS, "",
                        "Notes\n-----", _REDUCTION_STREAM])
 
@@ -149,6 +153,9 @@ def creation_sections(fn: Any) -> str:
     like = fn.__name__.endswith("_like")
     params = [_CREATION_DTYPE_LIKE if like and n == "dtype" else
               _CREATION_SHAPE_LIKE if like and n == "shape" else _CREATION[n] for n in names]
+    # (``start`` is optional for ``arange`` only: what has no default is not optional)
+    params = [p.replace(", optional\n", "\n", 1)
+              if names[n].default is inspect.Parameter.empty else p for n, p in zip(names, params)]
     returns = _CREATION_RETURNS
     if "retstep" in names:
         returns += "\ntuple of (darray, float)\n    With ``retstep``: the array and the spacing."
@@ -176,13 +183,14 @@ _COMMON = {
                 "    How the inputs may be cast to the result's dtype (NumPy's rule)."),
     "order": ('order : {"C", "F", "A", "K"}, optional\n    Memory layout of the result '
               "(NumPy's rule)."),
-    "axis": "axis : int, optional\n    The axis the operation runs along (NumPy's default).",
+    "axis": ("axis : int, optional\n    The axis the operation runs along; the flattened array "
+             "when omitted."),
     "copy": ("copy : bool, optional\n    True always copies, False refuses where a copy is "
              "needed, None copies\n    only where needed."),
     "device": _CREATION["device"],
     "stream": _STREAM_PARAM,
 }
-_COMMON_RETURNS = "Returns\n-------\ndarray\n    ``dst`` when given, else a new array (or a view)."
+_COMMON_RETURNS = "Returns\n-------\ndarray\n    ``dst`` when given, else a new array."
 
 
 def _split(doc: str) -> tuple[str, dict[str, str]]:
@@ -234,6 +242,8 @@ def complete(namespace: dict[str, Any], names: Iterable[str], make: Any = sectio
     elementwise functions, :func:`reduction_sections` for reductions,
     :func:`creation_sections` for creation functions, :func:`with_common_parameters` for the
     others (aliases, the same object under another name, are completed once)."""
+    if sys.flags.optimize >= 2:  # (python -OO: the docstrings are stripped)
+        return
     done: set[int] = set()
     for name in names:
         fn = namespace[name]

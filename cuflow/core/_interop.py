@@ -16,7 +16,8 @@ import numpy
 
 from .._errors import ArgumentError, ArgumentOverflowError, ArgumentTypeError, CuflowError
 from ._docs import complete, with_common_parameters
-from ._contract import (as_dtype, bad_input, check_cast, check_dtype, check_host_out, check_order,
+from ._contract import (as_dtype, bad_input, check_cast, check_dtype, check_host_out,
+                        check_int_fits_64_bits, check_order,
                         may_share, prepare_out, resolve_out)
 from ._dispatch import reraise, run_on
 from ._expr import Expr
@@ -121,6 +122,12 @@ def astype(a, dtype, dst=None, *, out=None, order="K", casting="unsafe", copy=Tr
     copy : bool, default True
         False returns ``a`` itself where its dtype and layout already fit.
 
+    Returns
+    -------
+    darray
+        ``dst`` when given; ``a`` itself with ``copy=False`` where its dtype and layout fit;
+        else a new array.
+
     Notes
     -----
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
@@ -204,8 +211,10 @@ def asarray(obj, dtype=None, order=None, *, device=None, copy=None, blocking=Fal
     # every backend); Python numbers that the dtype cannot hold are refused, like integers
     # out of range (NEP 50)
     python_data = not hasattr(obj, "dtype")
-    if python_data:
-        _check_python_numbers(obj, dtype)
+    if dtype is None:
+        check_int_fits_64_bits("asarray", "obj", obj)
+    elif type(obj) is float and dtype.kind in "iu":  # (lists: _host_array, which reads them)
+        _check_float_range(numpy.asarray(obj), dtype)
     try:
         with numpy.errstate(over="raise" if python_data else "ignore",
                             invalid="raise" if python_data else "ignore"):
@@ -292,28 +301,17 @@ def _conform(src, a, dtype, order, copy):
         return runtime().ndarray.astype(a, dtype or a.dtype, order=order or "K", copy=True)
 
 
-def _check_python_numbers(obj, dtype):
-    """Python numbers the conversion would wrap around, refused (NumPy raises for neither):
-    an int past int64 and uint64 with no dtype (NumPy makes an object array of it), and a
-    float whose truncation toward zero an integer dtype cannot hold (``256.0`` as uint8)."""
-    if dtype is None:
-        if isinstance(obj, int) and not isinstance(obj, bool) and not -2**63 <= obj < 2**64:
-            raise ArgumentOverflowError(f"cuflow.asarray: {obj!r} is past int64 and uint64, the "
-                                        "largest integer dtypes; give a float dtype")
-        return
-    if dtype.kind not in "iu" or not isinstance(obj, float | list | tuple):
-        return
-    try:
-        src = numpy.asarray(obj)
-    except (ValueError, TypeError):
-        return  # (the conversion itself refuses it)
-    if src.dtype.kind != "f" or not src.size:
-        return
+def _check_float_range(src, dtype):
+    """Python floats (``src``, NumPy's conversion of them) whose truncation toward zero the
+    integer ``dtype`` cannot hold, refused: NumPy wraps ``256.0`` to 0 as uint8 without a
+    floating-point error."""
     finite = src[numpy.isfinite(src)]
+    if not finite.size:
+        return
     info = numpy.iinfo(dtype)
-    if finite.size and not (info.min <= numpy.trunc(finite.min()) and
-                            numpy.trunc(finite.max()) <= info.max):
-        bad = finite.min() if numpy.trunc(finite.min()) < info.min else finite.max()
+    lo, hi = numpy.trunc(finite.min()), numpy.trunc(finite.max())
+    if not (info.min <= lo and hi <= info.max):
+        bad = finite.min() if lo < info.min else finite.max()
         raise ArgumentOverflowError(f"cuflow.asarray: Python float {float(bad)!r} is out of "
                                     f"the range of {dtype}, [{info.min}, {info.max}], once "
                                     "truncated toward zero")
@@ -329,6 +327,8 @@ def _host_array(obj, dtype, order, copy):
         return _numpy_asarray(obj, dtype, order, copy)
     src = _numpy_asarray(obj, None, None, False if copy is False else None)
     _refuse_complex_to_real(src.dtype, dtype)
+    if dtype.kind in "iu" and src.dtype.kind == "f" and isinstance(obj, list | tuple):
+        _check_float_range(src, dtype)
     # Python numbers (a bare int, or in lists and tuples) convert again with the dtype,
     # which refuses those out of its range; NumPy data casts as astype does
     return _numpy_asarray(obj, dtype, order, copy,

@@ -73,6 +73,12 @@ def _view(name: str, fn, a, *args, **kwargs):
 def ravel(a, order="C", *, dst=None, out=None, stream=None):
     """View of ``a`` as 1-D when possible; with ``dst`` a copy into it (as :func:`flatten`).
 
+    Returns
+    -------
+    darray
+        ``dst`` when given, else a 1-D view of ``a`` where the layout allows, else a new
+        array.
+
     Notes
     -----
     Stream semantics: a view launches nothing; the copy of a layout that cannot be viewed
@@ -103,6 +109,11 @@ def reshape(a, shape=None, order="C", *, copy=None, newshape=None, dst=None, out
         The new shape; one entry may be -1, inferred from the size.
     newshape : int or tuple of ints, optional
         NumPy's older name for ``shape``; give one of the two.
+
+    Returns
+    -------
+    darray
+        ``dst`` when given, else a view of ``a`` where the layout allows, else a new array.
 
     Notes
     -----
@@ -157,6 +168,11 @@ def transpose(a, axes=None, *, dst=None, out=None, stream=None):
     axes : tuple of ints, optional
         The permutation of the axes; reversed when omitted.
 
+    Returns
+    -------
+    darray
+        ``dst`` when given, else a view of ``a``.
+
     Notes
     -----
     Stream semantics: the view launches nothing; the copy into ``dst`` is queued on
@@ -175,7 +191,13 @@ def transpose(a, axes=None, *, dst=None, out=None, stream=None):
 
 
 def ascontiguousarray(a, dtype=None, *, dst=None, out=None, stream=None):
-    """C-contiguous version of ``a`` (``a`` itself when already so); with ``dst`` copied there.
+    """C-contiguous version of ``a`` (a view of ``a`` when already so); with ``dst`` copied there.
+
+    Returns
+    -------
+    darray
+        ``dst`` when given, else a view of ``a`` where it is C-contiguous (and of
+        ``dtype``), else a new array.
 
     Notes
     -----
