@@ -1,11 +1,12 @@
-"""The numpydoc sections the elementwise functions, the reductions and the creation functions
-share, written once.
+"""The numpydoc sections the namespace's functions share, written once.
 
-Each function's own docstring gives its summary (and any notes of its own); :func:`complete`
-appends the Parameters and Returns sections, built from the function's signature, and the
-Stream semantics note, so ``help(cuflow.add)`` and the API reference show the whole contract
-without a copy of it in each of the 87 elementwise functions, 11 reductions and 12 creation
-functions.
+Each function's own docstring gives its summary (and any notes of its own); :func:`complete`,
+called at the end of each module, appends the Parameters and Returns sections, built from the
+function's signature, and the Stream semantics note, so ``help(cuflow.add)`` and the API
+reference show the whole contract without a copy of it in each of the 87 elementwise
+functions, 11 reductions and 12 creation functions.  The other functions (``reshape``,
+``astype``, ``sort`` ...) describe the parameters particular to them and get the common ones
+(``a``, ``dst``, ``out``, ``stream`` ...) from one table (:func:`with_common_parameters`).
 """
 
 from __future__ import annotations
