@@ -45,9 +45,16 @@ __all__ = ["Pool", "device_malloc", "make_cupy_malloc"]
 class Pool(_CorePool):
     """A caching allocator (see the module docstring), with CuPy's pool methods.
 
-    ``Pool(backend, limit=None)`` builds one over any :class:`Backend` (the parameters
-    of the core pool: a limit in any form :func:`cuflow.memory.set_limit` takes, ``None`` or
-    0 bytes for none); :func:`get_pool` returns the one cuflow installed for a device.
+    :func:`get_pool` returns the one cuflow installed for a device.
+
+    Parameters
+    ----------
+    backend : Backend
+        Where segments come from (the driver's pool, virtual memory, ``cudaMalloc``, or
+        host memory for tests).
+    limit : int, float, str or None, optional
+        Most bytes the pool may reserve, in any form :func:`cuflow.memory.set_limit` takes;
+        ``None`` or 0 bytes for none.
     """
 
     def __init__(self, backend: Backend, limit: int | float | str | None = None) -> None:
@@ -75,18 +82,22 @@ class Pool(_CorePool):
 
     # -- CuPy MemoryPool methods -----------------------------------------------
     def used_bytes(self) -> int:
+        """Bytes lent out now (CuPy's ``MemoryPool.used_bytes``)."""
         self.flush_frees()
         return self.allocated
 
     def total_bytes(self) -> int:
+        """Bytes the pool holds, lent or cached (CuPy's ``MemoryPool.total_bytes``)."""
         self.flush_frees()
         return self.reserved
 
     def free_bytes(self) -> int:
+        """Bytes the pool holds and has not lent (CuPy's ``MemoryPool.free_bytes``)."""
         self.flush_frees()
         return self.reserved - self.allocated
 
     def n_free_blocks(self) -> int:
+        """Runs of free memory the pool caches (CuPy's ``MemoryPool.n_free_blocks``)."""
         with self._lock:
             self.flush_frees()
             return self._free_runs()
@@ -105,6 +116,13 @@ class Pool(_CorePool):
         As CuPy's ``MemoryPool.set_limit``: ``size=0``, ``fraction=0`` or neither argument
         removes the limit (:meth:`get_limit` then returns 0), as ``0`` and ``None`` do for
         :func:`cuflow.memory.set_limit` and :attr:`limit`.
+
+        Parameters
+        ----------
+        size : int, optional
+            The limit in bytes.
+        fraction : float, optional
+            The limit as a fraction of the device's memory, in (0, 1]; not with ``size``.
         """
         if size is None and isinstance(fraction, numbers.Real) \
                 and not isinstance(fraction, bool) and fraction == 0:
@@ -115,16 +133,43 @@ class Pool(_CorePool):
                stream: Any = None) -> None:
         """Prepare the cache so allocations of these sizes never reach the device allocator.
 
-        ``shapes_or_nbytes``: byte counts, or shapes (with ``dtype``, default
-        float32).  All are allocated at once, then freed, on ``stream``.
+        All are allocated at once, then freed.
+
+        Parameters
+        ----------
+        shapes_or_nbytes : iterable of int or of shapes
+            Byte counts, or array shapes of ``dtype``.
+        dtype : dtype, optional
+            The dtype of the shapes; float32 when omitted.
+        stream : cuflow.Stream, optional
+            The stream the blocks are cached for; the current stream when omitted.
+
+        Notes
+        -----
+        Stream semantics: no kernel is launched; the segments are taken from the backend on
+        ``stream``, as the allocations they will serve.
         """
         super().warmup(sizes_of(shapes_or_nbytes, dtype), stream_ptr(stream))
 
     def reserve(self, nbytes: int, stream: Any = None) -> None:  # type: ignore[override]
-        """Hold at least ``nbytes`` of free cache (one segment) for the coming allocations."""
+        """Hold at least ``nbytes`` of free cache (one segment) for the coming allocations.
+
+        Parameters
+        ----------
+        nbytes : int
+            The bytes to hold free.
+        stream : cuflow.Stream, optional
+            The stream the segment is cached for; the current stream when omitted.
+
+        Notes
+        -----
+        Stream semantics: no kernel is launched; the segment is taken from the backend on
+        ``stream``.
+        """
         super().reserve(nbytes, stream_ptr(stream))
 
     def get_limit(self) -> int:
+        """The limit in bytes, 0 for none (CuPy's ``MemoryPool.get_limit``)."""
         return self.limit or 0
 
 
