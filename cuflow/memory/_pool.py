@@ -357,6 +357,16 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
     def free_ptr(self, ptr: int) -> None:
         """Give back the block at ``ptr`` (from :meth:`alloc_ptr`); safe from finalizers.
 
+        Parameters
+        ----------
+        ptr : int
+            The block's pointer.
+
+        Notes
+        -----
+        Stream semantics: nothing is queued; the block is reused at once on its stream, and
+        by another stream only after the work of the streams that used it.
+
         Raises
         ------
         DoubleFreeError
@@ -391,6 +401,24 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         hook is: a miss may release segments, which records events on their streams, and an
         event belongs to the device current when it is made.
 
+        Parameters
+        ----------
+        nbytes : int
+            The bytes asked for (rounded up to the pool's block sizes).
+        stream : int, optional
+            The handle of the stream the block is for; the current stream when omitted.
+
+        Returns
+        -------
+        Block
+            The block; give it back with :meth:`free`.
+
+        Notes
+        -----
+        Stream semantics: nothing is queued; the block is ready for work on ``stream`` (a
+        block another stream freed is lent only after that stream's work, or with an event
+        ``stream`` waits for).
+
         Raises
         ------
         MemoryTypeError
@@ -410,7 +438,18 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         return self._live[self.alloc_ptr(nbytes, stream)]
 
     def free(self, b: Block) -> None:
-        """Return ``b``; reused at once on its stream, or after its other streams' work."""
+        """Return ``b``; reused at once on its stream, or after its other streams' work.
+
+        Parameters
+        ----------
+        b : Block
+            A block this pool lends now (:class:`DoubleFreeError` otherwise).
+
+        Notes
+        -----
+        Stream semantics: nothing is queued; where other streams used ``b``
+        (:meth:`record_stream`), an event on each orders its reuse after their work.
+        """
         if not isinstance(b, Block):
             raise MemoryTypeError(f"cuflow.memory.Pool.free: b must be a Block of this pool, "
                                   f"got {type(b).__name__}")
@@ -421,7 +460,17 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         self.flush_frees()
 
     def block_of(self, ptr: int) -> Block | None:
-        """The lent block that starts at ``ptr``, or ``None``."""
+        """The lent block that starts at ``ptr``, or ``None``.
+
+        Parameters
+        ----------
+        ptr : int
+            A pointer.
+
+        Returns
+        -------
+        Block or None
+        """
         return self._live.get(ptr)
 
     def _alloc_locked(self, size: int, nbytes: int, stream: int) -> Block:
@@ -794,7 +843,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
                 self._busy = False
 
     def empty_cache(self) -> int:
-        """Return every fully free segment to the device; the number of segments released.
+        """Return every fully free segment to the device.
 
         The backend gives back what it keeps reserved beyond the pool's segments too (the
         driver pool's reserve, after a device synchronize; over expandable segments, the
@@ -803,6 +852,11 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         nothing can be released (freeing device memory would invalidate the capture): it
         then releases nothing and returns 0.  It runs with the pool's device current
         (:meth:`~cuflow.memory.Backend.on_device`), whichever device the caller has current.
+
+        Returns
+        -------
+        int
+            The number of segments released.
         """
         with self.backend.on_device(), self._lock:  # (releases record events on its streams)
             if self._capturing:
