@@ -60,6 +60,7 @@ class StatsMixin:
             self._live_base = len(self._live)  # blocks lent before: their frees still count
 
     def reset_peak_stats(self) -> None:
+        """Set the peaks (allocated, requested, reserved, active) to their current values."""
         with self._lock:
             self._drain()
             self._rec_peak_saved = 0
@@ -80,7 +81,17 @@ class StatsMixin:
         return sum(self._state.hit_counts().values()) + sum(self.misses.values())
 
     def stats(self) -> dict[str, Any]:
-        """Counters with PyTorch's key names, plus cache hits and misses per size class."""
+        """Counters with PyTorch's key names, plus cache hits and misses per size class.
+
+        Returns
+        -------
+        dict
+            ``allocated_bytes.all.current`` and ``.peak``, ``reserved_bytes.all.*``,
+            ``requested_bytes.all.*``, ``active_bytes.all.*``, ``num_alloc``,
+            ``num_device_alloc``, ``cache_hits``, ``cache_misses``, ``size_classes``, the
+            backend and the limit, among others; the keys PyTorch's ``memory_stats`` has
+            too mean what they mean there.
+        """
         with self._lock:
             if not self._busy:
                 self._drain()
@@ -129,7 +140,14 @@ class StatsMixin:
             return s
 
     def snapshot(self) -> list[dict[str, Any]]:
-        """Segments with their blocks, in address order."""
+        """Segments with their blocks, in address order.
+
+        Returns
+        -------
+        list of dict
+            One dict per segment (its address, size, stream and blocks), each block with its
+            offset, size and state, as PyTorch's ``memory_snapshot`` lists them.
+        """
         with self._lock:
             self._settle()
             out = []
@@ -177,7 +195,13 @@ class StatsMixin:
                 f"sizes, or raise the limit (cuflow.memory.set_limit / CUFLOW_MEMORY_LIMIT).")
 
     def summary(self) -> str:
-        """A readable table of :meth:`stats`."""
+        """A readable table of :meth:`stats`.
+
+        Returns
+        -------
+        str
+            The table, as PyTorch's ``memory_summary`` prints one.
+        """
         s, f = self.stats(), fmt_bytes
         rows = [("allocated (in use)", "allocated_bytes.all"), ("requested", "requested_bytes.all"),
                 ("active", "active_bytes.all"), ("reserved (segments)", "reserved_bytes.all")]
