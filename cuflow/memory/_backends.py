@@ -175,7 +175,7 @@ class HostBackend(_Counted):
                               f"{self.capacity - self.in_use} of {self.capacity} left")
         # an anonymous mapping: the kernel commits its zeroed pages as they are first written,
         # so a segment costs resident memory only for the blocks used (a ctypes buffer is
-        # zeroed whole: tests/memory/test_hotpath.py's replays held gigabytes resident)
+        # zeroed whole: tests/memory/test_hotpath.py's replays would hold gigabytes resident)
         try:
             buf = mmap.mmap(-1, max(nbytes, 1))
         except (OSError, OverflowError) as e:  # the host cannot map that much: out of memory
