@@ -55,7 +55,7 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def alloc(self, nbytes: int, stream: int) -> int:
-        """A new segment of ``nbytes`` usable on ``stream``; raises MemoryError when out of memory."""
+        """A new segment of ``nbytes`` usable on ``stream``; MemoryError when out of memory."""
 
     @abc.abstractmethod
     def free(self, ptr: int, nbytes: int, stream: int) -> None:
@@ -79,13 +79,16 @@ class Backend(abc.ABC):
         return int(runtime.memGetInfo()[1])
 
     def alloc_private(self, nbytes: int) -> int:
-        """A segment for a graph-private pool: not stream-ordered, so never captured into a graph."""
+        """A segment for a graph-private pool: not stream-ordered, so never captured into a
+        graph."""
         return self.alloc(nbytes, 0)
 
     def free_private(self, ptr: int, nbytes: int) -> None:
+        """Return a segment from :meth:`alloc_private`."""
         self.free(ptr, nbytes, 0)
 
     def current_stream(self) -> int:
+        """The handle of the stream current now (0: the legacy default stream)."""
         return 0
 
     def record(self, stream: int) -> Any:
@@ -93,6 +96,7 @@ class Backend(abc.ABC):
         return None
 
     def done(self, event: Any) -> bool:
+        """Whether the work before ``event`` (from :meth:`record`) is done."""
         return True
 
     def stream_idle(self, stream: int) -> bool:
@@ -111,7 +115,7 @@ class Backend(abc.ABC):
         return None
 
     def reset_device_peak(self) -> None:
-        pass
+        """Set the peak of :meth:`device_reserved` to its current value, where it keeps one."""
 
     def trim(self) -> None:
         """Give memory the backend holds beyond the pool's segments back to the device."""
