@@ -240,7 +240,8 @@ def _entry(kind: int) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
 
 
 @_entry(EMPTY)
-def empty(shape, dtype=float, order="C", *, device=None, stream=None):
+def empty(shape: Any, dtype: Any = float, order: str = "C", *, device: Any = None,
+          stream: Any = None) -> Any:
     """New array of ``shape``, uninitialized (array API ``empty``)."""
     r = _fast_empty("empty", shape, dtype, order, device, stream)
     if r is not None:
@@ -249,7 +250,8 @@ def empty(shape, dtype=float, order="C", *, device=None, stream=None):
 
 
 @_entry(ZEROS)
-def zeros(shape, dtype=float, order="C", *, device=None, stream=None):
+def zeros(shape: Any, dtype: Any = float, order: str = "C", *, device: Any = None,
+          stream: Any = None) -> Any:
     """New array of ``shape`` filled with 0 (array API ``zeros``)."""
     r = _fast_empty("zeros", shape, dtype, order, device, stream)
     if r is not None:
@@ -258,19 +260,22 @@ def zeros(shape, dtype=float, order="C", *, device=None, stream=None):
     return _make("zeros", device, stream, check_shape("zeros", shape, dtype), dtype, order)
 
 
-def ones(shape, dtype=float, order="C", *, device=None, stream=None):
+def ones(shape: Any, dtype: Any = float, order: str = "C", *, device: Any = None,
+         stream: Any = None) -> Any:
     """New array of ``shape`` filled with 1 (array API ``ones``)."""
     return _make("ones", device, stream, check_shape("ones", shape, dtype), dtype, order)
 
 
-def full(shape, fill_value, dtype=None, order="C", *, device=None, stream=None):
+def full(shape: Any, fill_value: Any, dtype: Any = None, order: str = "C", *, device: Any = None,
+         stream: Any = None) -> Any:
     """New array of ``shape`` filled with ``fill_value`` (array API ``full``)."""
     fill_value = check_fill_value("full", fill_value, dtype)
     dims = check_shape("full", shape, dtype if dtype is not None else numpy.result_type(fill_value))
     return _make("full", device, stream, dims, fill_value, dtype, order)
 
 
-def empty_like(a, dtype=None, order="K", subok=None, shape=None, *, device=None, stream=None):
+def empty_like(a: Any, dtype: Any = None, order: str = "K", subok: bool | None = None,
+               shape: Any = None, *, device: Any = None, stream: Any = None) -> Any:
     """Uninitialized array like ``a`` (array API ``empty_like``)."""
     r = _fast_like("empty_like", a, dtype, order, subok, shape, device, stream)
     if r is not None:
@@ -279,7 +284,8 @@ def empty_like(a, dtype=None, order="K", subok=None, shape=None, *, device=None,
                  **_like("empty_like", a, dtype, order, subok, shape))
 
 
-def zeros_like(a, dtype=None, order="K", subok=None, shape=None, *, device=None, stream=None):
+def zeros_like(a: Any, dtype: Any = None, order: str = "K", subok: bool | None = None,
+               shape: Any = None, *, device: Any = None, stream: Any = None) -> Any:
     """Array like ``a`` filled with 0 (array API ``zeros_like``)."""
     r = _fast_like("zeros_like", a, dtype, order, subok, shape, device, stream)
     if r is not None:
@@ -289,14 +295,16 @@ def zeros_like(a, dtype=None, order="K", subok=None, shape=None, *, device=None,
                  **_like("zeros_like", a, dtype, order, subok, shape))
 
 
-def ones_like(a, dtype=None, order="K", subok=None, shape=None, *, device=None, stream=None):
+def ones_like(a: Any, dtype: Any = None, order: str = "K", subok: bool | None = None,
+              shape: Any = None, *, device: Any = None, stream: Any = None) -> Any:
     """Array like ``a`` filled with 1 (array API ``ones_like``)."""
     return _make("ones_like", device, stream, a,
                  **_like("ones_like", a, dtype, order, subok, shape))
 
 
-def full_like(a, fill_value, dtype=None, order="K", subok=None, shape=None, *, device=None,
-              stream=None):
+def full_like(a: Any, fill_value: Any, dtype: Any = None, order: str = "K",
+              subok: bool | None = None, shape: Any = None, *, device: Any = None,
+              stream: Any = None) -> Any:
     """Array like ``a`` filled with ``fill_value`` (array API ``full_like``)."""
     fill_value = check_fill_value("full_like", fill_value,
                              dtype if dtype is not None else getattr(a, "dtype", None))
@@ -304,7 +312,8 @@ def full_like(a, fill_value, dtype=None, order="K", subok=None, shape=None, *, d
                  **_like("full_like", a, dtype, order, subok, shape))
 
 
-def arange(start=None, stop=None, step=1, dtype=None, *, device=None, stream=None):
+def arange(start: Any = None, stop: Any = None, step: Any = 1, dtype: Any = None, *,
+           device: Any = None, stream: Any = None) -> Any:
     """Evenly spaced values in ``[start, stop)`` (array API ``arange``; ``arange(n)`` and
     ``arange(stop=n)`` are ``[0, n)``)."""
     if start is None and stop is None:
@@ -352,8 +361,8 @@ def _arange_last(start: Any, step: Any, n: int, fl: bool, dt: numpy.dtype) -> An
     return float(start) + (n - 1) * float(step)
 
 
-def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0, *,
-             device=None, stream=None):
+def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, retstep: bool = False,
+             dtype: Any = None, axis: int = 0, *, device: Any = None, stream: Any = None) -> Any:
     """``num`` evenly spaced values from ``start`` to ``stop`` (array API ``linspace``)."""
     check_dtype("linspace", dtype)
     if isinstance(num, int | numpy.integer) and num > 0:
@@ -371,7 +380,8 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
     return _make("linspace", device, stream, start, stop, num, endpoint, retstep, dtype, axis)
 
 
-def eye(N, M=None, k=0, dtype=float, order="C", *, device=None, stream=None):  # noqa: N803
+def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = float,  # noqa: N803
+        order: str = "C", *, device: Any = None, stream: Any = None) -> Any:
     """2-D array of ``N`` rows and ``M`` columns (``N`` when omitted), ones on diagonal ``k``
     (array API ``eye``, whose ``n_rows, n_cols`` are these positional ``N, M``)."""
     check_dtype("eye", dtype)
@@ -381,7 +391,7 @@ def eye(N, M=None, k=0, dtype=float, order="C", *, device=None, stream=None):  #
     return _make("eye", device, stream, N, M, k, dtype, order)
 
 
-def identity(n, dtype=float, *, device=None, stream=None):
+def identity(n: int, dtype: Any = float, *, device: Any = None, stream: Any = None) -> Any:
     """Square identity matrix."""
     check_dtype("identity", dtype)
     return _make("identity", device, stream, n, dtype)

@@ -9,6 +9,8 @@ Stream semantics: asynchronous; queued on ``stream`` or the current stream.
 
 from __future__ import annotations
 
+from typing import Any
+
 import functools
 
 import numpy
@@ -118,7 +120,7 @@ def _general(name, np_fn, xp_name, arrays, dst, stream, elementwise=False, **kw)
         reraise(name, e, dst)
 
 
-def matmul(a, b, dst=None, *, out=None, stream=None):
+def matmul(a: Any, b: Any, dst: Any = None, *, out: Any = None, stream: Any = None) -> Any:
     """Matrix product (NumPy ``matmul`` semantics); with ``dst`` written there.
 
     Parameters
@@ -134,7 +136,7 @@ def matmul(a, b, dst=None, *, out=None, stream=None):
                     stream)
 
 
-def dot(a, b, dst=None, *, out=None, stream=None):
+def dot(a: Any, b: Any, dst: Any = None, *, out: Any = None, stream: Any = None) -> Any:
     """Dot product (NumPy ``dot`` semantics); with ``dst`` written there.
 
     Parameters
@@ -189,8 +191,8 @@ def _clip_kernel(xp):
         "cuflow_clip")
 
 
-def clip(a, min=None, max=None, dst=None, *, a_min=None, a_max=None, out=None,  # noqa: A002
-         stream=None):
+def clip(a: Any, min: Any = None, max: Any = None, dst: Any = None, *,  # noqa: A002
+         a_min: Any = None, a_max: Any = None, out: Any = None, stream: Any = None) -> Any:
     """Clamp to ``[min, max]`` (array API ``clip``); with ``dst`` written there.
 
     ``a_min`` and ``a_max`` are NumPy's names for ``min`` and ``max``.  The rules are
@@ -225,7 +227,8 @@ def clip(a, min=None, max=None, dst=None, *, a_min=None, a_max=None, out=None,  
                     stream, elementwise=True)
 
 
-def cumsum(a, axis=None, dtype=None, dst=None, *, out=None, stream=None):
+def cumsum(a: Any, axis: int | None = None, dtype: Any = None, dst: Any = None, *, out: Any = None,
+           stream: Any = None) -> Any:
     """Cumulative sum; with ``dst`` written there.
 
     Notes
@@ -238,7 +241,8 @@ def cumsum(a, axis=None, dtype=None, dst=None, *, out=None, stream=None):
                     stream, axis=axis, dtype=dtype)
 
 
-def cumprod(a, axis=None, dtype=None, dst=None, *, out=None, stream=None):
+def cumprod(a: Any, axis: int | None = None, dtype: Any = None, dst: Any = None, *, out: Any = None,
+            stream: Any = None) -> Any:
     """Cumulative product; with ``dst`` written there.
 
     Notes
@@ -251,7 +255,8 @@ def cumprod(a, axis=None, dtype=None, dst=None, *, out=None, stream=None):
                     stream, axis=axis, dtype=dtype)
 
 
-def around(a, decimals=0, dst=None, *, out=None, stream=None):
+def around(a: Any, decimals: int = 0, dst: Any = None, *, out: Any = None,
+           stream: Any = None) -> Any:
     """Round to ``decimals``; with ``dst`` written there.
 
     Parameters

@@ -9,6 +9,8 @@ Stream semantics: copies are queued on ``stream`` or the current stream;
 
 from __future__ import annotations
 
+from typing import Any
+
 import functools
 import operator
 
@@ -29,7 +31,7 @@ __all__ = ["asarray", "array", "from_dlpack", "asnumpy", "as_darray", "copy", "a
            "copy_into"]
 
 
-def as_darray(x):
+def as_darray(x: Any) -> Any:
     """``x`` (an array of the backend) as a darray without copying and without mutating ``x``.
 
     Parameters
@@ -69,7 +71,8 @@ def copy_into(name, dst, src, casting, dtype=None):
     return dst
 
 
-def copy(a, dst=None, *, out=None, order="K", casting="same_kind", stream=None):
+def copy(a: Any, dst: Any = None, *, out: Any = None, order: str = "K", casting: str = "same_kind",
+         stream: Any = None) -> Any:
     """Copy ``a``; with ``dst`` the copy is written there (no allocation) and ``dst`` returned.
 
     ``a`` may be a host ``numpy.ndarray`` when ``dst`` is a device array of the
@@ -109,8 +112,9 @@ def _upload(a, dst, stream):
     return dst
 
 
-def astype(a, dtype, dst=None, *, out=None, order="K", casting="unsafe", copy=True,
-           device=None, stream=None):
+def astype(a: Any, dtype: Any, dst: Any = None, *, out: Any = None, order: str = "K",
+           casting: str = "unsafe", copy: bool | None = True, device: Any = None,
+           stream: Any = None) -> Any:
     """Cast ``a`` to ``dtype``; with ``dst`` (of that dtype) the result is written there.
 
     Parameters
@@ -155,8 +159,8 @@ def astype(a, dtype, dst=None, *, out=None, order="K", casting="unsafe", copy=Tr
         reraise("astype", e, dst)
 
 
-def asarray(obj, dtype=None, order=None, *, device=None, copy=None, blocking=False,
-            stream=None):
+def asarray(obj: Any, dtype: Any = None, order: str | None = None, *, device: Any = None,
+            copy: bool | None = None, blocking: bool = False, stream: Any = None) -> Any:
     """Convert to a darray of the active backend, without a copy where possible.
 
     Accepts darrays, CuPy and NumPy arrays, PyTorch tensors, objects with
@@ -347,8 +351,9 @@ def _numpy_asarray(obj, dtype, order, copy, data=None):
                      f"({str(e).splitlines()[0]})", e)
 
 
-def array(obj, dtype=None, copy=True, order="K", subok=False, ndmin=0, *, blocking=False,
-          device=None, stream=None):
+def array(obj: Any, dtype: Any = None, copy: bool | None = True, order: str = "K",
+          subok: bool | None = False, ndmin: int = 0, *, blocking: bool = False, device: Any = None,
+          stream: Any = None) -> Any:
     """Like :func:`asarray` but copies by default (NumPy's and CuPy's ``array``, with their
     positional order: ``subok`` fifth, ``ndmin`` sixth).
 
@@ -495,7 +500,8 @@ def _to_numpy(obj, dtype, order, copy):
     return _host_array(obj, dtype, order, copy)
 
 
-def from_dlpack(x, /, *, device=None, copy=None, stream=None):
+def from_dlpack(x: Any, /, *, device: Any = None, copy: bool | None = None,
+                stream: Any = None) -> Any:
     """Zero-copy import of a DLPack-capable object (``__dlpack__``) as a darray.
 
     Parameters
@@ -535,7 +541,8 @@ def from_dlpack(x, /, *, device=None, copy=None, stream=None):
     return rt.wrap(r.copy() if copy else r)
 
 
-def asnumpy(a, stream=None, order="C", out=None, blocking=True):
+def asnumpy(a: Any, stream: Any = None, order: str = "C", out: Any = None,
+            blocking: bool = True) -> Any:
     """Copy to a ``numpy.ndarray`` (waits for the data unless ``blocking=False`` with pinned ``out``).
 
     Parameters

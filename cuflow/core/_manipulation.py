@@ -6,6 +6,8 @@ queued on ``stream`` or the current stream; a view launches nothing.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy
 
 from .._checks import is_integer
@@ -32,7 +34,8 @@ def _memory_order(a, order: str) -> str:
     return order
 
 
-def flatten(a, dst=None, *, out=None, order="C", stream=None):
+def flatten(a: Any, dst: Any = None, *, out: Any = None, order: str = "C",
+            stream: Any = None) -> Any:
     """1-D copy of ``a``; with ``dst`` (1-D, ``a.size`` elements) written there.
 
     Notes
@@ -70,7 +73,7 @@ def _view(name: str, fn, a, *args, **kwargs):
         reraise(name, e)
 
 
-def ravel(a, order="C", *, dst=None, out=None, stream=None):
+def ravel(a: Any, order: str = "C", *, dst: Any = None, out: Any = None, stream: Any = None) -> Any:
     """View of ``a`` as 1-D when possible; with ``dst`` a copy into it (as :func:`flatten`).
 
     Returns
@@ -95,8 +98,8 @@ def ravel(a, order="C", *, dst=None, out=None, stream=None):
     return call("ravel", rt.xp.ravel, a, order)
 
 
-def reshape(a, shape=None, order="C", *, copy=None, newshape=None, dst=None, out=None,
-            stream=None):
+def reshape(a: Any, shape: Any = None, order: str = "C", *, copy: bool | None = None,
+            newshape: Any = None, dst: Any = None, out: Any = None, stream: Any = None) -> Any:
     """``a`` with a new shape (array API ``reshape``); with ``dst`` the data is copied there.
 
     A view where the layout allows; ``copy=True`` always copies, ``copy=False``
@@ -160,7 +163,8 @@ def reshape(a, shape=None, order="C", *, copy=None, newshape=None, dst=None, out
     return copy_into("reshape", dst, v, "same_kind")
 
 
-def transpose(a, axes=None, *, dst=None, out=None, stream=None):
+def transpose(a: Any, axes: tuple[int, ...] | None = None, *, dst: Any = None, out: Any = None,
+              stream: Any = None) -> Any:
     """Transposed view of ``a``; with ``dst`` the transposed data is copied there (contiguous).
 
     Parameters
@@ -190,7 +194,8 @@ def transpose(a, axes=None, *, dst=None, out=None, stream=None):
     return copy_into("transpose", dst, v, "same_kind")
 
 
-def ascontiguousarray(a, dtype=None, *, dst=None, out=None, stream=None):
+def ascontiguousarray(a: Any, dtype: Any = None, *, dst: Any = None, out: Any = None,
+                      stream: Any = None) -> Any:
     """C-contiguous version of ``a`` (a view of ``a`` when already so); with ``dst`` copied there.
 
     Returns
@@ -252,8 +257,8 @@ def _join(name, arrays, axis, dst, dtype, casting, stream, stack):
         reraise(name, e, dst)
 
 
-def concatenate(arrays, axis=0, dst=None, *, out=None, dtype=None, casting="same_kind",
-                stream=None):
+def concatenate(arrays: Any, axis: int | None = 0, dst: Any = None, *, out: Any = None,
+                dtype: Any = None, casting: str = "same_kind", stream: Any = None) -> Any:
     """Join arrays along an existing axis; with ``dst`` written there.
 
     Parameters
@@ -271,7 +276,8 @@ def concatenate(arrays, axis=0, dst=None, *, out=None, dtype=None, casting="same
                  casting, stream, False)
 
 
-def stack(arrays, axis=0, dst=None, *, out=None, dtype=None, casting="same_kind", stream=None):
+def stack(arrays: Any, axis: int = 0, dst: Any = None, *, out: Any = None, dtype: Any = None,
+          casting: str = "same_kind", stream: Any = None) -> Any:
     """Join arrays along a new axis; with ``dst`` written there.
 
     Parameters
@@ -289,7 +295,8 @@ def stack(arrays, axis=0, dst=None, *, out=None, dtype=None, casting="same_kind"
                  True)
 
 
-def take(a, indices, axis=None, dst=None, *, out=None, stream=None):
+def take(a: Any, indices: Any, axis: int | None = None, dst: Any = None, *, out: Any = None,
+         stream: Any = None) -> Any:
     """Elements of ``a`` at integer ``indices`` along ``axis`` (array API ``take``; of the
     flattened array without ``axis``, as NumPy); with ``dst`` written there.
 
@@ -365,7 +372,8 @@ def take(a, indices, axis=None, dst=None, *, out=None, stream=None):
         reraise("take", e, dst)
 
 
-def take_along_axis(a, indices, axis=-1, dst=None, *, out=None, stream=None):
+def take_along_axis(a: Any, indices: Any, axis: int | None = -1, dst: Any = None, *,
+                    out: Any = None, stream: Any = None) -> Any:
     """Values of ``a`` at ``indices`` along ``axis`` (array API ``take_along_axis``; the last
     axis unless given, where NumPy requires it); with ``dst`` written there.
 

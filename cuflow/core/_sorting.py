@@ -28,7 +28,8 @@ def _options(kind: Any, order: Any, stable: bool) -> dict[str, Any]:
     return kw
 
 
-def argsort(a, axis=-1, kind=None, order=None, *, descending=False, stable=True, stream=None):
+def argsort(a: Any, axis: int | None = -1, kind: str | None = None, order: str | None = None, *,
+            descending: bool = False, stable: bool = True, stream: Any = None) -> Any:
     """Indices that sort ``a`` along ``axis`` (array API ``argsort``).
 
     ``descending=True`` keeps equal elements in their original order when
@@ -91,7 +92,8 @@ def _argsort_descending(xp, a, axis, kw):
     return xp.subtract(a.shape[ax] - 1, r)
 
 
-def sort(a, axis=-1, kind=None, order=None, *, descending=False, stable=True, stream=None):
+def sort(a: Any, axis: int | None = -1, kind: str | None = None, order: str | None = None, *,
+         descending: bool = False, stable: bool = True, stream: Any = None) -> Any:
     """``a`` sorted along ``axis`` (array API ``sort``).
 
     Returns

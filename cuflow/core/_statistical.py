@@ -137,49 +137,56 @@ def _ddof(name: str, ddof: Any, correction: Any) -> Any:
     return correction
 
 
-def sum(a, axis=None, dtype=None, dst=None, keepdims=False, *, out=None, stream=None):  # noqa: A001
+def sum(a: Any, axis: int | tuple[int, ...] | None = None, dtype: Any = None,  # noqa: A001
+        dst: Any = None, keepdims: bool = False, *, out: Any = None, stream: Any = None) -> Any:
     """Sum of elements over ``axis`` (array API ``sum``)."""
     if dst is out is stream is axis is dtype is None and not keepdims:
         return _full("sum", a)
     return _reduce("sum", a, axis, dtype, resolve_out(dst, out, "sum"), keepdims, 0, stream)
 
 
-def prod(a, axis=None, dtype=None, dst=None, keepdims=False, *, out=None, stream=None):
+def prod(a: Any, axis: int | tuple[int, ...] | None = None, dtype: Any = None, dst: Any = None,
+         keepdims: bool = False, *, out: Any = None, stream: Any = None) -> Any:
     """Product of elements over ``axis`` (array API ``prod``)."""
     if dst is out is stream is axis is dtype is None and not keepdims:
         return _full("prod", a)
     return _reduce("prod", a, axis, dtype, resolve_out(dst, out, "prod"), keepdims, 0, stream)
 
 
-def mean(a, axis=None, dtype=None, dst=None, keepdims=False, *, out=None, stream=None):
+def mean(a: Any, axis: int | tuple[int, ...] | None = None, dtype: Any = None, dst: Any = None,
+         keepdims: bool = False, *, out: Any = None, stream: Any = None) -> Any:
     """Arithmetic mean over ``axis`` (array API ``mean``)."""
     if dst is out is stream is axis is dtype is None and not keepdims:
         return _full("mean", a)
     return _reduce("mean", a, axis, dtype, resolve_out(dst, out, "mean"), keepdims, 0, stream)
 
 
-def std(a, axis=None, dtype=None, dst=None, ddof=0, keepdims=False, *, correction=None,
-        out=None, stream=None):
+def std(a: Any, axis: int | tuple[int, ...] | None = None, dtype: Any = None, dst: Any = None,
+        ddof: float = 0, keepdims: bool = False, *, correction: float | None = None,
+        out: Any = None, stream: Any = None) -> Any:
     """Standard deviation over ``axis`` (array API ``std``; ``correction`` is NumPy's ``ddof``)."""
     return _reduce("std", a, axis, dtype, resolve_out(dst, out, "std"), keepdims,
                    _ddof("std", ddof, correction), stream)
 
 
-def var(a, axis=None, dtype=None, dst=None, ddof=0, keepdims=False, *, correction=None,
-        out=None, stream=None):
+def var(a: Any, axis: int | tuple[int, ...] | None = None, dtype: Any = None, dst: Any = None,
+        ddof: float = 0, keepdims: bool = False, *, correction: float | None = None,
+        out: Any = None, stream: Any = None) -> Any:
     """Variance over ``axis`` (array API ``var``; ``correction`` is NumPy's ``ddof``)."""
     return _reduce("var", a, axis, dtype, resolve_out(dst, out, "var"), keepdims,
                    _ddof("var", ddof, correction), stream)
 
 
-def min(a, axis=None, dst=None, keepdims=False, *, out=None, stream=None):  # noqa: A001
+def min(a: Any, axis: int | tuple[int, ...] | None = None, dst: Any = None,  # noqa: A001
+        keepdims: bool = False, *, out: Any = None, stream: Any = None) -> Any:
     """Minimum over ``axis`` (array API ``min``)."""
     if dst is out is stream is axis is None and not keepdims:
         return _full("min", a)
     return _reduce("min", a, axis, None, resolve_out(dst, out, "min"), keepdims, 0, stream)
 
 
-def max(a, axis=None, dst=None, keepdims=False, *, out=None, stream=None):  # noqa: A001
+def max(a: Any, axis: int | tuple[int, ...] | None = None, dst: Any = None,  # noqa: A001
+        keepdims: bool = False, *, out: Any = None, stream: Any = None) -> Any:
     """Maximum over ``axis`` (array API ``max``)."""
     if dst is out is stream is axis is None and not keepdims:
         return _full("max", a)
@@ -205,24 +212,28 @@ def _arg(name: str, a: Any, axis: Any, dst: Any, keepdims: bool, dtype: Any, out
     return _reduce(name, a, axis, None, resolve_out(dst, out, name), keepdims, 0, stream)
 
 
-def argmin(a, axis=None, dst=None, keepdims=False, *, dtype=None, out=None, stream=None):
+def argmin(a: Any, axis: int | None = None, dst: Any = None, keepdims: bool = False, *,
+           dtype: Any = None, out: Any = None, stream: Any = None) -> Any:
     """Index of the minimum over ``axis`` (array API ``argmin``); ``dtype``, CuPy's, is the
     index's (an integer dtype)."""
     return _arg("argmin", a, axis, dst, keepdims, dtype, out, stream)
 
 
-def argmax(a, axis=None, dst=None, keepdims=False, *, dtype=None, out=None, stream=None):
+def argmax(a: Any, axis: int | None = None, dst: Any = None, keepdims: bool = False, *,
+           dtype: Any = None, out: Any = None, stream: Any = None) -> Any:
     """Index of the maximum over ``axis`` (array API ``argmax``); ``dtype``, CuPy's, is the
     index's (an integer dtype)."""
     return _arg("argmax", a, axis, dst, keepdims, dtype, out, stream)
 
 
-def any(a, axis=None, dst=None, keepdims=False, *, out=None, stream=None):  # noqa: A001
+def any(a: Any, axis: int | tuple[int, ...] | None = None, dst: Any = None,  # noqa: A001
+        keepdims: bool = False, *, out: Any = None, stream: Any = None) -> Any:
     """True where any element over ``axis`` is true (array API ``any``)."""
     return _reduce("any", a, axis, None, resolve_out(dst, out, "any"), keepdims, 0, stream)
 
 
-def all(a, axis=None, dst=None, keepdims=False, *, out=None, stream=None):  # noqa: A001
+def all(a: Any, axis: int | tuple[int, ...] | None = None, dst: Any = None,  # noqa: A001
+        keepdims: bool = False, *, out: Any = None, stream: Any = None) -> Any:
     """True where every element over ``axis`` is true (array API ``all``)."""
     return _reduce("all", a, axis, None, resolve_out(dst, out, "all"), keepdims, 0, stream)
 
