@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy
 
 from . import _plan
@@ -18,9 +20,11 @@ __all__ = ["crop_resize", "cvt_color", "denormalize", "letterbox", "normalize", 
 _BOX_MAX = 2**24
 
 
-def normalize(src, *, mean=None, std=None, scale=None, norm: Norm | None = None,
-              src_format=None, out_format=None, layout="NCHW", dtype=None, flip=False,
-              matrix="bt601", full_range=False, dst=None, stream=None):
+def normalize(src: Any, *, mean: Any = None, std: Any = None, scale: float | None = None,
+              norm: Norm | None = None, src_format: str | None = None,
+              out_format: str | None = None, layout: str = "NCHW", dtype: Any = None,
+              flip: bool = False, matrix: str = "bt601", full_range: bool = False, dst: Any = None,
+              stream: Any = None) -> Any:
     """Frames -> normalized tensor in one pass: ``(x * scale - mean) / std`` per channel.
 
     ``(N, H, W, C)`` uint8 becomes ``(N, C, H, W)`` (``layout="NCHW"``) or
@@ -76,10 +80,12 @@ def normalize(src, *, mean=None, std=None, scale=None, norm: Norm | None = None,
                       full_range=full_range, dst=dst, stream=stream)[0]
 
 
-def resize_normalize(src, size, *, interpolation="bilinear", mean=None, std=None, scale=None,
-                     norm: Norm | None = None, src_format=None, out_format=None, layout="NCHW",
-                     dtype=None, flip=False, matrix="bt601", full_range=False, dst=None,
-                     stream=None):
+def resize_normalize(src: Any, size: int | tuple[int, int], *, interpolation: str = "bilinear",
+                     mean: Any = None, std: Any = None, scale: float | None = None,
+                     norm: Norm | None = None, src_format: str | None = None,
+                     out_format: str | None = None, layout: str = "NCHW", dtype: Any = None,
+                     flip: bool = False, matrix: str = "bt601", full_range: bool = False,
+                     dst: Any = None, stream: Any = None) -> Any:
     """Resize to ``size`` and normalize in one pass (see :func:`normalize`).
 
     Parameters
@@ -115,8 +121,9 @@ def resize_normalize(src, size, *, interpolation="bilinear", mean=None, std=None
                       full_range=full_range, dst=dst, stream=stream)[0]
 
 
-def resize(src, size, *, interpolation="bilinear", src_format=None, out_format=None,
-           matrix="bt601", full_range=False, dst=None, stream=None):
+def resize(src: Any, size: int | tuple[int, int], *, interpolation: str = "bilinear",
+           src_format: str | None = None, out_format: str | None = None, matrix: str = "bt601",
+           full_range: bool = False, dst: Any = None, stream: Any = None) -> Any:
     """Resize uint8 frames to ``size`` = ``(height, width)``: uint8 in the input's HWC layout.
 
     ``(N, H, W, C)`` gives ``(N, h, w, C')``: ``C'`` is ``out_format``'s channel count,
@@ -155,8 +162,8 @@ def resize(src, size, *, interpolation="bilinear", src_format=None, out_format=N
                       identity_affine=True, dst=dst, stream=stream)[0]
 
 
-def cvt_color(src, src_format, out_format, *, matrix="bt601", full_range=False, dst=None,
-              stream=None):
+def cvt_color(src: Any, src_format: str, out_format: str, *, matrix: str = "bt601",
+              full_range: bool = False, dst: Any = None, stream: Any = None) -> Any:
     """Convert uint8 frames between colour formats; uint8 HWC out.
 
     Parameters
@@ -200,9 +207,12 @@ def cvt_color(src, src_format, out_format, *, matrix="bt601", full_range=False, 
                       full_range=full_range, identity_affine=True, dst=dst, stream=stream)[0]
 
 
-def letterbox(src, size, *, pad=114, interpolation="bilinear", mean=None, std=None, scale=None,
-              norm: Norm | None = None, src_format=None, out_format=None, layout="NCHW",
-              dtype=None, matrix="bt601", full_range=False, dst=None, stream=None):
+def letterbox(src: Any, size: int | tuple[int, int], *, pad: Any = 114,
+              interpolation: str = "bilinear", mean: Any = None, std: Any = None,
+              scale: float | None = None, norm: Norm | None = None, src_format: str | None = None,
+              out_format: str | None = None, layout: str = "NCHW", dtype: Any = None,
+              matrix: str = "bt601", full_range: bool = False, dst: Any = None,
+              stream: Any = None) -> Any:
     """Aspect-preserving resize into ``size`` with constant padding, normalized (YOLO-style).
 
     The image is scaled by ``min(out_h / h, out_w / w)``, centred, and the
@@ -245,10 +255,12 @@ def letterbox(src, size, *, pad=114, interpolation="bilinear", mean=None, std=No
     return out, plan.info
 
 
-def crop_resize(src, boxes, size, *, frame_index=None, interpolation="bilinear", mean=None,
-                std=None, scale=None, norm: Norm | None = None, src_format=None,
-                out_format=None, layout="NCHW", dtype=None, matrix="bt601", full_range=False,
-                dst=None, stream=None):
+def crop_resize(src: Any, boxes: Any, size: int | tuple[int, int], *, frame_index: Any = None,
+                interpolation: str = "bilinear", mean: Any = None, std: Any = None,
+                scale: float | None = None, norm: Norm | None = None, src_format: str | None = None,
+                out_format: str | None = None, layout: str = "NCHW", dtype: Any = None,
+                matrix: str = "bt601", full_range: bool = False, dst: Any = None,
+                stream: Any = None) -> Any:
     """Many regions of interest -> one resized, normalized batch, in one launch.
 
     Output image ``k`` is box ``boxes[k] = (x1, y1, x2, y2)`` (source pixels,
@@ -344,8 +356,9 @@ def crop_resize(src, boxes, size, *, frame_index=None, interpolation="bilinear",
                       dst=dst, stream=stream)[0]
 
 
-def denormalize(src, *, mean=None, std=None, scale=None, norm: Norm | None = None,
-                layout=None, src_format="RGB", out_format=None, dst=None, stream=None):
+def denormalize(src: Any, *, mean: Any = None, std: Any = None, scale: float | None = None,
+                norm: Norm | None = None, layout: str | None = None, src_format: str = "RGB",
+                out_format: str | None = None, dst: Any = None, stream: Any = None) -> Any:
     """Normalized float tensor -> uint8 ``(N, H, W, C)`` frames, rounded and clamped.
 
     Inverts :func:`normalize`: ``u8 = round(clamp((x * std + mean) / scale))``
