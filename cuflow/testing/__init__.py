@@ -28,8 +28,8 @@ DTYPES = (numpy.bool_, numpy.int8, numpy.int32, numpy.int64, numpy.uint8, numpy.
           numpy.float16, numpy.float32, numpy.float64, numpy.complex64, numpy.complex128)
 
 
-def random_array(shape, dtype, rng: numpy.random.Generator | None = None, *, host: bool = False,
-                 low=None, high=None):
+def random_array(shape: Any, dtype: Any, rng: numpy.random.Generator | None = None, *,
+                 host: bool = False, low: float | None = None, high: float | None = None) -> Any:
     """Random values over the dtype's full range, never all zeros (a nonempty array holds a
     nonzero element wherever its range has one).
 
@@ -136,7 +136,7 @@ def _least_nonzero(bot: Any, top: Any) -> Any:
     return pt(0)
 
 
-def poisoned(shape, dtype):
+def poisoned(shape: Any, dtype: Any) -> Any:
     """An output array filled with a value no correct kernel writes (NaN, or the dtype's max);
     ``shape`` as for :func:`random_array`."""
     dt = _dtype("poisoned", dtype)
@@ -150,14 +150,14 @@ def poisoned(shape, dtype):
     return asarray(numpy.full(shape, fill, dtype=dt))
 
 
-def to_host(x) -> numpy.ndarray:
+def to_host(x: Any) -> numpy.ndarray:
     """Any array (darray, CuPy, NumPy, scalar) as a plain NumPy array."""
     if hasattr(x, "get") and not isinstance(x, numpy.ndarray):
         return x.get()
     return numpy.array(x, copy=True, subok=False)
 
 
-def assert_equal_host(actual, expected, **kw):
+def assert_equal_host(actual: Any, expected: Any, **kw: Any) -> None:
     """``numpy.testing.assert_array_equal`` on host copies, dtype and shape checked too."""
     a, e = to_host(actual), to_host(expected)
     if a.dtype != e.dtype:  # (raised, not asserted: python -O keeps the check)
