@@ -132,12 +132,31 @@ class Stream:
             self._cp.synchronize()
 
     def query(self) -> bool:
-        """True when all work queued on this stream is done (never blocks)."""
+        """True when all work queued on this stream is done (never blocks).
+
+        Returns
+        -------
+        bool
+        """
         return True if self._cp is None else bool(self._cp.done)
 
     def record(self, event: Event | None = None) -> Event:
-        """Record ``event`` (a new one of this stream's device if None) on this stream and
-        return it."""
+        """Record ``event`` on this stream: it completes when the work queued so far does.
+
+        Parameters
+        ----------
+        event : Event, optional
+            The event; a new one of this stream's device when omitted.
+
+        Returns
+        -------
+        Event
+            The event recorded.
+
+        Notes
+        -----
+        Stream semantics: asynchronous; one event record queued on this stream.
+        """
         if event is None:
             b = get_backend()
             if b.multi and self._dev is not None and self._dev != b.current_device():
@@ -152,7 +171,17 @@ class Stream:
         return event
 
     def wait(self, event: Event) -> None:
-        """Make future work on this stream wait for ``event`` (no host synchronization)."""
+        """Make future work on this stream wait for ``event`` (no host synchronization).
+
+        Parameters
+        ----------
+        event : Event
+            A recorded event, of any stream of the same device.
+
+        Notes
+        -----
+        Stream semantics: asynchronous; the wait is queued on this stream.
+        """
         if not isinstance(event, Event):
             raise ArgumentTypeError(f"cuflow.Stream.wait: event must be a cuflow.Event, got "
                                     f"{type(event).__name__}")
@@ -160,7 +189,18 @@ class Stream:
             self._cp.wait_event(event._cp)
 
     def wait_stream(self, other: Stream) -> None:
-        """Make future work on this stream wait for the work queued so far on ``other``."""
+        """Make future work on this stream wait for the work queued so far on ``other``.
+
+        Parameters
+        ----------
+        other : Stream
+            The stream waited for.
+
+        Notes
+        -----
+        Stream semantics: asynchronous; an event recorded on ``other`` and a wait for it on
+        this stream, no host synchronization.
+        """
         self.wait(as_stream(other, "Stream.wait_stream").record())
 
 
@@ -200,7 +240,22 @@ class Event:
         return self._dev
 
     def record(self, stream: Any = None) -> Event:
-        """Record on ``stream`` (default: the current stream) of the event's device; returns self."""
+        """Record on ``stream``: the event completes when the work queued there so far does.
+
+        Parameters
+        ----------
+        stream : Stream, optional
+            A stream of the event's device; the current stream when omitted.
+
+        Returns
+        -------
+        Event
+            This event.
+
+        Notes
+        -----
+        Stream semantics: asynchronous; one event record queued on ``stream``.
+        """
         b = get_backend()
         if b.multi:
             sdev = stream._dev if isinstance(stream, Stream) else None
@@ -221,14 +276,30 @@ class Event:
             self._cp.synchronize()
 
     def query(self) -> bool:
-        """True when the work before this event is done (never blocks)."""
+        """True when the work before this event is done (never blocks).
+
+        Returns
+        -------
+        bool
+        """
         return True if self._cp is None else bool(self._cp.done)
 
     def elapsed_time(self, end: Event) -> float:
         """Milliseconds from this event to ``end``.
 
         Both events must be made with ``timing=True``, on the same device, and recorded; the
-        host waits until both are complete (they may be on different streams)."""
+        host waits until both are complete (they may be on different streams).
+
+        Parameters
+        ----------
+        end : Event
+            The later event.
+
+        Returns
+        -------
+        float
+            The GPU time between the two records, in milliseconds.
+        """
         if not isinstance(end, Event):
             raise ArgumentTypeError(f"cuflow.Event.elapsed_time: end must be a cuflow.Event, "
                                     f"got {type(end).__name__}")
