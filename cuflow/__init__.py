@@ -81,10 +81,20 @@ fft = _SUBMODULES["fft"]
 random = _SUBMODULES["random"]
 
 
-def get_array_module(*args):
+def get_array_module(*args: object) -> object:
     """``cuflow`` if any argument is an array of the GPU backend (or a darray), else ``numpy``.
 
     Code written as ``xp = cp.get_array_module(x)`` then gets darray results.
+
+    Parameters
+    ----------
+    *args
+        Arrays or other values.
+
+    Returns
+    -------
+    module
+        ``cuflow`` or ``numpy``.
     """
     b = get_backend()
     for a in args:
@@ -96,12 +106,16 @@ def get_array_module(*args):
 def is_available() -> bool:
     """Whether arrays live on a GPU: CuPy's ``is_available()`` on the CuPy backend, False on
     the NumPy backend (so CuPy code that picks a CPU fallback with it picks one there).
+
+    Returns
+    -------
+    bool
     """
     b = get_backend()
     return b.is_gpu and b.xp.is_available()  # (``bool`` here is the array API's dtype)
 
 
-def get_default_memory_pool():
+def get_default_memory_pool() -> object:
     """The pool that serves CuPy's allocations, with CuPy's ``MemoryPool`` methods
     (``used_bytes``, ``total_bytes``, ``free_bytes``, ``n_free_blocks``,
     ``free_all_blocks``, ``set_limit``, ``get_limit``).
@@ -111,6 +125,10 @@ def get_default_memory_pool():
     sits idle, and its figures and limits would be of nothing.  With ``CUFLOW_POOL=off``
     (or where the pool could not be installed) this is CuPy's own pool, and on the NumPy
     backend cuflow's host pool, whose figures stay at zero.
+
+    Returns
+    -------
+    cuflow.memory.Pool or cupy.cuda.MemoryPool
     """
     b = get_backend()
     if b.is_gpu and not memory._INSTALLED:

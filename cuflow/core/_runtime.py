@@ -508,7 +508,23 @@ def _activate(rt: Runtime) -> Runtime:
 
 
 def set_backend(name: str) -> Runtime:
-    """Switch backend (tests and notebooks only; arrays of the old backend stay as they are)."""
+    """Switch backend (tests and notebooks only; arrays of the old backend stay as they are).
+
+    Parameters
+    ----------
+    name : {"cupy", "numpy"}
+        The backend.
+
+    Returns
+    -------
+    Runtime
+        The active runtime (:func:`get_backend`).
+
+    Raises
+    ------
+    BackendError
+        An unknown name, or CuPy without a usable GPU.
+    """
     if not isinstance(name, str):
         raise ArgumentTypeError(f"cuflow.set_backend: name must be one of {_VALID}, got "
                                 f"{type(name).__name__} {name!r}")
