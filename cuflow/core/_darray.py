@@ -99,6 +99,14 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
                out=None, stream=None):
         """Cast to ``dtype``; with ``dst`` (Dolphin: ``astype(dtype, dst)``) written there.
 
+        The parameters and result are those of :func:`cuflow.astype`, with this array as
+        ``a``; ``dst`` may also come where ``order`` is, Dolphin's spelling, and NumPy's
+        ``subok`` is taken and has no effect (the result is a darray).
+
+        See Also
+        --------
+        cuflow.astype
+
         Notes
         -----
         Stream semantics: queued on ``stream`` (default: the current stream).
@@ -123,6 +131,13 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
     def copy(self, order="C", *, dst=None, out=None, stream=None):
         """Copy; with ``dst`` (Dolphin: ``copy(dst)``) the copy goes there and ``dst`` is returned.
 
+        The parameters and result are those of :func:`cuflow.copy`, with this array as
+        ``a``; ``dst`` may also come where ``order`` is, Dolphin's spelling.
+
+        See Also
+        --------
+        cuflow.copy
+
         Notes
         -----
         Stream semantics: queued on ``stream`` (default: the current stream).
@@ -144,6 +159,13 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
 
     def flatten(self, order="C", *, dst=None, out=None, stream=None):
         """1-D copy; with ``dst`` (Dolphin: ``flatten(dst)``) written there and ``dst`` returned.
+
+        The parameters and result are those of :func:`cuflow.flatten`, with this array as
+        ``a``; ``dst`` may also come where ``order`` is, Dolphin's spelling.
+
+        See Also
+        --------
+        cuflow.flatten
 
         Notes
         -----
