@@ -118,10 +118,12 @@ class annotate(contextlib.ContextDecorator):  # noqa: N801 (a function-like name
         self.name, self.color = name, _color(color)
 
     def __enter__(self) -> annotate:
+        """Open the named range (NVTX ``push``)."""
         _push_pop()[0](self.name, self.color)
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Close the range the block opened (NVTX ``pop``)."""
         _push_pop()[1]()
 
 

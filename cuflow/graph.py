@@ -346,6 +346,8 @@ class CapturedFunction:
         return bound
 
     def __call__(self, *inputs: Any, stream: Any = None) -> Any:
+        """Copy ``inputs`` into the static inputs and replay (captured on the first call
+        where no example inputs were given); the static outputs, see the class docstring."""
         b = get_backend()
         s = as_cupy_stream(stream, f"graph.CapturedFunction({self._name})")
         if not self._captured:

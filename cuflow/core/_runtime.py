@@ -206,6 +206,7 @@ class Device:
         # Device object may be entered by several threads at once)
 
     def __enter__(self) -> Device:
+        """Make this device current in the block (per thread)."""
         rt = runtime()
         prev = rt.current_device()
         self._prev.setdefault(threading.get_ident(), []).append(prev)
@@ -214,6 +215,7 @@ class Device:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Make current again the device that was current when this thread's block began."""
         me = threading.get_ident()
         held = self._prev[me]
         prev = held.pop()

@@ -105,6 +105,8 @@ class Stream:
 
     # -- context manager ----------------------------------------------------
     def __enter__(self) -> Stream:
+        """Make this stream current in the block (CuPy's rule: the exit restores the one
+        current at the entry)."""
         _check_device("Stream", self._dev)
         if self._cp is not None:
             self._cp.__enter__()
@@ -114,6 +116,7 @@ class Stream:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Make current again the stream that was current when the block began."""
         if self._cp is not None:
             self._cp.__exit__(*exc)
         else:

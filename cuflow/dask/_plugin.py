@@ -106,6 +106,8 @@ class CuflowPool(WorkerPlugin):
         self.report: dict[str, Any] = {}
 
     def setup(self, worker: Any) -> None:
+        """Prepare ``worker``'s pool: the limit, the warm-up and the reserve, and the record
+        for :func:`pool_stats` (called by Dask on each worker)."""
         rt = runtime()
         register()
         self.report = {}  # (filled when the setup succeeds)

@@ -145,6 +145,7 @@ class PipelineOptions:
             per_channel(name, what, getattr(self, what), n)
 
     def kernel_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments these options give the image operator of each batch."""
         kw = dict(interpolation=self.interpolation, mean=self.mean, std=self.std,
                   scale=self.scale, src_format=self.src_format, out_format=self.out_format,
                   layout=self.layout, dtype=self.dtype)

@@ -67,12 +67,14 @@ class KernelSpec:
     options: tuple[str, ...] = ("--std=c++17",)
 
     def dtypes(self) -> tuple[str, ...]:
+        """Every dtype some entry is instantiated for, in the entries' order."""
         seen: dict[str, None] = {}
         for _, dts in self.entries:
             seen.update(dict.fromkeys(dts))
         return tuple(seen)
 
     def name_expressions(self, dtype: str) -> list[str]:
+        """NVRTC's name expressions of the entries instantiated for ``dtype``."""
         return list(dict.fromkeys(name_expression(e, dtype) for e, dts in self.entries
                                   if dtype in dts))
 
