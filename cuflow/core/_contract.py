@@ -24,19 +24,21 @@ The rules:
 
 from __future__ import annotations
 
+import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
 import numpy
 
-from .._checks import as_index
+from .._checks import as_index, is_integer
 from .._errors import (ArgumentError, ArgumentOverflowError, ArgumentTypeError, AxisError,
                        DstDtypeError, DstError, DstShapeError, DstTypeError)
 from ._runtime import runtime
 
 __all__ = ["prepare_out", "resolve_out", "check_casting", "check_cast", "check_out_pair",
-           "check_order", "positional_pair", "bad_input", "check_dtype", "check_int_fits_64_bits", "check_host_out", "translate_type_error", "reduced_shape",
+           "check_order", "positional_pair", "bad_input", "check_dtype", "check_in_range",
+           "check_int_fits_64_bits", "check_host_out", "translate_type_error", "reduced_shape",
            "broadcast_shape", "may_share", "span"]
 
 Overlap = Literal["elementwise", "copy", "refuse"]
@@ -180,6 +182,28 @@ def as_dtype(name: str, dtype: Any) -> numpy.dtype:
         except TypeError:
             got = repr(dtype)
     raise ArgumentTypeError(f"cuflow.{name}: dtype must name a dtype, got {got}")
+
+
+def check_in_range(name: str, values: Iterable[tuple[str, Any]], dtype: Any,
+                   rounding: Callable[[float], int] = math.trunc) -> None:
+    """Numbers a real ``dtype`` can hold: for an integer dtype, once ``rounding`` makes them
+    whole (toward zero as a cast does, down as an integer ``linspace`` does); for a float
+    dtype, the finite ones within its largest value.  ``values`` are ``(what, number)``
+    pairs, ``what`` naming the number in the error.  A fill value, a range's ends and a
+    Python float given to ``asarray`` are refused by this one rule rather than wrapped."""
+    dt = numpy.dtype(dtype)
+    for what, v in values:
+        if dt.kind == "f":
+            if math.isfinite(v) and abs(float(v)) > float(numpy.finfo(dt).max):
+                raise ArgumentOverflowError(f"cuflow.{name}: {what} {v!r} is out of the range "
+                                            f"of {dt} (its largest value is "
+                                            f"{numpy.finfo(dt).max})")
+        elif dt.kind in "iu":
+            info = numpy.iinfo(dt)
+            whole = int(v) if is_integer(v) else rounding(float(v))
+            if not info.min <= whole <= info.max:
+                raise ArgumentOverflowError(f"cuflow.{name}: {what} {v!r} is out of the range "
+                                            f"of {dt}, [{info.min}, {info.max}]")
 
 
 def check_int_fits_64_bits(name: str, what: str, v: Any) -> None:

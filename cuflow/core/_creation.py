@@ -27,11 +27,11 @@ from typing import Any
 
 import numpy
 
-from .._checks import as_index, is_integer
+from .._checks import as_index
 from ._docs import complete, creation_sections
 from .._errors import (ArgumentError, ArgumentOverflowError, ArgumentTypeError, CuflowError,
                        OutOfMemoryError)
-from ._contract import check_dtype, check_int_fits_64_bits
+from ._contract import check_dtype, check_in_range, check_int_fits_64_bits
 from ._dispatch import call, reraise, run_on
 from ._fastpath import EMPTY, ZEROS, FastCall
 from ._info import check_device
@@ -117,37 +117,11 @@ def check_fill_value(name: str, value: Any, dtype: Any = None) -> Any:
         v = v.real
     v = float(v) if kind in "fc" else int(v)
     if dt.kind in "iu":
-        info = numpy.iinfo(dt)
         if isinstance(v, float) and not (math.isfinite(v) and v == int(v)):
             raise ArgumentError(f"cuflow.{name}: fill_value must be a whole number for {dt}, "
                                 f"got {value!r}")
-        if not info.min <= int(v) <= info.max:
-            raise ArgumentOverflowError(f"cuflow.{name}: fill_value {value!r} is out of the "
-                                        f"range of {dt}, [{info.min}, {info.max}]")
-    elif dt.kind == "f" and math.isfinite(v) and abs(v) > float(numpy.finfo(dt).max):
-        raise ArgumentOverflowError(f"cuflow.{name}: fill_value {value!r} is out of the range "
-                                    f"of {dt} (its largest value is {numpy.finfo(dt).max})")
+    check_in_range(name, [("fill_value", v)], dt)
     return v if kind == "c" else value
-
-
-def _check_ends(name: str, ends: dict[str, Any], dtype: Any, rounding: Any = math.trunc) -> None:
-    """The extreme values of a range (``arange``, ``linspace``) in the range of ``dtype``,
-    after the rounding an integer dtype makes (``rounding``: toward zero for ``arange``'s
-    values, down for ``linspace``'s, as NumPy rounds them): a range whose values the dtype
-    cannot hold is refused, as a fill value is, rather than wrapped around."""
-    dt = numpy.dtype(dtype)
-    for what, v in ends.items():
-        if dt.kind == "f":
-            if math.isfinite(v) and abs(float(v)) > float(numpy.finfo(dt).max):
-                raise ArgumentOverflowError(f"cuflow.{name}: {what} {v!r} is out of the range "
-                                            f"of {dt} (its largest value is "
-                                            f"{numpy.finfo(dt).max})")
-        elif dt.kind in "iu":
-            info = numpy.iinfo(dt)
-            whole = int(v) if is_integer(v) else rounding(float(v))
-            if not info.min <= whole <= info.max:
-                raise ArgumentOverflowError(f"cuflow.{name}: {what} {v!r} is out of the range "
-                                            f"of {dt}, [{info.min}, {info.max}]")
 
 
 def check_shape(name: str, shape: Any, dtype: Any) -> tuple[int, ...]:
@@ -202,6 +176,9 @@ def _like(name: str, a: Any, dtype: Any, order: str, subok: Any, shape: Any) -> 
     if subok is not None:
         kw["subok"] = subok
     return kw
+
+
+_REAL = (int, float, numpy.integer, numpy.floating)  # the numbers a range's ends may be
 
 
 def _fast_empty(name: str, shape: Any, dtype: Any, order: str, device: Any,
@@ -325,11 +302,10 @@ def arange(start: Any = None, stop: Any = None, step: Any = 1, dtype: Any = None
     if isinstance(step, int | float | numpy.number) and step == 0:
         raise ArgumentError(f"cuflow.arange: step must be non-zero, got {step!r}")
     check_dtype("arange", dtype)
-    real = (int, float, numpy.integer, numpy.floating)
     if dtype is None:
         for what, v in (("start", start), ("stop", stop), ("step", step)):
             check_int_fits_64_bits("arange", what, v)
-    if all(isinstance(v, real) and not isinstance(v, bool) for v in (start, stop, step)):
+    if all(isinstance(v, _REAL) and not isinstance(v, bool) for v in (start, stop, step)):
         # the length is checked here: CuPy computes a size past 2**63 bytes as a small one
         # and its kernel then writes past the allocation
         fl = any(isinstance(v, float | numpy.floating) for v in (start, stop, step))
@@ -344,8 +320,8 @@ def arange(start: Any = None, stop: Any = None, step: Any = 1, dtype: Any = None
             check_shape("arange", (n,), dtype if dtype is not None else
                    (numpy.float64 if fl else numpy.int64))
             if dtype is not None:
-                _check_ends("arange", {"start": start, "the last value": _arange_last(
-                    start, step, n, fl, numpy.dtype(dtype))}, dtype)
+                check_in_range("arange", [("start", start), ("the last value", _arange_last(
+                    start, step, n, fl, numpy.dtype(dtype)))], dtype)
     return _make("arange", device, stream, start, stop, step, dtype=dtype)
 
 
@@ -367,16 +343,16 @@ def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, retste
     check_dtype("linspace", dtype)
     if isinstance(num, int | numpy.integer) and num > 0:
         check_shape("linspace", (num,), dtype if dtype is not None else numpy.float64)
-    real = (int, float, numpy.integer, numpy.floating)
     if dtype is not None and isinstance(num, int | numpy.integer) and num > 0 and all(
-            isinstance(v, real) and not isinstance(v, bool) and math.isfinite(v)
+            isinstance(v, _REAL) and not isinstance(v, bool) and math.isfinite(v)
             for v in (start, stop)):
         # the values lie between the first and the last (stop only with endpoint); NumPy
         # rounds them down for an integer dtype
         last = (float(stop) if endpoint else
                 float(start) + (num - 1) * (float(stop) - float(start)) / num) if num > 1 \
             else start
-        _check_ends("linspace", {"start": start, "the last value": last}, dtype, math.floor)
+        check_in_range("linspace", [("start", start), ("the last value", last)], dtype,
+                       math.floor)
     return _make("linspace", device, stream, start, stop, num, endpoint, retstep, dtype, axis)
 
 

@@ -19,7 +19,7 @@ import numpy
 from .._errors import ArgumentError, ArgumentOverflowError, ArgumentTypeError, CuflowError
 from ._docs import complete, with_common_parameters
 from ._contract import (as_dtype, bad_input, check_cast, check_dtype, check_host_out,
-                        check_int_fits_64_bits, check_order,
+                        check_in_range, check_int_fits_64_bits, check_order,
                         may_share, prepare_out, resolve_out)
 from ._dispatch import reraise, run_on
 from ._expr import Expr
@@ -310,15 +310,9 @@ def _check_float_range(src, dtype):
     integer ``dtype`` cannot hold, refused: NumPy wraps ``256.0`` to 0 as uint8 without a
     floating-point error."""
     finite = src[numpy.isfinite(src)]
-    if not finite.size:
-        return
-    info = numpy.iinfo(dtype)
-    lo, hi = numpy.trunc(finite.min()), numpy.trunc(finite.max())
-    if not (info.min <= lo and hi <= info.max):
-        bad = finite.min() if lo < info.min else finite.max()
-        raise ArgumentOverflowError(f"cuflow.asarray: Python float {float(bad)!r} is out of "
-                                    f"the range of {dtype}, [{info.min}, {info.max}], once "
-                                    "truncated toward zero")
+    if finite.size:
+        check_in_range("asarray", [("Python float", float(finite.min())),
+                                   ("Python float", float(finite.max()))], dtype)
 
 
 def _host_array(obj, dtype, order, copy):
