@@ -28,7 +28,7 @@ import mmap
 from typing import Any
 
 from .._checks import is_integer
-from ._exceptions import MemoryTypeError, MemoryValueError
+from ._exceptions import DoubleFreeError, MemoryTypeError, MemoryValueError
 
 __all__ = ["Backend", "CudaMallocBackend", "DriverPoolBackend", "HostBackend"]
 
@@ -191,8 +191,12 @@ class HostBackend(_Counted):
         return ptr
 
     def free(self, ptr: int, nbytes: int, stream: int) -> None:
-        view, buf = self.buffers.pop(ptr)
-        del view  # (the mapping cannot close while a ctypes view exports it)
+        entry = self.buffers.pop(ptr, None)
+        if entry is None:
+            raise DoubleFreeError(f"HostBackend.free: {ptr:#x} is no segment this backend "
+                                  f"lends (given back twice, or never lent here)")
+        view, buf = entry
+        del entry, view  # (the mapping cannot close while a ctypes view exports it)
         buf.close()
         self._gave(nbytes)
 

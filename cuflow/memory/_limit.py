@@ -20,6 +20,7 @@ import math
 import numbers
 from typing import Any
 
+from .._errors import OutOfMemoryError
 from ._backends import Backend
 from ._exceptions import MemoryTypeError, MemoryValueError
 
@@ -31,8 +32,10 @@ _UNITS = {"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40, "kb": 
 _FORMS = "bytes (an int, or '8GiB', '512MB', '8e9') or a fraction of device memory (0.8, '80%')"
 
 
-class LimitExceeded(MemoryError):
-    """A segment the limit refuses (the pool turns it into ``cuflow.OutOfMemoryError``)."""
+class LimitExceeded(OutOfMemoryError):
+    """A segment the limit refuses: an out-of-memory error, which a pool over the adaptor
+    first answers by giving its free segments back, then reports as its own
+    ``cuflow.OutOfMemoryError``."""
 
 
 class LimitingAdaptor(Backend):

@@ -450,6 +450,15 @@ def test_free_ptr_refuses_what_is_no_pointer():
         pool.free_ptr(16)
 
 
+def test_host_backend_refuses_a_segment_given_back_twice():
+    be = HostBackend()
+    a = be.alloc(1 << 20, 0)
+    be.free(a, 1 << 20, 0)
+    with pytest.raises(cuflow.memory.DoubleFreeError, match="no segment this backend lends"):
+        be.free(a, 1 << 20, 0)
+    assert be.in_use == 0
+
+
 @settings(max_examples=40, deadline=None)
 @given(ops=st.lists(st.tuples(st.booleans(), st.integers(1, 40), st.integers(0, 1 << 20)),
                     min_size=1, max_size=80))
