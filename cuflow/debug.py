@@ -26,12 +26,48 @@ __all__ = ["annotate", "is_nvtx", "is_sync", "nvtx", "sync"]
 
 
 def sync(enabled: bool = True) -> None:
-    """Synchronize after (and before) every cuflow op to pin asynchronous CUDA errors on it."""
+    """Synchronize after (and before) every cuflow op to pin asynchronous CUDA errors on it.
+
+    Parameters
+    ----------
+    enabled : bool, default True
+        Switch synchronous debugging on (True) or off (False); ``0``, ``1`` and NumPy's
+        bools are taken too.  The ops keep their wrappers while :func:`nvtx` is on.
+
+    Raises
+    ------
+    cuflow.ArgumentTypeError
+        ``enabled`` is none of True, False, 0, 1 or a NumPy bool.
+
+    Notes
+    -----
+    Stream semantics: the switch itself queues nothing.  While it is on, each wrapped op
+    waits for the whole device (on the GPU backend) before and after it runs, and a CUDA
+    error found then is raised as :class:`cuflow.CudaError` naming the op.
+    """
     _instrument.set_sync(enabled)
 
 
 def nvtx(enabled: bool = True) -> None:
-    """Emit an NVTX range for every cuflow op, kernel launch and Bufferizer call."""
+    """Emit an NVTX range for every cuflow op, kernel launch and Bufferizer call.
+
+    Parameters
+    ----------
+    enabled : bool, default True
+        Switch the ranges on (True) or off (False); ``0``, ``1`` and NumPy's bools are taken
+        too.  The ops keep their wrappers while :func:`sync` is on.
+
+    Raises
+    ------
+    cuflow.ArgumentTypeError
+        ``enabled`` is none of True, False, 0, 1 or a NumPy bool.
+
+    Notes
+    -----
+    The ranges come from the ``nvtx`` package when it is installed, else from CuPy's NVTX
+    binding; with neither, they are no-ops.  They are pushed and popped on the host and
+    queue no device work.
+    """
     _instrument.set_nvtx(enabled)
 
 

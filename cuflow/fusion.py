@@ -58,6 +58,7 @@ from __future__ import annotations
 import dataclasses
 import dis
 import functools
+import inspect
 import linecache
 import math
 import sys
@@ -144,46 +145,56 @@ def _special(name: str, x: Any, dst: Any = None, stream: Any = None) -> Any:
 
 
 def erf(x: Any, /, *, dst: Any = None, stream: Any = None) -> Any:
-    """The error function, elementwise (fuses inside :func:`fuse`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """The error function, elementwise (fuses inside :func:`fuse`)."""
     return _special("erf", x, dst, stream)
 
 
 def erfc(x: Any, /, *, dst: Any = None, stream: Any = None) -> Any:
-    """The complementary error function, elementwise (fuses inside :func:`fuse`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """The complementary error function, elementwise (fuses inside :func:`fuse`)."""
     return _special("erfc", x, dst, stream)
 
 
 def sigmoid(x: Any, /, *, dst: Any = None, stream: Any = None) -> Any:
-    """The logistic function ``1 / (1 + exp(-x))``, elementwise (fuses inside :func:`fuse`).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """The logistic function ``1 / (1 + exp(-x))``, elementwise (fuses inside :func:`fuse`)."""
     return _special("sigmoid", x, dst, stream)
 
 
 def rsqrt(x: Any, /, *, dst: Any = None, stream: Any = None) -> Any:
-    """``1 / sqrt(x)``, elementwise (fuses inside :func:`fuse`; the device's rsqrt there).
-
-    Notes
-    -----
-    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
-    """
+    """``1 / sqrt(x)``, elementwise (fuses inside :func:`fuse`; the device's rsqrt there)."""
     return _special("rsqrt", x, dst, stream)
 
 
 assert EXTRA_UNARY == {"erf", "erfc", "sigmoid", "rsqrt"}
+
+_SPECIAL_SECTIONS = """Parameters
+----------
+x : darray or scalar
+    Real numbers (bool, integer or float dtypes); inside :func:`fuse`, a traced value.
+dst : darray, optional
+    Where the result is written, of exactly its shape and a dtype it casts to under
+    ``"same_kind"``.
+stream : cuflow.Stream, optional
+    The stream the work is queued on; the current stream when omitted.
+
+Returns
+-------
+darray
+    ``dst`` when given, else a new array of the float dtype NumPy's ``exp`` gives
+    for ``x``'s (float16 for bool and 8-bit integers, float32 for 16-bit ones,
+    float64 for wider ones; a float dtype stays).
+
+Raises
+------
+ArgumentTypeError
+    ``x`` is complex or not numeric.
+
+Notes
+-----
+Stream semantics: asynchronous; queued on ``stream`` or the current stream.
+"""
+if sys.flags.optimize < 2:  # (python -OO strips docstrings): the sections the four share
+    for _f in (erf, erfc, sigmoid, rsqrt):
+        _f.__doc__ = inspect.cleandoc(_f.__doc__) + "\n\n" + _SPECIAL_SECTIONS
 
 
 # ----------------------------------------------------------------- tracing
@@ -220,6 +231,15 @@ _OPS_KEYS = ("dst", "stream")
 class Fused(object if FastCall is None else FastCall):
     """A function compiled by :func:`fuse`; call it like the function, plus ``dst=`` (an
     array, or a tuple per output) and ``stream=``.
+
+    :func:`fuse` makes it, and checks its arguments first.
+
+    Parameters
+    ----------
+    fn : callable
+        The function traced.
+    options : FuseOptions
+        How it is traced, and what a construct the tracer cannot handle does.
 
     Notes
     -----
@@ -355,6 +375,26 @@ class Fused(object if FastCall is None else FastCall):
 
         For reading and for compile checks without a GPU; the pointers are taken as
         16-byte aligned.
+
+        Parameters
+        ----------
+        *args
+            The arguments of a call, NumPy arrays standing in for device arrays.
+        dst : array or tuple of arrays, optional
+            The call's ``dst=``.
+        **kwargs
+            The call's keyword arguments.
+
+        Returns
+        -------
+        str
+            The kernel's CUDA C++ source.
+
+        Raises
+        ------
+        TraceError
+            These arguments run unfused (``fallback="unfused"``), so there is no kernel;
+            or the tracer cannot handle the function.
         """
         ent, t = self._trace(numpy.ndarray, args, kwargs, dst)
         if t is None:

@@ -3,9 +3,9 @@
 :func:`capture` has two forms:
 
 * ``capture(fn, *example_inputs)`` returns a :class:`CapturedFunction`.  It
-  copies the examples into static input buffers, calls ``fn`` once eagerly on
-  its own non-blocking stream (the warm-up: kernels compile, libraries set up
-  their handles), then records a second call into a graph.  Calling the
+  copies the examples into static input buffers, calls ``fn`` eagerly ``warmup``
+  times (once by default) on its own non-blocking stream (kernels compile, libraries
+  set up their handles), then records one more call into a graph.  Calling the
   result copies new inputs into the static buffers, replays the graph and
   returns the static outputs.  ``capture(fn)`` without examples (or the
   :func:`graphed` decorator) captures on the first call.
@@ -64,6 +64,22 @@ class Graph:
     ``stream`` is the stream that captured it, kept as long as the graph: the memory pool
     watches the streams it lends memory on, and a destroyed stream's memory is reused only
     after a device synchronize.
+
+    Made by :func:`capture` (the ``with`` block yields one) and held by a
+    :class:`CapturedFunction` as its ``graph``; the recorded graph is set once the capture
+    succeeds.
+
+    Parameters
+    ----------
+    pool : cuflow.memory.Pool, cupy.cuda.MemoryPool or None
+        Where the graph's private memory comes from: cuflow's pool when it is installed,
+        else a CuPy ``MemoryPool`` of the graph's own; None on the NumPy backend.
+    owner : int or None
+        The id of the graph's private memory in cuflow's pool (``pool.begin_private``'s
+        result), which :meth:`close` releases; None with a CuPy ``MemoryPool`` or no pool.
+    stream : cupy.cuda.Stream or None
+        The stream that captured the graph, kept as the ``stream`` attribute; None on the
+        NumPy backend.
     """
 
     def __init__(self, pool: Any, owner: Any, stream: Any) -> None:
@@ -249,7 +265,29 @@ class CapturedFunction:
     arguments must equal the captured ones).  Each call copies the inputs
     into the static input buffers, replays the graph, and returns the static
     outputs: the same arrays every call, overwritten by the next call (copy
-    them to keep a result).
+    them to keep a result).  Made by :func:`capture` and :func:`graphed`.
+
+    Parameters
+    ----------
+    fn : callable
+        Takes arrays (and constants) and returns an array, a tuple/list of arrays, or None;
+        its GPU work queued on the current stream.
+    example_inputs : tuple, optional
+        ``fn``'s positional arguments, arrays of the shapes and dtypes of later calls:
+        the capture happens here.  None captures on the first call, with its arguments.
+    warmup : int, default 1
+        Eager calls of ``fn`` on the static inputs before the capture (an int >= 0, not a
+        bool); on the NumPy backend, which has no graphs, there are none.
+
+    Raises
+    ------
+    cuflow.ArgumentTypeError
+        ``fn`` is not callable, or ``warmup`` is not an int.
+    cuflow.ArgumentError
+        ``warmup`` is negative.
+    GraphCaptureError
+        With ``example_inputs``, on the GPU backend: ``fn`` does something a graph cannot
+        record (the message names it), or returns something other than arrays.
 
     Notes
     -----
@@ -266,7 +304,8 @@ class CapturedFunction:
     def __init__(self, fn: Callable[..., Any], example_inputs: tuple[Any, ...] | None = None, *,
                  warmup: int = 1) -> None:
         if not callable(fn):
-            raise ArgumentTypeError(f"cuflow.graph.capture: fn must be callable, got {type(fn).__name__}")
+            raise ArgumentTypeError(f"cuflow.graph.capture: fn must be callable, got "
+                                    f"{type(fn).__name__}")
         if not is_integer(warmup):
             raise ArgumentTypeError(f"cuflow.graph.capture: warmup must be an int >= 0, got "
                                     f"{type(warmup).__name__} {warmup!r}")

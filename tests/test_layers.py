@@ -20,7 +20,7 @@ LAYERS = [
     ("cuflow._errors", "cuflow._env", "cuflow._checks"),
     ("cuflow.raw_kernels",),
     ("cuflow.core._fastpath", "cuflow.core._darray", "cuflow.core._cupy_ufuncs",
-     "cuflow.core._expr", "cuflow.core._ewgen", "cuflow.core._engine"),
+     "cuflow.core._expr", "cuflow.core._ewgen", "cuflow.core._engine", "cuflow.core._docs"),
     ("cuflow.core._runtime",),
     ("cuflow.core._contract", "cuflow.core._streams"),
     ("cuflow.core._dispatch", "cuflow.core._info"),

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy
 
+from ._docs import complete, with_common_parameters
 from ._engine import POW_OPERATOR, cast_op, ew_op
 from ._expr import pow_operator
 from ._fastpath import FILL, GETITEM, INPLACE, OPERATOR, REFLECTED, FastCall
@@ -102,6 +103,23 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
         The parameters and result are those of :func:`cuflow.astype`, with this array as
         ``a``; ``dst`` may also come where ``order`` is, Dolphin's spelling, and NumPy's
         ``subok`` is taken and has no effect (the result is a darray).
+
+        Parameters
+        ----------
+        dtype : dtype
+            The result's dtype.
+        casting : {"no", "equiv", "safe", "same_kind", "unsafe"}, optional
+            Which casts are allowed (NumPy's rule); every one when omitted.
+        subok : bool, optional
+            NumPy's; no effect.
+        copy : bool, default True
+            False returns this array itself where its dtype and layout already fit.
+
+        Returns
+        -------
+        darray
+            ``dst`` when given; this array with ``copy=False`` where it fits; else a new
+            array.
 
         See Also
         --------
@@ -213,11 +231,25 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
     def to_device(self, device, /, *, stream=None):
         """This array on ``device`` (array API): itself when already there, else a copy.
 
-        ``device`` is an ordinal, a :class:`cuflow.Device` or a ``cupy.cuda.Device``
-        (``"cpu"`` on the NumPy backend, which returns the array itself).  Between
-        GPUs the copy is a peer copy where the hardware allows it (peer access is
+        Between GPUs the copy is a peer copy where the hardware allows it (peer access is
         enabled on first use), else the driver stages it through the host.
 
+        Parameters
+        ----------
+        device : int, cuflow.Device or cupy.cuda.Device
+            The destination (``"cpu"`` on the NumPy backend, which returns the array
+            itself).
+        stream : cuflow.Stream, optional
+            The stream of the copy, on the destination device; its current stream when
+            omitted.
+
+        Returns
+        -------
+        darray
+            This array when it is on ``device`` already, else a new array there.
+
+        Notes
+        -----
         Stream semantics: the copy is queued on ``stream`` or the destination
         device's current stream, after the work queued so far on the source
         device's current stream; the source device's current stream then waits
@@ -332,6 +364,20 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
         """CuPy's ``get``: a ``numpy.ndarray`` copy (:func:`cuflow.asnumpy`), into ``out`` if
         given (a ``numpy.ndarray`` of the array's shape and dtype).
 
+        Parameters
+        ----------
+        out : numpy.ndarray, optional
+            A host array of this array's shape and dtype to copy into (pinned for
+            ``blocking=False``).
+        blocking : bool, default True
+            Wait for the copy; False returns once it is queued (``out`` must be pinned
+            memory).
+
+        Returns
+        -------
+        numpy.ndarray
+            ``out`` when given, else a new host array.
+
         Notes
         -----
         Stream semantics: the copy is queued on ``stream`` or the current stream; it waits
@@ -340,6 +386,9 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
         return _ns().asnumpy(self, stream=stream, order=order, out=out, blocking=blocking)
 
     ns["get"] = get
+    # the parameters common to the namespace's functions (dst, out, order, stream ...) from
+    # their one table
+    complete(ns, ("astype", "copy", "flatten", "get", "to_device"), with_common_parameters)
     if check:
         ns["dot"] = _reclass_method(base.dot, "dot", checked=True)
         base_setitem = base.__setitem__

@@ -222,6 +222,8 @@ def with_common_parameters(fn: Any, like: Any = None) -> str:
             own[name] += "\n" + line
     entries = []
     for name in inspect.signature(fn).parameters:
+        if name == "self":  # (a method's)
+            continue
         key = next((k for k in own if name in [n.strip("*") for n in k.split(", ")]), None)
         if key is not None:
             if own[key] not in entries:

@@ -85,7 +85,28 @@ def __array_namespace_info__() -> Info:  # noqa: N807
 
 
 def isdtype(dtype: Any, kind: Any) -> bool:
-    """True when ``dtype`` is of ``kind``: a dtype, a kind name, or a tuple of them (array API)."""
+    """True when ``dtype`` is of ``kind``: a dtype, a kind name, or a tuple of them (array API).
+
+    Parameters
+    ----------
+    dtype : dtype
+        The dtype tested (a dtype object or a scalar type, not a name or an array).
+    kind : dtype, str or tuple
+        A dtype; one of the array API's kind names ``"bool"``, ``"signed integer"``,
+        ``"unsigned integer"``, ``"integral"``, ``"real floating"``, ``"complex floating"``,
+        ``"numeric"``; or a tuple of those, any of which matches.
+
+    Returns
+    -------
+    bool
+
+    Raises
+    ------
+    ArgumentTypeError
+        ``dtype`` is not a dtype.
+    ArgumentError
+        A kind name outside the list above.
+    """
     if not isinstance(dtype, numpy.dtype | type):  # (the array API: a dtype, not its name)
         raise ArgumentTypeError(f"cuflow.isdtype: dtype must be a dtype, got {dtype!r}")
     dtype = as_dtype("isdtype", dtype)
@@ -132,13 +153,48 @@ def finfo(type: Any, /) -> Any:  # noqa: A002
     weak, so ``full(2, finfo(float32).min)`` is float64 and ``x + finfo(float32).eps`` of a
     float16 ``x`` is float16, eps rounded away.  Pass ``dtype=`` or take
     ``numpy.finfo(...)`` where the dtype's scalars are meant.
+
+    Parameters
+    ----------
+    type : dtype or darray
+        A floating or complex dtype, or an array of one.
+
+    Returns
+    -------
+    finfo
+        ``bits``, ``eps``, ``max``, ``min``, ``smallest_normal`` and ``dtype``.
+
+    Raises
+    ------
+    ArgumentTypeError
+        ``type`` is neither a dtype nor an array.
+    ArgumentError
+        The dtype is not floating or complex.
     """
     dt = _limits_dtype("finfo", type, "fc", "a floating or complex")
     return _Finfo(numpy.finfo(dt))
 
 
 def iinfo(type: Any, /) -> numpy.iinfo:  # noqa: A002
-    """Machine limits of an integer dtype, or of an array's dtype (array API ``iinfo``)."""
+    """Machine limits of an integer dtype, or of an array's dtype (array API ``iinfo``).
+
+    Parameters
+    ----------
+    type : dtype or darray
+        An integer dtype, or an array of one.
+
+    Returns
+    -------
+    numpy.iinfo
+        ``bits``, ``max``, ``min`` and ``dtype``.
+
+    Raises
+    ------
+    ArgumentTypeError
+        ``type`` is neither a dtype nor an array.
+    ArgumentError
+        The dtype is not an integer one.
+    """
     return numpy.iinfo(_limits_dtype("iinfo", type, "iu", "an integer"))
 
 
@@ -153,7 +209,24 @@ def _limits_dtype(name: str, x: Any, kinds: str, what: str) -> numpy.dtype:
 
 
 def result_type(*arrays_and_dtypes: Any) -> numpy.dtype:
-    """NumPy's type promotion of arrays (of any backend), dtypes and scalars."""
+    """NumPy's type promotion of arrays (of any backend), dtypes and scalars.
+
+    Parameters
+    ----------
+    *arrays_and_dtypes : darray, dtype or scalar
+        At least one; Python scalars are weak, as in NumPy 2.
+
+    Returns
+    -------
+    numpy.dtype
+
+    Raises
+    ------
+    ArgumentError
+        No argument.
+    ArgumentTypeError
+        An argument NumPy cannot promote.
+    """
     if not arrays_and_dtypes:
         raise ArgumentError("cuflow.result_type needs at least one array or dtype")
     try:
@@ -163,7 +236,28 @@ def result_type(*arrays_and_dtypes: Any) -> numpy.dtype:
 
 
 def can_cast(from_: Any, to: Any, /, casting: str = "safe") -> bool:
-    """Whether ``from_`` (a dtype or array) casts to ``to`` under ``casting``."""
+    """Whether ``from_`` (a dtype or array) casts to ``to`` under ``casting``.
+
+    Parameters
+    ----------
+    from_ : dtype or darray
+        The source dtype, or an array of it (not a Python scalar, as in NumPy 2).
+    to : dtype
+        The target dtype.
+    casting : {"no", "equiv", "safe", "same_kind", "unsafe"}, default "safe"
+        The casting rule (NumPy's).
+
+    Returns
+    -------
+    bool
+
+    Raises
+    ------
+    ArgumentError
+        ``casting`` outside the five rules.
+    ArgumentTypeError
+        ``from_`` is neither a dtype nor an array.
+    """
     if casting not in ("no", "equiv", "safe", "same_kind", "unsafe"):
         raise ArgumentError(f"cuflow.can_cast: casting must be 'no', 'equiv', 'safe', "
                             f"'same_kind' or 'unsafe', got {casting!r}")

@@ -518,7 +518,29 @@ MAX_STREAMS = 1024
 
 
 def streams(n: int, non_blocking: bool = True, priority: int | None = None) -> list[Stream]:
-    """Return ``n`` distinct new streams (at most :data:`MAX_STREAMS`)."""
+    """Return ``n`` distinct new streams (at most :data:`MAX_STREAMS`).
+
+    Parameters
+    ----------
+    n : int
+        How many, in ``[0, MAX_STREAMS]``.
+    non_blocking : bool, default True
+        Do not synchronize with the legacy default stream.
+    priority : int, optional
+        Their priority, as :class:`Stream` takes it.
+
+    Returns
+    -------
+    list of Stream
+        ``n`` distinct streams of the current device.
+
+    Raises
+    ------
+    ArgumentTypeError
+        ``n`` is not an int, or ``non_blocking`` or ``priority`` has the wrong type.
+    ArgumentError
+        ``n`` outside ``[0, MAX_STREAMS]``, or ``priority`` outside a C int's range.
+    """
     if isinstance(n, bool) or not isinstance(n, int | numpy.integer):
         raise ArgumentTypeError(f"cuflow.streams: n must be an int >= 0, got {n!r}")
     if not 0 <= n <= MAX_STREAMS:

@@ -131,6 +131,27 @@ def meta(dtype: Any = numpy.float32, ndim: int = 1) -> Any:
 
     ``ndim`` is an int >= 0; ``dtype`` names a dtype that :func:`cuflow.empty` takes (in the
     machine's byte order, as the chunks are: ``'>f4'`` gives ``float32`` on x86).
+
+    Parameters
+    ----------
+    dtype : dtype-like, default numpy.float32
+        The chunks' dtype: bool, an integer, real or complex dtype, given in either byte
+        order.  None is :func:`cuflow.empty`'s default, float64.
+    ndim : int, default 1
+        The Dask array's number of dimensions, an int >= 0 (not a bool).
+
+    Returns
+    -------
+    darray
+        An array of shape ``(0,) * ndim`` on the current device, in the machine's byte order.
+        The darray type is registered with ``dask.array`` (:func:`register`) first.
+
+    Raises
+    ------
+    cuflow.ArgumentTypeError
+        ``ndim`` is not an int, or ``dtype`` names no dtype or a dtype of no numbers.
+    cuflow.ArgumentError
+        ``ndim`` is negative.
     """
     if not is_integer(ndim):
         raise ArgumentTypeError(f"cuflow.dask.meta: ndim must be an int >= 0, got {ndim!r}")
@@ -170,6 +191,38 @@ def from_host(x: Any, chunks: Any = "auto") -> da.Array:
     Each chunk is copied to the device of the worker that computes it, in the machine's
     byte order (a ``'>f4'`` array gives ``float32`` chunks on x86).  A device array (a
     darray or CuPy array) is chunked as it is, and each chunk copied to its worker's device.
+
+    Parameters
+    ----------
+    x : array_like or dask.array.Array
+        The data, of a bool, integer, real or complex dtype: a NumPy array or anything
+        ``numpy.asarray`` reads as one, a Dask array of NumPy chunks, or (on the GPU backend)
+        a darray or CuPy array.
+    chunks : str, int, tuple or dict, default "auto"
+        The chunking, in any form ``dask.array.from_array`` and ``Array.rechunk`` take
+        (sizes are ints, never bools).  With ``"auto"`` a Dask array keeps its chunks;
+        any other value rechunks it.
+
+    Returns
+    -------
+    dask.array.Array
+        A lazy array of ``x``'s shape whose chunks are darrays, with ``x``'s dtype in the
+        machine's byte order and :func:`meta` of that dtype as its ``meta``.
+
+    Raises
+    ------
+    cuflow.ArgumentTypeError
+        ``x`` is None or not of a dtype of numbers; ``chunks`` holds a bool, or Dask
+        refuses its type.
+    cuflow.ArgumentError
+        ``x`` cannot be read as an array (a ragged sequence), or Dask refuses ``chunks``'s
+        value (sizes that do not add up to ``x``'s shape).
+
+    Notes
+    -----
+    Stream semantics: the call queues no device work.  Computing the result copies each
+    chunk to the device with :func:`cuflow.asarray`, queued on the current stream of the
+    worker thread that computes it.
     """
     if x is None:
         raise ArgumentTypeError("cuflow.dask.from_host: x must be an array of numbers (a NumPy "
@@ -213,6 +266,28 @@ def to_host(x: da.Array) -> da.Array:
     ``to_host(x).compute()`` gives a ``numpy.ndarray`` on the client, which then
     needs no GPU.  ``x`` must be a Dask array; a darray goes to the host with
     :func:`cuflow.asnumpy`.
+
+    Parameters
+    ----------
+    x : dask.array.Array
+        A Dask array, typically of darray chunks (from :func:`from_host` or ``map_blocks``
+        with cuflow ops).
+
+    Returns
+    -------
+    dask.array.Array
+        A lazy array of ``x``'s shape and dtype whose chunks are ``numpy.ndarray``.
+
+    Raises
+    ------
+    cuflow.ArgumentTypeError
+        ``x`` is not a ``dask.array.Array`` (a darray or a NumPy array is refused too).
+
+    Notes
+    -----
+    Stream semantics: the call queues no device work.  Computing the result copies each
+    chunk with :func:`cuflow.asnumpy`: the copy is queued on the current stream of the
+    worker thread that computes it, after the work queued there, and waited for.
     """
     if not isinstance(x, da.Array):
         # (a NumPy array is refused too: the result is a Dask array, computed later)

@@ -74,8 +74,8 @@ class CuflowPool(WorkerPlugin):
         removes the pool's limit, as for :func:`cuflow.memory.set_limit`;
         None leaves it as it is.
     warmup : callable, optional
-        Run once on each worker after the pool is set up, through
-        :func:`cuflow.memory.warmup`, so its allocations are cached (compile
+        Run once on each worker, once its limit is set and before ``size`` is reserved,
+        through :func:`cuflow.memory.warmup`, so its allocations are cached (compile
         kernels, build a Pipeline's buffers...).  Must be picklable.
 
     Notes
@@ -107,7 +107,33 @@ class CuflowPool(WorkerPlugin):
 
     def setup(self, worker: Any) -> None:
         """Prepare ``worker``'s pool: the limit, the warm-up and the reserve, and the record
-        for :func:`pool_stats` (called by Dask on each worker)."""
+        for :func:`pool_stats` (called by Dask on each worker).
+
+        Parameters
+        ----------
+        worker : distributed.Worker
+            The worker Dask runs the plugin on; its device's pool (the current device's) is
+            set up, and its ``cuflow_pool`` attribute is this plugin once the setup succeeds.
+
+        Raises
+        ------
+        cuflow.ArgumentError
+            ``size`` is larger than ``limit`` on this worker's device (a fraction of the
+            device's memory is known only there).
+        cuflow.OutOfMemoryError
+            The reserve does not fit under the limit or in the device's memory.
+
+        Notes
+        -----
+        The setup registers darray with ``dask.array``, sets the limit, runs the warm-up
+        (:func:`cuflow.memory.warmup`) and then reserves ``size``.  When a step raises, the
+        pool's previous limit comes back and the exception propagates (the warm-up's own
+        among them), and this plugin leaves no record for :func:`pool_stats`.
+
+        Stream semantics: the warm-up's work is queued on the streams it uses, as
+        :func:`cuflow.memory.warmup` runs it; the reserve launches no kernel, its segment is
+        taken from the backend on the current stream.
+        """
         rt = runtime()
         register()
         self.report = {}  # (filled when the setup succeeds)
@@ -140,7 +166,19 @@ class CuflowPool(WorkerPlugin):
 
     def teardown(self, worker: Any) -> None:
         """Undo :meth:`setup` on ``worker``: its previous limit back, the pool's free memory
-        (the reserve among it) released, and no record of this plugin for :func:`pool_stats`."""
+        (the reserve among it) released, and no record of this plugin for :func:`pool_stats`.
+
+        Parameters
+        ----------
+        worker : distributed.Worker
+            The worker Dask runs the plugin on.  Where this plugin's setup did not complete
+            (its ``cuflow_pool`` attribute is not this plugin), nothing is done.
+
+        Notes
+        -----
+        The previous limit comes back only where the plugin set one (``limit`` not None);
+        the free segments go back to the device through :meth:`cuflow.memory.Pool.empty_cache`.
+        """
         if getattr(worker, "cuflow_pool", None) is not self:
             return  # this plugin's setup did not complete there
         del worker.cuflow_pool
@@ -162,6 +200,27 @@ def pool_stats(client: Client) -> dict[str, dict[str, Any]]:
 
     ``stats`` is :func:`cuflow.memory.stats` there; ``setup`` what
     :class:`CuflowPool` did (None on a worker without the plugin).
+
+    Parameters
+    ----------
+    client : distributed.Client
+        A running, synchronous client of the cluster; the statistics are read on each of
+        its workers through ``client.run``.
+
+    Returns
+    -------
+    dict
+        One entry per worker address: ``backend`` (the backend's name), ``device`` (the
+        worker's current device), ``stats`` and ``setup`` (a dict with ``backend``,
+        ``device``, ``pid``, ``visible_devices``, ``reserved_at_setup`` and ``warmup``, the
+        result of :func:`cuflow.memory.warmup` or None).
+
+    Raises
+    ------
+    cuflow.ArgumentTypeError
+        ``client`` is not a ``distributed.Client``.
+    cuflow.ArgumentError
+        ``client`` is not running, or was made with ``asynchronous=True``.
     """
     check_client("pool_stats", client)
     return client.run(_worker_stats)

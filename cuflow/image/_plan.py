@@ -73,6 +73,31 @@ class Letterbox:
         GPU; boxes on the host are uploaded first).  Boxes must be real numbers with a last
         axis of 4 (:class:`ImageFormatError`): take ``[..., :4]`` of detections with more
         columns.
+
+        Parameters
+        ----------
+        boxes : darray, numpy.ndarray or sequence
+            Boxes of shape ``(..., 4)``, ``x1, y1, x2, y2`` in output pixels.
+        stream : cuflow.Stream, optional
+            The stream the work is queued on; the current stream when omitted.
+
+        Returns
+        -------
+        darray
+            The boxes in source pixels, of ``boxes``' shape, clipped to
+            ``[0, width]`` x ``[0, height]`` of the source frames, in the dtype the boxes'
+            dtype promotes to with float32 (float32 for float16, float32 and 8- and
+            16-bit integers; float64 for float64 and wider integers).
+
+        Raises
+        ------
+        ImageFormatError
+            ``boxes`` is ragged, not real, or its last axis is not 4.
+
+        Notes
+        -----
+        Stream semantics: asynchronous; queued on ``stream`` or the current stream (host
+        boxes are uploaded on it first).
         """
         rt = runtime()
         xp = rt.xp

@@ -19,7 +19,8 @@ bench/test_bench_memory.py::test_trace):
 
 * footprint: blocks are split and coalesced; large segments are whole multiples
   of 64 MiB (the driver pool reserves 32 MiB chunks and packs their rest poorly, so
-  the pool keeps the rest and splits it), or of less while the pool is small; a large request does not split a cached
+  the pool keeps the rest and splits it), or of less while the pool is small; a large
+  request does not split a cached
   block larger than twice its size or than its own segment would be (that pins
   it and fragments memory) but misses, and a miss returns the free segments to
   the driver pool, which reuses them for any size (with the default backend; over
@@ -488,6 +489,27 @@ def empty_pinned(shape: Any, dtype: Any = numpy.float32) -> numpy.ndarray:
     Comes from CuPy's caching pinned-memory pool, which does not hand a buffer
     out again while a copy from it (``cuflow.asarray(x, stream=...)``, ``set``)
     is still in flight.  On the NumPy backend this is ``numpy.empty``.
+
+    Parameters
+    ----------
+    shape : int or sequence of ints
+        The array's shape, sizes >= 0 (an int: one dimension).
+    dtype : dtype, default float32
+        Bool, an integer, real or complex dtype (``None``: float64, as for NumPy).
+
+    Returns
+    -------
+    numpy.ndarray
+        A C-contiguous array, not initialized, over the page-locked buffer.
+
+    Raises
+    ------
+    cuflow.ArgumentTypeError
+        ``shape`` is not an int or a sequence of ints, or ``dtype`` is not such a dtype.
+    cuflow.ArgumentError
+        A size in ``shape`` is negative.
+    cuflow.OutOfMemoryError
+        The array's bytes pass what any address space holds.
     """
 
     shape = check_shape("memory.empty_pinned", shape, dtype)  # the creation functions' rules
@@ -501,7 +523,26 @@ def empty_pinned(shape: Any, dtype: Any = numpy.float32) -> numpy.ndarray:
 
 
 def zeros_pinned(shape: Any, dtype: Any = numpy.float32) -> numpy.ndarray:
-    """:func:`empty_pinned`, filled with zeros."""
+    """:func:`empty_pinned`, filled with zeros.
+
+    Parameters
+    ----------
+    shape : int or sequence of ints
+        The array's shape, sizes >= 0 (an int: one dimension).
+    dtype : dtype, default float32
+        Bool, an integer, real or complex dtype (``None``: float64, as for NumPy).
+
+    Returns
+    -------
+    numpy.ndarray
+        A C-contiguous array of zeros in page-locked memory (on the NumPy backend, in
+        ordinary memory).
+
+    Raises
+    ------
+    cuflow.ArgumentTypeError, cuflow.ArgumentError, cuflow.OutOfMemoryError
+        As :func:`empty_pinned`.
+    """
     a = empty_pinned(shape, dtype)
     a.fill(0)
     return a

@@ -55,22 +55,90 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def alloc(self, nbytes: int, stream: int) -> int:
-        """A new segment of ``nbytes`` usable on ``stream``; MemoryError when out of memory."""
+        """A new segment of ``nbytes`` usable on ``stream``; MemoryError when out of memory.
+
+        Parameters
+        ----------
+        nbytes : int
+            The segment's bytes (the pool's segment size for the request it serves).
+        stream : int
+            The handle of the stream whose work first uses the segment (0: the legacy
+            default stream).
+
+        Returns
+        -------
+        int
+            The segment's address.
+
+        Raises
+        ------
+        MemoryError
+            The source has no memory for it (the pool then retries, and raises
+            :class:`cuflow.OutOfMemoryError` when that fails too).
+
+        Notes
+        -----
+        Stream semantics: the segment is usable by work queued on ``stream`` after the call;
+        a stream-ordered source queues the allocation there, and work on another stream
+        must be ordered after it first.
+        """
 
     @abc.abstractmethod
     def free(self, ptr: int, nbytes: int, stream: int) -> None:
-        """Return a segment from :meth:`alloc`, ordered after the work queued on ``stream``."""
+        """Return a segment from :meth:`alloc`, ordered after the work queued on ``stream``.
+
+        Parameters
+        ----------
+        ptr : int
+            The segment's address, from :meth:`alloc` and not given back yet.
+        nbytes : int
+            Its bytes, as asked of :meth:`alloc`.
+        stream : int
+            The handle of the stream whose queued work the release follows.
+
+        Notes
+        -----
+        Stream semantics: the source reuses the memory only after the work queued on
+        ``stream`` so far (the pool has made ``stream`` wait for the other streams that used
+        the segment); a source whose release is synchronous (``cudaFree``) waits for the
+        device instead.
+        """
 
     def attach(self, state: Any) -> None:
         """Called by the pool built over this backend with its counters (``requested``,
-        ``peak_requested``), which the backend may read when it places a segment."""
+        ``peak_requested``), which the backend may read when it places a segment.
+
+        The default ignores them.
+
+        Parameters
+        ----------
+        state : object
+            The pool's counters: an object with ``requested`` and ``peak_requested``
+            attributes (bytes), which the pool keeps up to date.
+        """
 
     def stream_gone(self, stream: int) -> None:
-        """``stream`` was destroyed: its handle may come back as a new stream's."""
+        """``stream`` was destroyed: its handle may come back as a new stream's.
+
+        The default does nothing (a backend that keeps no state per stream).
+
+        Parameters
+        ----------
+        stream : int
+            The handle of the destroyed stream.
+        """
 
     def limit_memory(self, limit: int | None) -> None:
         """The pool's limit (bytes; ``None``: none) changed: a backend that keeps memory
-        beyond the pool's segments keeps it within the limit."""
+        beyond the pool's segments keeps it within the limit.
+
+        The default does nothing (a backend that keeps no memory beyond the segments).
+
+        Parameters
+        ----------
+        limit : int or None
+            The new limit in bytes, or ``None`` for none.
+        """
 
     def total_memory(self) -> int:
         """Bytes of memory the backend draws from (a fraction limit's whole)."""
@@ -80,11 +148,41 @@ class Backend(abc.ABC):
 
     def alloc_private(self, nbytes: int) -> int:
         """A segment for a graph-private pool: not stream-ordered, so never captured into a
-        graph."""
+        graph.
+
+        The default is :meth:`alloc` on stream 0, for a source whose :meth:`alloc` is not
+        stream-ordered; the CUDA backends override it with ``cudaMalloc``.
+
+        Parameters
+        ----------
+        nbytes : int
+            The segment's bytes.
+
+        Returns
+        -------
+        int
+            The segment's address; give it back with :meth:`free_private`.
+
+        Raises
+        ------
+        MemoryError
+            The source has no memory for it.
+        """
         return self.alloc(nbytes, 0)
 
     def free_private(self, ptr: int, nbytes: int) -> None:
-        """Return a segment from :meth:`alloc_private`."""
+        """Return a segment from :meth:`alloc_private`.
+
+        The default is :meth:`free` on stream 0; the CUDA backends override it with
+        ``cudaFree``.
+
+        Parameters
+        ----------
+        ptr : int
+            The segment's address, from :meth:`alloc_private` and not given back yet.
+        nbytes : int
+            Its bytes, as asked of :meth:`alloc_private`.
+        """
         self.free(ptr, nbytes, 0)
 
     def current_stream(self) -> int:
@@ -92,20 +190,93 @@ class Backend(abc.ABC):
         return 0
 
     def record(self, stream: int) -> Any:
-        """An event recorded on ``stream`` now (``None`` when work is synchronous)."""
+        """An event recorded on ``stream`` now (``None`` when work is synchronous).
+
+        The default returns ``None``.
+
+        Parameters
+        ----------
+        stream : int
+            The handle of the stream to record on.
+
+        Returns
+        -------
+        object or None
+            The event, for :meth:`done` and :meth:`wait`; ``None`` when work is
+            synchronous.
+
+        Notes
+        -----
+        Stream semantics: the event is queued on ``stream`` after the work queued there so
+        far, and completes with it; the host does not wait.  The CUDA backends make a new
+        event (timing disabled), which :meth:`done` destroys once it reports it complete.
+        """
         return None
 
     def done(self, event: Any) -> bool:
-        """Whether the work before ``event`` (from :meth:`record`) is done."""
+        """Whether the work before ``event`` (from :meth:`record`) is done.
+
+        The default returns True.
+
+        Parameters
+        ----------
+        event : object
+            An event from :meth:`record`.  In the CUDA backends, once this returns True the
+            event is destroyed: it is not to be passed again.
+
+        Returns
+        -------
+        bool
+            True when that work is done; the host does not wait for it.
+
+        Raises
+        ------
+        cupy_backends.cuda.api.runtime.CUDARuntimeError
+            In the CUDA backends: the event's query reports a CUDA error.
+        """
         return True
 
     def stream_idle(self, stream: int) -> bool:
         """Whether the work queued on ``stream`` so far is known to be done without an
-        event (False: ask with :meth:`record` and :meth:`done`)."""
+        event (False: ask with :meth:`record` and :meth:`done`).
+
+        The default returns False.
+
+        Parameters
+        ----------
+        stream : int
+            The handle of the stream to ask about.
+
+        Returns
+        -------
+        bool
+            True when the work queued on ``stream`` is done (the CUDA backends ask
+            ``cudaStreamQuery``); the host does not wait for it.
+
+        Raises
+        ------
+        cupy_backends.cuda.api.runtime.CUDARuntimeError
+            In the CUDA backends: the stream's query reports a CUDA error.
+        """
         return False
 
     def wait(self, stream: int, event: Any) -> None:
-        """Order ``stream`` after ``event`` without blocking the host."""
+        """Order ``stream`` after ``event`` without blocking the host.
+
+        The default does nothing (work is synchronous).
+
+        Parameters
+        ----------
+        stream : int
+            The handle of the stream that waits.
+        event : object
+            An event from :meth:`record`.
+
+        Notes
+        -----
+        Stream semantics: a wait is queued on ``stream`` (``cudaStreamWaitEvent`` in the
+        CUDA backends): work queued there afterwards runs after the work before ``event``.
+        """
 
     def synchronize(self) -> None:
         """Wait for all work on the device."""
@@ -150,7 +321,22 @@ class _Counted(Backend):
 
 
 class HostBackend(_Counted):
-    """Host memory (anonymous mappings); streams are plain integers and always in order."""
+    """Host memory (anonymous mappings); streams are plain integers and always in order.
+
+    Parameters
+    ----------
+    capacity : int or None, optional
+        Most bytes of segments held at once (:meth:`alloc` raises :class:`MemoryError`
+        beyond), and the whole that a fraction limit is of; ``None`` (the default): no
+        bound, and a fraction limit raises :class:`~cuflow.memory.MemoryValueError`.
+
+    Raises
+    ------
+    MemoryTypeError
+        ``capacity`` is neither ``None`` nor an integer (a bool neither).
+    MemoryValueError
+        ``capacity`` is negative.
+    """
 
     name = "host"
     cheap_release = True
@@ -174,6 +360,26 @@ class HostBackend(_Counted):
         return self.capacity
 
     def alloc(self, nbytes: int, stream: int) -> int:
+        """A new segment of ``nbytes``: an anonymous mapping, whose zeroed pages the kernel
+        commits as they are first written.
+
+        Parameters
+        ----------
+        nbytes : int
+            The segment's bytes (a mapping of at least one byte).
+        stream : int
+            Not used: host work is synchronous.
+
+        Returns
+        -------
+        int
+            The segment's address.
+
+        Raises
+        ------
+        MemoryError
+            More than ``capacity`` bytes would be held, or the host cannot map the bytes.
+        """
         if self.capacity is not None and self.in_use + nbytes > self.capacity:
             raise MemoryError(f"host backend: {nbytes} bytes requested, "
                               f"{self.capacity - self.in_use} of {self.capacity} left")
@@ -191,6 +397,22 @@ class HostBackend(_Counted):
         return ptr
 
     def free(self, ptr: int, nbytes: int, stream: int) -> None:
+        """Return a segment from :meth:`alloc`: its mapping is closed at once.
+
+        Parameters
+        ----------
+        ptr : int
+            The segment's address, from :meth:`alloc` and not given back yet.
+        nbytes : int
+            Its bytes, as asked of :meth:`alloc`.
+        stream : int
+            Not used: host work is synchronous.
+
+        Raises
+        ------
+        DoubleFreeError
+            ``ptr`` is not a segment of this backend that is still held.
+        """
         entry = self.buffers.pop(ptr, None)
         if entry is None:
             raise DoubleFreeError(f"HostBackend.free: {ptr:#x} is no segment this backend "
@@ -268,7 +490,24 @@ class _CudaEvents(Backend):
 
 
 class DriverPoolBackend(_CudaEvents):
-    """Segments from a private CUDA stream-ordered pool (``cudaMallocFromPoolAsync``)."""
+    """Segments from a private CUDA stream-ordered pool (``cudaMallocFromPoolAsync``).
+
+    The pool's release threshold is the maximum, so memory given back stays reserved for it
+    (until :meth:`trim`) and serves later segments of any size.
+
+    Parameters
+    ----------
+    device_id : int
+        The device whose memory the private pool holds; not checked here (the runtime
+        refuses to create a pool on a device that does not exist).
+
+    Raises
+    ------
+    ImportError
+        CuPy is not installed.
+    cupy_backends.cuda.api.runtime.CUDARuntimeError
+        The runtime refuses to create the pool.
+    """
 
     name = "driver-pool"
     cheap_release = True
@@ -294,6 +533,34 @@ class DriverPoolBackend(_CudaEvents):
         self._reserved = 0
 
     def alloc(self, nbytes: int, stream: int) -> int:
+        """A new segment of ``nbytes`` from the private pool, queued on ``stream``.
+
+        Parameters
+        ----------
+        nbytes : int
+            The segment's bytes.
+        stream : int
+            The handle of the stream whose work first uses the segment.
+
+        Returns
+        -------
+        int
+            The segment's address.
+
+        Raises
+        ------
+        MemoryError
+            The device is out of memory (``cudaErrorMemoryAllocation``); the private pool is
+            first trimmed back to the reserve it held before the request.
+        cupy_backends.cuda.api.runtime.CUDARuntimeError
+            Another error of ``cudaMallocFromPoolAsync``.
+
+        Notes
+        -----
+        Stream semantics: the allocation is queued on ``stream``
+        (``cudaMallocFromPoolAsync``): the memory is usable by work queued there after the
+        call, and by another stream once it is ordered after that point.
+        """
         rt = self._rt
         try:
             ptr = rt.mallocFromPoolAsync(nbytes, self.handle, stream)
@@ -315,6 +582,23 @@ class DriverPoolBackend(_CudaEvents):
         return ptr
 
     def free(self, ptr: int, nbytes: int, stream: int) -> None:
+        """Return a segment from :meth:`alloc` to the private pool (``cudaFreeAsync``).
+
+        Parameters
+        ----------
+        ptr : int
+            The segment's address, from :meth:`alloc` and not given back yet.
+        nbytes : int
+            Its bytes (not used: the driver knows them).
+        stream : int
+            The handle of the stream whose queued work the release follows.
+
+        Notes
+        -----
+        Stream semantics: the release is queued on ``stream`` and takes effect after the
+        work queued there so far; the host does not wait.  The memory stays in the private
+        pool's reserve.
+        """
         self._rt.freeAsync(ptr, stream)
 
     def trim(self) -> None:
@@ -338,12 +622,48 @@ class DriverPoolBackend(_CudaEvents):
 
 
 class CudaMallocBackend(_CudaEvents, _Counted):
-    """``cudaMalloc`` segments; releasing one (``cudaFree``) synchronizes the device."""
+    """``cudaMalloc`` segments; releasing one (``cudaFree``) synchronizes the device.
+
+    Parameters
+    ----------
+    device_id : int
+        The device the backend serves: its work outside an allocation runs with this device
+        current (:meth:`on_device`).  ``cudaMalloc`` allocates on the device current at the
+        call, so the pool's allocations are to run with this one current, as cuflow's
+        allocator hook runs them.  Not checked here.
+
+    Raises
+    ------
+    ImportError
+        CuPy is not installed.
+    """
 
     name = "cudamalloc"
     cheap_release = False
 
     def alloc(self, nbytes: int, stream: int) -> int:
+        """A new segment of ``nbytes`` from ``cudaMalloc``, on the current device.
+
+        Parameters
+        ----------
+        nbytes : int
+            The segment's bytes.
+        stream : int
+            Not used: ``cudaMalloc`` is not stream-ordered, and the segment is usable by
+            any stream at once.
+
+        Returns
+        -------
+        int
+            The segment's address.
+
+        Raises
+        ------
+        MemoryError
+            The device is out of memory (``cudaErrorMemoryAllocation``).
+        cupy_backends.cuda.api.runtime.CUDARuntimeError
+            Another error of ``cudaMalloc``.
+        """
         rt = self._rt
         try:
             ptr = rt.malloc(nbytes)
@@ -355,6 +675,22 @@ class CudaMallocBackend(_CudaEvents, _Counted):
         return ptr
 
     def free(self, ptr: int, nbytes: int, stream: int) -> None:
+        """Return a segment from :meth:`alloc` to the device (``cudaFree``).
+
+        Parameters
+        ----------
+        ptr : int
+            The segment's address, from :meth:`alloc` and not given back yet.
+        nbytes : int
+            Its bytes, as asked of :meth:`alloc`.
+        stream : int
+            Not used: the release is not stream-ordered.
+
+        Notes
+        -----
+        Stream semantics: nothing is queued; ``cudaFree`` synchronizes the device, so the
+        work of every stream, ``stream``'s included, is done before the memory goes back.
+        """
         self._rt.free(ptr)
         self._gave(nbytes)
 

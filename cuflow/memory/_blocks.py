@@ -57,7 +57,26 @@ def check_stream(where: str, stream: Any) -> int:
 
 
 def round_size(n: int) -> int:
-    """Bytes actually reserved for a request of ``n`` bytes (an int >= 0)."""
+    """Bytes actually reserved for a request of ``n`` bytes (an int >= 0).
+
+    Parameters
+    ----------
+    n : int
+        The bytes requested, >= 0 (a Python or NumPy integer, not a bool).
+
+    Returns
+    -------
+    int
+        ``n`` rounded up to a multiple of 512 below 1 MiB (512 for 0), and to a multiple of
+        128 KiB from 1 MiB on.
+
+    Raises
+    ------
+    MemoryTypeError
+        ``n`` is not an integer.
+    MemoryValueError
+        ``n`` is negative.
+    """
     _check_bytes("round_size", n)
     n = int(n)
     if n < SMALL:
@@ -67,7 +86,25 @@ def round_size(n: int) -> int:
 
 def size_class(n: int) -> int:
     """Upper bound of ``n``'s statistics class: four classes per power of two, from 512 B
-    (``n``: an int >= 0)."""
+    (``n``: an int >= 0).
+
+    Parameters
+    ----------
+    n : int
+        A size in bytes, >= 0 (a Python or NumPy integer, not a bool).
+
+    Returns
+    -------
+    int
+        The class's upper bound, at least ``n``: 512 for ``n`` up to 512.
+
+    Raises
+    ------
+    MemoryTypeError
+        ``n`` is not an integer.
+    MemoryValueError
+        ``n`` is negative.
+    """
     _check_bytes("size_class", n)
     n = int(n)
     if n <= 512:
@@ -90,7 +127,23 @@ class Segment:
 
 
 class Block:
-    """A range of a segment; ``free`` blocks are in a free list, others are lent out."""
+    """A range of a segment, lent out or ``free``: a free block sits in a free list, in the
+    exact-size cache (``quick``), or awaits other streams' work (``events``).
+
+    The pool makes blocks (:meth:`Pool.alloc` lends one); a new block is free and linked to
+    no neighbour.
+
+    Parameters
+    ----------
+    ptr : int
+        The address of the range.
+    size : int
+        Its bytes.
+    seg : Segment
+        The segment it lies in.
+    stream : int
+        The handle of the stream it is for (-1: a destroyed stream's).
+    """
 
     __slots__ = ("events", "free", "next", "plain", "ptr", "prev", "quick", "req", "seg",
                  "size", "stream", "uses")

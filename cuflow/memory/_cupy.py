@@ -107,6 +107,19 @@ class Pool(_CorePool):
 
         Unlike CuPy's, it empties the whole cache: ``stream`` is taken for CuPy's signature,
         and the blocks cached for every stream go back, as :meth:`empty_cache`.
+
+        Parameters
+        ----------
+        stream : object, optional
+            Not used: the blocks cached for every stream go back (CuPy's pool, given a
+            stream, gives back only the blocks of that stream's arena).
+
+        Notes
+        -----
+        Stream semantics: as :meth:`empty_cache`: each segment goes back ordered after the
+        work of the streams that used it, and giving back the backend's reserve may
+        synchronize the device (the default backend's does); while a graph is being captured
+        nothing is released.
         """
         self.empty_cache()
 

@@ -14,7 +14,8 @@ cuflow places the segments itself, in one range of virtual addresses reserved at
 * **Pages** are :data:`PAGE` (2 MiB, the device's mapping granularity) each, mapped when a
   segment first lies on them.  They stay mapped while free, so a workload's second pass maps
   nothing, until mapping more would take the mapped bytes over :data:`KEEP` times the peak of
-  the bytes the pool's users requested; then free pages are unmapped, the largest free runs first, only
+  the bytes the pool's users requested; then free pages are unmapped, the largest free runs
+  first, only
   as many as that limit needs.  ``bench/heap_model.py`` replays this placement alone over
   the allocation traces; ``python -m cuflow bench traces`` measures the pool over it
   ("cuflow vmm").
@@ -470,7 +471,17 @@ def _runs(pages: list[int]) -> list[tuple[int, int]]:
 class ExpandableBackend(Backend):
     """Segments placed by a :class:`PageHeap` in one reserved range at ``self.base`` (see the
     module docstring); subclasses map and unmap the pages and give the heap its events
-    (:attr:`PageHeap.events`; none: work is synchronous)."""
+    (:attr:`PageHeap.events`; none: work is synchronous).
+
+    An abstract class: :class:`VirtualMemoryBackend` and :class:`HostExpandableBackend` are
+    its forms.
+
+    Parameters
+    ----------
+    capacity : int
+        Bytes of the range the segments are placed in (the subclasses check it and round
+        it up to whole pages before they pass it here).
+    """
 
     cheap_release = True
     places_segments = True
@@ -505,18 +516,95 @@ class ExpandableBackend(Backend):
 
     # -- the backend
     def alloc(self, nbytes: int, stream: int) -> int:  # (the instance's is the heap's)
+        """A new segment of ``nbytes`` placed in the range, its pages mapped where they are
+        not (the heap's ``lend``, which an instance calls directly).
+
+        Parameters
+        ----------
+        nbytes : int
+            The segment's bytes (rounded up to a multiple of 512 in the range).
+        stream : int
+            The handle of the stream whose work first uses the segment.
+
+        Returns
+        -------
+        int
+            The segment's address.
+
+        Raises
+        ------
+        MemoryError
+            The range has no room for it, or its pages cannot be mapped even after the free
+            pages are unmapped.
+        cuflow.CudaError
+            A query of the event of a stream that gave back a range under it reports a
+            CUDA error.
+
+        Notes
+        -----
+        Stream semantics: nothing is queued for the segment itself; where it lies over
+        ranges other streams gave back whose work may not be done, a wait for each such
+        stream's event is queued on ``stream`` (no host synchronization).
+        """
         return self.heap.lend(nbytes, stream)
 
     def free(self, ptr: int, nbytes: int, stream: int) -> None:
+        """Return a segment from :meth:`alloc` to the range; its pages stay mapped (the
+        heap's ``give_back``, which an instance calls directly).
+
+        Parameters
+        ----------
+        ptr : int
+            The segment's address, from :meth:`alloc` and not given back yet.
+        nbytes : int
+            Its bytes, as asked of :meth:`alloc`.
+        stream : int
+            The handle of the stream whose queued work the release follows.
+
+        Raises
+        ------
+        DoubleFreeError
+            The range of ``nbytes`` at ``ptr`` lies outside the ranges placed, or over a
+            free one (given back already).
+
+        Notes
+        -----
+        Stream semantics: where the backend has events (:class:`VirtualMemoryBackend`), one
+        is recorded on ``stream`` after its work so far (one event per stream, recorded
+        again at each of its frees); a segment later placed over the range for another
+        stream waits for it there, and the range's pages are unmapped only after it
+        completes.
+        """
         self.heap.give_back(ptr, nbytes, stream)
 
     def attach(self, state: Any) -> None:
+        """Keep the pool's counters: the mapped bytes stay within :data:`KEEP` times the
+        peak of its requested bytes, where free pages allow.
+
+        Parameters
+        ----------
+        state : object
+            The pool's counters, with ``requested`` and ``peak_requested`` attributes.
+        """
         # the pool's requested bytes: the mapped bytes are kept within KEEP x their peak,
         # not the segments', which hold the pool's free blocks too (python -m cuflow bench
         # traces: S's footprint)
         self.heap.state = state
 
     def limit_memory(self, limit: int | None) -> None:
+        """Cap the mapped bytes at the pool's limit, where free pages allow; free pages past
+        it are unmapped at once.
+
+        Parameters
+        ----------
+        limit : int or None
+            The pool's limit in bytes; ``None`` (or 0) removes the cap.
+
+        Notes
+        -----
+        Stream semantics: before a page is unmapped, the host waits for the work of the
+        streams that gave back ranges on it.
+        """
         # the pool's limit caps the mapped pages too, where free pages allow, or free pages
         # kept by the 1.25x rule would hold device memory past it
         self.heap.cap = limit or 0
@@ -525,6 +613,15 @@ class ExpandableBackend(Backend):
             self.heap.trim(-(-over // PAGE))
 
     def stream_gone(self, stream: int) -> None:
+        """``stream`` was destroyed: the ranges it gave back stay ordered after its event,
+        under a key no stream has, so a new stream given its handle does not take them as
+        its own.
+
+        Parameters
+        ----------
+        stream : int
+            The handle of the destroyed stream.
+        """
         self.heap.stream_gone(stream)
 
     def _map(self, first: int, count: int) -> None:
@@ -562,7 +659,22 @@ class HostExpandableBackend(ExpandableBackend):
     """Expandable segments over host memory: one anonymous mapping of ``capacity`` bytes
     (rounded up to whole pages) whose pages the kernel commits when first written; an
     unmapped page's memory goes back to the kernel (``MADV_DONTNEED``) and reads as zeros
-    when used again.  Streams are plain integers and always in order.  For tests."""
+    when used again.  Streams are plain integers and always in order.  For tests.
+
+    Parameters
+    ----------
+    capacity : int, default 4 GiB
+        Bytes of the mapping, in (0, 2**46]; rounded up to whole pages (:data:`PAGE`).  It
+        is also the whole that a fraction limit is of.
+
+    Raises
+    ------
+    MemoryTypeError
+        ``capacity`` is not an integer (a bool neither).
+    MemoryValueError
+        ``capacity`` is outside (0, 2**46], or the host cannot reserve that much address
+        space.
+    """
 
     name = "host-expandable"
 
@@ -623,6 +735,30 @@ class VirtualMemoryBackend(_CudaEvents, ExpandableBackend):
     (``python -m cuflow bench traces``, "cuflow vmm").  The memory is mapped for this device
     only (no peer access is granted to other devices), and CUDA IPC handles
     (``cudaIpcGetMemHandle``) do not apply to it.
+
+    Parameters
+    ----------
+    device_id : int
+        The device ordinal, a visible device.
+    capacity : int, optional
+        Bytes of address space to reserve, in (0, 2**46]; rounded up to whole pages
+        (:data:`PAGE`).  Default: twice the device's memory.
+
+    Raises
+    ------
+    MemoryTypeError
+        ``device_id`` or ``capacity`` is not an integer (a bool neither).
+    MemoryValueError
+        ``device_id`` is not a visible device, ``capacity`` is outside (0, 2**46], or the
+        device's mapping granularity does not divide the 2 MiB page.
+    MemoryError
+        The driver reports that it is out of memory (reserving the address range).
+    cuflow.CudaError
+        Another error of the driver's virtual-memory API.
+    ImportError
+        CuPy is not installed.
+    OSError
+        The driver library (``libcuda.so.1``) cannot be loaded.
     """
 
     name = "vmm"

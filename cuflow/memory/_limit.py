@@ -88,22 +88,93 @@ class LimitingAdaptor(Backend):
                                 f"limit of {self.limit}")
 
     def alloc(self, nbytes: int, stream: int) -> int:
+        """The upstream's :meth:`~Backend.alloc`, refused where it would hold more than
+        :attr:`limit` bytes.
+
+        Parameters
+        ----------
+        nbytes : int
+            The segment's bytes.
+        stream : int
+            The handle of the stream whose work first uses the segment.
+
+        Returns
+        -------
+        int
+            The segment's address.
+
+        Raises
+        ------
+        LimitExceeded
+            A :class:`cuflow.OutOfMemoryError`: the segment would take the bytes held past
+            :attr:`limit` (the upstream is not asked).
+        MemoryError
+            The upstream's refusal.
+
+        Notes
+        -----
+        Stream semantics: the upstream's.
+        """
         self._take(nbytes)
         ptr = self.upstream.alloc(nbytes, stream)
         self.held += nbytes
         return ptr
 
     def free(self, ptr: int, nbytes: int, stream: int) -> None:
+        """The upstream's :meth:`~Backend.free`; the bytes held drop by ``nbytes``.
+
+        Parameters
+        ----------
+        ptr : int
+            The segment's address, from :meth:`alloc` and not given back yet.
+        nbytes : int
+            Its bytes, as asked of :meth:`alloc`.
+        stream : int
+            The handle of the stream whose queued work the release follows.
+
+        Notes
+        -----
+        Stream semantics: the upstream's.
+        """
         self.upstream.free(ptr, nbytes, stream)
         self.held -= nbytes
 
     def alloc_private(self, nbytes: int) -> int:
+        """The upstream's :meth:`~Backend.alloc_private`, refused as :meth:`alloc` is.
+
+        Parameters
+        ----------
+        nbytes : int
+            The segment's bytes.
+
+        Returns
+        -------
+        int
+            The segment's address.
+
+        Raises
+        ------
+        LimitExceeded
+            A :class:`cuflow.OutOfMemoryError`: the segment would take the bytes held past
+            :attr:`limit`.
+        MemoryError
+            The upstream's refusal.
+        """
         self._take(nbytes)
         ptr = self.upstream.alloc_private(nbytes)
         self.held += nbytes
         return ptr
 
     def free_private(self, ptr: int, nbytes: int) -> None:
+        """The upstream's :meth:`~Backend.free_private`; the bytes held drop by ``nbytes``.
+
+        Parameters
+        ----------
+        ptr : int
+            The segment's address, from :meth:`alloc_private` and not given back yet.
+        nbytes : int
+            Its bytes, as asked of :meth:`alloc_private`.
+        """
         self.upstream.free_private(ptr, nbytes)
         self.held -= nbytes
 

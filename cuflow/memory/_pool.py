@@ -40,7 +40,8 @@ A segment that the limit refuses is first asked for again once the wholly free
 segments are released (a pool at its limit meets the refusal often); past that,
 a refusal by the limit or by the device starts one retry sequence: collect
 garbage, process queued frees, release every wholly free segment (kept ones
-too: memory is short), wait for pending cross-stream frees, then take the smallest fit of any size on the stream, else borrow one of any
+too: memory is short), wait for pending cross-stream frees, then take the smallest fit of
+any size on the stream, else borrow one of any
 size from another stream, else try one last segment; then
 :class:`~cuflow.OutOfMemoryError`.  A request whose rounding would pass 2**63
 (see :func:`max_request`) is refused at once.  Coalescing joins free neighbours
@@ -49,7 +50,8 @@ A block used on other streams (``record_stream``) is not reused until events
 recorded on those streams at free time have completed.
 
 One state and one lock, with its concerns in mixins (the compiled paths read
-and write that state, so they share it rather than wrap it): ``_streams`` (cross-stream use, destroyed streams),
+and write that state, so they share it rather than wrap it): ``_streams`` (cross-stream
+use, destroyed streams),
 ``_graphs`` (graph-private pools), ``_warmup`` (kept segments, recording,
 replay), ``_stats`` (statistics, snapshot, summary); ``_blocks`` has the units.
 """
@@ -806,7 +808,8 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
     def _release_free_segments(self, owner: Any = None, split: bool = False) -> int:
         """Release ``owner``'s wholly free segments, kept ones too; the number released.  A
         segment is wholly free when its first block spans it and sits in a free list (free,
-        not in the exact-size cache, awaiting no event, of a live stream).  With ``split`` (``empty_cache``, an out-of-memory retry) a segment whose blocks are
+        not in the exact-size cache, awaiting no event, of a live stream).  With ``split``
+        (``empty_cache``, an out-of-memory retry) a segment whose blocks are
         all so, on several streams (free neighbours of different streams never coalesce),
         goes back too, after the work of each of its streams."""
         n = 0

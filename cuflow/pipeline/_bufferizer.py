@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -781,3 +782,24 @@ class Bufferizer:
         # made the call that filled it, which fired the full hook once already)
         if self._n == self._len and self._changes == mark and self._buffer_full_hook is not None:
             _run_hook("buffer_full_hook", self._buffer_full_hook, self, call, mark, undo, undone)
+
+
+_HOOK_SECTIONS = """
+
+        Parameters
+        ----------
+        hook : callable or None
+            Called with the Bufferizer as its only argument (the class's parameters say
+            when); None removes the hook.  A hook that raises ends its call with
+            :class:`BufferizerHookError` (the class's Warnings say what is undone then).
+
+        Raises
+        ------
+        ArgumentTypeError
+            ``hook`` is neither callable nor None.
+        """
+if sys.flags.optimize < 2:  # (python -OO strips docstrings)
+    for _name in ("flush_hook", "allocate_hook", "append_one_hook", "append_multiple_hook",
+                  "buffer_full_hook"):
+        _setter = getattr(Bufferizer, _name)
+        _setter.__doc__ = _setter.__doc__.rstrip() + _HOOK_SECTIONS

@@ -49,14 +49,52 @@ class PipelineError(CuflowError, RuntimeError):
 class PipelineOptions:
     """What each frame becomes; validated once, when the :class:`Pipeline` is made.
 
-    ``size`` is ``(height, width)``; ``letterbox=True`` keeps the aspect ratio
-    and pads with ``pad`` (YOLO-style), else the frame is stretched.  The rest
-    is passed to :func:`cuflow.image.resize_normalize` / :func:`~cuflow.image.letterbox`;
-    ``mean`` and ``std`` given as sequences (lists, arrays) are kept as tuples of floats.
-    With ``frames_reused=False``, ``n_staging`` frames are in flight ahead of the
-    one being processed (one otherwise); ``copy_threads`` host threads copy
-    pageable frames into pinned memory (``0``: upload pageable frames directly,
-    the CUDA driver staging them itself).  The defaults were chosen on 1080p frames with
+    Attributes
+    ----------
+    size : int or (int, int)
+        The output's ``(height, width)``; an int for a square.  Height at most 65535.
+    batch_size : int
+        Frames per batch, at least 1.
+    mean, std : float or sequence of float, default 0.0, 1.0
+        Per-channel normalization, as :func:`cuflow.image.resize_normalize` takes it;
+        sequences (lists, arrays) are kept as tuples of floats.
+    scale : float, default 1/255
+        Applied to the 0-255 value first.
+    src_format, out_format : str, optional
+        The frames' channel order or YUV format, and the output's channel order (the image
+        functions' parameters).
+    layout : {"NCHW", "NHWC"}, default "NCHW"
+        The batch's layout.
+    dtype : {float32, float16, uint8}, default float32
+        The batch's dtype.
+    interpolation : {"bilinear", "nearest", "area"}, default "bilinear"
+        How frames are resized.
+    letterbox : bool, default False
+        Keep the aspect ratio and pad with ``pad`` (YOLO-style) with
+        :func:`cuflow.image.letterbox`; else the frame is stretched with
+        :func:`cuflow.image.resize_normalize`.
+    pad : float, default 114
+        The letterbox's padding value (0-255, before normalization).
+    n_staging : int, default 4
+        With ``frames_reused=False``, the frames in flight ahead of the one being
+        processed (one otherwise); at least 2.
+    copy_threads : int, default 3
+        Host threads that copy pageable frames into pinned memory (``0``: pageable frames
+        are uploaded directly, the CUDA driver staging them itself).
+    frames_reused : bool, default True
+        Whether the producer may write into a frame's memory once the next frame is
+        asked for (see the notes).
+
+    Raises
+    ------
+    ArgumentTypeError, ArgumentError
+        A field of the wrong type or out of range.
+    ImageFormatError, ImageTypeError
+        An image option the kernels refuse (raised here, before a frame is taken).
+
+    Notes
+    -----
+    The defaults were chosen on 1080p frames with
     ``bench/test_bench_pipeline.py::test_pipeline_fps`` (rerun it with other values
     to compare): fewer threads or slots leave the uploads waiting for host copies,
     and more threads compete with the uploads for host memory bandwidth.
@@ -65,9 +103,9 @@ class PipelineOptions:
     default) is for producers that may write into a frame's memory once the
     next frame is asked for, such as a decoder cycling through its own pinned
     buffers: each pinned frame's upload is waited for before the next frame is
-    taken, which leaves the copy engine idle between frames.  Pass ``False`` when the frames' memory
-    is not written while the pipeline runs (a list of frames, or a new array
-    per frame): uploads then run back to back, the pipeline keeps each frame
+    taken, which leaves the copy engine idle between frames.  Pass ``False`` when the
+    frames' memory is not written while the pipeline runs (a list of frames, or a new
+    array per frame): uploads then run back to back, the pipeline keeps each frame
     alive until its upload is done, and up to ``n_staging`` pageable frames
     are copied into staging at once, a whole frame per thread.  With
     ``frames_reused=True`` a pageable frame is copied, in row chunks over the

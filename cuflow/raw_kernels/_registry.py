@@ -48,7 +48,7 @@ CUPY_ADDED_OPTIONS = ("-ftz=true",)
 class KernelSpec:
     """A CUDA source file and the template instantiations cuflow uses from it.
 
-    Attributes
+    Parameters
     ----------
     name : str
         Registry key.
@@ -57,7 +57,7 @@ class KernelSpec:
     entries : tuple of (str, tuple of str)
         Each templated ``__global__`` function with the dtypes it is
         instantiated for.
-    options : tuple of str
+    options : tuple of str, default ("--std=c++17",)
         NVRTC options (CuPy adds ``-ftz=true`` and the architecture).
     """
 
@@ -74,7 +74,19 @@ class KernelSpec:
         return tuple(seen)
 
     def name_expressions(self, dtype: str) -> list[str]:
-        """NVRTC's name expressions of the entries instantiated for ``dtype``."""
+        """NVRTC's name expressions of the entries instantiated for ``dtype``.
+
+        Parameters
+        ----------
+        dtype : str
+            A NumPy dtype name (``"float32"``), as the entries list them.
+
+        Returns
+        -------
+        list of str
+            The template instantiation (:func:`name_expression`) of each entry instantiated
+            for ``dtype``, in the entries' order, without repeats; empty when none is.
+        """
         return list(dict.fromkeys(name_expression(e, dtype) for e, dts in self.entries
                                   if dtype in dts))
 

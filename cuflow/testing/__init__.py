@@ -39,6 +39,47 @@ def random_array(shape: Any, dtype: Any, rng: numpy.random.Generator | None = No
     random and take no bounds.  Float bounds must lie in the dtype's finite range, ``high -
     low`` must be finite in float64, and ``[low, high)`` must hold a value of the dtype.
     Returns a darray of the active backend unless ``host``.
+
+    Parameters
+    ----------
+    shape : int or sequence of ints
+        The array's shape, of ints >= 0 (a bool or a float is not an int).
+    dtype : dtype-like
+        Bool, an integer, real or complex dtype.
+    rng : numpy.random.Generator, optional
+        The generator the values are drawn from (on the host); default: a new, unseeded
+        ``numpy.random.default_rng()``.  Pass a seeded one for reproducible values.
+    host : bool, default False
+        Return the NumPy array drawn on the host instead of copying it to a darray.
+    low, high : number, optional
+        Bounds of the values, ``[low, high)``.  For an integer dtype, ints; either may be
+        left out (the dtype's least value, and one past its greatest).  For a real or
+        complex dtype, finite real numbers, given together.  Bools take neither.
+
+    Returns
+    -------
+    darray or numpy.ndarray
+        A new array of ``shape`` and ``dtype``: a darray of the active backend, or with
+        ``host=True`` a ``numpy.ndarray``.
+
+    Raises
+    ------
+    cuflow.ArgumentTypeError
+        ``rng`` is not a ``numpy.random.Generator``; ``dtype`` names no dtype or a dtype of
+        no numbers; ``shape`` is not an int or a sequence of ints; an integer dtype's
+        ``low`` or ``high`` is not an int.
+    cuflow.ArgumentError
+        A negative size in ``shape``; bounds given for bools; a real or complex dtype's
+        bound missing, not a finite real number, outside the dtype's finite range, or
+        ``high - low`` not finite in float64; a range ``[low, high)`` that is empty, holds
+        no value of the dtype, or (for integers) leaves the dtype's range.
+    cuflow.OutOfMemoryError
+        ``shape`` of ``dtype`` needs more bytes than any address space holds.
+
+    Notes
+    -----
+    Stream semantics: the values are drawn on the host; without ``host``, their copy to
+    the device (on the GPU backend) is queued on the current stream (:func:`cuflow.asarray`).
     """
     if rng is None:
         rng = numpy.random.default_rng()
@@ -138,7 +179,36 @@ def _least_nonzero(bot: Any, top: Any) -> Any:
 
 def poisoned(shape: Any, dtype: Any) -> Any:
     """An output array filled with a value no correct kernel writes (NaN, or the dtype's max);
-    ``shape`` as for :func:`random_array`."""
+    ``shape`` as for :func:`random_array`.
+
+    Parameters
+    ----------
+    shape : int or sequence of ints
+        The array's shape, of ints >= 0, as for :func:`random_array`.
+    dtype : dtype-like
+        Bool, an integer, real or complex dtype.
+
+    Returns
+    -------
+    darray
+        A new darray of the active backend, filled with NaN (real and complex dtypes; a
+        complex one holds ``nan+0j``), the dtype's greatest value (integers) or True (bool).
+
+    Raises
+    ------
+    cuflow.ArgumentTypeError
+        ``dtype`` names no dtype or a dtype of no numbers, or ``shape`` is not an int or a
+        sequence of ints.
+    cuflow.ArgumentError
+        A negative size in ``shape``.
+    cuflow.OutOfMemoryError
+        ``shape`` of ``dtype`` needs more bytes than any address space holds.
+
+    Notes
+    -----
+    Stream semantics: the array is filled on the host; its copy to the device (on the GPU
+    backend) is queued on the current stream (:func:`cuflow.asarray`).
+    """
     dt = _dtype("poisoned", dtype)
     shape = check_shape("testing.poisoned", shape, dt)
     if dt.kind in "fc":
@@ -151,14 +221,55 @@ def poisoned(shape: Any, dtype: Any) -> Any:
 
 
 def to_host(x: Any) -> numpy.ndarray:
-    """Any array (darray, CuPy, NumPy, scalar) as a plain NumPy array."""
+    """Any array (darray, CuPy, NumPy, scalar) as a plain NumPy array.
+
+    Parameters
+    ----------
+    x : array_like
+        A device array (anything with a ``get`` method that is not a ``numpy.ndarray``:
+        a darray of the CuPy backend, a CuPy array), or host data that ``numpy.array``
+        takes (a NumPy array or darray of the NumPy backend, a scalar, a sequence).
+
+    Returns
+    -------
+    numpy.ndarray
+        A new host array, never a subclass and never ``x`` itself.
+
+    Notes
+    -----
+    Stream semantics: a device array's copy is queued on the current stream, after the
+    work queued there, and the host waits for it.
+    """
     if hasattr(x, "get") and not isinstance(x, numpy.ndarray):
         return x.get()
     return numpy.array(x, copy=True, subok=False)
 
 
 def assert_equal_host(actual: Any, expected: Any, **kw: Any) -> None:
-    """``numpy.testing.assert_array_equal`` on host copies, dtype and shape checked too."""
+    """``numpy.testing.assert_array_equal`` on host copies, dtype and shape checked too.
+
+    Parameters
+    ----------
+    actual : array_like
+        The array under test, anything :func:`to_host` takes.
+    expected : array_like
+        The reference, anything :func:`to_host` takes; its dtype and shape must be
+        ``actual``'s exactly (no broadcasting, no casting).
+    **kw
+        Passed to ``numpy.testing.assert_array_equal`` (``err_msg``, ``verbose``...).
+
+    Raises
+    ------
+    AssertionError
+        The dtypes differ, the shapes differ, or an element differs (NaNs in the same
+        places are equal, as for ``numpy.testing.assert_array_equal``).  The dtype and
+        shape checks are raised, not asserted, so they hold under ``python -O``.
+
+    Notes
+    -----
+    Stream semantics: as :func:`to_host`'s: device arrays are copied to the host on the
+    current stream, and the host waits for them.
+    """
     a, e = to_host(actual), to_host(expected)
     if a.dtype != e.dtype:  # (raised, not asserted: python -O keeps the check)
         raise AssertionError(f"dtype {a.dtype} != expected {e.dtype}")

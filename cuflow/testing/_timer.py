@@ -38,7 +38,22 @@ __all__ = ["Timing", "host_time_us", "device_time_us", "copy_bandwidth_tbps"]
 
 @dataclass(frozen=True)
 class Timing:
-    """Per-call times in microseconds over repeated loops."""
+    """Per-call times in microseconds over repeated loops.
+
+    Returned by :func:`host_time_us` and :func:`device_time_us`, which make it with
+    :meth:`of`: the summary fields are then the median, least and greatest of the samples.
+
+    Parameters
+    ----------
+    median_us : float
+        The median per-call time.
+    min_us : float
+        The least per-call time.
+    max_us : float
+        The greatest per-call time.
+    samples_us : tuple of float
+        The per-call times summarized, one per timed loop, in the order they were taken.
+    """
 
     median_us: float
     min_us: float
