@@ -277,6 +277,52 @@ def test_image_operators_state_their_contract():
         _states_its_contract(fn, f"cuflow.image.{name}")
 
 
+def _own_callables(module: object) -> list[tuple[str, object]]:
+    """``module``'s public functions and classes that cuflow defines (not NumPy's scalar types
+    or CuPy's ndarray), with the public methods each class defines itself; exceptions aside
+    (their one parameter is the message)."""
+    out = []
+    for name in module.__all__:
+        obj = getattr(module, name)
+        if not (inspect.isfunction(obj) or inspect.isclass(obj)) or \
+                not getattr(obj, "__module__", "").startswith("cuflow") or \
+                (inspect.isclass(obj) and issubclass(obj, BaseException)):
+            continue
+        if obj is not cuflow.darray:  # (constructed as the backend's ndarray is)
+            out.append((f"{module.__name__}.{name}", obj))
+        if inspect.isclass(obj):
+            out += [(f"{module.__name__}.{name}.{k}", v) for k, v in vars(obj).items()
+                    if not k.startswith("_") and inspect.isfunction(v)]
+    return out
+
+
+@pytest.mark.parametrize("module", ["cuflow", "cuflow.memory", "cuflow.dask", "cuflow.debug",
+                                    "cuflow.graph", "cuflow.pipeline", "cuflow.image",
+                                    "cuflow.testing", "cuflow.kernels", "cuflow.fusion"])
+def test_public_callables_document_every_parameter(module):
+    """``help()`` on any public function, class or method names each parameter it takes (a
+    class's in Parameters, or for a dataclass of options in Attributes)."""
+    mod = importlib.import_module(module)
+    missing = []
+    for label, obj in _own_callables(mod):
+        doc = _numpydoc_sections(obj)
+        documented = {n.strip().lstrip("*") for p in doc["Parameters"] + doc["Attributes"]
+                      for n in p.name.split(",")}
+        try:
+            params = inspect.signature(obj).parameters
+        except (TypeError, ValueError):  # (a type without a signature)
+            continue
+        if [p.kind for p in params.values()][-2:] == [inspect.Parameter.VAR_POSITIONAL,
+                                                       inspect.Parameter.VAR_KEYWORD] and \
+                len(params) == 3:  # a forwarder, as NumPy's ``ndarray.sum``: see its function
+            continue
+        left = [n for n in params if n not in ("self", "cls") and not n.startswith("_")
+                and n not in documented]
+        if left:
+            missing.append(f"{label}: {left}")
+    assert not missing, "parameters without a description:\n" + "\n".join(missing)
+
+
 def test_cuflow_imports_with_docstrings_stripped():
     """``python -OO`` strips the docstrings that the shared sections complete."""
     r = subprocess.run([sys.executable, "-OO", "-c", "import cuflow; cuflow.add"],
