@@ -391,6 +391,14 @@ class CapturedFunction:
         s = as_cupy_stream(stream, f"graph.CapturedFunction({self._name})")
         if not self._captured:
             self._capture(inputs, s if stream is not None else None)
+            if not b.is_gpu:
+                # the NumPy backend's capture runs fn only here: a first call that raised is
+                # not a capture either, as on the GPU (the next call captures again)
+                try:
+                    return self._run_eagerly()
+                except BaseException:
+                    self.inputs, self._captured = (), False
+                    raise
         self._check(inputs, b.ndarray)
         if b.is_gpu:
             self._wait(s)  # (before the copies: the capture's copies of the examples come first)
@@ -498,6 +506,10 @@ def capture(fn: Callable[..., Any] | None = None, *example_inputs: Any, stream: 
         ``fn`` does something a graph cannot record (the message names it).
     """
     if fn is None:
+        if example_inputs:
+            raise ArgumentError(f"cuflow.graph.capture: example inputs are for a captured "
+                                f"function, and fn is None (the block form takes none), got "
+                                f"{len(example_inputs)} of them")
         if not is_integer(warmup):
             raise ArgumentTypeError(f"cuflow.graph.capture: warmup= is for a captured function "
                                     f"(an int >= 0); a block (with capture():) is captured as "

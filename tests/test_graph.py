@@ -76,6 +76,8 @@ def test_capture_validates_arguments(cf):
     assert isinstance(cf.graph.capture(lambda: None, warmup=np.int64(2)), cf.graph.CapturedFunction)
     with pytest.raises(cuflow.ArgumentError, match="warmup= is for a captured function"):
         cf.graph.capture(warmup=3)
+    with pytest.raises(cuflow.ArgumentError, match="example inputs are for a captured function"):
+        cf.graph.capture(None, cf.ones(3))
     for bad in (np.array([1, 2]), 1.0, True):  # (not an int, even where it equals 1)
         with pytest.raises(cuflow.ArgumentTypeError,
                            match=rf"warmup= is for a captured function .* got {type(bad).__name__}"):
@@ -236,6 +238,12 @@ def test_a_capture_that_raised_is_tried_again(cf, rng):
     with pytest.raises(RuntimeError, match="first call"):
         f(x)
     np.testing.assert_array_equal(cf.asnumpy(f(x)), cf.asnumpy(x) * 2)
+    # the failed call's inputs are not the capture's: another shape is captured anew
+    g = cf.graph.graphed(lambda a: a.reshape(3, 3) * 2)
+    with pytest.raises(ValueError):
+        g(x)  # (8,) has no 3 x 3 shape (the base ndarray's reshape says so)
+    nine = cf.asarray(rng.uniform(-9, 9, size=(9,)).astype(np.float32))
+    np.testing.assert_array_equal(cf.asnumpy(g(nine)), cf.asnumpy(nine).reshape(3, 3) * 2)
 
 
 def test_stream_arguments_are_checked_on_every_backend(cf, rng):

@@ -22,6 +22,7 @@ from typing import Any
 import numpy
 
 from ._runtime import Device, get_backend
+from .._checks import is_integer
 from .._errors import ArgumentError, ArgumentTypeError, CudaError, DeviceError
 
 __all__ = ["Stream", "Event", "current_stream", "synchronize", "streams", "as_cupy_stream",
@@ -346,10 +347,10 @@ def as_cupy_stream(stream: Any, op: str | None = None):
     """
     b = get_backend()
     if not b.is_gpu:
-        if stream is None or isinstance(stream, Stream) or hasattr(stream, "__cuda_stream__") \
-                or hasattr(stream, "cuda_stream"):
+        if stream is None or isinstance(stream, Stream):
             return None
-        _bad_stream(stream, op)
+        foreign_handle(stream, op)  # (checked on every backend)
+        return None
     cuda = b.xp.cuda
     if stream is None:
         return cuda.get_current_stream()
@@ -357,11 +358,28 @@ def as_cupy_stream(stream: Any, op: str | None = None):
         return stream._cp
     if isinstance(stream, cuda.Stream | cuda.ExternalStream):
         return stream
-    if hasattr(stream, "__cuda_stream__"):
-        return _foreign_stream(b, stream, int(stream.__cuda_stream__()[1]))
-    if hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
-        return _foreign_stream(b, stream, int(stream.cuda_stream))
-    _bad_stream(stream, op)
+    return _foreign_stream(b, stream, foreign_handle(stream, op))
+
+
+def foreign_handle(stream: Any, op: str | None = None) -> int:
+    """The handle of a foreign stream: ``__cuda_stream__()``'s (cuda.core), or ``cuda_stream``
+    (PyTorch), an int; anything else is refused as :func:`as_cupy_stream` refuses it (a
+    stream class rather than a stream, a handle that is no int)."""
+    if isinstance(stream, type):  # (a class has the method too, unbound)
+        _bad_stream(stream, op)
+    try:
+        if hasattr(stream, "__cuda_stream__"):
+            v = stream.__cuda_stream__()
+            handle = v[1] if isinstance(v, tuple) and len(v) == 2 else None
+        elif hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
+            handle = stream.cuda_stream
+        else:
+            handle = None
+    except Exception:  # (the object's own protocol failed: it is no stream)
+        handle = None
+    if not is_integer(handle) or handle < 0:
+        _bad_stream(stream, op)
+    return int(handle)
 
 
 #: (handle, device) -> (the CuPy stream object of a foreign stream, a weak reference to the
@@ -464,10 +482,8 @@ def is_legacy(stream: Any) -> bool:
         handle = as_cupy_stream(stream).ptr
     elif isinstance(stream, Stream):
         handle = stream.ptr
-    elif hasattr(stream, "__cuda_stream__"):
-        handle = stream.__cuda_stream__()[1]
     else:
-        handle = stream.cuda_stream
+        handle = foreign_handle(stream)
     return int(handle) in LEGACY_HANDLES
 
 

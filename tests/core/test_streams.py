@@ -313,3 +313,19 @@ def test_pytorch_streams_keep_one_cupy_stream(gpu_cf):
         gc.collect()
         assert cf.core.as_cupy_stream(torch.cuda.current_stream()) is first
         assert first.ptr == ts.cuda_stream
+
+
+class _Handle:
+    def __init__(self, v):
+        self.v = v
+
+    def __cuda_stream__(self):
+        return self.v
+
+
+def test_a_stream_class_or_a_handle_that_is_no_int_is_refused(cf, rng):
+    x = cf.asarray(rng.uniform(-9, 9, 5))
+    for bad in (cf.Stream, _Handle, _Handle((0, "q")), _Handle(7), _Handle((0, -1)),
+                type("T", (), {"cuda_stream": None})()):
+        with pytest.raises(cf.ArgumentTypeError, match=r"cuflow\.add: stream= must be"):
+            cf.add(x, x, stream=bad)
