@@ -103,6 +103,9 @@ class FuseOptions:
         if self.fallback not in ("error", "unfused"):
             raise ArgumentError(f"cuflow.FuseOptions: fallback must be 'error' or 'unfused', got "
                                 f"{self.fallback!r}")
+        if self.name is not None and not isinstance(self.name, str):
+            raise ArgumentTypeError(f"cuflow.FuseOptions: name must be a str or None, got "
+                                    f"{type(self.name).__name__} {self.name!r}")
 
 
 def stats() -> dict[str, Any]:

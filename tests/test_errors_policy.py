@@ -499,6 +499,44 @@ def test_inspection_functions_state_their_rule(cf, call, builtin, words):
     _is_clear(e.value, *words)
 
 
+@pytest.mark.parametrize("call", [
+    lambda cf, x: cf.empty(3, dtype="f4,,"), lambda cf, x: cf.asarray([1], dtype="f4,,"),
+    lambda cf, x: x.astype("f4,,"), lambda cf, x: cf.add(x, 1, dtype="f4,,"),
+    lambda cf, x: cf.sqrt(x, dtype="f4,(2"), lambda cf, x: cf.result_type("f4,,"),
+    lambda cf, x: cf.finfo("f4,,"), lambda cf, x: cf.Bufferizer((2,), 2, "f4,,"),
+    lambda cf, x: cf.image.normalize(cf.zeros((8, 8, 3), cf.uint8), dtype="f4,,")])
+def test_a_dtype_string_numpy_cannot_parse_is_a_type_error(cf, call):
+    """NumPy reads ``"f4,,"`` as Python source, and fails with a SyntaxError."""
+    with pytest.raises(TypeError) as e:
+        call(cf, cf.asarray(np.random.default_rng(1).uniform(-9, 9, 4)))
+    _is_clear(e.value, "dtype")
+
+
+@pytest.mark.parametrize(("call", "builtin", "words"), [
+    (lambda cf, f: cf.image.Norm(mean=10**400), ValueError, ("mean must be finite", "...")),
+    (lambda cf, f: cf.image.normalize(f, std=-10**400), ValueError, ("std must be finite",)),
+    (lambda cf, f: cf.image.letterbox(f, (8, 16), pad=10**400), ValueError,
+     ("pad must be finite in float32",)),
+    (lambda cf, f: cf.image.letterbox(f, (8, 16), pad=-1e39), ValueError,
+     ("pad must be finite in float32", "-1e+39")),
+    (lambda cf, f: cf.Pipeline(4, 2, letterbox=True, pad=1e39), ValueError, ("pad",)),
+    (lambda cf, f: cf.Pipeline(4, 2, scale=10**400), ValueError, ("scale must be finite",)),
+    (lambda cf, f: cf.Pipeline((1, 2**31), 1), ValueError, ("fewer than 2**31 elements",)),
+    (lambda cf, f: cf.Pipeline(4, 2, n_staging=10**12), ValueError, ("n_staging", "at most 64")),
+    (lambda cf, f: cf.Pipeline(4, 2, copy_threads=10**6), ValueError, ("copy_threads",)),
+    (lambda cf, f: cf.Bufferizer((2,), 2, "f4", n_buffers=2**40), ValueError,
+     ("n_buffers must be at most 64",)),
+    (lambda cf, f: cf.FuseOptions(name=3), TypeError, ("name must be a str", "int 3")),
+])
+def test_image_and_pipeline_parameters_state_their_rule(cf, call, builtin, words):
+    """Values past float32's range (the kernels' parameters), sizes the kernels cannot index,
+    and counts of buffers, slots or threads no host holds are refused up front."""
+    frame = cf.asarray(np.random.default_rng(2).integers(0, 256, (8, 8, 3), np.uint8))
+    with pytest.raises(builtin) as e:
+        call(cf, frame)
+    _is_clear(e.value, *words)
+
+
 def test_every_error_survives_pickle_and_distributeds_error_path():
     """A worker's error reaches a Dask client as itself: distributed pickles it through tblib,
     whose unpickling calls the class's ``__new__``."""

@@ -179,7 +179,7 @@ def as_dtype(name: str, dtype: Any) -> numpy.dtype:
     else:
         try:
             return numpy.dtype(dtype)
-        except TypeError:
+        except (TypeError, SyntaxError):  # (NumPy parses "f4,," as Python and fails so)
             got = repr(dtype)
     raise ArgumentTypeError(f"cuflow.{name}: dtype must name a dtype, got {got}")
 

@@ -75,6 +75,9 @@ def reraise(name: str, e: BaseException, dst: Any = None):
     if isinstance(e, TypeError):
         translate_type_error(name, e, dst)
         raise ArgumentTypeError(what) from e
+    if isinstance(e, SyntaxError):  # NumPy parses a dtype string like "f4,," as Python
+        raise ArgumentTypeError(f"cuflow.{name}: a dtype string NumPy cannot parse "
+                                f"({e.msg}: {e.text!r})") from e
     if isinstance(e, numpy.exceptions.AxisError):  # (an IndexError and a ValueError)
         raise AxisError(what) from e
     if isinstance(e, IndexError):

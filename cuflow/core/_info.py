@@ -201,7 +201,7 @@ def iinfo(type: Any, /) -> numpy.iinfo:  # noqa: A002
 def _limits_dtype(name: str, x: Any, kinds: str, what: str) -> numpy.dtype:
     try:
         dt = numpy.dtype(_dt(x))
-    except TypeError as e:
+    except (TypeError, SyntaxError) as e:
         raise ArgumentTypeError(f"cuflow.{name} takes a dtype or an array, got {x!r}") from e
     if dt.kind not in kinds:  # (NumPy's ValueError)
         raise ArgumentError(f"cuflow.{name} takes {what} dtype, got {dt}")
@@ -231,8 +231,9 @@ def result_type(*arrays_and_dtypes: Any) -> numpy.dtype:
         raise ArgumentError("cuflow.result_type needs at least one array or dtype")
     try:
         return numpy.result_type(*(_dt(x) for x in arrays_and_dtypes))
-    except TypeError as e:
-        raise ArgumentTypeError(f"cuflow.result_type: {e}") from e
+    except (TypeError, SyntaxError) as e:  # (NumPy parses a dtype string like "f4,," as Python)
+        what = e if isinstance(e, TypeError) else f"a dtype string NumPy cannot parse ({e.msg})"
+        raise ArgumentTypeError(f"cuflow.result_type: {what}") from e
 
 
 def can_cast(from_: Any, to: Any, /, casting: str = "safe") -> bool:

@@ -247,7 +247,7 @@ def asarray(obj: Any, dtype: Any = None, order: str | None = None, *, device: An
                                     f"{dtype}: {e}") from e
     except ValueError as e:  # ragged sequences
         raise ArgumentError(f"cuflow.asarray: obj cannot be converted to an array: {e}") from e
-    except TypeError as e:  # an unknown dtype, a value the dtype does not take
+    except (TypeError, SyntaxError) as e:  # an unknown dtype, a value the dtype does not take
         raise ArgumentTypeError(f"cuflow.asarray: obj of type {type(obj).__name__} cannot be "
                                 f"converted to dtype {dtype!r}: {e}") from e
     except (BufferError, RuntimeError) as e:  # (a producer's "not implemented" is one too)

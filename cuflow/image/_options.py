@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import reprlib
 
 import numpy
 
@@ -28,10 +29,13 @@ def _floats(what: str, v) -> tuple[float, ...]:
     if items is None or not all(map(is_real, items)):
         raise ImageTypeError(f"cuflow.image.Norm: {what} must be a real number or a sequence "
                              f"of them (one per channel; not bools or text), got {v!r}")
-    vals = tuple(map(float, items))
+    try:
+        vals = tuple(map(float, items))
+    except OverflowError:  # (a Python int past any float: not finite either)
+        vals = (math.inf,)
     if not vals or not all(math.isfinite(x) for x in vals):
         raise ImageFormatError(f"cuflow.image.Norm: {what} must be finite (one value, or one "
-                               f"per channel), got {v!r}")
+                               f"per channel), got {reprlib.repr(v)}")
     return vals
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import reprlib
 from typing import Any
 
 import numpy
@@ -80,7 +81,7 @@ def checked_dtype(name: str, dtype: Any) -> numpy.dtype:
     byte order."""
     try:
         dt = numpy.dtype(dtype)
-    except TypeError:
+    except (TypeError, SyntaxError):
         raise ImageTypeError(f"cuflow.image.{name}: dtype must be one of {list(OUT_DTYPES)}, "
                              f"got {dtype!r}") from None
     choice(name, "dtype", dt.name, OUT_DTYPES)
@@ -104,15 +105,33 @@ def flag(name: str, what: str, value: Any) -> bool:
     raise ImageTypeError(f"cuflow.image.{name}: {what} must be True or False, got {value!r}")
 
 
+#: the largest float32: the kernels take their parameters as float32
+FLOAT32_MAX = float(numpy.finfo(numpy.float32).max)
+
+
 def finite(name: str, what: str, value: Any) -> float:
-    """``value`` as a finite float (a NaN or infinite parameter cannot be meant)."""
+    """``value`` as a float that is finite in float32, the kernels' parameter type (a NaN or
+    infinite parameter cannot be meant, and one past float32's range becomes infinite)."""
     if not is_real(value):
         raise ImageTypeError(f"cuflow.image.{name}: {what} must be a real number, got "
                              f"{value!r}")
-    v = float(value)
-    if not math.isfinite(v):
-        raise ImageFormatError(f"cuflow.image.{name}: {what} must be finite, got {v!r}")
+    try:
+        v = float(value)
+    except OverflowError:  # (a Python int past any float)
+        v = math.inf
+    if not abs(v) <= FLOAT32_MAX:
+        raise ImageFormatError(f"cuflow.image.{name}: {what} must be finite in float32 (at "
+                               f"most {FLOAT32_MAX:.6g} in magnitude), got "
+                               f"{reprlib.repr(value)}")
     return v
+
+
+def output_elements(name: str, oh: int, ow: int, oc: int) -> None:
+    """Refuse an output image of ``oh`` x ``ow`` x ``oc`` elements past 2**31: the warp
+    kernel's offsets within one output image are 32-bit."""
+    if oh * ow * oc >= 1 << 31:
+        raise ImageFormatError(f"cuflow.image.{name}: an output image must have fewer than "
+                               f"2**31 elements, got {oh} x {ow} x {oc}; resize in tiles")
 
 
 def size(name: str, size) -> tuple[int, int]:

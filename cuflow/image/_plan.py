@@ -20,8 +20,8 @@ from ..raw_kernels._registry import LIN_SOURCES, VEC_CHANNELS, vec_run
 from . import _reference
 from ._options import Norm
 from ._parse import (CHANNELS, INTERP, LAYOUTS, MATRICES, ImageFormatError, ImageTypeError,
-                     Src, checked_dtype, choice, finite, flag, out_map, out_shape, parse_src,
-                     per_channel, yuv_coefficients)
+                     Src, checked_dtype, choice, finite, flag, out_map, out_shape,
+                     output_elements, parse_src, per_channel, yuv_coefficients)
 
 @dataclasses.dataclass(frozen=True)
 class _Affine:
@@ -301,9 +301,7 @@ def _make_plan(name, src, *, size, letterbox_pad, rois, interpolation, norm, src
     if n_out > 65535:
         raise ImageFormatError(f"cuflow.image.{name}: at most 65535 frames per call, got "
                                f"{n_out}; split the batch")
-    if oh * ow * oc >= 1 << 31:  # cf_warp offsets within one output image are 32-bit
-        raise ImageFormatError(f"cuflow.image.{name}: an output image must have fewer than "
-                               f"2**31 elements, got {oh} x {ow} x {oc}; resize in tiles")
+    output_elements(name, oh, ow, oc)
     shape = out_shape(s.batched or rois is not None, n_out, oh, ow, oc, layout)
     identity = (oh, ow) == (s.H, s.W) and not letterbox_pad and rois is None
     interp = 0 if identity else INTERP[interpolation]  # scale 1 is the identity for every mode

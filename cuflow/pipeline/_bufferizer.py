@@ -45,6 +45,9 @@ __all__ = ["Bufferizer", "BufferizerError", "BufferizerHookError", "BufferizerSt
 
 Hook = Callable[["Bufferizer"], Any]
 
+#: most buffers a Bufferizer rotates through
+MAX_BUFFERS = 64
+
 
 class BufferizerError(CuflowError, ValueError):
     """An element does not match the Bufferizer (shape, dtype, backend)."""
@@ -144,8 +147,8 @@ class Bufferizer:
         once (:meth:`append_multiple`); ``buffer_full_hook`` after any append
         that filled the buffer, after the append hook.
     n_buffers : int, default 1
-        Buffers to rotate through.  With 2, :meth:`take` hands out the full
-        buffer and appends continue in the other one.
+        Buffers to rotate through, at most :data:`MAX_BUFFERS`.  With 2, :meth:`take` hands
+        out the full buffer and appends continue in the other one.
 
     Warnings
     --------
@@ -210,11 +213,15 @@ class Bufferizer:
                 raise ArgumentTypeError(f"Bufferizer: {name} must be an int >= {lo}, got {v!r}")
             if v < lo:
                 raise ArgumentError(f"Bufferizer: {name} must be an int >= {lo}, got {v!r}")
+        if n_buffers > MAX_BUFFERS:  # (checked before a buffer is made: each is an allocation)
+            raise ArgumentError(f"Bufferizer: n_buffers must be at most {MAX_BUFFERS} (a "
+                                f"consumer holds one buffer while the others fill), got "
+                                f"{n_buffers!r}")
         if dtype is None:  # (numpy.dtype(None) is float64: the dtype has no default)
             raise ArgumentTypeError("Bufferizer: dtype must be a NumPy dtype, got None")
         try:
             dtype = numpy.dtype(dtype)
-        except TypeError:
+        except (TypeError, SyntaxError):
             raise ArgumentTypeError(f"Bufferizer: dtype must be a NumPy dtype, got "
                                     f"{dtype!r}") from None
         rt = get_backend()

@@ -35,7 +35,7 @@ from .._checks import is_integer
 from .._errors import ArgumentError, ArgumentTypeError, CuflowError
 from ..core import Device, Event, Stream, as_stream, copy, empty, get_backend, zeros
 from ..image._parse import (CHANNELS, INTERP, LAYOUTS, YUV, checked_dtype, choice, finite,
-                            is_real, out_dtype, out_map, per_channel)
+                            is_real, out_dtype, out_map, output_elements, per_channel)
 from ._bufferizer import Bufferizer
 
 __all__ = ["Pipeline", "PipelineError", "PipelineOptions"]
@@ -43,6 +43,10 @@ __all__ = ["Pipeline", "PipelineError", "PipelineOptions"]
 
 class PipelineError(CuflowError, RuntimeError):
     """A Pipeline cannot do what was asked in its state (an iteration already open)."""
+
+
+#: most staging slots, and most copy threads, of a Pipeline
+MAX_STAGING = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,10 +81,11 @@ class PipelineOptions:
         The letterbox's padding value (0-255, before normalization).
     n_staging : int, default 4
         With ``frames_reused=False``, the frames in flight ahead of the one being
-        processed (one otherwise); at least 2.
+        processed (one otherwise); at least 2, at most :data:`MAX_STAGING`.
     copy_threads : int, default 3
         Host threads that copy pageable frames into pinned memory (``0``: pageable frames
-        are uploaded directly, the CUDA driver staging them itself).
+        are uploaded directly, the CUDA driver staging them itself); at most
+        :data:`MAX_STAGING`.
     frames_reused : bool, default True
         Whether the producer may write into a frame's memory once the next frame is
         asked for (see the notes).
@@ -146,6 +151,10 @@ class PipelineOptions:
                 raise ArgumentTypeError(f"Pipeline: {name} must be an int >= {lo}, got {v!r}")
             if v < lo:
                 raise ArgumentError(f"Pipeline: {name} must be an int >= {lo}, got {v!r}")
+        for name in ("n_staging", "copy_threads"):  # (each a pinned slot, or a thread)
+            if getattr(self, name) > MAX_STAGING:
+                raise ArgumentError(f"Pipeline: {name} must be at most {MAX_STAGING}, got "
+                                    f"{getattr(self, name)!r}")
         for name in ("frames_reused", "letterbox"):
             if not isinstance(getattr(self, name), bool):
                 raise ArgumentTypeError(f"Pipeline: {name} must be True or False, "
@@ -179,6 +188,8 @@ class PipelineOptions:
             n = len(CHANNELS[choice(name, "out_format", self.out_format, set(CHANNELS))])
         else:
             n = 3  # a GRAY frame gives 1 channel, a colour frame 3: 1 or 3 values may fit
+        known = self.src_format is not None or self.out_format is not None
+        output_elements(name, *self.size, n if known else 1)
         for what in ("mean", "std"):
             per_channel(name, what, getattr(self, what), n)
 
