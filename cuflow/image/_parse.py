@@ -73,7 +73,8 @@ def out_dtype(dtype: Any, dst: Any) -> Any:
     dt = getattr(dst, "dtype", None)
     if dt in _OUT_NATIVE:
         return dt
-    return dt if dt is not None and dt.name in OUT_DTYPES else numpy.float32
+    # (a dst of another byte order is not adopted: the output contract says what is wrong)
+    return dt if dt is not None and dt.name in OUT_DTYPES and dt.isnative else numpy.float32
 
 
 def checked_dtype(name: str, dtype: Any) -> numpy.dtype:
@@ -288,8 +289,8 @@ def device_vector(name, what, x, dtype):
     rt = runtime()
     if not isinstance(x, rt.ndarray):
         if isinstance(x, numpy.ndarray | list | tuple):
-            try:
-                x = numpy.asarray(x)
+            try:  # (an empty sequence is of the dtype asked for, not NumPy's float64)
+                x = numpy.asarray(x, dtype=None if len(x) else dtype)
             except ValueError as e:  # ragged
                 raise ImageFormatError(f"cuflow.image.{name}: {what} must be a rectangular "
                                        f"array of numbers: {e}") from e
@@ -310,7 +311,9 @@ def device_vector(name, what, x, dtype):
                 raise ImageFormatError(f"cuflow.image.{name}: {what} must fit {dt}, got values "
                                        f"from {lo} to {hi}")
         with numpy.errstate(over="ignore"):  # a real past dt's range becomes inf: the
-            x = numpy.ascontiguousarray(x, dtype=dt)  # callers refuse non-finite values
+            # callers refuse non-finite values (asarray keeps a 0-d array 0-d, for the
+            # callers' shape checks; ascontiguousarray would make it (1,))
+            x = numpy.asarray(x, dtype=dt, order="C")
         return x if rt.xp is numpy else rt.xp.asarray(x)
     if x.dtype != dtype or not x.flags.c_contiguous:
         x = rt.xp.ascontiguousarray(x, dtype=dtype)  # a small conversion kernel

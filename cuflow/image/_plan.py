@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy
 
+from .._checks import is_integer
 from ..core import as_cupy_stream, prepare_out, runtime, use_stream
 from ..raw_kernels import _launch  # its launch is looked up per call (cuflow.debug wraps it)
 from ..raw_kernels._registry import LIN_SOURCES, VEC_CHANNELS, vec_run
@@ -58,6 +59,12 @@ class Letterbox:
         ``(height, width)`` of the image inside the output.
     src_size : (int, int)
         ``(height, width)`` of the source frames.
+
+    Raises
+    ------
+    ImageTypeError, ImageFormatError
+        Built by hand with fields that are no such numbers: a scale that is not a positive
+        finite real, a negative padding, a size that is not two positive ints.
     """
 
     scale: float
@@ -65,6 +72,24 @@ class Letterbox:
     pad_y: int
     resized: tuple[int, int]
     src_size: tuple[int, int]
+
+    def __post_init__(self) -> None:
+        if finite("Letterbox", "scale", self.scale) <= 0:
+            raise ImageFormatError(f"cuflow.image.Letterbox: scale must be positive, got "
+                                   f"{self.scale!r}")
+        for what in ("pad_x", "pad_y"):
+            v = getattr(self, what)
+            if not is_integer(v) or v < 0:
+                raise (ImageFormatError if is_integer(v) else ImageTypeError)(
+                    f"cuflow.image.Letterbox: {what} must be an int >= 0, got {v!r}")
+        for what in ("resized", "src_size"):
+            v = getattr(self, what)
+            if not (isinstance(v, tuple | list) and len(v) == 2 and all(map(is_integer, v))):
+                raise ImageTypeError(f"cuflow.image.Letterbox: {what} must be (height, width) "
+                                     f"of ints, got {v!r}")
+            if not all(x > 0 for x in v):
+                raise ImageFormatError(f"cuflow.image.Letterbox: {what} must be positive, got "
+                                       f"{v!r}")
 
     def unmap_boxes(self, boxes, *, stream=None):
         """``(..., 4)`` boxes ``x1, y1, x2, y2`` in output pixels -> source pixels, clipped to the frame.

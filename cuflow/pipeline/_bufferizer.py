@@ -231,7 +231,8 @@ class Bufferizer:
         self._len = int(buffer_size)
         self._dtype = numpy.dtype(dtype)
         self._n_buffers = int(n_buffers)
-        self._stream = as_stream(stream) if stream is not None else Stream(non_blocking=True)
+        self._stream = as_stream(stream, "Bufferizer") if stream is not None else \
+            Stream(non_blocking=True)
         self._element_nbytes = math.prod(shape) * self._dtype.itemsize
         # CuPy's CUDA runtime, for the appends' copies and events (None on the NumPy backend)
         self._runtime = rt.xp.cuda.runtime if rt.is_gpu else None

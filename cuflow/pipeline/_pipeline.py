@@ -458,15 +458,19 @@ class Pipeline:
         and an event orders each batch before the work queued on ``stream`` (see the class
         docstring).
         """
+        # the arguments are checked here, at the call, not at the first batch asked for (the
+        # current stream, None, is resolved there, on the Pipeline's device)
+        if not hasattr(frames, "__iter__"):
+            raise ArgumentTypeError(f"cuflow.Pipeline.batches: frames must be an iterable of "
+                                    f"uint8 frames, got {type(frames).__name__}")
+        if stream is not None:
+            as_stream(stream, "Pipeline.batches")
         gen = self._iterate(frames, stream)
         return _on_device(self.device, gen) if get_backend().multi else gen
 
     def _iterate(self, frames: Iterable[numpy.ndarray],
                  stream: Any) -> Generator[Any, None, None]:
-        consumer = as_stream(stream)
-        if not hasattr(frames, "__iter__"):
-            raise ArgumentTypeError(f"cuflow.Pipeline.batches: frames must be an iterable of "
-                                    f"uint8 frames, got {type(frames).__name__}")
+        consumer = as_stream(stream, "Pipeline.batches")
         with self._guard:  # (two threads starting an iteration at once: one of them opens it)
             if self._open:
                 raise PipelineError("Pipeline.batches: another iteration of this Pipeline is "

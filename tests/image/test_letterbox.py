@@ -46,6 +46,21 @@ def test_unmap_boxes_refuses_ragged_boxes(cf, rng):
 
 
 
+@pytest.mark.parametrize(("fields", "err", "words"), [
+    ((1.0, 0, 0, (0, 0), (8, 8)), ValueError, "resized must be positive"),
+    (("a", 0, 0, (1, 1), (8, 8)), TypeError, "scale must be a real number"),
+    ((0.0, 0, 0, (1, 1), (8, 8)), ValueError, "scale must be positive"),
+    ((1.0, -1, 0, (1, 1), (8, 8)), ValueError, "pad_x must be an int >= 0"),
+    ((1.0, 0, 2.5, (1, 1), (8, 8)), TypeError, "pad_y must be an int >= 0"),
+    ((1.0, 0, 0, (4, 4), None), TypeError, "src_size must be (height, width) of ints"),
+])
+def test_a_letterbox_built_by_hand_states_its_rule(cf, fields, err, words):
+    """Not a ZeroDivisionError or a bare TypeError later, in unmap_boxes."""
+    with pytest.raises(err) as e:
+        cf.image.Letterbox(*fields)
+    assert isinstance(e.value, cf.CuflowError) and words in str(e.value)
+
+
 def test_letterbox_pad_is_normalized(cf, rng):
     x = cf.asarray(u8_frames(rng, (10, 20, 3)))
     out, _ = image.letterbox(x, (20, 20), pad=114, mean=MEAN, std=STD)

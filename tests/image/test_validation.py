@@ -201,6 +201,16 @@ def test_frame_index_must_be_integers(cf, rng):
     np.testing.assert_array_equal(to_host(out)[0], to_host(x)[1, 0:8:2, 0:8:2])
 
 
+def test_host_frame_indices_keep_their_shape_and_an_empty_list_is_integers(cf, rng):
+    x = cf.asarray(u8_frames(rng, (2, 12, 16, 3)))
+    one = np.array([[0, 0, 8, 8]], np.float32)
+    with pytest.raises(image.ImageFormatError) as e:  # a 0-d index is no (1,) vector
+        image.crop_resize(x, one, 4, frame_index=np.array(1))
+    _clear(e.value, "frame_index must be (1,) like boxes", "()")
+    out = image.crop_resize(x, np.zeros((0, 4), np.float32), 4, frame_index=[])
+    assert out.shape == (0, 3, 4, 4)
+
+
 def test_boxes_and_frame_indices_may_come_from_the_host(cf, rng):
     x = cf.asarray(u8_frames(rng, (2, 12, 16, 3)))
     kw = dict(scale=1.0, layout="NHWC", dtype="uint8", interpolation="nearest")
@@ -262,6 +272,10 @@ def test_outputs_are_in_the_machines_byte_order(cf, rng):
     x = cf.asarray(u8_frames(rng, (8, 8, 3)))
     with pytest.raises(image.ImageTypeError, match="byte order, got >f4"):
         image.normalize(x, dtype=">f4")
+    if not cf.get_backend().is_gpu:  # (CuPy arrays are of the machine's byte order only)
+        # a dst of another byte order is the output contract's error, not a word on dtype=
+        with pytest.raises(cf.DstDtypeError, match="dst.dtype must be float32 .* got >f4"):
+            image.normalize(x, dst=np.empty((3, 8, 8), ">f4"))
 
 
 def test_a_per_channel_value_count_is_stated_once_for_one_channel(cf, rng):

@@ -73,6 +73,20 @@ def test_run_refuses_a_consumer_it_cannot_call_before_taking_a_frame(cf, rng):
     assert len(list(frames)) == 5  # a one-shot source keeps every frame
 
 
+def test_batches_checks_its_arguments_when_called(cf, rng):
+    """Not at the first batch asked for: the call names itself, and takes no frame."""
+    frames = iter(host_frames(rng, 2))
+    pipe = cf.Pipeline(16, 2)
+    with pytest.raises(cf.ArgumentTypeError, match=r"cuflow\.Pipeline\.batches: stream= must"):
+        pipe.batches(frames, stream="q")
+    with pytest.raises(cf.ArgumentTypeError, match=r"Pipeline\.batches: frames must be an "
+                                                    r"iterable .* got int"):
+        pipe.batches(5)
+    assert len(list(frames)) == 2 and pipe.frames_in == 0
+    with pytest.raises(cf.ArgumentTypeError, match=r"cuflow\.Bufferizer: stream= must"):
+        cf.Bufferizer((2,), 2, "float32", stream="q")
+
+
 def test_frames_of_another_shape_midway(cf, rng):
     frames = host_frames(rng, 3) + host_frames(rng, 3, h=20, w=30)
     pipe = cf.Pipeline(16, 4)
