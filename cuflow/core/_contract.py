@@ -179,7 +179,8 @@ def as_dtype(name: str, dtype: Any) -> numpy.dtype:
     else:
         try:
             return numpy.dtype(dtype)
-        except (TypeError, SyntaxError):  # (NumPy parses "f4,," as Python and fails so)
+        except (TypeError, ValueError, SyntaxError):  # ("f4,," is parsed as Python, "\x13,"
+            # and (None, object()) are no format NumPy knows)
             got = repr(dtype)
     raise ArgumentTypeError(f"cuflow.{name}: dtype must name a dtype, got {got}")
 

@@ -150,7 +150,7 @@ def check_shape(name: str, shape: Any, dtype: Any) -> tuple[int, ...]:
         raise ArgumentError(f"cuflow.{name}: shape must hold sizes >= 0, got {shape!r}")
     try:
         itemsize = max(numpy.dtype(dtype).itemsize, 1) if dtype is not None else 8
-    except (TypeError, SyntaxError):
+    except (TypeError, ValueError, SyntaxError):
         itemsize = 1  # the backend names the bad dtype
     nbytes = math.prod(dims) * itemsize
     if nbytes > sys.maxsize:

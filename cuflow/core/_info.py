@@ -201,7 +201,7 @@ def iinfo(type: Any, /) -> numpy.iinfo:  # noqa: A002
 def _limits_dtype(name: str, x: Any, kinds: str, what: str) -> numpy.dtype:
     try:
         dt = numpy.dtype(_dt(x))
-    except (TypeError, SyntaxError) as e:
+    except (TypeError, ValueError, SyntaxError) as e:
         raise ArgumentTypeError(f"cuflow.{name} takes a dtype or an array, got {x!r}") from e
     if dt.kind not in kinds:  # (NumPy's ValueError)
         raise ArgumentError(f"cuflow.{name} takes {what} dtype, got {dt}")

@@ -233,12 +233,14 @@ def _join(name, arrays, axis, dst, dtype, casting, stream, stack):
     if rt.multi:  # CuPy would read another device's array in its copy kernel
         rt.check_devices(name, *(arrays if isinstance(arrays, list | tuple) else (arrays,)))
     try:
-        if dst is None:
-            return rt.wrap(fn(arrays, axis=axis, dtype=dtype, casting=casting))
+        # arrays of the backend only, on every backend: NumPy's concatenate would make an
+        # object or text array of a sequence among them, where CuPy's refuses it
         arrays = [a if isinstance(a, rt.ndarray) else bad_input(name, a, scalars=False)
                   for a in arrays]
         if not arrays:
             raise ArgumentError(f"cuflow.{name}: need at least one array")
+        if dst is None:
+            return rt.wrap(fn(arrays, axis=axis, dtype=dtype, casting=casting))
         shapes = [a.shape for a in arrays]
         probe = [numpy.lib.stride_tricks.as_strided(numpy.zeros((), a.dtype), s, (0,) * len(s))
                  for a, s in zip(arrays, shapes)]

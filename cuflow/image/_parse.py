@@ -82,7 +82,7 @@ def checked_dtype(name: str, dtype: Any) -> numpy.dtype:
     byte order."""
     try:
         dt = numpy.dtype(dtype)
-    except (TypeError, SyntaxError):
+    except (TypeError, ValueError, SyntaxError):
         raise ImageTypeError(f"cuflow.image.{name}: dtype must be one of {list(OUT_DTYPES)}, "
                              f"got {dtype!r}") from None
     choice(name, "dtype", dt.name, OUT_DTYPES)

@@ -108,7 +108,8 @@ def cast_out(v: numpy.ndarray, dtype) -> numpy.ndarray:
     if numpy.dtype(dtype) == numpy.uint8:  # (NaN is 0, as the kernels' fmaxf clamp makes it)
         return numpy.rint(numpy.nan_to_num(numpy.clip(v, _F(0), _F(255)), nan=0.0)).astype(
             numpy.uint8)
-    return v.astype(dtype)
+    with numpy.errstate(over="ignore"):  # past float16's range is inf, as the kernels' cast
+        return v.astype(dtype)
 
 
 def warp(frames: list[numpy.ndarray], p: dict[str, Any], out: numpy.ndarray) -> None:

@@ -221,7 +221,7 @@ class Bufferizer:
             raise ArgumentTypeError("Bufferizer: dtype must be a NumPy dtype, got None")
         try:
             dtype = numpy.dtype(dtype)
-        except (TypeError, SyntaxError):
+        except (TypeError, ValueError, SyntaxError):
             raise ArgumentTypeError(f"Bufferizer: dtype must be a NumPy dtype, got "
                                     f"{dtype!r}") from None
         rt = get_backend()

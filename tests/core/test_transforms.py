@@ -366,6 +366,18 @@ def test_a_join_whose_inputs_do_not_cast_to_its_dtype_blames_the_dtype(cf):
         assert not isinstance(e.value, cuflow.DstDtypeError)
 
 
+@pytest.mark.parametrize("name", ["concatenate", "stack"])
+def test_a_join_takes_arrays_of_the_backend_only(cf, rng, name):
+    """NumPy's join makes an object or text array of a sequence among the inputs; CuPy's
+    refuses it: cuflow refuses it on every backend, with or without dst."""
+    a = cf.asarray(rng.integers(0, 256, 3))
+    for other in ((object(), 3.5e38, float("nan")), ("a", "b", "c"), [1.5, 2.0, 3.0]):
+        for kw in ({}, {"dst": cf.empty(6 if name == "concatenate" else (2, 3))}):
+            with pytest.raises(TypeError, match=rf"cuflow\.{name}: inputs must be arrays") as e:
+                getattr(cf, name)([a, other], **kw)
+            assert isinstance(e.value, cuflow.CuflowError)
+
+
 def test_two_output_ufuncs_check_each_dst_dtype(cf, rng):
     a = cf.asarray(random_array((4,), "float32", rng, host=True))
     i4 = cf.empty(4, dtype="int32")
