@@ -43,11 +43,20 @@ def test_like_forms_keep_shape_dtype_and_layout(cf, rng, name, order):
     assert getattr(cf, name)(a, dtype="int16").dtype == np.int16
 
 
-def test_zeros_on_a_stream_are_zero_there(cf):
+def test_zeros_on_a_stream_are_zero_there(cf, rng):
     s = cf.Stream()
     a = cf.zeros((64, 64), "float32", stream=s)
     s.synchronize()
     assert not to_host(a).any()
+    # on memory that held other values: the pool hands the block just freed back
+    like = cf.empty((64, 64), "float32")
+    for name, stream in (("zeros", None), ("zeros", s), ("zeros_like", None)):
+        dirty = cf.asarray(random_array((64, 64), "float32", rng, host=True) + 1)
+        del dirty
+        a = cf.zeros((64, 64), "float32", stream=stream) if name == "zeros" else \
+            cf.zeros_like(like)
+        s.synchronize()
+        assert not to_host(a).any(), name
 
 
 @pytest.mark.gpu

@@ -39,8 +39,6 @@ def test_binary_all_dtypes(cf, rng, poisons, name, dtype):
 @pytest.mark.parametrize("dtype", ["int8", "uint8", "float16", "float32", "float64", "complex128"])
 @pytest.mark.parametrize("name", UNARY)
 def test_unary(cf, rng, poisons, name, dtype):
-    if name == "negative" and dtype == "uint8":
-        pytest.skip("unsigned negate wraps; covered by binary tests")
     if name == "logical_not" and np.dtype(dtype).kind == "c" and cf.get_backend().name == "cupy":
         pytest.skip("CuPy has no complex logical_not")
     h = random_array((33,), dtype, rng, host=True)

@@ -70,6 +70,16 @@ def test_event_elapsed_time(cf):
         cf.Event().elapsed_time(end)
 
 
+@pytest.mark.gpu
+def test_event_elapsed_time_measures_the_work_between(gpu_cf, spin):
+    s = gpu_cf.Stream()
+    start = gpu_cf.Event().record(s)
+    spin(s, ms=50)  # 50 ms of GPU time between the two events
+    end = gpu_cf.Event().record(s)
+    end.synchronize()
+    assert 45 <= start.elapsed_time(end) < 5000
+
+
 def test_event_elapsed_time_needs_timing_events(cf):
     timed = cf.Event().record()
     untimed = cf.Event(timing=False).record()

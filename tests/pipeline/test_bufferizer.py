@@ -209,12 +209,19 @@ def test_flush_and_full_agree_on_bool_fill_values(cf, value):
     """A bool buffer takes True, False, 0 or 1: a cast would make 2.5 or 1j True."""
     ok = isinstance(value, bool | np.bool_) or value in (0, 1) and isinstance(value, int)
     b = cf.Bufferizer(SHAPE, 2, np.bool_)
+    b.flush(not value if ok else True)  # (the buffer holds the other value first)
+    b.stream.synchronize()
+    if ok:
+        b.flush(value)
+        b.stream.synchronize()
+        assert_equal_host(b.darray, np.full(b.shape, bool(value)))
+        assert_equal_host(cf.full(3, value, dtype=bool), np.full(3, bool(value)))
+        return
     for fill in (b.flush, lambda v: cf.full(3, v, dtype=bool)):
-        if ok:
+        with pytest.raises(cf.ArgumentError, match=r"bool must be True, False, 0 or 1"):
             fill(value)
-        else:
-            with pytest.raises(cf.ArgumentError, match=r"bool must be True, False, 0 or 1"):
-                fill(value)
+    b.stream.synchronize()
+    assert_equal_host(b.darray, np.full(b.shape, True))  # a refused fill wrote nothing
 
 
 def test_dtype_is_required(cf):
