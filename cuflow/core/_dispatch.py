@@ -75,6 +75,10 @@ def reraise(name: str, e: BaseException, dst: Any = None):
     if isinstance(e, TypeError):
         translate_type_error(name, e, dst)
         raise ArgumentTypeError(what) from e
+    if isinstance(e, NotImplementedError):  # (CuPy's and array_api_compat's word for
+        # arguments they do not take: a list where they read an array, a dtype they lack)
+        raise ArgumentTypeError(f"cuflow.{name}: the {rt.name} backend does not take these "
+                                f"arguments: {e}") from e
     if isinstance(e, SyntaxError):  # NumPy parses a dtype string like "f4,," as Python
         raise ArgumentTypeError(f"cuflow.{name}: a dtype string NumPy cannot parse "
                                 f"({e.msg}: {e.text!r})") from e

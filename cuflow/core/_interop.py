@@ -145,9 +145,8 @@ def astype(a: Any, dtype: Any, dst: Any = None, *, out: Any = None, order: str =
     if stream is not None:
         return run_on(stream, "astype", astype, a, dtype, dst, order=order, casting=casting,
                       copy=copy)
-    if not hasattr(a, "dtype") or not hasattr(a, "shape"):  # (NumPy's TypeError)
-        raise ArgumentTypeError(f"cuflow.astype takes an array, got {type(a).__name__}; "
-                                "convert it with cuflow.asarray first")
+    if not isinstance(a, rt.ndarray):  # (NumPy's TypeError; a host array on the GPU too)
+        bad_input("astype", a, scalars=False)
     dt = check_dtype("astype", as_dtype("astype", dtype))
     try:
         check_cast("astype", a.dtype, dt, casting)

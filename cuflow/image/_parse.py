@@ -289,8 +289,9 @@ def device_vector(name, what, x, dtype):
     rt = runtime()
     if not isinstance(x, rt.ndarray):
         if isinstance(x, numpy.ndarray | list | tuple):
-            try:  # (an empty sequence is of the dtype asked for, not NumPy's float64)
-                x = numpy.asarray(x, dtype=None if len(x) else dtype)
+            try:  # (an empty list is of the dtype asked for, not NumPy's float64)
+                empty = isinstance(x, list | tuple) and not x
+                x = numpy.asarray(x, dtype=dtype if empty else None)
             except ValueError as e:  # ragged
                 raise ImageFormatError(f"cuflow.image.{name}: {what} must be a rectangular "
                                        f"array of numbers: {e}") from e
