@@ -458,8 +458,10 @@ class Fused(object if FastCall is None else FastCall):
                                  "share one shape")
         except TraceError as e:
             return self._give_up(ent, e), None
-        except ArgumentOverflowError:
-            raise  # a constant NumPy refuses (uint8 + 300): unfused, it would fail or wrap
+        except (ArgumentOverflowError, ArgumentError):
+            # a constant NumPy refuses (uint8 + 300): unfused, it would fail or wrap; operands
+            # that do not broadcast: unfused, NumPy's bare ValueError
+            raise
         except Exception as e:
             if self.options.fallback == "error" and _raised_by_user(e):
                 raise  # the function's own error (a shape check): the plain function's

@@ -652,6 +652,19 @@ def test_augmented_assignment_of_an_intermediate_traces(cf, rng):
     check(host(cf.fuse(horner)(cf.asarray(xa))), horner(xa))
 
 
+@pytest.mark.parametrize("fallback", ["error", "unfused"])
+def test_operands_that_do_not_broadcast_are_the_ops_error(cf, rng, fallback):
+    """The ValueError cuflow.add raises, naming the shapes and the line, whatever the
+    fallback: bad input is no construct the tracer cannot handle."""
+    f = cf.fuse(lambda x, y: x + y, fallback=fallback)
+    a, b = (cf.asarray(rng.uniform(-9, 9, n)) for n in ((2, 3), 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (no fallback warning either)
+        with pytest.raises(cuflow.ArgumentError, match=r"operands of add do not broadcast "
+                                                       r"together: \(2, 3\), \(4,\) .*test_fusion"):
+            f(a, b)
+
+
 def test_a_value_the_op_refuses_raises_the_ops_cuflow_error(cf):
     # NumPy refuses integers to negative powers (cuflow.power: ArgumentError); CuPy computes
     # them: the fused function does what the unfused op does, on each backend

@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy
 
-from .._errors import ArgumentOverflowError, ArgumentTypeError, AxisError, CuflowError
+from .._errors import (ArgumentError, ArgumentOverflowError, ArgumentTypeError, AxisError,
+                       CuflowError)
 from ._ewgen import topo
 
 __all__ = ["Expr", "TraceError", "UNARY", "BINARY", "REDUCTIONS", "EXTRA_UNARY", "apply",
@@ -393,9 +394,10 @@ def _out_of_bounds(v: int, dt: numpy.dtype, op: str) -> ArgumentOverflowError:
 def _bshape(name: str, *xs: Expr) -> tuple:
     try:
         return tuple(numpy.broadcast_shapes(*(x.shp for x in xs)))
-    except ValueError:
-        raise TraceError(f"cuflow.fuse: operands of {name} do not broadcast together: "
-                         f"{', '.join(str(x.shp) for x in xs)} (at {caller_line()})") from None
+    except ValueError:  # (bad input, not a construct the tracer cannot handle: the error
+        # cuflow.add gives, whatever the fallback)
+        raise ArgumentError(f"cuflow.fuse: operands of {name} do not broadcast together: "
+                            f"{', '.join(str(x.shp) for x in xs)} (at {caller_line()})") from None
 
 
 def apply(name: str, *xs: Any, dtype: Any = None, casting: str = "same_kind") -> Expr:
