@@ -169,6 +169,16 @@ def _refuse(name: str):
                    "writing dst, so use a separate output array")
 
 
+def parse_dtype(value: Any) -> numpy.dtype | None:
+    """``numpy.dtype(value)``, or None where it names no dtype: the one place that knows how
+    NumPy's parse fails (a TypeError; a SyntaxError for ``"f4,,"``, which it reads as Python;
+    a ValueError for ``"\x13,"`` or ``(None, object())``)."""
+    try:
+        return numpy.dtype(value)
+    except (TypeError, ValueError, SyntaxError):
+        return None
+
+
 def as_dtype(name: str, dtype: Any) -> numpy.dtype:
     """``dtype`` as a NumPy dtype.  An array is refused, not read (``numpy.dtype`` would take
     its ``.dtype``), and so is anything else that names no dtype."""
@@ -177,11 +187,10 @@ def as_dtype(name: str, dtype: Any) -> numpy.dtype:
     if isinstance(dtype, numpy.ndarray | runtime().ndarray):
         got = f"an array of shape {dtype.shape}"
     else:
-        try:
-            return numpy.dtype(dtype)
-        except (TypeError, ValueError, SyntaxError):  # ("f4,," is parsed as Python, "\x13,"
-            # and (None, object()) are no format NumPy knows)
-            got = repr(dtype)
+        dt = parse_dtype(dtype)
+        if dt is not None:
+            return dt
+        got = repr(dtype)
     raise ArgumentTypeError(f"cuflow.{name}: dtype must name a dtype, got {got}")
 
 

@@ -31,7 +31,7 @@ from .._checks import as_index
 from ._docs import complete, creation_sections
 from .._errors import (ArgumentError, ArgumentOverflowError, ArgumentTypeError, CuflowError,
                        OutOfMemoryError)
-from ._contract import check_dtype, check_in_range, check_int_fits_64_bits
+from ._contract import check_dtype, check_in_range, check_int_fits_64_bits, parse_dtype
 from ._dispatch import call, reraise, run_on
 from ._fastpath import EMPTY, ZEROS, FastCall
 from ._info import check_device
@@ -148,14 +148,12 @@ def check_shape(name: str, shape: Any, dtype: Any) -> tuple[int, ...]:
                                     f"numbers), got {shape!r}")
     if any(d < 0 for d in dims):
         raise ArgumentError(f"cuflow.{name}: shape must hold sizes >= 0, got {shape!r}")
-    try:
-        itemsize = max(numpy.dtype(dtype).itemsize, 1) if dtype is not None else 8
-    except (TypeError, ValueError, SyntaxError):
-        itemsize = 1  # the backend names the bad dtype
+    dt = parse_dtype(dtype) if dtype is not None else numpy.dtype(numpy.float64)
+    itemsize = 1 if dt is None else max(dt.itemsize, 1)  # (None: the backend names it)
     nbytes = math.prod(dims) * itemsize
     if nbytes > sys.maxsize:
         raise OutOfMemoryError(f"cuflow.{name}: out of memory: shape {dims} of "
-                               f"{numpy.dtype(dtype) if dtype is not None else 'float64'} needs "
+                               f"{dt if dt is not None else repr(dtype)} needs "
                                f"{nbytes} bytes ({_fmt_bytes(nbytes)}), more than any "
                                "address space holds")
     return dims

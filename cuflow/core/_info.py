@@ -7,7 +7,7 @@ from typing import Any
 import numpy
 
 from .._errors import ArgumentError, ArgumentTypeError
-from ._contract import as_dtype
+from ._contract import as_dtype, parse_dtype
 from ._runtime import Device, runtime
 
 __all__ = ["Info", "__array_namespace_info__", "isdtype", "finfo", "iinfo", "result_type",
@@ -199,10 +199,9 @@ def iinfo(type: Any, /) -> numpy.iinfo:  # noqa: A002
 
 
 def _limits_dtype(name: str, x: Any, kinds: str, what: str) -> numpy.dtype:
-    try:
-        dt = numpy.dtype(_dt(x))
-    except (TypeError, ValueError, SyntaxError) as e:
-        raise ArgumentTypeError(f"cuflow.{name} takes a dtype or an array, got {x!r}") from e
+    dt = parse_dtype(_dt(x))
+    if dt is None:
+        raise ArgumentTypeError(f"cuflow.{name} takes a dtype or an array, got {x!r}")
     if dt.kind not in kinds:  # (NumPy's ValueError)
         raise ArgumentError(f"cuflow.{name} takes {what} dtype, got {dt}")
     return dt

@@ -12,6 +12,7 @@ import numpy
 from .._checks import is_integer
 from .._errors import CuflowError
 from ..core import runtime
+from ..core._contract import parse_dtype
 
 CHANNELS = {"GRAY": "L", "RGB": "RGB", "BGR": "BGR", "RGBA": "RGBA", "BGRA": "BGRA"}
 YUV = {"NV12": 1, "I420": 2}
@@ -80,11 +81,10 @@ def out_dtype(dtype: Any, dst: Any) -> Any:
 def checked_dtype(name: str, dtype: Any) -> numpy.dtype:
     """``dtype`` as a NumPy dtype the kernels write: one of OUT_DTYPES, in the machine's
     byte order."""
-    try:
-        dt = numpy.dtype(dtype)
-    except (TypeError, ValueError, SyntaxError):
+    dt = parse_dtype(dtype)
+    if dt is None:
         raise ImageTypeError(f"cuflow.image.{name}: dtype must be one of {list(OUT_DTYPES)}, "
-                             f"got {dtype!r}") from None
+                             f"got {dtype!r}")
     choice(name, "dtype", dt.name, OUT_DTYPES)
     if not dt.isnative:  # (the kernels write the machine's byte order)
         raise ImageTypeError(f"cuflow.image.{name}: dtype must be in the machine's byte order, "

@@ -36,6 +36,7 @@ from .._checks import is_integer
 from .._errors import ArgumentError, ArgumentTypeError, CuflowError, DeviceError
 from ..core import (Device, Event, Stream, as_cupy_stream, as_darray, as_stream, copy, empty,
                     get_backend)
+from ..core._contract import parse_dtype
 from ..core._creation import check_fill_value
 from ..memory import record_stream
 
@@ -219,11 +220,8 @@ class Bufferizer:
                                 f"{n_buffers!r}")
         if dtype is None:  # (numpy.dtype(None) is float64: the dtype has no default)
             raise ArgumentTypeError("Bufferizer: dtype must be a NumPy dtype, got None")
-        try:
-            dtype = numpy.dtype(dtype)
-        except (TypeError, ValueError, SyntaxError):
-            raise ArgumentTypeError(f"Bufferizer: dtype must be a NumPy dtype, got "
-                                    f"{dtype!r}") from None
+        if parse_dtype(dtype) is None:
+            raise ArgumentTypeError(f"Bufferizer: dtype must be a NumPy dtype, got {dtype!r}")
         rt = get_backend()
         self._device = rt.current_device()  # buffers, stream and events live here
         self._multi = rt.multi
