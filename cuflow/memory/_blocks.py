@@ -15,7 +15,7 @@ from typing import Any
 from .._checks import is_integer
 from ._exceptions import MemoryTypeError, MemoryValueError
 
-__all__ = ["DEAD_STREAM", "DIRECT_MIN", "LARGE_ROUND", "LARGE_SPLIT_MAX", "MIN_SEGMENT", "SMALL", "SPLIT_MIN",
+__all__ = ["DEAD_STREAM", "LARGE_ROUND", "LARGE_SPLIT_MAX", "MIN_SEGMENT", "SMALL", "SPLIT_MIN",
            "Block", "FreeList", "Segment", "check_stream", "round_size", "size_class"]
 
 SMALL = 1 << 20
@@ -26,9 +26,6 @@ SPLIT_MIN = 512
 #: block of at most this many times its size; otherwise it misses, and the miss releases the
 #: free segments to the backend (splitting much larger blocks pins them and fragments memory)
 LARGE_SPLIT_MAX = 2
-#: over a backend that places segments itself (expandable segments), a block of at least this
-#: many bytes is a segment of its own, given back to the backend as it is freed
-DIRECT_MIN = 1 << 20
 
 
 #: the stream of a block whose stream was destroyed (its orphans, and blocks lent on it): CUDA

@@ -200,7 +200,6 @@ typedef struct {
     long long reserved, peak_reserved, num_segment_alloc, num_segment_free;
     long long max_request; /* _pool.max_request: a larger (or negative) request goes to Python */
     char busy, slow;
-    long long direct; /* large blocks of at least this many bytes are given back (0: none) */
     long long hits[224]; /* cache hits by statistics class (_blocks.size_class) */
 } PoolState;
 
@@ -289,9 +288,6 @@ static PyMemberDef state_members[] = {
      "most bytes a request may ask for (rounded up, it stays below 2**63)"},
     {"busy", T_BOOL, offsetof(PoolState, busy), 0, "a slow path runs (frees wait in _freed)"},
     {"slow", T_BOOL, offsetof(PoolState, slow), 0, "the hot path defers to the general one"},
-    {"direct", T_LONGLONG, offsetof(PoolState, direct), 0,
-     "blocks of at least this many bytes are segments of their own, given back when freed "
-     "(0: none)"},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -772,8 +768,6 @@ to_quick(HotAlloc *self, PyObject *b, PyObject *bstream, PyObject *size)
     return r;
 }
 
-static int return_segment(HotAlloc *self, PyObject *b, PyObject *bstream, PyObject *size);
-
 /* One queued free (the closure's inner loop).  *again gets a new reference to the pointer
  * when the block was asked for again with this very request and stream. */
 static int
@@ -844,10 +838,6 @@ drain_one(HotAlloc *self, int slow, long long nbytes, PyObject *stream, PyObject
     self->st->requested -= req_v;
     self->st->allocated -= size_v;
     set_slot(self, b, B_FREE, Py_True);
-    if (self->st->direct && size_v >= self->st->direct && (r = return_segment(self, b, bstream, size)) != 0) {
-        r = r < 0 ? -1 : 0;
-        goto done;
-    }
     set_slot(self, b, B_QUICK, Py_True);
     r = to_quick(self, b, bstream, size);
 done:
@@ -1350,8 +1340,6 @@ release_whole(HotAlloc *self, PyObject *source)
             PyErr_SetString(PyExc_TypeError, "the pool's _segments and _whole must be dicts");
         return -1;
     }
-    if (PyDict_GET_SIZE(whole) == 0)
-        return 0;
     PyObject *found = PyList_New(0), *cands = PyDict_Values(whole);
     if (found == NULL || cands == NULL) {
         Py_XDECREF(found);
@@ -1451,76 +1439,6 @@ fail:
     Py_DECREF(found);
     Py_DECREF(cands);
     return -1;
-}
-
-/* Pool._give_back: freed ``b`` (a large block of a pool whose backend places segments)
- * straight to the source where it is its segment's only block, of the general pool, used on
- * its own live stream only (no capture runs: the caller is not on the slow path).  1 given
- * back, 0 not (b stays for the caller to cache), -1 the source refused: b is in the
- * exact-size cache and the error is raised. */
-static int
-return_segment(HotAlloc *self, PyObject *b, PyObject *bstream, PyObject *size)
-{
-    PyObject *seg = SLOT(b, self->off[B_SEG]);
-    if (seg == NULL || Py_TYPE(seg) != (PyTypeObject *)self->segment_type
-        || SLOT(seg, self->xoff[S_OWNER]) != Py_None || SLOT(seg, self->xoff[S_KEEP]) != Py_False
-        || SLOT(b, self->off[B_PREV]) != Py_None || SLOT(b, self->off[B_NEXT]) != Py_None)
-        return 0;
-    PyObject *streams = SLOT(seg, self->xoff[S_STREAMS]);
-    if (streams == NULL || !PyAnySet_Check(streams) || PySet_GET_SIZE(streams) != 1)
-        return 0;
-    long long sv = as_ll(bstream);
-    if (sv == -1 && PyErr_Occurred())
-        return -1;
-    if (sv == DEAD_STREAM)
-        return 0;
-    PyObject *segs = PyDict_GetItemWithError(self->attrs, s_segments);
-    PyObject *whole = segs == NULL ? NULL : PyDict_GetItemWithError(self->attrs, s_whole);
-    PyObject *source = whole == NULL ? NULL : PyDict_GetItemWithError(self->attrs, s_source);
-    if (source == NULL || !PyDict_Check(segs) || !PyDict_Check(whole)) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "the pool needs _segments, _whole and _source");
-        return -1;
-    }
-    /* strong references across the source's call (Python code may run there); frees it
-     * makes wait in _freed */
-    Py_INCREF(seg);
-    Py_INCREF(source);
-    PyObject *ptr = Py_NewRef(SLOT(seg, self->xoff[S_PTR]));
-    PyObject *nbytes = Py_NewRef(SLOT(seg, self->xoff[S_NBYTES]));
-    char busy = self->st->busy;
-    self->st->busy = 1;
-    PyObject *r = PyObject_CallMethodObjArgs(source, s_free, ptr, nbytes, bstream, NULL);
-    self->st->busy = busy;
-    int e = r == NULL ? -1 : 0;
-    Py_XDECREF(r);
-    long long nv = e ? 0 : as_ll(nbytes);
-    if (e || (nv == -1 && PyErr_Occurred())) {
-        /* the source kept it: it stays the pool's, in the exact-size cache */
-        PyObject *exc = raised_exception();
-        set_slot(self, b, B_QUICK, Py_True);
-        if (to_quick(self, b, bstream, size) < 0)
-            PyErr_WriteUnraisable(source);
-        restore_exception(exc);
-        e = -1;
-    }
-    else if (PyDict_DelItem(segs, ptr) < 0)
-        e = -1;
-    else {
-        PyObject *w = PyDict_GetItemWithError(whole, ptr);
-        if (w == seg)
-            e = PyDict_DelItem(whole, ptr);
-        else if (w == NULL && PyErr_Occurred())
-            e = -1;
-        Py_XSETREF(SLOT(seg, self->xoff[S_FIRST]), Py_NewRef(Py_None));
-        self->st->reserved -= nv;
-        self->st->num_segment_free++;
-    }
-    Py_DECREF(nbytes);
-    Py_DECREF(ptr);
-    Py_DECREF(source);
-    Py_DECREF(seg);
-    return e < 0 ? -1 : 1;
 }
 
 /* Pool._segment_block for the general pool: the first block of a new segment from the
@@ -1632,9 +1550,7 @@ static PyObject *
 alloc_slow(HotAlloc *self, long long size, PyObject *size_obj, PyObject *stream,
            long long most, int cheap, long long granule)
 {
-    /* a large request of a pool whose backend places segments is always a miss (its
-     * alloc_miss sent pending frees to Python first) */
-    int plain = self->st->direct && size >= self->st->direct ? 1 : miss_is_plain(self, stream);
+    int plain = miss_is_plain(self, stream);
     if (plain < 0)
         return NULL;
     if (!plain) {
@@ -1699,20 +1615,9 @@ static PyObject *
 alloc_general(HotAlloc *self, long long size, PyObject *nbytes_obj, long long nbytes,
               PyObject *stream)
 {
-    PyObject *b = NULL, *fl;
-    if (self->st->direct && size >= self->st->direct) { /* Pool._alloc_direct */
-        PyObject *size_obj = PyLong_FromLongLong(size);
-        if (size_obj == NULL)
-            return NULL;
-        b = alloc_slow(self, size, size_obj, stream, -1, -1, 0);
-        Py_DECREF(size_obj);
-        if (b != NULL && take(self, b, size, nbytes_obj, nbytes) < 0)
-            Py_CLEAR(b);
-        return b;
-    }
     if (flush_quick(self) < 0)
         return NULL;
-    fl = PyDict_GetItemWithError(self->general, stream);
+    PyObject *b = NULL, *fl = PyDict_GetItemWithError(self->general, stream);
     if (fl == NULL && PyErr_Occurred())
         return NULL;
     Py_XINCREF(fl);
@@ -1764,14 +1669,6 @@ alloc_miss(HotAlloc *self, long long size, PyObject *nbytes_obj, long long nbyte
         goto python;
     if (self->st->slow) /* a capture, a recording, a destroyed stream */
         goto python;
-    if (self->st->direct && size >= self->st->direct) { /* frees awaiting other streams */
-        PyObject *lists[2] = {s_pending, s_deferred};
-        for (int i = 0; i < 2; i++) {
-            PyObject *v = PyDict_GetItemWithError(self->attrs, lists[i]);
-            if (v == NULL || !PyList_Check(v) || PyList_GET_SIZE(v))
-                goto python;
-        }
-    }
     /* a destroyed stream is queued before _slow is set (a finalizer, without the lock) */
     PyObject *gone = PyDict_GetItemWithError(self->attrs, s_gone);
     if (gone == NULL || !PyList_Check(gone) || PyList_GET_SIZE(gone))

@@ -49,13 +49,6 @@ of the same stream.
 A block used on other streams (``record_stream``) is not reused until events
 recorded on those streams at free time have completed.
 
-Over a backend that places segments itself (``places_segments``: expandable segments), a
-request of :data:`~cuflow.memory._blocks.DIRECT_MIN` or more is a segment of its own (a miss,
-after the frees whose other streams' work is done and the wholly free segments went back),
-and it goes back to the backend as it is freed, unless a graph is being captured or other
-streams used it: the backend's placement, which joins free neighbours at once, decides where
-large blocks lie, rather than the pool's cache.
-
 One state and one lock, with its concerns in mixins (the compiled paths read
 and write that state, so they share it rather than wrap it): ``_streams`` (cross-stream
 use, destroyed streams),
@@ -77,8 +70,8 @@ from typing import Any
 from .._errors import OutOfMemoryError
 from ._backends import Backend
 from ._env import POOL_HOTPATH
-from ._blocks import (DEAD_STREAM, DIRECT_MIN, LARGE_ROUND, LARGE_SPLIT_MAX, MIN_SEGMENT, SMALL,
-                      SPLIT_MIN, Block, FreeList, Segment, check_stream, round_size, size_class)
+from ._blocks import (DEAD_STREAM, LARGE_ROUND, LARGE_SPLIT_MAX, MIN_SEGMENT, SMALL, SPLIT_MIN,
+                      Block, FreeList, Segment, check_stream, round_size, size_class)
 from ._exceptions import DoubleFreeError, MemoryTypeError, MemoryValueError
 from ._graphs import GraphPoolsMixin
 from ._limit import LimitExceeded, LimitingAdaptor, limit_of
@@ -106,7 +99,7 @@ class PyPoolState:
     """The pool's counters and flags where the extension was not built (``_hotpath.PoolState``
     otherwise, whose fields the compiled paths read and write directly)."""
 
-    __slots__ = ("allocated", "busy", "direct", "hits", "max_request", "num_segment_alloc",
+    __slots__ = ("allocated", "busy", "hits", "max_request", "num_segment_alloc",
                  "num_segment_free", "peak_active", "peak_allocated", "peak_requested",
                  "peak_reserved", "pending_bytes", "requested", "reserved", "slow")
 
@@ -116,7 +109,6 @@ class PyPoolState:
         self.num_segment_alloc = self.num_segment_free = 0
         self.max_request = sys.maxsize - LARGE_ROUND  # (the pool sets its own)
         self.busy = self.slow = False
-        self.direct = 0
         self.hits: defaultdict[int, int] = defaultdict(int)
 
     def count_hit(self, size: int) -> None:
@@ -213,9 +205,6 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         self.backend = backend
         backend.attach(self._state)
         self._state.max_request = max_request(backend)
-        #: large blocks are the backend's own segments, placed by it and given back when
-        #: freed, not cached (see the module docstring)
-        self._state.direct = DIRECT_MIN if backend.places_segments else 0
         if limit is not None:
             self.limit = limit
         self._busy = False
@@ -273,7 +262,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
                             freelist_type=self._freelist_type)
         pool, quick, live, freed = self._state, self._quick, self._live, self._freed
         count_hit = pool.count_hit
-        free_other, miss, give_back = self._free_locked, self._alloc_miss, self._give_back
+        free_other, miss = self._free_locked, self._alloc_miss
         acquire, release = self._lock.acquire, self._lock.release  # cheaper than ``with``
 
         def alloc(nbytes: int, arg: int) -> int:
@@ -298,10 +287,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
                             del live[ptr]
                             pool.requested -= b.req
                             pool.allocated -= b.size
-                            b.free = True
-                            if pool.direct and b.size >= pool.direct and give_back(b):
-                                continue
-                            b.quick = True
+                            b.free = b.quick = True
                             q = quick.get(b.stream)
                             if q is None:
                                 quick[b.stream] = {b.size: [b]}
@@ -491,32 +477,21 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
 
     def _alloc_locked(self, size: int, nbytes: int, stream: int) -> Block:
         owner = self._capturing.get(stream) if self._capturing else None
-        if owner is None and self._state.direct and size >= self._state.direct:
-            b = self._alloc_direct(size, stream)
+        self._flush_quick()
+        fl = self._lists.get((owner, stream))
+        most = None
+        if size >= SMALL and self.backend.cheap_release:
+            # at most twice the request, or the segment a miss would make for it (a size the
+            # compiled free lists hold: no bound past 2**63 - 1)
+            most = min(max(size * LARGE_SPLIT_MAX, self._segment_bytes(size, owner)),
+                       sys.maxsize)
+        b = fl.pop_fit(size, most) if fl is not None else None
+        if b is None:
+            b = self._alloc_slow(size, stream, owner, most)
         else:
-            self._flush_quick()
-            fl = self._lists.get((owner, stream))
-            most = None
-            if size >= SMALL and self.backend.cheap_release:
-                # at most twice the request, or the segment a miss would make for it (a size
-                # the compiled free lists hold: no bound past 2**63 - 1)
-                most = min(max(size * LARGE_SPLIT_MAX, self._segment_bytes(size, owner)),
-                           sys.maxsize)
-            b = fl.pop_fit(size, most) if fl is not None else None
-            if b is None:
-                b = self._alloc_slow(size, stream, owner, most)
-            else:
-                self._state.count_hit(size)
+            self._state.count_hit(size)
         self._take(b, size, nbytes)
         return b
-
-    def _alloc_direct(self, size: int, stream: int) -> Block:
-        """A large block of the general pool over a backend that places segments: a segment
-        of its own (a miss), after the frees whose other streams' work is done and the
-        wholly free segments went back."""
-        if (self._pending or self._deferred) and not self._capturing:
-            self._process_pending()
-        return self._miss(size, stream, None)
 
     def _take(self, b: Block, size: int, nbytes: int) -> None:
         if b.size - size >= SPLIT_MIN:
@@ -582,15 +557,10 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
             if b is not None:
                 self._state.count_hit(size)
                 return b
-        return self._miss(size, stream, owner)
-
-    def _miss(self, size: int, stream: int, owner: Any) -> Block:
-        """A miss: the wholly free segments go back (a backend with cheap release, no
-        capture), and a new segment's first block."""
         self.misses[size] += 1
         try:
             seg_bytes = self._segment_bytes(size, owner)
-            if self.backend.cheap_release and owner is None and not self._capturing:
+            if self.backend.cheap_release and owner is None and not capturing:
                 self._release_whole()
             return self._segment_block(size, stream, owner, seg_bytes)
         except BaseException:
@@ -739,40 +709,17 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         if b.uses:
             self._await_uses(b)
         elif b.seg.owner is None and b.stream != DEAD_STREAM:
-            if not (self._state.direct and b.size >= self._state.direct and self._give_back(b)):
-                self._cache(b)
+            q = self._quick.get(b.stream)
+            if q is None:
+                q = self._quick[b.stream] = {}
+            lst = q.get(b.size)
+            if lst is None:
+                q[b.size] = [b]
+            else:
+                lst.append(b)
+            b.quick = True
         else:
             self._insert_free(b)
-
-    def _cache(self, b: Block) -> None:
-        """Freed ``b`` into the exact-size cache of its stream."""
-        q = self._quick.get(b.stream)
-        if q is None:
-            q = self._quick[b.stream] = {}
-        lst = q.get(b.size)
-        if lst is None:
-            q[b.size] = [b]
-        else:
-            lst.append(b)
-        b.quick = True
-
-    def _give_back(self, b: Block) -> bool:
-        """Give freed ``b`` (a large block of a pool whose backend places segments) to the
-        backend at once, where it is its segment's only block, of the general pool, used
-        on its own live stream only, and no graph is being captured (releasing memory
-        during a capture is illegal); whether it did.  Where the backend refuses, ``b``
-        goes to the exact-size cache and the error goes on."""
-        seg = b.seg
-        if (seg.owner is not None or seg.keep or b.prev is not None or b.next is not None
-                or len(seg.streams) != 1 or b.stream == DEAD_STREAM or self._capturing):
-            return False
-        try:
-            self._source.free(seg.ptr, seg.nbytes, b.stream)
-        except BaseException:
-            self._cache(b)
-            raise
-        self._forget(seg)
-        return True
 
     def _insert_free(self, b: Block) -> None:
         if b.stream == DEAD_STREAM:  # reused after a device synchronize
@@ -823,10 +770,6 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
             self._source.free(seg.ptr, seg.nbytes, b.stream)
         else:
             self._source.free_private(seg.ptr, seg.nbytes)
-        self._forget(seg)
-
-    def _forget(self, seg: Segment) -> None:
-        """``seg``, given back to the source, out of the pool's books."""
         del self._segments[seg.ptr]
         # the segment no longer holds its block: without the Segment <-> Block cycle both go
         # as soon as the last reference does, rather than at the garbage collector's next

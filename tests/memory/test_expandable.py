@@ -656,44 +656,6 @@ def test_a_warmup_keeps_no_segment_over_expandable_segments():
     pool.free(b)
 
 
-def test_a_large_block_goes_back_to_the_heap_when_freed():
-    """Over expandable segments a large block is a segment of its own, given back as it is
-    freed: the heap joins it with its free neighbours at once, and the pool caches none; a
-    small one stays cached, as over any backend."""
-    pool = Pool(ExpandableEventBackend())
-    a, b, small = pool.alloc(3 * MIB), pool.alloc(5 * MIB), pool.alloc(4096)
-    assert b.ptr == a.ptr + 3 * MIB
-    pool.free(a)
-    pool.free(b)
-    pool.free(small)
-    pool.flush_frees()
-    assert pool.reserved == small.seg.nbytes and list(pool._segments) == [small.ptr]
-    maps = pool.backend.device_allocs
-    c = pool.alloc(8 * MIB)  # where the two were, joined: on mapped pages
-    assert c.ptr == a.ptr and pool.backend.device_allocs == maps
-    assert pool.alloc(4096).ptr == small.ptr  # the cache's
-    s = pool.stats()
-    assert s["num_segment_free"] == 2 and s["cache_misses"] == 4
-    pool.free(c)
-    pool.flush_frees()
-    assert pool.reserved == small.seg.nbytes
-
-
-def test_a_large_block_used_on_other_streams_goes_back_after_their_work():
-    """A large block used on another stream (``record_stream``) is not given back when freed:
-    it waits for that stream's work, then goes back at the next large request."""
-    pool = Pool(ExpandableEventBackend())
-    b = pool.alloc(3 * MIB, stream=1)
-    pool.record_stream(b, 2)
-    pool.free(b)
-    assert b.seg.ptr in pool._segments and pool.pending_bytes == 3 * MIB
-    pool.backend.finish_all()
-    c = pool.alloc(3 * MIB, stream=1)
-    assert pool._segments[c.ptr] is not b.seg and pool.pending_bytes == 0
-    assert c.ptr == b.ptr  # in the range it left, given back first
-    pool.free(c)
-
-
 def test_pool_footprint_on_varying_shapes():
     """Sequence lengths that vary, as a transformer's: the mapped pages stay within KEEP x
     the peak requested bytes, where segments of the sizes seen would pile up."""

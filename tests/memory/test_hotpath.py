@@ -29,9 +29,8 @@ class _Granular(HostBackend):
 @pytest.mark.parametrize("backend", [HostBackend, _Granular, HostExpandableBackend])
 def test_both_hot_paths_make_the_same_decisions(backend, streams):
     """The same random sequence (queued frees, exact-size hits, misses, splits, coalescing,
-    segment releases, borrowing across streams; over expandable segments, large blocks
-    given back as they are freed) gives the same pointers and statistics through the
-    compiled and the Python path."""
+    segment releases, borrowing across streams) gives the same pointers and statistics
+    through the compiled and the Python path, over expandable segments too."""
     needs_compiled()
     rng = random.Random(7 + streams)
     ops = [(rng.random() < 0.6, rng.choice([0, 100, 512, 5000, 70000, 3 << 20, 9 << 20,
