@@ -408,6 +408,7 @@ def test_host_copies_check_the_stream_on_every_backend(cf, rng):
                 lambda: d.to_numpy(stream=object()), lambda: cf.asnumpy(h, stream=2.5)):
         with pytest.raises(cuflow.ArgumentTypeError, match="cuflow.asnumpy: stream= must be"):
             bad()
+    cf.synchronize()  # (the upload is queued on the current stream, not ordered before another)
     np.testing.assert_array_equal(cf.asnumpy(d, stream=cf.Stream()), h)
 
 
