@@ -376,6 +376,9 @@ def record_stream(array: Any, stream: Any) -> None:
         raise MemoryTypeError(f"cuflow.memory.record_stream: stream must be a stream object "
                               f"(cuflow.Stream, a CuPy, PyTorch or cuda.core stream), got "
                               f"{type(stream).__name__} {stream!r}") from e
+    if not (hasattr(array, "shape") and hasattr(array, "dtype")):
+        raise MemoryTypeError(f"cuflow.memory.record_stream: array must be an array (a darray "
+                              f"of the pool's memory), got {type(array).__name__} {array!r}")
     ptr = getattr(getattr(getattr(array, "data", None), "mem", None), "ptr", None)
     if ptr is None:
         return  # host memory (the NumPy backend)

@@ -28,6 +28,7 @@ import mmap
 from typing import Any
 
 from .._checks import is_integer
+from .._errors import OutOfMemoryError
 from ._exceptions import DoubleFreeError, MemoryTypeError, MemoryValueError
 
 __all__ = ["Backend", "CudaMallocBackend", "DriverPoolBackend", "HostBackend"]
@@ -73,8 +74,9 @@ class Backend(abc.ABC):
         Raises
         ------
         MemoryError
-            The source has no memory for it (the pool then retries, and raises
-            :class:`cuflow.OutOfMemoryError` when that fails too).
+            The source has no memory for it (the pool then retries, and raises its own
+            :class:`cuflow.OutOfMemoryError` when that fails too).  cuflow's backends
+            raise :class:`cuflow.OutOfMemoryError`, a ``MemoryError``.
 
         Notes
         -----
@@ -326,9 +328,10 @@ class HostBackend(_Counted):
     Parameters
     ----------
     capacity : int or None, optional
-        Most bytes of segments held at once (:meth:`alloc` raises :class:`MemoryError`
-        beyond), and the whole that a fraction limit is of; ``None`` (the default): no
-        bound, and a fraction limit raises :class:`~cuflow.memory.MemoryValueError`.
+        Most bytes of segments held at once (:meth:`alloc` raises
+        :class:`cuflow.OutOfMemoryError` beyond), and the whole that a fraction limit is
+        of; ``None`` (the default): no bound, and a fraction limit raises
+        :class:`~cuflow.memory.MemoryValueError`.
 
     Raises
     ------
@@ -377,19 +380,21 @@ class HostBackend(_Counted):
 
         Raises
         ------
-        MemoryError
+        cuflow.OutOfMemoryError
             More than ``capacity`` bytes would be held, or the host cannot map the bytes.
         """
         if self.capacity is not None and self.in_use + nbytes > self.capacity:
-            raise MemoryError(f"host backend: {nbytes} bytes requested, "
-                              f"{self.capacity - self.in_use} of {self.capacity} left")
+            raise OutOfMemoryError(f"cuflow.memory.HostBackend: {nbytes} bytes requested, "
+                                   f"{self.capacity - self.in_use} of its capacity "
+                                   f"{self.capacity} left")
         # an anonymous mapping: the kernel commits its zeroed pages as they are first written,
         # so a segment costs resident memory only for the blocks used (a ctypes buffer is
         # zeroed whole: tests/memory/test_hotpath.py's replays would hold gigabytes resident)
         try:
             buf = mmap.mmap(-1, max(nbytes, 1))
         except (OSError, OverflowError) as e:  # the host cannot map that much: out of memory
-            raise MemoryError(f"host backend: {nbytes} bytes requested: {e}") from e
+            raise OutOfMemoryError(f"cuflow.memory.HostBackend: {nbytes} bytes requested, "
+                                   f"which the host cannot map: {e}") from e
         view = ctypes.c_char.from_buffer(buf)
         ptr = ctypes.addressof(view)
         self.buffers[ptr] = (view, buf)
@@ -479,7 +484,7 @@ class _CudaEvents(Backend):
             ptr = rt.malloc(nbytes)  # cudaMalloc: allowed while a stream captures (relaxed mode)
         except rt.CUDARuntimeError as e:
             if e.status == 2:  # cudaErrorMemoryAllocation
-                raise MemoryError(str(e)) from e
+                raise OutOfMemoryError(f"cuflow.memory.{type(self).__name__}: {e}") from e
             raise
         self.device_allocs += 1
         return ptr
@@ -549,7 +554,7 @@ class DriverPoolBackend(_CudaEvents):
 
         Raises
         ------
-        MemoryError
+        cuflow.OutOfMemoryError
             The device is out of memory (``cudaErrorMemoryAllocation``); the private pool is
             first trimmed back to the reserve it held before the request.
         cupy_backends.cuda.api.runtime.CUDARuntimeError
@@ -572,7 +577,7 @@ class DriverPoolBackend(_CudaEvents):
                 # back to the reserve held before the request.
                 # tests/memory/test_limit.py::test_a_refused_segment_leaves_the_device_free
                 rt.memPoolTrimTo(self.handle, self._reserved)
-                raise MemoryError(str(e)) from e
+                raise OutOfMemoryError(f"cuflow.memory.{type(self).__name__}: {e}") from e
             raise
         # a device allocation only when the driver had to grow the pool's reserve
         cur = int(rt.memPoolGetAttribute(self.handle, rt.cudaMemPoolAttrReservedMemCurrent))
@@ -659,7 +664,7 @@ class CudaMallocBackend(_CudaEvents, _Counted):
 
         Raises
         ------
-        MemoryError
+        cuflow.OutOfMemoryError
             The device is out of memory (``cudaErrorMemoryAllocation``).
         cupy_backends.cuda.api.runtime.CUDARuntimeError
             Another error of ``cudaMalloc``.
@@ -669,7 +674,7 @@ class CudaMallocBackend(_CudaEvents, _Counted):
             ptr = rt.malloc(nbytes)
         except rt.CUDARuntimeError as e:
             if e.status == 2:
-                raise MemoryError(str(e)) from e
+                raise OutOfMemoryError(f"cuflow.memory.{type(self).__name__}: {e}") from e
             raise
         self._took(nbytes)
         return ptr

@@ -58,6 +58,10 @@ class LimitingAdaptor(Backend):
     """
 
     def __init__(self, upstream: Backend, limit: int, held: int = 0) -> None:
+        if not isinstance(upstream, Backend):
+            raise MemoryTypeError(f"cuflow.memory.LimitingAdaptor: upstream must be a "
+                                  f"cuflow.memory.Backend, got {type(upstream).__name__} "
+                                  f"{upstream!r}")
         self.upstream = upstream
         self.limit = limit
         self.held = held

@@ -77,7 +77,7 @@ def test_a_plain_miss_runs_in_the_compiled_hot_path(monkeypatch):
     assert pool.reserved == sum(seg.nbytes for seg in pool._segments.values())
     with pytest.raises(cuflow.OutOfMemoryError):
         pool.alloc_ptr(64 << 20, 0)
-    assert calls == [("retry", MemoryError)] and pool.stats()["num_alloc_retries"] == 1
+    assert calls == [("retry", cuflow.OutOfMemoryError)] and pool.stats()["num_alloc_retries"] == 1
 
 
 class _OnceRefused(_Granular):

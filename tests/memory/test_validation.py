@@ -152,6 +152,19 @@ def test_record_stream_refuses_what_is_not_a_stream(cf):
         cf.memory.record_stream(a, "bogus")
     assert isinstance(ei.value, TypeError) and "stream" in str(ei.value)
     assert "'bogus'" in str(ei.value)
+    for junk in ("junk", 3, None):  # (not an array: nothing would be recorded)
+        with pytest.raises(cuflow.memory.MemoryTypeError, match="array must be an array"):
+            cf.memory.record_stream(junk, cf.Stream())
+
+
+def test_a_limiting_adaptor_needs_a_backend_and_a_backend_refuses_past_its_capacity():
+    for up in (None, "host", object()):
+        with pytest.raises(cuflow.memory.MemoryTypeError,
+                           match="upstream must be a cuflow.memory.Backend"):
+            cuflow.memory.LimitingAdaptor(up, 5)
+    with pytest.raises(cuflow.OutOfMemoryError, match=r"HostBackend: 1000 bytes requested, 100 "
+                                                      r"of its capacity 100 left"):
+        cuflow.memory.HostBackend(capacity=100).alloc(1000, 0)
 
 
 def test_every_device_has_its_pool(cf):
