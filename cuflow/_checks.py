@@ -7,7 +7,9 @@ from typing import Any
 
 import numpy
 
-__all__ = ["is_integer", "as_index"]
+from ._errors import ArgumentTypeError
+
+__all__ = ["is_integer", "as_index", "as_flag"]
 
 
 def is_integer(v: Any) -> bool:
@@ -38,3 +40,12 @@ def as_index(v: Any) -> int | None:
         return operator.index(v)
     except TypeError:
         return None
+
+
+def as_flag(owner: str, name: str, value: Any) -> bool:
+    """``value`` as a bool: True, False (or NumPy's), 0 or 1; anything else (``"no"``, which
+    is true) is refused naming ``cuflow.<owner>``'s argument ``name``."""
+    if isinstance(value, bool | numpy.bool_) or (isinstance(value, int | numpy.integer)
+                                                 and value in (0, 1)):
+        return bool(value)
+    raise ArgumentTypeError(f"cuflow.{owner}: {name} must be True or False, got {value!r}")

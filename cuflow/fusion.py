@@ -72,7 +72,7 @@ import numpy
 
 from ._errors import ArgumentError, ArgumentOverflowError, ArgumentTypeError, CuflowError
 from .core import _engine, _runtime
-from .core._contract import may_share, prepare_out
+from .core._contract import check_outs_apart, may_share, prepare_out
 from .core._dispatch import reraise
 from .core._fastpath import FastCall
 from .core._ewgen import topo
@@ -332,6 +332,8 @@ class Fused(object if FastCall is None else FastCall):
             if len(dsts) != len(ent.out_shapes):
                 raise ArgumentError(f"cuflow.fuse({self.name}): dst= has {len(dsts)} arrays "
                                     f"for {len(ent.out_shapes)} outputs")
+            if len(dsts) > 1:
+                check_outs_apart(f"fuse({self.name})", dsts)
             outs = list(dsts)
             writes = []
             given = arrays
@@ -606,8 +608,11 @@ class Fused(object if FastCall is None else FastCall):
         if len(dsts) != len(outs):
             raise ArgumentError(f"cuflow.fuse({self.name}): dst= has {len(dsts)} arrays for "
                                 f"{len(outs)} outputs")
-        for d, o in zip(dsts, outs):
+        if len(dsts) > 1:
+            check_outs_apart(f"fuse({self.name})", dsts)
+        for d, o in zip(dsts, outs):  # every dst checked before any is written
             prepare_out(self.name, d, o.shape, o.dtype)
+        for d, o in zip(dsts, outs):
             rt.xp.copyto(d, o, casting="same_kind")
         return dsts[0] if single else dsts
 

@@ -463,8 +463,9 @@ class CapturedFunction:
         if not b.is_gpu and self._captured:
             return self._run_eagerly()
         if self.graph is None:
-            raise BackendError(f"cuflow.graph: {self._name} has not been captured yet (call it "
-                               "once, or pass example inputs to capture)")
+            raise BackendError(f"cuflow.graph: {self._name} has no graph to replay: it was "
+                               "not captured yet or was closed (call it once, which captures "
+                               "it, or pass example inputs to capture)")
         self._wait(s)
         self.graph.replay(stream=s)
         return self.outputs

@@ -252,7 +252,9 @@ def test_an_input_overlapping_dst_in_another_layout_is_read_as_it_was(cf, rng, c
     else:
         d = x[0]
         r, want = cf.fuse(lambda a: (a * 1).sum(axis=1))(x.T, dst=d), (xa.T * 1).sum(axis=1)
-        check(host(r), want)
+        assert r is d
+        check(host(d), want)
+        np.testing.assert_array_equal(host(x)[1:], xa[1:])  # only dst's row was written
         return
     assert r is x
     check(host(x), want)
@@ -316,6 +318,33 @@ def test_dst_dtype_cast_and_contract(cf, rng):
         f(x, dst=cf.empty((99,), cf.float32))
     with pytest.raises(cuflow.DstDtypeError):
         f(x, dst=cf.empty((100,), cf.int32))
+
+
+@pytest.mark.parametrize("fallback", ["error", "unfused"])
+def test_outputs_into_one_dst_or_overlapping_ones_are_refused_writing_nothing(cf, rng,
+                                                                             fallback):
+    """Two outputs into the same bytes would overwrite each other: refused, as for a
+    two-output ufunc; a dst of the wrong shape is refused before any dst is written."""
+    xa = rand(rng, (6,), np.float32)
+    x = cf.asarray(xa)
+    two = cf.fuse(lambda v: (v + 1, v * 2), fallback=fallback)
+    seed = rand(rng, (12,), np.float32)
+    d = cf.asarray(seed)
+    for dsts in [(d[:6], d[:6]), (d[:6], d[3:9])]:
+        with pytest.raises(cuflow.DstError, match=r"outputs in dst must not share memory.*"
+                                                  r"dst\[0\].*dst\[1\]"):
+            two(x, dst=dsts)
+    np.testing.assert_array_equal(host(d), seed)
+    ok = cf.asarray(rand(rng, (6,), np.float32))
+    before = host(ok).copy()
+    with pytest.raises(cuflow.DstShapeError):
+        two(x, dst=(ok, cf.empty((7,), cf.float32)))
+    np.testing.assert_array_equal(host(ok), before)
+    a, b = cf.empty((6,), cf.float32), cf.empty((6,), cf.float32)
+    r = two(x, dst=(a, b))
+    assert r[0] is a and r[1] is b
+    check(host(a), xa + 1)
+    check(host(b), xa * 2)
 
 
 def test_a_complex_dst_is_refused_or_runs_unfused(cf, rng):
@@ -526,8 +555,10 @@ def test_reduction_keepdims_nan_and_dst(cf, rng):
     check(host(g(cf.asarray(xa))), np.asarray(xa.argmax()))
     d = cf.empty((), cf.float64)
     h = cf.fuse(lambda x: cuflow.sum(x * x))
-    np.testing.assert_allclose(float(h(cf.asarray(np.nan_to_num(xa)), dst=d)),
-                               float((np.nan_to_num(xa) ** 2).sum()), rtol=1e-5)
+    r = h(cf.asarray(np.nan_to_num(xa)), dst=d)
+    assert r is d
+    np.testing.assert_allclose(float(host(d)), float((np.nan_to_num(xa) ** 2).sum()),
+                               rtol=1e-5)
 
 
 def test_numpy_reductions_keep_dtype_and_positional_keepdims(cf, rng):

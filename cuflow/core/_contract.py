@@ -37,9 +37,9 @@ from .._errors import (ArgumentError, ArgumentOverflowError, ArgumentTypeError, 
 from ._runtime import runtime
 
 __all__ = ["prepare_out", "resolve_out", "check_casting", "check_cast", "check_out_pair",
-           "check_order", "positional_pair", "bad_input", "check_dtype", "check_in_range",
-           "check_int_fits_64_bits", "check_host_out", "translate_type_error", "reduced_shape",
-           "broadcast_shape", "may_share", "span"]
+           "check_outs_apart", "check_order", "positional_pair", "bad_input", "check_dtype",
+           "check_in_range", "check_int_fits_64_bits", "check_host_out", "translate_type_error",
+           "reduced_shape", "broadcast_shape", "may_share", "span"]
 
 Overlap = Literal["elementwise", "copy", "refuse"]
 
@@ -349,11 +349,19 @@ def check_out_pair(name: str, dst: Any) -> None:
                f"a {type(dst).__name__} of {len(dst)}" if isinstance(dst, tuple | list) else
                type(dst).__name__)
         raise DstError(f"cuflow.{name}: dst must be a pair of arrays, got {got}")
-    nd = runtime().ndarray
-    if isinstance(dst[0], nd) and isinstance(dst[1], nd) and may_share(dst[0], dst[1]):
-        raise DstError(f"cuflow.{name}: the two outputs of dst must not share memory (each "
-                       f"would overwrite the other), got arrays of shapes {dst[0].shape} and "
-                       f"{dst[1].shape} over the same bytes")
+    check_outs_apart(name, dst)
+
+
+def check_outs_apart(name: str, dsts: Sequence[Any]) -> None:
+    """Refuse outputs that share memory: each would overwrite what another holds."""
+    rt = runtime()
+    arrays = [(i, d) for i, d in enumerate(dsts) if isinstance(d, rt.ndarray)]
+    for k, (i, x) in enumerate(arrays):
+        for j, y in arrays[k + 1:]:
+            if may_share(x, y, rt):
+                raise DstError(f"cuflow.{name}: the outputs in dst must not share memory "
+                               f"(each would overwrite the other), got dst[{i}] of shape "
+                               f"{x.shape} and dst[{j}] of shape {y.shape} over the same bytes")
 
 
 def check_ints(name: str, value: Any, what: str = "axis", lists: bool = False) -> Any:

@@ -341,6 +341,16 @@ def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, retste
     check_dtype("linspace", dtype)
     if isinstance(num, int | numpy.integer) and num > 0:
         check_shape("linspace", (num,), dtype if dtype is not None else numpy.float64)
+    if dtype is not None and numpy.dtype(dtype).kind != "c":
+        dt = numpy.dtype(dtype)
+        for what, v in (("start", start), ("stop", stop)):
+            if isinstance(v, complex | numpy.complexfloating) and v.imag:
+                raise ArgumentTypeError(f"cuflow.linspace: {what} {v!r} is complex, and {dt} "
+                                        f"holds real numbers; take .real first")
+            if dt.kind in "biu" and isinstance(v, float | numpy.floating) \
+                    and not math.isfinite(v):  # (a cast makes garbage of inf and nan)
+                raise ArgumentError(f"cuflow.linspace: {what} must be finite for {dt}, got "
+                                    f"{v!r}")
     if dtype is not None and isinstance(num, int | numpy.integer) and num > 0 and all(
             isinstance(v, _REAL) and not isinstance(v, bool) and math.isfinite(v)
             for v in (start, stop)):

@@ -336,10 +336,24 @@ def call_backend(name: str, fn: Callable[..., Any], args: tuple, kwargs: dict[st
     try:
         r = fn(*args, **kwargs)
     except Exception as e:  # the backend's own errors, as cuflow's (reraise's table)
+        if _raised_in_callback(e, (*args, *kwargs.values())):
+            raise  # a bug of the caller's function (apply_along_axis's func1d), as it is
         if isinstance(e, AttributeError):
             _refuse_non_array(rt, name, e, args, kwargs)
         reraise(name, e)
     return _own_result(rt, r, (*args, *kwargs.values()))
+
+
+def _raised_in_callback(e: BaseException, args: tuple) -> bool:
+    """Whether ``e`` passed through a Python function given among ``args`` (a callback the
+    backend calls): that error is the function's, not a bad argument of the op."""
+    codes = {c for c in (getattr(a, "__code__", None) for a in args) if c is not None}
+    tb = e.__traceback__ if codes else None
+    while tb is not None:
+        if tb.tb_frame.f_code in codes:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def _refuse_non_array(rt: Any, name: str, e: AttributeError, args: tuple,

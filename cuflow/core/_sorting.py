@@ -8,10 +8,12 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from .._checks import as_flag
 from .._errors import AxisError
 from ._docs import complete, with_common_parameters
 from ._contract import bad_input, check_ints, one_element_axis
 from ._dispatch import call, run_on
+from ._interop import copy_into
 from ._runtime import runtime
 
 __all__ = ["sort", "argsort"]
@@ -29,7 +31,8 @@ def _options(kind: Any, order: Any, stable: bool) -> dict[str, Any]:
 
 
 def argsort(a: Any, axis: int | None = -1, kind: str | None = None, order: str | None = None, *,
-            descending: bool = False, stable: bool = True, stream: Any = None) -> Any:
+            descending: bool = False, stable: bool = True, dst: Any = None,
+            stream: Any = None) -> Any:
     """Indices that sort ``a`` along ``axis`` (array API ``argsort``).
 
     ``descending=True`` keeps equal elements in their original order when
@@ -51,7 +54,8 @@ def argsort(a: Any, axis: int | None = -1, kind: str | None = None, order: str |
     Returns
     -------
     darray
-        The indices, of ``a``'s shape (int64).
+        ``dst`` when given (the sort runs into a new array, then copies there), else new
+        indices of ``a``'s shape (int64).
 
     Notes
     -----
@@ -59,14 +63,18 @@ def argsort(a: Any, axis: int | None = -1, kind: str | None = None, order: str |
     """
     if stream is not None:
         return run_on(stream, "argsort", argsort, a, axis, kind, order, descending=descending,
-                      stable=stable)
+                      stable=stable, dst=dst)
     axis = check_ints("argsort", axis)
+    descending = as_flag("argsort", "descending", descending)
     xp = runtime().xp
-    kw = _options(kind, order, stable)
+    # (stable=None: NumPy's default, no stability asked for)
+    kw = _options(kind, order, stable is not None and as_flag("argsort", "stable", stable))
     a, axis = one_element_axis("argsort", a, axis, "sorted")
     if not descending:
-        return call("argsort", xp.argsort, a, axis=axis, **kw)
-    return call("argsort", _argsort_descending, xp, a, axis, kw)
+        r = call("argsort", xp.argsort, a, axis=axis, **kw)
+    else:
+        r = call("argsort", _argsort_descending, xp, a, axis, kw)
+    return r if dst is None else copy_into("argsort", dst, r, "same_kind")
 
 
 def _array(name: str, a: Any) -> Any:
@@ -93,13 +101,15 @@ def _argsort_descending(xp, a, axis, kw):
 
 
 def sort(a: Any, axis: int | None = -1, kind: str | None = None, order: str | None = None, *,
-         descending: bool = False, stable: bool = True, stream: Any = None) -> Any:
+         descending: bool = False, stable: bool = True, dst: Any = None,
+         stream: Any = None) -> Any:
     """``a`` sorted along ``axis`` (array API ``sort``).
 
     Returns
     -------
     darray
-        A new sorted array.
+        ``dst`` when given (the sort runs into a new array, then copies there), else a new
+        sorted array.
 
     Notes
     -----
@@ -107,13 +117,17 @@ def sort(a: Any, axis: int | None = -1, kind: str | None = None, order: str | No
     """
     if stream is not None:
         return run_on(stream, "sort", sort, a, axis, kind, order, descending=descending,
-                      stable=stable)
+                      stable=stable, dst=dst)
     axis = check_ints("sort", axis)
+    descending = as_flag("sort", "descending", descending)
     xp = runtime().xp
-    kw = _options(kind, order, stable)
+    # (stable=None: NumPy's default, no stability asked for)
+    kw = _options(kind, order, stable is not None and as_flag("sort", "stable", stable))
     if not descending:
-        return call("sort", xp.sort, a, axis=axis, **kw)
-    return call("sort", _sort_descending, xp, a, axis, kw)
+        r = call("sort", xp.sort, a, axis=axis, **kw)
+    else:
+        r = call("sort", _sort_descending, xp, a, axis, kw)
+    return r if dst is None else copy_into("sort", dst, r, "same_kind")
 
 
 def _sort_descending(xp, a, axis, kw):

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy
 
-from .._errors import ArgumentError, ArgumentTypeError
+from .._checks import as_flag
+from .._errors import ArgumentError, ArgumentOverflowError, ArgumentTypeError
 from ._contract import may_share, prepare_out, reduced_shape, resolve_out
 from ._contract import bad_input, check_dtype, check_ints, one_element_axis
 from ._dispatch import reraise, run_on
@@ -57,6 +58,8 @@ def _reduce(name: str, a: Any, axis: Any, dtype: Any, dst: Any, keepdims: bool, 
                              f"{'dst' if dst is not None else 'stream'}=) at {caller_line()}: "
                              "give it to the fused call instead")
         return _traced_reduce(name, a, axis, keepdims, dtype)
+    if keepdims is not False and keepdims is not True:
+        keepdims = as_flag(name, "keepdims", keepdims)  # ("no" is true)
     rt = runtime()
     if (rt.fast is not None and stream is dst is dtype is None and not keepdims and not ddof
             and name in _ENGINE and type(axis) is int and axis in (-1, getattr(a, "ndim", 0) - 1)):
@@ -206,6 +209,10 @@ def _arg(name: str, a: Any, axis: Any, dst: Any, keepdims: bool, dtype: Any, out
             raise ArgumentError(f"cuflow.{name}: the index's dtype comes from dtype= or from "
                                 f"dst's dtype, not both; got dtype={dt} and a dst")
         r = _arg(name, a, axis, None, keepdims, None, None, stream)
+        n = a.size if axis is None else a.shape[axis]  # (both valid: the call above ran)
+        if n - 1 > numpy.iinfo(dt).max:  # the cast would wrap an index to another one
+            raise ArgumentOverflowError(f"cuflow.{name}: dtype={dt} holds indices up to "
+                                        f"{numpy.iinfo(dt).max}, the indices here go to {n - 1}")
         return r if r.dtype == dt else astype(r, dt, stream=stream)
     if dst is out is stream is axis is None and not keepdims:
         return _full(name, a)

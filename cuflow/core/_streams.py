@@ -22,7 +22,7 @@ from typing import Any
 import numpy
 
 from ._runtime import Device, get_backend
-from .._checks import is_integer
+from .._checks import as_flag, is_integer
 from .._errors import ArgumentError, ArgumentTypeError, CudaError, DeviceError
 
 __all__ = ["Stream", "Event", "current_stream", "synchronize", "streams", "as_cupy_stream",
@@ -57,7 +57,7 @@ class Stream:
                  _wrap: Any = None) -> None:
         b = get_backend()
         if _wrap is None:
-            non_blocking = _flag("Stream", "non_blocking", non_blocking)
+            non_blocking = as_flag("Stream", "non_blocking", non_blocking)
             _check_priority("Stream", priority)
         self._dev: int | None = b.current_device()
         if _wrap is _NULL:
@@ -225,8 +225,8 @@ class Event:
 
     def __init__(self, timing: bool = True, blocking: bool = False) -> None:
         b = get_backend()
-        timing = _flag("Event", "timing", timing)
-        blocking = _flag("Event", "blocking", blocking)
+        timing = as_flag("Event", "timing", timing)
+        blocking = as_flag("Event", "blocking", blocking)
         self._dev = b.current_device()
         self._t: float | None = None
         self._timing = timing
@@ -447,14 +447,6 @@ def _check_priority(owner: str, priority: Any) -> None:
                             f"it to the device's range), got {priority!r}")
 
 
-def _flag(owner: str, name: str, value: Any) -> bool:
-    """``value`` as a bool: True, False (or NumPy's), 0 or 1; anything else is refused."""
-    if isinstance(value, bool | numpy.bool_) or (isinstance(value, int | numpy.integer)
-                                                 and value in (0, 1)):
-        return bool(value)
-    raise ArgumentTypeError(f"cuflow.{owner}: {name} must be True or False, got {value!r}")
-
-
 _short = reprlib.Repr()
 _short.maxstring = _short.maxother = 60
 
@@ -562,7 +554,7 @@ def streams(n: int, non_blocking: bool = True, priority: int | None = None) -> l
     if not 0 <= n <= MAX_STREAMS:
         raise ArgumentError(f"cuflow.streams: n must be in [0, {MAX_STREAMS}], got {n} (a GPU "
                             "runs at most 128 kernels at once: more streams add no concurrency)")
-    non_blocking = _flag("streams", "non_blocking", non_blocking)
+    non_blocking = as_flag("streams", "non_blocking", non_blocking)
     _check_priority("streams", priority)
     return [Stream(non_blocking=non_blocking, priority=priority) for _ in range(n)]
 

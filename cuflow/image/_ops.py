@@ -297,7 +297,9 @@ def crop_resize(src: Any, boxes: Any, size: int | tuple[int, int], *, frame_inde
         Output ``(height, width)`` of every crop.
     frame_index : darray, numpy.ndarray or sequence, optional
         ``(K,)`` integers (converted to int32): the frame of each box (default:
-        all from frame 0).  A real-valued array is refused, not truncated.
+        all from frame 0).  A real-valued array is refused, not truncated.  Indices
+        given on the host must lie in ``[0, N)`` for ``N`` frames; indices on the device
+        are not read back, and one outside that range reads the nearest frame.
     interpolation : {"bilinear", "nearest", "area"}
     mean, std, scale, norm, src_format, out_format, layout, dtype, matrix, full_range :
         As for :func:`normalize`.
@@ -343,13 +345,17 @@ def crop_resize(src: Any, boxes: Any, size: int | tuple[int, int], *, frame_inde
             raise ImageFormatError(f"cuflow.image.crop_resize: box coordinates must be finite "
                                    f"float32 values within +-2**24 ({_BOX_MAX}), box {bad} "
                                    f"is {hb[bad].tolist()}")
+    frames_given = None  # frame indices on the host, checked against the frame count there
     if frame_index is not None:
+        if not (rt.is_gpu and isinstance(frame_index, rt.ndarray)):
+            frames_given = frame_index
         with use_stream(stream):
             frame_index = device_vector("crop_resize", "frame_index", frame_index, numpy.int32)
         if frame_index.shape != (boxes.shape[0],):
             raise ImageFormatError(f"cuflow.image.crop_resize: frame_index must be "
                                    f"({boxes.shape[0]},) like boxes, got {frame_index.shape}")
     return _plan.warp("crop_resize", src, size=size, rois=boxes, roi_frame=frame_index,
+                      frames_given=frames_given,
                       interpolation=interpolation, norm=norm, mean=mean, std=std, scale=scale,
                       src_format=src_format, out_format=out_format, layout=layout,
                       dtype=out_dtype(dtype, dst), matrix=matrix, full_range=full_range,

@@ -392,14 +392,15 @@ def _slots(src_map, C, gray, a, b):
 
 
 def warp(name: str, src, *, size=None, letterbox_pad=False, rois=None, roi_frame=None,
-         interpolation="bilinear", norm=None, mean=None, std=None, scale=None,
+         frames_given=None, interpolation="bilinear", norm=None, mean=None, std=None, scale=None,
          src_format=None, out_format=None, layout="NCHW", dtype=numpy.float32, flip=False,
          pad=0.0, matrix="bt601", full_range=False, identity_affine=False, dst=None,
          stream=None) -> tuple[Any, Plan]:
     """One fused warp: find (or build and validate) the plan, then run it.
 
     ``norm`` or ``mean``, ``std`` and ``scale`` (see :meth:`Norm.of`) are
-    ignored with ``identity_affine``.
+    ignored with ``identity_affine``.  ``frames_given``: the rois' frame indices as given on
+    the host, which must index the source's frames.
     """
     b = runtime()
     if not isinstance(src, b.ndarray):
@@ -417,6 +418,13 @@ def warp(name: str, src, *, size=None, letterbox_pad=False, rois=None, roi_frame
         src_format=src_format,
         out_format=out_format, layout=layout, dtype=dtype, flip=flip, pad=pad, matrix=matrix,
         full_range=full_range, identity_affine=identity_affine))
+    if frames_given is not None:
+        fi = numpy.asarray(frames_given)
+        n = plan.src.N
+        if fi.size and (fi.min() < 0 or fi.max() >= n):
+            raise ImageFormatError(f"cuflow.image.{name}: frame_index must index the {n} "
+                                   f"source frame{'s' if n > 1 else ''}, each in [0, {n}), got "
+                                   f"values from {fi.min()} to {fi.max()}")
     return plan.run(src, rois, roi_frame, dst, stream), plan
 
 

@@ -333,6 +333,30 @@ def test_descending_sort_keeps_equal_values_in_order(cf):
                                   got)
 
 
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_and_argsort_write_into_dst(cf, rng, descending):
+    h = random_array((5, 7), "float32", rng, host=True)
+    a = cf.asarray(h)
+    want = -np.sort(-h, axis=1) if descending else np.sort(h, axis=1)
+    d = cf.full((5, 7), np.nan, dtype="float64")  # (a dtype the result casts to)
+    assert cf.sort(a, axis=1, descending=descending, dst=d) is d
+    np.testing.assert_array_equal(to_host(d), want.astype(np.float64))
+    i = cf.full((5, 7), -1, dtype="int64")
+    assert cf.argsort(a, axis=1, descending=descending, dst=i) is i
+    np.testing.assert_array_equal(np.take_along_axis(h, to_host(i), 1), want)
+    flat = cf.empty((35,), dtype="float32")
+    assert cf.sort(a, axis=None, descending=descending, dst=flat) is flat
+    np.testing.assert_array_equal(
+        to_host(flat), -np.sort(-h.ravel()) if descending else np.sort(h.ravel()))
+    with pytest.raises(cuflow.DstShapeError, match=r"cuflow.sort: dst.shape must equal the "
+                                                   r"result shape \(5, 7\)"):
+        cf.sort(a, dst=cf.empty((7, 5), dtype="float32"))
+    with pytest.raises(cuflow.DstDtypeError):
+        cf.argsort(a, dst=cf.empty((5, 7), dtype="bool"))
+    with pytest.raises(cuflow.DstTypeError):
+        cf.sort(a, dst=3)
+
+
 def test_reductions_of_a_zero_dimensional_array_along_an_axis(cf):
     a = cf.asarray(np.array(5.0))
     for name in ("sum", "prod", "max", "min", "mean", "argmax", "any", "all"):

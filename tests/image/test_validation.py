@@ -239,6 +239,23 @@ def test_host_boxes_and_frame_indices_past_the_kernels_types_are_refused(cf, rng
     _clear(e.value, "frame_index", "int32", str(2**32 + 1))
 
 
+def test_host_frame_indices_must_index_the_frames(cf, rng):
+    # device indices are not read back (no sync); host ones would otherwise read the nearest
+    # frame in silence
+    x = cf.asarray(u8_frames(rng, (2, 12, 16, 3)))
+    boxes = [[0, 0, 8, 8], [2, 2, 10, 6]]
+    for idx in ([0, 2], np.array([-1, 1]), [5, 7]):
+        with pytest.raises(image.ImageFormatError) as e:
+            image.crop_resize(x, boxes, 4, frame_index=idx)
+        _clear(e.value, "frame_index must index the 2 source frames", "[0, 2)",
+               str(int(np.min(idx))), str(int(np.max(idx))))
+    with pytest.raises(image.ImageFormatError, match=r"the 1 source frame, each in \[0, 1\)"):
+        image.crop_resize(x[0], boxes, 4, frame_index=[0, 1])
+    kw = dict(scale=1.0, layout="NHWC", dtype="uint8", interpolation="nearest")
+    out = to_host(image.crop_resize(x, boxes, 4, frame_index=[1, 1], **kw))
+    np.testing.assert_array_equal(out[0], to_host(x)[1, 0:8:2, 0:8:2])
+
+
 @pytest.mark.parametrize("kw", [dict(scale=NAN), dict(std=0), dict(mean=INF),
                                 dict(letterbox=True, pad=NAN), dict(layout="CHW"),
                                 dict(interpolation="cubic"), dict(letterbox=1)])
