@@ -184,15 +184,24 @@ def test_sync_debug_attributes_asynchronous_errors(gpu_cf, switch, want):
         assert "pending before" not in out
 
 
-def test_switches_take_numpys_bools(cf):
+def test_switches_take_numpys_bools(cf, ranges):
     cf.debug.sync(np.True_)
+    assert cf.debug.is_sync()
     cf.debug.sync(np.False_)
+    assert not cf.debug.is_sync()
+    cf.debug.nvtx(np.True_)
+    assert cf.debug.is_nvtx()
     cf.debug.nvtx(np.False_)
+    assert not cf.debug.is_nvtx()
     with pytest.raises(cf.ArgumentTypeError, match="True or False"):
         cf.debug.sync("yes")
 
 
 def test_switches_toggled_from_two_threads_end_consistent(cf):
+    cls = cf.get_backend().darray
+    names = ("__add__", "__mul__", "__getitem__", "reshape", "fill", "sum")
+    before = {n: cls.__dict__.get(n) for n in names}
+
     def toggle():
         for k in range(200):
             cf.debug.sync(k % 2 == 0)
@@ -202,6 +211,8 @@ def test_switches_toggled_from_two_threads_end_consistent(cf):
         t.start()
     for t in ts:
         t.join(60)
-    cf.debug.sync(False)
+    # both threads ended on False: the switch is off and the class is as before, with no
+    # wrapper left behind by an interleaving
     assert not cf.debug.is_sync()
-    assert float(cf.asnumpy(cf.ones(2) + 1).sum()) == 4  # the operators are the originals again
+    assert {n: cls.__dict__.get(n) for n in names} == before
+    assert float(cf.asnumpy(cf.ones(2) + 1).sum()) == 4

@@ -260,7 +260,12 @@ def _crop_resize(data):
         assert np.isfinite(b.astype(np.float64)).all()
     if frame_index is not None:
         assert host(frame_index).dtype.kind in "iu"
-    assert host(out).shape[0] == b.shape[0] and np.isfinite(host(out)).all()
+    o = host(out)
+    assert o.shape[0] == b.shape[0] and np.isfinite(o).all()
+    # every output is a weighted mean of source pixels (scaled by 1/255): within their range
+    x = host(src).astype(np.float64) / 255
+    if o.size:
+        assert x.min() - 1e-5 <= o.min() and o.max() <= x.max() + 1e-5, (o.min(), o.max())
     return True
 
 
@@ -447,6 +452,14 @@ def _pipeline(data):
     assert sum(len(b) for b in got) == len(frames) == pipe.frames_out
     for b in got:
         assert np.isfinite(b.astype(np.float64)).all()
+    # the batches hold the frames in order, each as the image operator makes it alone
+    o = pipe.options
+    kw = o.kernel_kwargs()
+    for f, want in zip(frames, (w for b in got for w in b)):
+        one = cuflow.asarray(np.asarray(f))
+        ref = image.letterbox(one, o.size, **kw)[0] if o.letterbox else \
+            image.resize_normalize(one, o.size, **kw)
+        np.testing.assert_array_equal(want, host(ref))
     return True
 
 

@@ -27,13 +27,37 @@ def reference(x, n):
     return x
 
 
+def swing(cf, n):
+    """A chain whose result depends on its input however long it is (the documented chain
+    above is 6.0 for every input after two steps): x -> 0.5 - x, summing tanh(x)."""
+    def f(x):
+        acc = cf.tanh(x)
+        for _ in range(n):
+            x = 0.5 - x
+            acc = acc + cf.tanh(x)
+        return x, acc
+    return f
+
+
+def swing_reference(x, n):
+    x = x.astype(np.float32)
+    acc = np.tanh(x)
+    for _ in range(n):
+        x = np.float32(0.5) - x
+        acc = acc + np.tanh(x)
+    return x, acc
+
+
 def test_captured_function_matches_eager(cf, rng):
     x0 = cf.asarray(rng.uniform(-3, 3, size=(5,)).astype(np.float32))
     step = cf.graph.capture(chain(cf, 3), x0)
+    steps = cf.graph.capture(swing(cf, 7), x0)
     for _ in range(3):
         host = rng.uniform(-3, 3, size=(5,)).astype(np.float32)
         out = step(cf.asarray(host))
         np.testing.assert_allclose(cf.asnumpy(out), reference(host, 3), rtol=1e-6)
+        for got, want in zip(steps(cf.asarray(host)), swing_reference(host, 7)):
+            np.testing.assert_allclose(cf.asnumpy(got), want, rtol=1e-5, atol=1e-6)
 
 
 def test_graphed_decorator_captures_on_first_call(cf, rng):
@@ -114,13 +138,27 @@ def test_numpy_backend_just_calls_fn():
 
 
 @pytest.mark.gpu
-def test_replay_is_one_launch_and_reads_new_inputs(gpu_cf, rng):
+def test_replay_reads_new_inputs(gpu_cf, rng):
     cf = gpu_cf
     x0 = cf.asarray(rng.uniform(-3, 3, size=(5,)).astype(np.float32))
-    step = cf.graph.capture(chain(cf, 50), x0)
+    step = cf.graph.capture(swing(cf, 51), x0)
+    for _ in range(2):
+        host = rng.uniform(-3, 3, size=(5,)).astype(np.float32)
+        step.inputs[0][...] = cf.asarray(host)
+        for got, want in zip(step.replay(), swing_reference(host, 51)):
+            np.testing.assert_allclose(cf.asnumpy(got), want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_closed_captured_function_says_so_and_captures_again_when_called(cf, rng):
+    x0 = cf.asarray(rng.uniform(-3, 3, size=(5,)).astype(np.float32))
+    f = cf.graph.capture(swing(cf, 3), x0)
+    f.close()
+    with pytest.raises(cuflow.BackendError, match="no graph to replay: it was not captured "
+                                                  "yet or was closed"):
+        f.replay()
     host = rng.uniform(-3, 3, size=(5,)).astype(np.float32)
-    step.inputs[0][...] = cf.asarray(host)
-    np.testing.assert_allclose(cf.asnumpy(step.replay()), reference(host, 50), rtol=1e-6)
+    for got, want in zip(f(cf.asarray(host)), swing_reference(host, 3)):
+        np.testing.assert_allclose(cf.asnumpy(got), want, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.gpu

@@ -111,11 +111,11 @@ def test_partial_overlap_gives_the_right_answer(cf, rng, shift):
     assert_equal_host(a, exp)
 
 
-def test_broadcast_input_overlapping_dst(cf):
-    a = cf.asarray(np.arange(12, dtype=np.float32).reshape(3, 4))
+def test_broadcast_input_overlapping_dst(cf, rng):
+    h = random_array((3, 4), "float32", rng, host=True)
+    a = cf.asarray(h)
     row = a[0:1]  # broadcast over dst while dst's first row is being written
-    exp = np.arange(12, dtype=np.float32).reshape(3, 4)
-    exp = exp + exp[0:1]
+    exp = h + h[0:1]
     cf.add(a, row, dst=a)
     assert_equal_host(a, exp)
 
@@ -130,14 +130,17 @@ def test_multi_output_ufuncs(cf, rng):
     d1, d2 = cf.empty(10), cf.empty(10)
     r = cf.divmod(a, 3.0, dst=(d1, d2))
     assert r[0] is d1 and r[1] is d2
+    assert_equal_host(d1, np.divmod(h, 3.0)[0])
     assert_equal_host(d2, np.divmod(h, 3.0)[1])
 
 
-def test_ufunc_methods_forwarded(cf):
-    a = cf.asarray(np.arange(1, 6, dtype=np.float64))
-    assert float(cf.add.reduce(a)) == 15.0
+def test_ufunc_methods_forwarded(cf, rng):
+    h = random_array((5,), "float64", rng, host=True)
+    a = cf.asarray(h)
+    np.testing.assert_allclose(float(cf.add.reduce(a)), np.add.reduce(h), rtol=1e-12)
     outer = cf.multiply.outer(a, a)
     assert isinstance(outer, cf.darray) and outer.shape == (5, 5)
+    np.testing.assert_array_equal(to_host(outer), np.multiply.outer(h, h))
     assert cf.add.nin == 2 and cf.negative.nin == 1
 
 
@@ -197,10 +200,13 @@ def test_two_output_ufuncs_take_positional_outputs_and_ufunc_attributes(cf, rng)
     h = random_array((16,), "float64", rng, host=True)
     a = cf.asarray(h)
     q, r = cf.empty(16), cf.empty(16)
-    assert cf.divmod(a, 3.0, q, r) == (q, r)
+    res = cf.divmod(a, 3.0, q, r)
+    assert res[0] is q and res[1] is r
     np.testing.assert_array_equal(to_host(q), np.divmod(h, 3.0)[0])
+    np.testing.assert_array_equal(to_host(r), np.divmod(h, 3.0)[1])
     f, i = cf.empty(16), cf.empty(16)
     cf.modf(a, f, i)
+    np.testing.assert_array_equal(to_host(f), np.modf(h)[0])
     np.testing.assert_array_equal(to_host(i), np.modf(h)[1])
     assert cf.add.identity == 0 and cf.multiply.identity == 1 and len(cf.add.types) > 0
     assert callable(cf.negative.at)
