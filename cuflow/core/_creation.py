@@ -347,6 +347,10 @@ def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, retste
             if isinstance(v, complex | numpy.complexfloating) and v.imag:
                 raise ArgumentTypeError(f"cuflow.linspace: {what} {v!r} is complex, and {dt} "
                                         f"holds real numbers; take .real first")
+        # a complex endpoint of zero imaginary part is its real part (CuPy refuses it)
+        start, stop = (v.real if isinstance(v, complex | numpy.complexfloating) else v
+                       for v in (start, stop))
+        for what, v in (("start", start), ("stop", stop)):
             if dt.kind in "biu" and isinstance(v, float | numpy.floating) \
                     and not math.isfinite(v):  # (a cast makes garbage of inf and nan)
                 raise ArgumentError(f"cuflow.linspace: {what} must be finite for {dt}, got "

@@ -188,6 +188,11 @@ def transpose(a: Any, axes: tuple[int, ...] | None = None, *, dst: Any = None, o
         with use_stream(stream, "transpose"):
             return transpose(a, axes, dst=dst)
     axes = check_ints("transpose", axes, "axes", lists=True)
+    nd = getattr(a, "ndim", None)
+    if axes is not None and nd is not None and len(axes) != nd:
+        # (CuPy reads an empty tuple as no axes given: NumPy's "axes don't match array")
+        raise ArgumentError(f"cuflow.transpose: axes must name each of the {nd} axes once, "
+                            f"got {tuple(axes)!r}")
     v = _view("transpose", rt.xp.transpose, a, axes)
     if dst is None:
         return v

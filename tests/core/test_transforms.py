@@ -333,6 +333,16 @@ def test_descending_sort_keeps_equal_values_in_order(cf):
                                   got)
 
 
+def test_transpose_axes_name_every_axis_once(cf, rng):
+    h = random_array((2, 3, 4), "float32", rng, host=True)
+    a = cf.asarray(h)
+    for axes in ([], (), (1, 0), (0, 1, 2, 0)):  # (CuPy would read () as no axes given)
+        with pytest.raises(cuflow.ArgumentError, match="axes must name each of the 3 axes"):
+            cf.transpose(a, axes)
+    np.testing.assert_array_equal(to_host(cf.transpose(a, (2, 0, 1))), h.transpose(2, 0, 1))
+    assert cf.transpose(cf.asarray(np.float32(2.5)), ()).shape == ()
+
+
 @pytest.mark.parametrize("descending", [False, True])
 def test_sort_and_argsort_write_into_dst(cf, rng, descending):
     h = random_array((5, 7), "float32", rng, host=True)
