@@ -177,8 +177,6 @@ def test_a_linspace_of_a_real_dtype_refuses_endpoints_it_cannot_hold(cf):
     _is_clear(e.value, "cuflow.linspace", "(1+1j)", "float32 holds real numbers")
     for got, want in [(cf.linspace(0, 1 + 0j, 3, dtype="float32"),
                        np.linspace(0, 1, 3, dtype=np.float32)),
-                      (cf.linspace(0, 1 + 1j, 3, dtype="complex64"),
-                       np.linspace(0, 1 + 1j, 3, dtype=np.complex64)),
                       (cf.linspace(-2.5, float("inf"), 3, dtype="float32"),
                        np.linspace(-2.5, np.inf, 3, dtype=np.float32))]:
         np.testing.assert_array_equal(to_host(got), want)
