@@ -209,7 +209,8 @@ def _arg(name: str, a: Any, axis: Any, dst: Any, keepdims: bool, dtype: Any, out
             raise ArgumentError(f"cuflow.{name}: the index's dtype comes from dtype= or from "
                                 f"dst's dtype, not both; got dtype={dt} and a dst")
         r = _arg(name, a, axis, None, keepdims, None, None, stream)
-        n = a.size if axis is None else a.shape[axis]  # (both valid: the call above ran)
+        # (axis is valid: the call above ran; a 0-d array's only index is 0)
+        n = a.size if axis is None or not a.ndim else a.shape[axis]
         if n - 1 > numpy.iinfo(dt).max:  # the cast would wrap an index to another one
             raise ArgumentOverflowError(f"cuflow.{name}: dtype={dt} holds indices up to "
                                         f"{numpy.iinfo(dt).max}, the indices here go to {n - 1}")

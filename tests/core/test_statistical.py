@@ -236,3 +236,6 @@ def test_the_backends_own_argmax_takes_a_darray(cf, rng, name):
                                  f"to {299 if axis else 599}"):
             getattr(cf, name)(long, axis=axis, dtype="int8")
     assert getattr(cf, name)(long, axis=0, dtype="int8").dtype == np.int8
+    zero_d = cf.asarray(np.float64(2.5))
+    for axis in (None, 0, -1):
+        assert int(to_host(getattr(cf, name)(zero_d, axis=axis, dtype="int8"))) == 0
