@@ -5,7 +5,7 @@ those names flatten inputs of any dimension (``outer``) and take 2-element vecto
 (``cross``), which the standard's ``linalg`` versions refuse.
 
 Stream semantics: the eigen-decompositions synchronize (the solvers return on the host);
-``outer`` and ``cross`` are queued on the current stream.
+``outer`` and ``cross`` are queued on ``stream`` or the current stream.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import numpy
 from .._checks import is_integer
 from .._errors import ArgumentError, ArgumentTypeError, AxisError
 from ._contract import bad_input
-from ._dispatch import call
+from ._dispatch import call, run_on
+from ._interop import copy_into
 from ._runtime import runtime
 
 __all__ = ["eig", "eigvals", "EigResult", "outer", "cross"]
@@ -71,32 +72,71 @@ def _arrays(name: str, *xs: Any) -> None:
             bad_input(name, x, scalars=False)
 
 
-def outer(x1, x2, /):
+def outer(x1, x2, /, *, dst=None, stream=None):
     """Outer product of two 1-D arrays (array API): ``out[i, j] = x1[i] * x2[j]``.
 
     The backend's top-level ``outer`` flattens inputs of other dimensions; the array
     API's ``linalg.outer`` takes 1-D arrays only.
 
+    Parameters
+    ----------
+    x1, x2 : darray
+        1-D arrays.
+    dst : darray, optional
+        Where the result is written, of exactly its shape and a dtype it casts to (the
+        product is made first, then copied there).
+    stream : cuflow.Stream, optional
+        The stream the work is queued on; the current stream when omitted.
+
+    Returns
+    -------
+    darray
+        ``dst`` when given, else a new ``(x1.size, x2.size)`` array.
+
     Raises
     ------
     ArgumentError
         ``x1`` or ``x2`` is not 1-D.
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
+    if stream is not None:
+        return run_on(stream, "linalg.outer", outer, x1, x2, dst=dst)
     _arrays("linalg.outer", x1, x2)
     for arg, x in (("x1", x1), ("x2", x2)):
         if x.ndim != 1:
             raise ArgumentError(f"cuflow.linalg.outer: {arg} must be a 1-D array, got an "
                                 f"array of shape {x.shape}")
-    return call("linalg.outer", runtime().xp.outer, x1, x2)
+    r = call("linalg.outer", runtime().xp.outer, x1, x2)
+    return r if dst is None else copy_into("linalg.outer", dst, r, "same_kind")
 
 
-def cross(x1, x2, /, *, axis=-1):
+def cross(x1, x2, /, *, axis=-1, dst=None, stream=None):
     """Cross products of the 3-element vectors along ``axis`` of ``x1`` and ``x2`` (array API).
 
     The other axes broadcast; the vectors' axis does not.  ``axis`` counts from the last
     axis when negative, in ``[-N, -1]`` where ``N`` is the smaller number of dimensions;
     a non-negative ``axis`` (NumPy's form) is taken where both inputs have the same
     number of dimensions, the one case where it names the same axis of both.
+
+    Parameters
+    ----------
+    x1, x2 : darray
+        Arrays of 3-element vectors along ``axis``.
+    axis : int, default -1
+        The axis of the vectors.
+    dst : darray, optional
+        Where the result is written, of exactly its shape and a dtype it casts to (the
+        products are made first, then copied there).
+    stream : cuflow.Stream, optional
+        The stream the work is queued on; the current stream when omitted.
+
+    Returns
+    -------
+    darray
+        ``dst`` when given, else a new array of the broadcast shape.
 
     Raises
     ------
@@ -105,7 +145,13 @@ def cross(x1, x2, /, *, axis=-1):
         array API does not), or the other axes do not broadcast.
     AxisError
         ``axis`` is out of that range.
+
+    Notes
+    -----
+    Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
+    if stream is not None:
+        return run_on(stream, "linalg.cross", cross, x1, x2, axis=axis, dst=dst)
     name = "linalg.cross"
     _arrays(name, x1, x2)
     if not is_integer(axis):
@@ -135,4 +181,5 @@ def cross(x1, x2, /, *, axis=-1):
         raise ArgumentError(
             f"cuflow.{name}: the axes of x1 and x2 other than axis={given} must broadcast "
             f"together, got shapes {x1.shape} and {x2.shape}") from None
-    return call(name, runtime().xp.cross, x1, x2, axis=axis)
+    r = call(name, runtime().xp.cross, x1, x2, axis=axis)
+    return r if dst is None else copy_into(name, dst, r, "same_kind")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import cuflow
 from cuflow.testing import random_array, to_host
 
 DTYPES = (np.int8, np.int32, np.int64, np.uint8, np.float32, np.float64, np.complex64)
@@ -119,3 +120,22 @@ def test_the_top_level_functions_keep_numpys_forms(cf, rng):
     v = random_array((3,), np.int64, rng, low=-1000, high=1000)
     np.testing.assert_array_equal(to_host(cf.cross(v, v[::-1])),
                                   np.cross(to_host(v), to_host(v)[::-1]))
+
+
+def test_outer_and_cross_write_into_dst_on_a_stream(cf, rng):
+    h1, h2 = (random_array((n,), "float32", rng, host=True) for n in (3, 5))
+    d = cf.full((3, 5), np.nan, dtype="float64")  # (a dtype the product casts to)
+    s = cf.Stream()
+    assert cf.linalg.outer(cf.asarray(h1), cf.asarray(h2), dst=d, stream=s) is d
+    s.synchronize()
+    np.testing.assert_array_equal(to_host(d), np.outer(h1, h2).astype(np.float64))
+    v1, v2 = (random_array((4, 3), "float64", rng, host=True) for _ in range(2))
+    e = cf.empty((4, 3), dtype="float64")
+    assert cf.linalg.cross(cf.asarray(v1), cf.asarray(v2), dst=e, stream=s) is e
+    s.synchronize()
+    _close(e, np.cross(v1, v2))
+    with pytest.raises(cuflow.DstShapeError, match=r"linalg.outer: dst.shape must equal the "
+                                                   r"result shape \(3, 5\)"):
+        cf.linalg.outer(cf.asarray(h1), cf.asarray(h2), dst=cf.empty((5, 3)))
+    with pytest.raises(cuflow.DstDtypeError):
+        cf.linalg.cross(cf.asarray(v1), cf.asarray(v2), dst=cf.empty((4, 3), dtype="int32"))
