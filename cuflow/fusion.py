@@ -446,7 +446,7 @@ class Fused(object if FastCall is None else FastCall):
                 res = self.fn(*targs[:len(args)], **dict(zip(names, targs[len(args):])))
             outputs = res if isinstance(res, tuple) else (res,)
             for j, o in enumerate(outputs):
-                if not isinstance(o, Expr) or o.op in ("const", "scalar"):
+                if not isinstance(o, Expr) or not any(n.op == "input" for n in topo((o,))):
                     raise TraceError(
                         f"cuflow.fuse({self.name}): output {j} does not depend on an array "
                         f"argument (got {o!r}); return arrays computed from the arguments")

@@ -320,6 +320,29 @@ def test_dst_dtype_cast_and_contract(cf, rng):
         f(x, dst=cf.empty((100,), cf.int32))
 
 
+@pytest.mark.parametrize("fn", [lambda a, b, t: a * (1 - t) + b * t,  # lerp by a Python float
+                                lambda a, b, t: a * (-t) ** 2 + abs(t) * b,
+                                lambda a, b, t: (a + (t + 1)) * b])
+def test_python_arithmetic_on_scalar_arguments_stays_weakly_typed(cf, rng, fn):
+    """Python computes ``1 - t`` of a Python float ``t`` as a Python float, which NumPy types
+    weakly: ``a * (1 - t)`` keeps ``a``'s float32, and so does the kernel (its output is not
+    float64)."""
+    xa, ya = rand(rng, (64,), np.float32), rand(rng, (64,), np.float32)
+    f = cf.fuse(fn)
+    for t in (0.25, 3, -1.5):
+        got = f(cf.asarray(xa), cf.asarray(ya), t)
+        want = fn(xa, ya, t)
+        assert want.dtype == np.float32 and got.dtype == want.dtype
+        check(host(got), want)
+    if HAVE_NVRTC:
+        assert "float *__restrict__ q0" in f.cuda_source(cf.asarray(xa), cf.asarray(ya), 0.25)
+    # a ufunc call gives a NumPy scalar, strongly typed: float64, as NumPy's
+    g = cf.fuse(lambda a, t: a * cf.exp(t))
+    assert g(cf.asarray(xa), 0.5).dtype == (xa * np.exp(0.5)).dtype == np.float64
+    with pytest.raises(cuflow.TraceError, match="does not depend on an array argument"):
+        cf.fuse(lambda s, t: s * (1 - t))(2.0, 0.5)
+
+
 @pytest.mark.parametrize("fallback", ["error", "unfused"])
 def test_outputs_into_one_dst_or_overlapping_ones_are_refused_writing_nothing(cf, rng,
                                                                              fallback):

@@ -178,40 +178,40 @@ class Expr:
         self._data_dependent("converting a traced array to a NumPy array")
 
     # ------------------------------------------------------------- operators
-    def __add__(self, o): return apply("add", self, o)
-    def __radd__(self, o): return apply("add", o, self)
-    def __sub__(self, o): return apply("subtract", self, o)
-    def __rsub__(self, o): return apply("subtract", o, self)
-    def __mul__(self, o): return apply("multiply", self, o)
-    def __rmul__(self, o): return apply("multiply", o, self)
-    def __truediv__(self, o): return apply("divide", self, o)
-    def __rtruediv__(self, o): return apply("divide", o, self)
-    def __floordiv__(self, o): return apply("floor_divide", self, o)
-    def __rfloordiv__(self, o): return apply("floor_divide", o, self)
-    def __mod__(self, o): return apply("remainder", self, o)
-    def __rmod__(self, o): return apply("remainder", o, self)
-    def __pow__(self, o): return apply(*pow_operator(self, o))
-    def __rpow__(self, o): return apply("power", o, self)
-    def __and__(self, o): return apply("bitwise_and", self, o)
-    def __rand__(self, o): return apply("bitwise_and", o, self)
-    def __or__(self, o): return apply("bitwise_or", self, o)
-    def __ror__(self, o): return apply("bitwise_or", o, self)
-    def __xor__(self, o): return apply("bitwise_xor", self, o)
-    def __rxor__(self, o): return apply("bitwise_xor", o, self)
-    def __lshift__(self, o): return apply("left_shift", self, o)
-    def __rlshift__(self, o): return apply("left_shift", o, self)
-    def __rshift__(self, o): return apply("right_shift", self, o)
-    def __rrshift__(self, o): return apply("right_shift", o, self)
-    def __lt__(self, o): return apply("less", self, o)
-    def __le__(self, o): return apply("less_equal", self, o)
-    def __gt__(self, o): return apply("greater", self, o)
-    def __ge__(self, o): return apply("greater_equal", self, o)
-    def __eq__(self, o): return apply("equal", self, o)  # type: ignore[override]
-    def __ne__(self, o): return apply("not_equal", self, o)  # type: ignore[override]
-    def __neg__(self): return apply("negative", self)
-    def __pos__(self): return apply("positive", self)
-    def __abs__(self): return apply("absolute", self)
-    def __invert__(self): return apply("invert", self)
+    def __add__(self, o): return python_op("add", self, o)
+    def __radd__(self, o): return python_op("add", o, self)
+    def __sub__(self, o): return python_op("subtract", self, o)
+    def __rsub__(self, o): return python_op("subtract", o, self)
+    def __mul__(self, o): return python_op("multiply", self, o)
+    def __rmul__(self, o): return python_op("multiply", o, self)
+    def __truediv__(self, o): return python_op("divide", self, o)
+    def __rtruediv__(self, o): return python_op("divide", o, self)
+    def __floordiv__(self, o): return python_op("floor_divide", self, o)
+    def __rfloordiv__(self, o): return python_op("floor_divide", o, self)
+    def __mod__(self, o): return python_op("remainder", self, o)
+    def __rmod__(self, o): return python_op("remainder", o, self)
+    def __pow__(self, o): return python_op(*pow_operator(self, o))
+    def __rpow__(self, o): return python_op("power", o, self)
+    def __and__(self, o): return python_op("bitwise_and", self, o)
+    def __rand__(self, o): return python_op("bitwise_and", o, self)
+    def __or__(self, o): return python_op("bitwise_or", self, o)
+    def __ror__(self, o): return python_op("bitwise_or", o, self)
+    def __xor__(self, o): return python_op("bitwise_xor", self, o)
+    def __rxor__(self, o): return python_op("bitwise_xor", o, self)
+    def __lshift__(self, o): return python_op("left_shift", self, o)
+    def __rlshift__(self, o): return python_op("left_shift", o, self)
+    def __rshift__(self, o): return python_op("right_shift", self, o)
+    def __rrshift__(self, o): return python_op("right_shift", o, self)
+    def __lt__(self, o): return python_op("less", self, o)
+    def __le__(self, o): return python_op("less_equal", self, o)
+    def __gt__(self, o): return python_op("greater", self, o)
+    def __ge__(self, o): return python_op("greater_equal", self, o)
+    def __eq__(self, o): return python_op("equal", self, o)  # type: ignore[override]
+    def __ne__(self, o): return python_op("not_equal", self, o)  # type: ignore[override]
+    def __neg__(self): return python_op("negative", self)
+    def __pos__(self): return python_op("positive", self)
+    def __abs__(self): return python_op("absolute", self)
+    def __invert__(self): return python_op("invert", self)
     __hash__ = object.__hash__
 
     def _in_place(self, o):
@@ -400,11 +400,26 @@ def _bshape(name: str, *xs: Expr) -> tuple:
                             f"{', '.join(str(x.shp) for x in xs)} (at {caller_line()})") from None
 
 
+def python_op(name: str, *xs: Any) -> Expr:
+    """The node of a Python operator (``+``, ``-x``, ``abs``) on ``xs``.  On Python scalars
+    alone (``1 - t`` of a runtime ``t``) Python computes a Python scalar, which NumPy types
+    weakly, as its operands: so is the node, and ``x * (1 - t)`` keeps ``x``'s float32 where
+    a float64 node would promote it (a ufunc call, ``numpy.subtract(1, t)``, gives a NumPy
+    scalar, strongly typed, as :func:`apply` does)."""
+    node = apply(name, *xs)
+    if (node.op != "const" and node.dtype.kind in "if"
+            and all(isinstance(x, Expr) and x.weak or type(x) in (int, float) for x in xs)):
+        node.weak, node.value = True, (0.0 if node.dtype.kind == "f" else 0)
+    return node
+
+
 def apply(name: str, *xs: Any, dtype: Any = None, casting: str = "same_kind") -> Expr:
     """The node of elementwise function ``name`` on ``xs`` (Exprs, scalars, 0-d constants);
     ``dtype``/``casting``: the ufunc's (its loop runs in ``dtype``)."""
-    name = _ALIASES.get(name, name)
-    args = tuple(const(x) for x in xs)
+    return _apply(_ALIASES.get(name, name), tuple(const(x) for x in xs), dtype, casting)
+
+
+def _apply(name: str, args: tuple, dtype: Any, casting: str) -> Expr:
     if name in EXTRA_UNARY:
         (a,) = args
         _, out = _resolve("exp", (_dtype_of(a),))
