@@ -17,7 +17,7 @@ _F32_MAX = float(numpy.finfo(numpy.float32).max)
 def _value(x):
     """An array (of any backend) or a NumPy scalar as the Python values it holds, where text
     and bools stay text and bools (and are refused as such)."""
-    return x.tolist() if hasattr(x, "dtype") else x
+    return x.tolist() if hasattr(x, "dtype") and not isinstance(x, type) else x
 
 
 def _floats(what: str, v) -> tuple[float, ...]:

@@ -44,9 +44,9 @@ class ImageTypeError(CuflowError, TypeError):
 
 
 def choice(name: str, what: str, value: Any, allowed) -> Any:
-    try:
-        ok = value in allowed
-    except TypeError:  # unhashable
+    try:  # (an array's comparison is no bool: refused too)
+        ok = isinstance(value, str | int | float | type(None)) and value in allowed
+    except (TypeError, ValueError):  # unhashable
         ok = False
     if not ok:
         raise ImageFormatError(f"cuflow.image.{name}: {what} must be one of "

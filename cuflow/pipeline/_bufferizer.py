@@ -554,7 +554,9 @@ class Bufferizer:
         """Empty the active buffer, fire ``flush_hook`` and fill the buffer with ``value``.
 
         The hook sees the Bufferizer empty; if it raises, nothing is filled and
-        the elements are kept (see "Warnings" in the class docstring).
+        the elements are kept (see "Warnings" in the class docstring).  What a hook
+        does is kept: the fill leaves the elements it appended, and a buffer it took
+        (``take``) is not filled.
 
         Parameters
         ----------
@@ -584,9 +586,14 @@ class Bufferizer:
         if self._flush_hook is not None:
             _run_hook("flush_hook", self._flush_hook, self, "flush", mark, undo,
                       f"nothing was filled and the {n} element(s) are kept")
+        start = 0
+        if self._changes != mark:  # the hook changed the Bufferizer: what it did is kept
+            if self._taken[self._active]:
+                return  # (a buffer taken for a consumer is never written)
+            start = self._n  # (elements it appended are not filled over)
         try:
             self._prepare_write(as_cupy_stream(None))
-            self._fill(self._buffers[self._active], value)
+            self._fill(self._buffers[self._active][start:], value)
         except BaseException:
             if self._changes == mark:  # a hook that changed it is not undone (see _run_hook)
                 undo()

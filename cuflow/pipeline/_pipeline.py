@@ -41,6 +41,10 @@ from ._bufferizer import Bufferizer
 __all__ = ["Pipeline", "PipelineError", "PipelineOptions"]
 
 
+
+class _ConsumerStop(Exception):
+    """A consumer's StopIteration on its way through :meth:`Pipeline.batches` (see run)."""
+
 class PipelineError(CuflowError, RuntimeError):
     """A Pipeline cannot do what was asked in its state (an iteration already open)."""
 
@@ -166,6 +170,8 @@ class PipelineOptions:
                 # a sequence kept as the checked tuple of floats: a list or an array would
                 # be converted again for every frame's plan lookup
                 object.__setattr__(self, name, getattr(norm, name))
+        if not is_real(self.scale):  # (a 0-d array: a float, so the options stay hashable)
+            object.__setattr__(self, "scale", float(norm.scale))
         self._check_image_options()
 
     def _check_image_options(self) -> None:
@@ -460,7 +466,7 @@ class Pipeline:
         """
         # the arguments are checked here, at the call, not at the first batch asked for (the
         # current stream, None, is resolved there, on the Pipeline's device)
-        if not hasattr(frames, "__iter__"):
+        if not hasattr(frames, "__iter__") or getattr(frames, "ndim", None) == 0:
             raise ArgumentTypeError(f"cuflow.Pipeline.batches: frames must be an iterable of "
                                     f"uint8 frames, got {type(frames).__name__}")
         if stream is not None:
@@ -489,9 +495,14 @@ class Pipeline:
                            f"{self.frames_out}..{self.frames_in - 1})")
             raise
         finally:
-            self._open = False
-            if self._buffer is not None:
-                self._recover(consumer)
+            try:
+                if self._buffer is not None:
+                    self._recover(consumer)
+            finally:
+                # closed only once recovered: an iteration opened in between (another
+                # thread) would have its batch released and its partial batch dropped
+                with self._guard:
+                    self._open = False
 
     def _recover(self, consumer: Any) -> None:
         """Leave the Bufferizer ready for a new run: a taken batch released (to the
@@ -602,7 +613,17 @@ class Pipeline:
                 except BaseException as e:
                     # at the batch's yield, where batches() counts the frames, adds its note
                     # and closes; it raises e again
-                    gen.throw(e)
+                    if not isinstance(e, StopIteration):
+                        gen.throw(e)
+                        raise
+                    # (a StopIteration raised in a generator becomes a RuntimeError: a
+                    # carrier goes in, and its note comes out on the consumer's exception)
+                    carrier = _ConsumerStop()
+                    try:
+                        gen.throw(carrier)
+                    except _ConsumerStop:
+                        for note in getattr(carrier, "__notes__", ()):
+                            e.add_note(note)
                     raise
         finally:
             gen.close()  # also if the exception escapes throw() another way

@@ -223,7 +223,7 @@ def test_a_bad_frame_is_an_image_error_naming_its_shape(cf, rng, shape, first, r
     assert len(list(pipe.batches(host_frames(rng, 2)))) == 1  # the next call starts clean
 
 
-@pytest.mark.parametrize("exc", [ZeroDivisionError, KeyboardInterrupt])
+@pytest.mark.parametrize("exc", [ZeroDivisionError, KeyboardInterrupt, StopIteration])
 def test_a_consumer_that_raises_in_run(cf, rng, exc):
     """run() ends the iteration as batches() does when an exception is thrown in: the note
     counts the frames and the next call starts clean (while the first exception, and the
@@ -313,3 +313,38 @@ def test_batches_and_sizes_are_checked_before_a_frame_is_taken(cf):
             list(p.batches(src))
     with pytest.raises(cf.ArgumentError, match="at most 65535"):
         cf.Pipeline((70000, 4), 1)
+
+
+def test_an_iteration_stays_open_until_it_has_recovered(cf, rng, monkeypatch):
+    """A second iteration started while the first tidies up (from another thread) is refused;
+    opened in between, the first one's recovery would release its batch and drop its frames."""
+    frames = host_frames(rng, 5)
+    pipe = cf.Pipeline(8, 2)
+    tried = []
+    recover = cf.Pipeline._recover
+
+    def recover_and_start_another(self, consumer):
+        if self is pipe and not tried and self.frames_out == len(frames):
+            try:
+                next(self.batches(frames))
+            except cf.pipeline.PipelineError as e:
+                tried.append(e)
+        return recover(self, consumer)
+
+    monkeypatch.setattr(cf.Pipeline, "_recover", recover_and_start_another)
+    assert sum(len(b) for b in pipe.batches(frames)) == len(frames)
+    assert len(tried) == 1 and "another iteration" in str(tried[0])
+    assert sum(len(b) for b in pipe.batches(frames)) == len(frames)
+
+
+def test_options_that_are_classes_arrays_or_0d_are_refused_or_kept_hashable(cf, rng):
+    for kw, err in [(dict(mean=np.float32), cf.image.ImageTypeError),
+                    (dict(std=np.float64), cf.image.ImageTypeError),
+                    (dict(layout=np.array(["NCHW", "NHWC"])), cf.image.ImageFormatError)]:
+        with pytest.raises(err):
+            cf.Pipeline(8, 2, **kw)
+    pipe = cf.Pipeline(8, 2, scale=np.array(1 / 255))  # a 0-d array: kept as its float
+    assert pipe.options.scale == 1 / 255 and hash(pipe.options) == hash(cf.Pipeline(8, 2).options)
+    with pytest.raises(cf.ArgumentTypeError, match="frames must be an iterable"):
+        pipe.batches(np.array(2))
+    assert sum(len(b) for b in pipe.batches(host_frames(rng, 3))) == 3

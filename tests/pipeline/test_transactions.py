@@ -187,6 +187,30 @@ def test_a_flush_or_allocate_hook_that_appends_and_raises_is_not_undone(cf, rng,
     np.testing.assert_array_equal(host(cf, b), cf.asnumpy(y)[None])
 
 
+def test_what_a_flush_hook_does_is_kept_by_the_fill(cf, rng):
+    """The fill after the hook leaves what the hook did: an element it appended is kept, and
+    a buffer it took for a consumer is never written."""
+    y = elements(cf, rng)
+    b = cf.Bufferizer(SHAPE, 3, cf.float32, flush_hook=lambda buf: buf.append_one(y))
+    b.append(elements(cf, rng, 2))
+    b.flush(-1)
+    assert len(b) == 1
+    np.testing.assert_array_equal(host(cf, b), cf.asnumpy(y)[None])
+    np.testing.assert_array_equal(cf.asnumpy(b.darray)[1:], -1)
+    # a batch of one: the hook's append fills the buffer, and buffer_full_hook hands it out
+    x = elements(cf, rng, 1)
+    t = cf.Bufferizer(SHAPE, 1, cf.float32, n_buffers=2)
+    t.append(x)
+    held = t.take()  # the consumer holds buffer 0
+    taken = []
+    t.flush_hook(lambda buf: buf.append_one(y))
+    t.buffer_full_hook(lambda buf: taken.append(buf.take()))
+    t.flush(-1)
+    np.testing.assert_array_equal(cf.asnumpy(held), cf.asnumpy(x))
+    assert len(taken) == 1
+    np.testing.assert_array_equal(cf.asnumpy(taken[0]), cf.asnumpy(y)[None])
+
+
 def test_a_hook_whose_own_call_was_undone_is_undone_too(cf, rng):
     """A buffer_full_hook whose flush failed (and was undone) changed nothing: its append is
     undone as for any raising hook."""
