@@ -343,6 +343,31 @@ def test_python_arithmetic_on_scalar_arguments_stays_weakly_typed(cf, rng, fn):
         cf.fuse(lambda s, t: s * (1 - t))(2.0, 0.5)
 
 
+def test_astype_copies_keeps_casting_and_shape_facts_trace(cf, rng):
+    """``astype`` copies, as NumPy's does (an in-place update of the copy leaves the argument
+    alone), and keeps its ``casting=``; ``numpy.ndim``/``shape``/``size`` of a traced array
+    are static, so control flow on them traces; a 0-d array reduces along its axis 0."""
+    xa = rand(rng, (6,), np.float32)
+
+    def double(img):
+        y = img.astype(np.float32)
+        y *= 2
+        return y
+
+    check(host(cf.fuse(double)(cf.asarray(xa))), double(xa))
+    with pytest.raises(cuflow.TraceError, match=r"cannot cast float32 to int8 under "
+                                                r"casting='safe' \(at .*test_fusion"):
+        cf.fuse(lambda v: v.astype(np.int8, casting="safe"))(cf.asarray(xa))
+    with pytest.raises(cuflow.TraceError, match="casting='same_kind'"):
+        cf.fuse(lambda v: cuflow.astype(v, np.int16, casting="same_kind"))(cf.asarray(xa))
+    shaped = cf.fuse(lambda v: v * np.ndim(v) + np.size(v) if np.shape(v)[0] > 2 else v)
+    check(host(shaped(cf.asarray(xa))), xa * 1 + 6)
+    zero_d = np.float32(2.5)
+    for axis in (0, -1):
+        got = cf.fuse(lambda v, axis=axis: (v * 2).sum(axis=axis))(cf.asarray(zero_d))
+        check(host(got), np.asarray((zero_d * 2).sum(axis=axis)))
+
+
 @pytest.mark.parametrize("fallback", ["error", "unfused"])
 def test_outputs_into_one_dst_or_overlapping_ones_are_refused_writing_nothing(cf, rng,
                                                                              fallback):

@@ -233,8 +233,8 @@ class Expr:
                          "new value (and pass dst= to write it into an argument)")
 
     # --------------------------------------------------------------- methods
-    def astype(self, dtype, *args, **kwargs):
-        return astype(self, dtype)
+    def astype(self, dtype, order="K", casting="unsafe", *args, **kwargs):
+        return astype(self, dtype, casting)
 
     def clip(self, min=None, max=None):  # noqa: A002
         return clip(self, min, max)
@@ -282,6 +282,8 @@ class Expr:
 
     def __array_function__(self, func, types, args, kwargs):
         name = func.__name__
+        if name in ("ndim", "shape", "size") and len(args) == 1 and not kwargs:
+            return getattr(self, name)  # static: control flow on them traces
         if name == "where":
             return where(*args, **kwargs)
         if name == "clip":
@@ -553,13 +555,18 @@ def int_scalar_bounds(outputs: tuple, scalars: list) -> list:
     return out
 
 
-def astype(x: Any, dtype: Any) -> Expr:
-    """``x.astype(dtype)`` (NumPy's unsafe cast)."""
+def astype(x: Any, dtype: Any, casting: str = "unsafe") -> Expr:
+    """``x.astype(dtype, casting=)`` (NumPy's, unsafe by default: it wraps), a new node
+    even in ``x``'s own dtype, as NumPy's copy: an in-place update of the result then
+    updates the copy, not an argument."""
     dt = numpy.dtype(dtype)
     if dt.kind not in "biuf":
         raise TraceError(f"cuflow.fuse does not fuse dtype {dt} (astype at {caller_line()})")
     x = const(x)
-    if x.dtype == dt and not x.weak:
+    if not numpy.can_cast(x.dtype, dt, casting):
+        raise TraceError(f"cuflow.fuse: astype cannot cast {x.dtype} to {dt} under "
+                         f"casting={casting!r} (at {caller_line()})")
+    if x.dtype == dt and not x.weak and x.op != "input":
         return x
     if x.op == "const":
         return Expr("const", (), dt, (), numpy.asarray(x.value).astype(dt)[()].item())
@@ -665,10 +672,13 @@ def reduce(name: str, x: Any, axis: Any = None, keepdims: bool = False,
                                  f"got axis={axis} (at {caller_line()})")
             axis = axis[0]
         axis = int(axis)
-        if not -nd <= axis < nd:
+        if nd == 0 and axis in (0, -1):  # (NumPy's one axis of a 0-d array: the whole)
+            axis = None
+        elif not -nd <= axis < nd:
             raise AxisError(
                 f"cuflow.fuse: axis {axis} is out of bounds for a traced array of dimension {nd}")
-        axis %= nd
+        else:
+            axis %= nd
     if axis is None:
         shape = (1,) * nd if keepdims else ()
     else:

@@ -137,7 +137,7 @@ def astype(a: Any, dtype: Any, dst: Any = None, *, out: Any = None, order: str =
     Stream semantics: asynchronous; queued on ``stream`` or the current stream.
     """
     if isinstance(a, Expr):  # inside cuflow.fuse
-        return a.astype(dtype)
+        return a.astype(dtype, casting=casting)
     rt = runtime()
     if device is not None:
         check_device("astype", device)
