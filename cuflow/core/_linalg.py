@@ -18,6 +18,7 @@ from .._checks import is_integer
 from .._errors import ArgumentError, ArgumentTypeError, AxisError
 from ._contract import bad_input
 from ._dispatch import call, run_on
+from ._docs import complete, with_common_parameters
 from ._interop import copy_into
 from ._runtime import runtime
 
@@ -82,11 +83,6 @@ def outer(x1, x2, /, *, dst=None, stream=None):
     ----------
     x1, x2 : darray
         1-D arrays.
-    dst : darray, optional
-        Where the result is written, of exactly its shape and a dtype it casts to (the
-        product is made first, then copied there).
-    stream : cuflow.Stream, optional
-        The stream the work is queued on; the current stream when omitted.
 
     Returns
     -------
@@ -127,11 +123,6 @@ def cross(x1, x2, /, *, axis=-1, dst=None, stream=None):
         Arrays of 3-element vectors along ``axis``.
     axis : int, default -1
         The axis of the vectors.
-    dst : darray, optional
-        Where the result is written, of exactly its shape and a dtype it casts to (the
-        products are made first, then copied there).
-    stream : cuflow.Stream, optional
-        The stream the work is queued on; the current stream when omitted.
 
     Returns
     -------
@@ -183,3 +174,6 @@ def cross(x1, x2, /, *, axis=-1, dst=None, stream=None):
             f"together, got shapes {x1.shape} and {x2.shape}") from None
     r = call(name, runtime().xp.cross, x1, x2, axis=axis)
     return r if dst is None else copy_into(name, dst, r, "same_kind")
+
+
+complete(globals(), ["outer", "cross"], with_common_parameters)
