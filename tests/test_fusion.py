@@ -343,6 +343,23 @@ def test_python_arithmetic_on_scalar_arguments_stays_weakly_typed(cf, rng, fn):
         cf.fuse(lambda s, t: s * (1 - t))(2.0, 0.5)
 
 
+def test_where_refuses_a_python_int_the_result_dtype_cannot_hold_as_outside_fuse(cf, rng):
+    """NumPy's where would wrap where(c, uint8, 300) to 44; cuflow.where refuses it, and a
+    fused where does too, on every backend, for a constant and for an argument."""
+    ua = rng.integers(0, 256, 16).astype(np.uint8)
+    u = cf.asarray(ua)
+    with pytest.raises(cuflow.ArgumentOverflowError, match="300 is out of the range"):
+        cf.where(u > 100, u, 300)
+    with pytest.raises(cuflow.ArgumentOverflowError, match="300 out of bounds for uint8"):
+        cf.fuse(lambda x: cf.where(x > 100, x, 300))(u)
+    f = cf.fuse(lambda x, s: cf.where(x > 100, x, s))
+    with pytest.raises(cuflow.ArgumentOverflowError, match="300 out of bounds for uint8"):
+        f(u, 300)
+    check(host(f(u, 7)), np.where(ua > 100, ua, 7))
+    check(host(cf.fuse(lambda x: cf.where(x > 100, x * 1.5, 300))(u)),
+          np.where(ua > 100, ua * 1.5, 300))
+
+
 def test_astype_copies_keeps_casting_and_shape_facts_trace(cf, rng):
     """``astype`` copies, as NumPy's does (an in-place update of the copy leaves the argument
     alone), and keeps its ``casting=``; ``numpy.ndim``/``shape``/``size`` of a traced array

@@ -579,8 +579,10 @@ def where(cond: Any, a: Any, b: Any) -> Expr:
     # Python scalars promote weakly: as values (result_type of the type float is float64)
     dt = numpy.result_type(*(v.value if v.weak else v.dtype for v in (x, y)))
     shape = _bshape("where", c, x, y)
+    # a Python int the result dtype cannot hold is refused (a constant here, an argument at
+    # each call), as by cuflow.where, where NumPy's would wrap where(c, uint8, 300) to 44
     return Expr("where", (_cast_node(c, numpy.dtype(bool)) if c.dtype != bool else c,
-                          _cast_node(x, dt), _cast_node(y, dt)), dt, shape)
+                          _cast_node(x, dt, "where"), _cast_node(y, dt, "where")), dt, shape)
 
 
 def clip(x: Any, lo: Any = None, hi: Any = None) -> Expr:
