@@ -343,6 +343,28 @@ def test_python_arithmetic_on_scalar_arguments_stays_weakly_typed(cf, rng, fn):
         cf.fuse(lambda s, t: s * (1 - t))(2.0, 0.5)
 
 
+def test_subclasses_of_python_numbers_are_numpys_strong_scalars(cf, rng):
+    """Only Python's own int and float are weak to NumPy: an IntEnum member or a float
+    subclass is int64 or float64 there (x * Mode.A is float64 for a float32 x), constant or
+    argument; it was a TraceError."""
+    import enum
+
+    class Mode(enum.IntEnum):
+        A = 2
+
+    class Half(float):
+        pass
+
+    xa, ua = rand(rng, (8,), np.float32), rng.integers(0, 100, 8).astype(np.uint8)
+    x, u = cf.asarray(xa), cf.asarray(ua)
+    for got, want in [(cf.fuse(lambda v: v * Mode.A)(x), xa * Mode.A),
+                      (cf.fuse(lambda v, m: v * m)(x, Mode.A), xa * Mode.A),
+                      (cf.fuse(lambda v, m: v * m)(x, Half(0.5)), xa * Half(0.5)),
+                      (cf.fuse(lambda v: v + Mode.A)(u), ua + Mode.A)]:
+        assert got.dtype == want.dtype
+        check(host(got), want)
+
+
 def test_where_refuses_a_python_int_the_result_dtype_cannot_hold_as_outside_fuse(cf, rng):
     """NumPy's where would wrap where(c, uint8, 300) to 44; cuflow.where refuses it, and a
     fused where does too, on every backend, for a constant and for an argument."""

@@ -325,9 +325,11 @@ def const(x: Any) -> Expr:
         return x
     # (NumPy's float64 is a float, but as every NumPy scalar it is strongly typed)
     if isinstance(x, (bool, int, float)) and not isinstance(x, numpy.generic):
-        dt = (numpy.bool_ if isinstance(x, bool) else numpy.int64 if isinstance(x, int)
-              else numpy.float64)
-        return Expr("const", (), dt, (), x, weak=True)
+        t = bool if isinstance(x, bool) else int if isinstance(x, int) else float
+        dt = numpy.bool_ if t is bool else numpy.int64 if t is int else numpy.float64
+        # only Python's own numbers are weak: a subclass (an IntEnum member) is NumPy's
+        # int64 or float64 there, and is baked as the number it holds
+        return Expr("const", (), dt, (), t(x), weak=type(x) is t)
     if isinstance(x, complex):
         raise TraceError(f"cuflow.fuse does not fuse complex values (got {x!r}) at "
                          f"{caller_line()}")
