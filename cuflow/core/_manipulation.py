@@ -189,13 +189,11 @@ def transpose(a: Any, axes: tuple[int, ...] | None = None, *, dst: Any = None, o
             return transpose(a, axes, dst=dst)
     axes = check_ints("transpose", axes, "axes", lists=True)
     nd = getattr(a, "ndim", None)
-    if isinstance(axes, int) and nd is not None and nd != 1:  # (one axis: of a 1-D array)
-        raise ArgumentError(f"cuflow.transpose: axes must name each of the {nd} axes once, "
-                            f"got {axes!r}")
-    if isinstance(axes, tuple | list) and nd is not None and len(axes) != nd:
+    given = (axes,) if isinstance(axes, int) else axes  # (one int: the axis of a 1-D array)
+    if given is not None and nd is not None and len(given) != nd:
         # (CuPy reads an empty tuple as no axes given: NumPy's "axes don't match array")
         raise ArgumentError(f"cuflow.transpose: axes must name each of the {nd} axes once, "
-                            f"got {tuple(axes)!r}")
+                            f"got {axes!r}")
     v = _view("transpose", rt.xp.transpose, a, axes)
     if dst is None:
         return v
