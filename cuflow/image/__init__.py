@@ -48,8 +48,9 @@ then converted to RGB and clamped to its range once per output pixel: the same
 as converting the frame first and resampling its RGB, except near colours
 outside the RGB range, which are clamped after resampling rather than before.
 
-Limits: at most 65535 frames (or boxes) per call and an output at most 65535 rows
-high (the kernels' grid); split larger batches.
+Limits (the kernels' grid): at most 65535 frames (or boxes) per call, a ``size`` at most
+65535 rows high, and a source that an operator without ``size`` keeps the height of at most
+262140 rows; split larger batches and frames.
 
 Options
 -------

@@ -127,9 +127,20 @@ def finite(name: str, what: str, value: Any) -> float:
     return v
 
 
+#: the most rows of an output: the kernels' grid holds at most 65535 blocks along y, and a
+#: block covers 4 rows or more
+MOST_ROWS = 4 * 65535
+
+
 def output_elements(name: str, oh: int, ow: int, oc: int) -> None:
-    """Refuse an output image of ``oh`` x ``ow`` x ``oc`` elements past 2**31: the warp
-    kernel's offsets within one output image are 32-bit."""
+    """Refuse an output image more than :data:`MOST_ROWS` rows high (the height of a source
+    that an operator without ``size`` keeps; ``size`` itself is at most 65535), or of ``oh``
+    x ``ow`` x ``oc`` elements past 2**31 (the warp kernel's offsets within one output
+    image are 32-bit)."""
+    if oh > MOST_ROWS:
+        raise ImageFormatError(f"cuflow.image.{name}: an output image is at most {MOST_ROWS} "
+                               f"rows high, got {oh} (the source's height); split the frame "
+                               f"into bands")
     if oh * ow * oc >= 1 << 31:
         raise ImageFormatError(f"cuflow.image.{name}: an output image must have fewer than "
                                f"2**31 elements, got {oh} x {ow} x {oc}; resize in tiles")

@@ -299,3 +299,21 @@ def test_a_per_channel_value_count_is_stated_once_for_one_channel(cf, rng):
     x = cf.asarray(u8_frames(rng, (8, 8, 1)))
     with pytest.raises(image.ImageFormatError, match=r"mean needs 1 value \(one per channel\)"):
         image.normalize(x, mean=(1, 2, 3))
+
+
+@pytest.mark.parametrize("op", ["normalize", "cvt_color"])
+def test_a_source_taller_than_the_grid_is_refused(cf, rng, op):
+    from cuflow.image._parse import MOST_ROWS
+    call = {"normalize": lambda x: image.normalize(x),
+            "cvt_color": lambda x: image.cvt_color(x, "RGB", "GRAY")}[op]
+    tall = cf.asarray(u8_frames(rng, (MOST_ROWS + 1, 1, 3)))
+    with pytest.raises(image.ImageFormatError) as e:
+        call(tall)
+    _clear(e.value, str(MOST_ROWS), str(MOST_ROWS + 1), "rows high")
+    # the tallest one the grid holds runs
+    x = u8_frames(rng, (MOST_ROWS, 1, 3))
+    out = to_host(call(cf.asarray(x)))
+    if op == "normalize":
+        np.testing.assert_allclose(out, x.transpose(2, 0, 1) / 255, rtol=0, atol=1e-6)
+    else:
+        assert out.shape == (MOST_ROWS, 1, 1)
