@@ -40,8 +40,10 @@ from ._expr import where as expr_where
 __all__ = ["Plan", "Source", "source", "plan", "stats", "EwOp", "OPS", "ew_op", "cast_op",
            "compile_cubin", "OPTIONS", "cache_dir", "collapse", "classify", "fastdiv"]
 
-#: NVRTC options of every generated kernel (no -ftz and no fast math: NumPy's results)
-OPTIONS = ("--std=c++17",)
+#: NVRTC options of every generated kernel: no -ftz and no fast math, and no contraction of
+#: a multiply and an add into one fused multiply-add (rounded once, where NumPy rounds the
+#: product first): the arithmetic gives NumPy's results to the last bit
+OPTIONS = ("--std=c++17", "--fmad=false")
 #: resident waves a grid-stride launch is capped at (bench/test_bench_fusion.py)
 WAVES = 16
 #: the cap of table lookups, whose blocks (of LUT_BLOCK threads) first build the table in
@@ -155,7 +157,8 @@ _LOCK = threading.Lock()
 
 def _functions(src: str, dev: int) -> tuple[int, int]:
     """``(main, finish)`` function pointers of ``src`` on ``dev`` (finish 0 when absent)."""
-    digest = hashlib.sha256(src.encode()).hexdigest()[:32]
+    # the options are part of the key: a kernel on disk compiled with others is not this one
+    digest = hashlib.sha256("\n".join((*OPTIONS, src)).encode()).hexdigest()[:32]
     hit = _MODULES.get((digest, dev))
     if hit is not None:
         _STATS.memory_hits += 1
