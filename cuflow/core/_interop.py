@@ -164,7 +164,10 @@ def asarray(obj: Any, dtype: Any = None, order: str | None = None, *, device: An
 
     Accepts darrays, CuPy and NumPy arrays, PyTorch tensors, objects with
     ``__cuda_array_interface__`` or ``__dlpack__``, scalars and sequences.  Device
-    data is shared (zero-copy); host data is copied to the device.  The signature is
+    data is shared (zero-copy); host data is copied to the device.  The NumPy backend
+    copies host data as well (a NumPy array that is not a darray, a buffer, a CPU
+    tensor), so that writes to either side afterwards mean what they mean on a GPU;
+    ``copy=False`` shares it there, and raises on a GPU.  The signature is
     CuPy's (``dtype`` and ``order`` by position, ``copy`` and ``blocking`` by keyword),
     with the array API's ``device=`` and cuflow's ``stream=``.
 
@@ -203,6 +206,8 @@ def asarray(obj: Any, dtype: Any = None, order: str | None = None, *, device: An
             raise ArgumentTypeError(f"cuflow.asarray: obj must be an array of numbers, got "
                                     f"an array of dtype {obj.dtype}, which cuflow does not "
                                     "compute with")
+        if copy is None and not rt.is_gpu and not isinstance(obj, rt.darray):
+            copy = True  # host data: copied, as the upload to a device copies it
         return rt.as_darray(_conform(obj, obj, dtype, order, copy))
     if copy is False:
         if isinstance(obj, list | tuple | int | float | complex | bool):
@@ -325,11 +330,28 @@ def _host_array(obj, dtype, order, copy):
     src = _numpy_asarray(obj, None, None, False if copy is False else None)
     _refuse_complex_to_real(src.dtype, dtype)
     if dtype.kind in "iu" and src.dtype.kind == "f" and isinstance(obj, list | tuple):
-        _check_float_range(src, dtype)
+        # the Python floats only: NumPy reads [2**64 - 1, 1] as float64 too, whose rounding
+        # would take the exact int past uint64's range
+        floats = _python_floats(obj)
+        if floats:
+            _check_float_range(numpy.asarray(floats, numpy.float64), dtype)
     # Python numbers (a bare int, or in lists and tuples) convert again with the dtype,
     # which refuses those out of its range; NumPy data casts as astype does
     return _numpy_asarray(obj, dtype, order, copy,
                           data=obj if isinstance(obj, list | tuple | int) else src)
+
+
+def _python_floats(obj) -> list[float]:
+    """The Python floats in a nest of lists and tuples."""
+    out: list[float] = []
+    stack = [obj]
+    while stack:
+        for x in stack.pop():
+            if isinstance(x, float):
+                out.append(x)
+            elif isinstance(x, list | tuple):
+                stack.append(x)
+    return out
 
 
 def _numpy_asarray(obj, dtype, order, copy, data=None):
@@ -489,8 +511,10 @@ def _to_numpy(obj, dtype, order, copy):
             bad_input("asarray", obj, f"device arrays (DLPack device type {dev}) cannot be "
                       "used on the NumPy backend; copy them to the host first")
         obj = numpy.from_dlpack(obj)
-    # (a buffer, array.array or CPU tensor is viewed, not copied, unless copy says so)
-    return _host_array(obj, dtype, order, copy)
+    # host data (a buffer, array.array or CPU tensor) is copied, as the upload to a device
+    # copies it, so that the program's later writes to either side mean the same on every
+    # backend; copy=False shares it
+    return _host_array(obj, dtype, order, True if copy is None else copy)
 
 
 def from_dlpack(x: Any, /, *, device: Any = None, copy: bool | None = None,

@@ -22,6 +22,34 @@ def test_asarray_from_host_and_back(cf, rng):
     assert_equal_host(cf.array([[1, 2], [3, 4]], dtype="int16"), np.array([[1, 2], [3, 4]], np.int16))
 
 
+def test_asarray_of_host_data_is_a_copy_on_every_backend(cf, rng):
+    """An upload copies, so writes afterwards to the host data or to the darray leave the
+    other as it was, on the NumPy backend as on a GPU."""
+    h = random_array((4, 5), "float32", rng, host=True)
+    keep = h.copy()
+    for src in (h, memoryview(h)):
+        d = cf.asarray(src)
+        d *= 2
+        np.testing.assert_array_equal(h, keep)
+        h[0, 0] += 1  # a host buffer refilled after the upload
+        assert_equal_host(d, keep * 2)
+        h[0, 0] = keep[0, 0]
+
+
+@pytest.mark.parametrize("values, dtype", [([2**64 - 1, 1], "uint64"),
+                                           ([[2**63 - 1], [-2**63]], "int64"),
+                                           ([2**64 - 1, 2**63], "uint64")])
+def test_asarray_takes_python_ints_up_to_the_dtypes_limits(cf, values, dtype):
+    assert_equal_host(cf.asarray(values, dtype=dtype), np.array(values, dtype))
+
+
+@pytest.mark.parametrize("values", [[2**64, 1], [1.0, 2.0**64], [[1, 256.0]]])
+def test_asarray_refuses_python_numbers_past_the_dtype(cf, values):
+    dtype = "uint8" if isinstance(values[0], list) else "uint64"
+    with pytest.raises(cuflow.ArgumentOverflowError, match=dtype):
+        cf.asarray(values, dtype=dtype)
+
+
 def test_get_array_module(cf):
     a = cf.ones(3)
     assert cf.get_array_module(a) is cuflow
