@@ -365,7 +365,10 @@ def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, retste
             else start
         check_in_range("linspace", [("start", start), ("the last value", last)], dtype,
                        math.floor)
-    return _make("linspace", device, stream, start, stop, num, endpoint, retstep, dtype, axis)
+    r = _make("linspace", device, stream, start, stop, num, endpoint, retstep, dtype, axis)
+    if retstep and getattr(r[1], "ndim", 1) == 0:  # a Python number, as CuPy's (host) step
+        return r[0], r[1].item()
+    return r
 
 
 def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = float,  # noqa: N803

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cuflow.testing import random_array, to_host
+from cuflow.testing import assert_equal_host, random_array, to_host
 
 
 @pytest.mark.parametrize(("shape", "dtype"), [
@@ -132,3 +132,12 @@ def test_a_0d_array_of_floats_or_bools_is_no_size(cf, size):
         cf.ones((x, 2))
     with pytest.raises(cf.ArgumentTypeError, match="shape must hold ints"):
         cf.empty((cf.asarray([3]),))  # one element, but not 0-d
+
+
+def test_linspace_retstep_gives_the_step_as_a_python_number(cf):
+    x, step = cf.linspace(0, 1, 5, retstep=True)
+    assert type(step) is float and step == 0.25
+    assert_equal_host(x, np.linspace(0, 1, 5))
+    # array endpoints: one step per element, as NumPy's
+    _, step = cf.linspace(cf.asarray([0.0, 1.0]), cf.asarray([1.0, 3.0]), 3, retstep=True)
+    assert_equal_host(step, np.array([0.5, 1.0]))
