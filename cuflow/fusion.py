@@ -72,7 +72,7 @@ import numpy
 
 from ._errors import ArgumentError, ArgumentOverflowError, ArgumentTypeError, CuflowError
 from .core import _engine, _runtime
-from .core._contract import check_outs_apart, may_share, prepare_out
+from .core._contract import check_outs_apart, may_share, prepare_out, resolve_out
 from .core._dispatch import reraise
 from .core._fastpath import FastCall
 from .core._ewgen import topo
@@ -233,7 +233,8 @@ _OPS_KEYS = ("dst", "stream")
 
 class Fused(object if FastCall is None else FastCall):
     """A function compiled by :func:`fuse`; call it like the function, plus ``dst=`` (an
-    array, or a tuple per output) and ``stream=``.
+    array, or a tuple per output; ``out=``, NumPy's spelling, where the function takes no
+    ``out`` of its own) and ``stream=``.
 
     :func:`fuse` makes it, and checks its arguments first.
 
@@ -255,6 +256,11 @@ class Fused(object if FastCall is None else FastCall):
         self.name = options.name or getattr(fn, "__name__", "fused")
         self._entries: dict = {}
         self._warned = False
+        try:  # out= is NumPy's spelling of dst=, unless the function has a use for it
+            params = inspect.signature(fn).parameters.values()
+            self._own_out = any(p.name == "out" or p.kind is p.VAR_KEYWORD for p in params)
+        except (TypeError, ValueError):
+            self._own_out = True
         # one array output over same-shape contiguous operands: launched from C, through
         # FastCall's entry point (positional operands and dst=) or the runtime's fast path
         self._op = _engine.EwOp(self.name, fn, fused=True)
@@ -270,6 +276,8 @@ class Fused(object if FastCall is None else FastCall):
 
     def _call(self, *args: Any, dst: Any = None, stream: Any = None, **kwargs: Any) -> Any:
         """Run the fused function (``__call__``)."""
+        if "out" in kwargs and not self._own_out:
+            dst = resolve_out(dst, kwargs.pop("out"), f"fuse({self.name})")
         if any(isinstance(a, Expr) for a in (*args, *kwargs.values())):
             # called by another fused function while it is traced: part of its kernel
             if dst is not None or stream is not None:

@@ -321,6 +321,21 @@ def test_a_multiply_then_an_add_rounds_twice_as_in_numpy(cf, rng, dtype):
     np.testing.assert_array_equal(host(got), ya - xa * xa)
 
 
+def test_out_is_numpys_spelling_of_dst(cf, rng):
+    xa = rand(rng, (64,), np.float32)
+    x, o = cf.asarray(xa), cf.empty((64,), dtype=cf.float32)
+    f = cf.fuse(lambda a, k: a * k + 1)
+    assert f(x, 2.0, out=o) is o
+    np.testing.assert_array_equal(host(o), xa * np.float32(2.0) + 1)
+    a, b = cf.empty_like(x), cf.empty_like(x)
+    r = cf.fuse(lambda v: (v + 1, v * 2))(x, out=(a, b))
+    assert r[0] is a and r[1] is b
+    with pytest.raises(cuflow.DstError, match="both dst= and out="):
+        f(x, 2.0, dst=o, out=o)
+    # a function with an out parameter of its own gets it
+    np.testing.assert_array_equal(host(cf.fuse(lambda v, out: v + out)(x, out=x)), xa + xa)
+
+
 def test_dst_dtype_cast_and_contract(cf, rng):
     x = cf.asarray(rand(rng, (100,), np.float32))
     f = cf.fuse(lambda v: v * 3)
