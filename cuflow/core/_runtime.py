@@ -230,6 +230,32 @@ class Device:
         if rt.is_gpu:
             rt.xp.cuda.Device(self.id).synchronize()
 
+    def use(self) -> None:
+        """Make this device current for the calling thread, until another is made current
+        (CuPy's ``Device.use``; ``with`` restores the previous one on exit)."""
+        runtime().set_device(self.id)
+
+    def _gpu(self, what: str) -> Any:
+        rt = runtime()
+        if not rt.is_gpu:
+            raise BackendError(f"cuflow.Device.{what} describes a GPU, and the {rt.name} "
+                               "backend runs on the host")
+        return rt.xp.cuda.Device(self.id)
+
+    @property
+    def compute_capability(self) -> str:
+        """The compute capability as CuPy gives it (``"90"`` for 9.0); a GPU's only
+        (:class:`~cuflow.BackendError` on the NumPy backend)."""
+        return self._gpu("compute_capability").compute_capability
+
+    @property
+    def mem_info(self) -> tuple[int, int]:
+        """``(free, total)`` bytes of device memory (``cudaMemGetInfo``); a GPU's only
+        (:class:`~cuflow.BackendError` on the NumPy backend)."""
+        d = self._gpu("mem_info")
+        with d:
+            return runtime().xp.cuda.runtime.memGetInfo()
+
     @property
     def count(self) -> int:
         """How many devices there are (emulated ones on the NumPy backend)."""

@@ -29,6 +29,18 @@ __all__ = ["Stream", "Event", "current_stream", "synchronize", "streams", "as_cu
            "as_stream", "use_stream"]
 
 
+class _NullStream:
+    """``Stream.null``: CUDA's legacy default (null) stream (CuPy's ``Stream.null``)."""
+
+    def __get__(self, obj: Any, cls: type) -> Stream:
+        b = get_backend()
+        if b.is_gpu:
+            return cls(_wrap=b.xp.cuda.Stream.null)
+        if _host.null is None:
+            _host.null = cls(_wrap=_NULL)
+        return _host.null
+
+
 class Stream:
     """A CUDA stream.
 
@@ -52,6 +64,9 @@ class Stream:
     """
 
     __slots__ = ("_cp", "_dev", "__weakref__")
+
+    #: CUDA's legacy default (null) stream, as CuPy's ``Stream.null``
+    null = _NullStream()
 
     def __init__(self, non_blocking: bool = True, priority: int | None = None, *,
                  _wrap: Any = None) -> None:
@@ -144,6 +159,11 @@ class Stream:
         """
         return True if self._cp is None else bool(self._cp.done)
 
+    @property
+    def done(self) -> bool:
+        """:meth:`query` as CuPy's property: True when all work queued here is done."""
+        return self.query()
+
     def record(self, event: Event | None = None) -> Event:
         """Record ``event`` on this stream: it completes when the work queued so far does.
 
@@ -219,12 +239,26 @@ class Event:
         :class:`~cuflow.ArgumentError` on every backend.
     blocking : bool, default False
         ``synchronize()`` yields the CPU instead of spinning.
+    disable_timing, block : bool, optional
+        CuPy's names of ``not timing`` and of ``blocking``, for code written for
+        ``cupy.cuda.Event``; each with its cuflow name is an error.
     """
 
     __slots__ = ("_cp", "_t", "_dev", "_timing")
 
-    def __init__(self, timing: bool = True, blocking: bool = False) -> None:
+    def __init__(self, timing: bool = True, blocking: bool = False, *,
+                 disable_timing: bool | None = None, block: bool | None = None) -> None:
         b = get_backend()
+        if disable_timing is not None:
+            if timing is not True:
+                raise ArgumentError("cuflow.Event: got both timing= and disable_timing= "
+                                    "(CuPy's name of not timing); pass one")
+            timing = not as_flag("Event", "disable_timing", disable_timing)
+        if block is not None:
+            if blocking is not False:
+                raise ArgumentError("cuflow.Event: got both blocking= and block= (CuPy's "
+                                    "name of it); pass one")
+            blocking = block
         timing = as_flag("Event", "timing", timing)
         blocking = as_flag("Event", "blocking", blocking)
         self._dev = b.current_device()
@@ -287,6 +321,11 @@ class Event:
         bool
         """
         return True if self._cp is None else bool(self._cp.done)
+
+    @property
+    def done(self) -> bool:
+        """:meth:`query` as CuPy's property: True when the work before this event is done."""
+        return self.query()
 
     def elapsed_time(self, end: Event) -> float:
         """Milliseconds from this event to ``end``.

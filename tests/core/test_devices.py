@@ -54,6 +54,25 @@ def test_device_context_switches_and_restores(dcf):
         assert dcf.Device().id == 0
 
 
+def test_device_use_and_cupys_properties(dcf):
+    i = n_devices(dcf) - 1
+    try:
+        dcf.Device(i).use()
+        assert dcf.Device().id == i
+    finally:
+        dcf.Device(0).use()
+    assert dcf.Device().id == 0
+    d = dcf.Device(0)
+    if dcf.get_backend().is_gpu:
+        assert d.compute_capability.isdigit() and int(d.compute_capability) >= 35
+        free, total = d.mem_info
+        assert 0 < free <= total
+    else:
+        for what in ("compute_capability", "mem_info"):
+            with pytest.raises(cuflow.BackendError, match=f"Device.{what} describes a GPU"):
+                getattr(d, what)
+
+
 def test_device_context_restores_after_an_error(dcf):
     i = n_devices(dcf) - 1
     with pytest.raises(ZeroDivisionError):

@@ -339,3 +339,23 @@ def test_a_stream_class_or_a_handle_that_is_no_int_is_refused(cf, rng):
                 type("T", (), {"cuda_stream": None})()):
         with pytest.raises(cf.ArgumentTypeError, match=r"cuflow\.add: stream= must be"):
             cf.add(x, x, stream=bad)
+
+
+def test_cupys_names_on_streams_and_events(cf):
+    """Stream.null, Stream.done, Event.done and Event(disable_timing=, block=): CuPy's
+    spellings, for code written for cupy.cuda."""
+    null = cf.Stream.null
+    assert null.ptr == 0 and cf.Stream.null == null
+    s = cf.Stream()
+    x = cf.multiply(cf.ones(1000), 2, stream=s)
+    s.synchronize()
+    assert s.done and null.done
+    e = cf.Event(disable_timing=True, block=True).record(s)
+    e.synchronize()
+    assert e.done
+    with pytest.raises(cuflow.ArgumentError, match="elapsed_time|timing"):
+        e.elapsed_time(cf.Event().record(s))
+    for bad in ({"timing": False, "disable_timing": True}, {"blocking": True, "block": True}):
+        with pytest.raises(cuflow.ArgumentError, match="pass one"):
+            cf.Event(**bad)
+    assert_equal_host(x, np.full(1000, 2.0))
