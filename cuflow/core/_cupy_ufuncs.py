@@ -5,8 +5,17 @@
 zero result.  This one follows NumPy's ``npy_divmod``: ``fmod``, then a shift by
 ``b`` when the signs differ, and a zero signed as ``b``.  Floats compute in double,
 which is exact for ``fmod`` and rounds the shifted sum once, as float arithmetic
-would.  Integers keep CuPy's rule (0 for a zero divisor).  ``divmod`` and ``floor_divide``
-remain CuPy's.
+would.  Integers keep CuPy's rule (0 for a zero divisor).
+
+``floor_divide`` and ``divmod``: CuPy computes the quotient as ``floor(a / b)``, whose
+rounded division can land on the next integer (``1.0 // 0.1`` is 10, where the exact
+quotient is 9.99...), so that ``a // b`` and ``a % b`` disagree.  These compute NumPy's
+``npy_divmod`` (the generated kernels' code, ``_ewgen.DIVMOD``) in the operands' float
+type (float16 in float, rounded once, as NumPy's half loops do), except where an operand
+is infinite: there the quotient is the array API standard's, which ``floor(a / b)`` gives
+(``inf // 2`` is ``inf`` where NumPy's is NaN, ``-1.0 // inf`` is ``-0.0`` where NumPy's is
+-1).  The remainder stays NumPy's.  Integers take Python's sign rule with 0 for a zero
+divisor, as CuPy's do.
 
 ``log``, ``log1p``, ``log2``, ``log10``, ``tanh``, ``arccosh`` and ``reciprocal`` of complex
 numbers: CuPy's (thrust's) functions, except at the special values where they differ from
@@ -24,7 +33,9 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-__all__ = ["make_remainder", "make_complex_special"]
+from ._ewgen import DIVMOD
+
+__all__ = ["make_remainder", "make_floor_divide", "make_divmod", "make_complex_special"]
 
 _FLOAT = """
 double x = in0, y = in1;
@@ -41,13 +52,56 @@ if (in1 == 0 || in1 == -1) { out0 = 0; } else {  /* x % -1 is 0; INT_MIN % -1 wo
 _UNSIGNED = "out0 = in1 == 0 ? 0 : in0 % in1;"
 
 
+#: NumPy's loop order of floor_divide, divmod and remainder (unsigned before the next signed)
+_LOOPS = "bBhHiIlLqQefd"
+
+
 def make_remainder(cupy: ModuleType) -> Any:
     """The ``remainder`` ufunc for ``cupy`` (NumPy's results, one kernel)."""
     # NumPy's loop order: the first loop both inputs cast to safely is taken, so uint8
     # must come before int16 (or uint8 % uint8 would compute in int16)
     ops = [(f"{c}{c}->{c}", _FLOAT if c in "efd" else _SIGNED if c.islower() else _UNSIGNED)
-           for c in "bBhHiIlLqQefd"]
+           for c in _LOOPS]
     return cupy._core.create_ufunc("cuflow_remainder", ops, doc=__doc__)
+
+
+def _float_t(c: str) -> str:
+    return "double" if c == "d" else "float"
+
+
+_FLOORDIV = DIVMOD + """
+template <typename T> __device__ __forceinline__ T cf_floordiv_std(T a, T b, T *modp) {
+    T q = cf_divmod<T>(a, b, modp);
+    return (isinf(a) || isinf(b)) ? cf_floor(a / b) : q; }
+"""
+
+
+def make_floor_divide(cupy: ModuleType) -> Any:
+    """The ``floor_divide`` ufunc for ``cupy`` (NumPy's results, one kernel)."""
+    ops = []
+    for c in _LOOPS:
+        t = _float_t(c)
+        ops.append((f"{c}{c}->{c}",
+                    f"{t} m; out0 = (out0_type)cf_floordiv_std<{t}>(({t})in0, ({t})in1, &m);"
+                    if c in "efd" else "out0 = cf_ifloordiv<in0_type>(in0, in1);"))
+    return cupy._core.create_ufunc("cuflow_floor_divide", ops, preamble=_FLOORDIV,
+                                   doc=__doc__)
+
+
+def make_divmod(cupy: ModuleType) -> Any:
+    """The ``divmod`` ufunc for ``cupy``: ``(a // b, a % b)`` of :func:`make_floor_divide`
+    and :func:`make_remainder`, in one kernel."""
+    ops = []
+    for c in _LOOPS:
+        if c in "efd":
+            t = _float_t(c)
+            code = (f"{t} m; out0 = (out0_type)cf_floordiv_std<{t}>(({t})in0, ({t})in1, "
+                    f"&m); out1 = (out1_type)m;")
+        else:
+            code = ("out0 = cf_ifloordiv<in0_type>(in0, in1); "
+                    "out1 = cf_imod<in0_type>(in0, in1);")
+        ops.append((f"{c}{c}->{c}{c}", code))
+    return cupy._core.create_ufunc("cuflow_divmod", ops, preamble=_FLOORDIV, doc=__doc__)
 
 
 # the complex loops' special values (in0 complex<float> or complex<double>), as NumPy's

@@ -75,12 +75,13 @@ _RECLASS_METHODS = (
 
 
 def make_darray_class(base: type, backend: str, fast: Any = None,
-                      remainder: Any = None) -> type:
+                      ufuncs: dict[str, Any] | None = None) -> type:
     """Build the ``darray`` class for ``base`` (``cupy.ndarray`` or ``numpy.ndarray``).
 
     ``fast`` is the runtime's elementwise fast path, which the Python operators
-    (``a + b`` & co.) take when it applies; ``remainder`` the ufunc behind ``%``
-    where the backend's own differs from NumPy's.
+    (``a + b`` & co.) take when it applies; ``ufuncs`` the ``remainder``,
+    ``floor_divide`` and ``divmod`` behind ``%``, ``//`` and ``divmod()`` where the
+    backend's own differ from NumPy's.
     """
     base_astype, base_copy = base.astype, base.copy
     # With several devices, ``copy``, ``dot`` and ``__setitem__`` refuse another device's
@@ -323,8 +324,8 @@ def make_darray_class(base: type, backend: str, fast: Any = None,
         if fast is not None:
             ns.update(_fast_operators(base, fast))
             ns["__hash__"] = base.__hash__  # defining __eq__ would otherwise unset it
-        if remainder is not None:
-            ns.update(_mod_operators(remainder, lambda r: _wrap(r)))
+        if ufuncs is not None:
+            ns.update(_division_operators(ufuncs, lambda r: _wrap(r)))
     else:
         base_getitem = base.__getitem__
 
@@ -548,19 +549,28 @@ def _host_to_device(a, device):
         return rt.as_darray(numpy.array(a.view(numpy.ndarray), copy=True))
 
 
-def _mod_operators(remainder, wrap):
-    """``%``, its reflection and ``%=`` through ``remainder``."""
-    def __mod__(self, other):
-        return wrap(remainder(self, other))
+def _division_operators(ufuncs, wrap):
+    """``%``, ``//`` and ``divmod()``, their reflections and ``%=`` / ``//=``, through the
+    ``remainder``, ``floor_divide`` and ``divmod`` of ``ufuncs``."""
+    ns = {}
+    for op, name in (("mod", "remainder"), ("floordiv", "floor_divide")):
+        uf = ufuncs[name]
 
-    def __rmod__(self, other):
-        return wrap(remainder(other, self))
+        def forward(self, other, uf=uf):
+            return wrap(uf(self, other))
 
-    def __imod__(self, other):
-        remainder(self, other, out=self)
-        return self
+        def reflected(self, other, uf=uf):
+            return wrap(uf(other, self))
 
-    return {"__mod__": __mod__, "__rmod__": __rmod__, "__imod__": __imod__}
+        def in_place(self, other, uf=uf):
+            uf(self, other, out=self)
+            return self
+
+        ns.update({f"__{op}__": forward, f"__r{op}__": reflected, f"__i{op}__": in_place})
+    dm = ufuncs["divmod"]
+    ns["__divmod__"] = lambda self, other: tuple(map(wrap, dm(self, other)))
+    ns["__rdivmod__"] = lambda self, other: tuple(map(wrap, dm(other, self)))
+    return ns
 
 
 def _reduction_method(name):

@@ -639,8 +639,9 @@ class EwOp:
 #: the :class:`EwOp` of each name built so far (``OPS.get(name) or ew_op(name)``: the
 #: dispatch's lookup without a call)
 OPS: dict[Any, EwOp] = {}
-#: single ops left to the backend: its remainder family gives NumPy's signs of NaN results
-#: (cuflow's own remainder ufunc); fused code computes the same values with the GPU's NaN
+#: single ops left to the backend's ufuncs, cuflow's own remainder, floor_divide and divmod
+#: (``_cupy_ufuncs``), which give NumPy's signs of NaN results too; fused code computes the
+#: same values with the GPU's NaN
 _BACKEND_ONLY = frozenset(("remainder", "mod", "fmod", "floor_divide"))
 
 

@@ -99,6 +99,45 @@ class Layout:
     index64: bool = False  # indices reach 2**31: 64-bit loop indices and divisions
 
 
+#: NumPy's floor division and Python-sign remainder (npy_divmod for floats), shared by the
+#: generated kernels and the backend's floor_divide and divmod ufuncs (_cupy_ufuncs.py)
+DIVMOD = r"""
+__device__ __forceinline__ float cf_fmod(float a, float b) { return fmodf(a, b); }
+__device__ __forceinline__ double cf_fmod(double a, double b) { return fmod(a, b); }
+__device__ __forceinline__ float cf_floor(float a) { return floorf(a); }
+__device__ __forceinline__ double cf_floor(double a) { return floor(a); }
+__device__ __forceinline__ float cf_copysign(float a, float b) { return copysignf(a, b); }
+__device__ __forceinline__ double cf_copysign(double a, double b) { return copysign(a, b); }
+/* NumPy's npy_divmod: floor quotient and Python-sign remainder of floats */
+template <typename T> __device__ __forceinline__ T cf_divmod(T a, T b, T *modp) {
+    T mod = cf_fmod(a, b);
+    if (!b) { *modp = mod; return a / b; }
+    T div = (a - mod) / b;
+    if (mod) { if ((b < 0) != (mod < 0)) { mod += b; div -= (T)1; } }
+    else { mod = cf_copysign((T)0, b); }
+    T fl;
+    if (div) { fl = cf_floor(div); if (div - fl > (T)0.5) fl += (T)1; }
+    else { fl = cf_copysign((T)0, a / b); }
+    *modp = mod;
+    return fl;
+}
+template <typename T> __device__ __forceinline__ T cf_floordiv(T a, T b) { T m; return cf_divmod(a, b, &m); }
+template <typename T> __device__ __forceinline__ T cf_pymod(T a, T b) {
+    if (!b) return cf_fmod(a, b);
+    T m; cf_divmod(a, b, &m); return m; }
+template <typename T> __device__ __forceinline__ T cf_ifloordiv(T a, T b) {
+    if (b == 0) return (T)0;
+    if ((T)-1 < (T)0 && b == (T)-1) return (T)(0 - a);
+    T q = (T)(a / b);
+    if ((T)(a % b) != 0 && ((a < 0) != (b < 0))) q = (T)(q - 1);
+    return q; }
+template <typename T> __device__ __forceinline__ T cf_imod(T a, T b) {
+    if (b == 0 || ((T)-1 < (T)0 && b == (T)-1)) return (T)0;
+    T r = (T)(a % b);
+    if (r != 0 && ((r < 0) != (b < 0))) r = (T)(r + b);
+    return r; }
+"""
+
 _PRELUDE = r"""
 #define CF_ALIGN16 __align__(16)
 __device__ __forceinline__ float cf_h2f(unsigned short h) {
@@ -141,41 +180,7 @@ __device__ __forceinline__ void cf_vstore(T *__restrict__ d, const T *__restrict
         for (int j = 0; j < V; ++j) d[j] = s[j];
     }
 }
-__device__ __forceinline__ float cf_fmod(float a, float b) { return fmodf(a, b); }
-__device__ __forceinline__ double cf_fmod(double a, double b) { return fmod(a, b); }
-__device__ __forceinline__ float cf_floor(float a) { return floorf(a); }
-__device__ __forceinline__ double cf_floor(double a) { return floor(a); }
-__device__ __forceinline__ float cf_copysign(float a, float b) { return copysignf(a, b); }
-__device__ __forceinline__ double cf_copysign(double a, double b) { return copysign(a, b); }
-/* NumPy's npy_divmod: floor quotient and Python-sign remainder of floats */
-template <typename T> __device__ __forceinline__ T cf_divmod(T a, T b, T *modp) {
-    T mod = cf_fmod(a, b);
-    if (!b) { *modp = mod; return a / b; }
-    T div = (a - mod) / b;
-    if (mod) { if ((b < 0) != (mod < 0)) { mod += b; div -= (T)1; } }
-    else { mod = cf_copysign((T)0, b); }
-    T fl;
-    if (div) { fl = cf_floor(div); if (div - fl > (T)0.5) fl += (T)1; }
-    else { fl = cf_copysign((T)0, a / b); }
-    *modp = mod;
-    return fl;
-}
-template <typename T> __device__ __forceinline__ T cf_floordiv(T a, T b) { T m; return cf_divmod(a, b, &m); }
-template <typename T> __device__ __forceinline__ T cf_pymod(T a, T b) {
-    if (!b) return cf_fmod(a, b);
-    T m; cf_divmod(a, b, &m); return m; }
-template <typename T> __device__ __forceinline__ T cf_ifloordiv(T a, T b) {
-    if (b == 0) return (T)0;
-    if ((T)-1 < (T)0 && b == (T)-1) return (T)(0 - a);
-    T q = (T)(a / b);
-    if ((T)(a % b) != 0 && ((a < 0) != (b < 0))) q = (T)(q - 1);
-    return q; }
-template <typename T> __device__ __forceinline__ T cf_imod(T a, T b) {
-    if (b == 0 || ((T)-1 < (T)0 && b == (T)-1)) return (T)0;
-    T r = (T)(a % b);
-    if (r != 0 && ((r < 0) != (b < 0))) r = (T)(r + b);
-    return r; }
-template <typename T> __device__ __forceinline__ T cf_ifmod(T a, T b) {
+""" + DIVMOD + r"""template <typename T> __device__ __forceinline__ T cf_ifmod(T a, T b) {
     if (b == 0 || ((T)-1 < (T)0 && b == (T)-1)) return (T)0;
     return (T)(a % b); }
 /* the type an integer power multiplies in: unsigned where a signed product could overflow

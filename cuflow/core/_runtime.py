@@ -37,7 +37,7 @@ import numpy
 
 from .._env import env_switch
 from .._errors import ArgumentError, ArgumentTypeError, BackendError, DeviceError
-from ._cupy_ufuncs import make_complex_special, make_remainder
+from ._cupy_ufuncs import make_complex_special, make_divmod, make_floor_divide, make_remainder
 from ._darray import make_darray_class
 from ._fastpath import FastPath, make_fast_path
 
@@ -494,9 +494,12 @@ def _make(name: str, cupy: ModuleType | None, n: int, reason: str) -> Runtime:
         fast = make_fast_path(cupy.ndarray, n, stream_fn)
     ufuncs = _ufuncs(cupy)
     ufuncs["remainder"] = ufuncs["mod"] = make_remainder(cupy)
+    ufuncs["floor_divide"] = make_floor_divide(cupy)
+    ufuncs["divmod"] = make_divmod(cupy)
     for name, uf in make_complex_special(cupy).items():  # (and NumPy's aliases: acosh)
         ufuncs.update({k: uf for k, f in list(ufuncs.items()) if f is getattr(cupy, name)})
-    darray = make_darray_class(cupy.ndarray, "cupy", fast, ufuncs["remainder"])
+    darray = make_darray_class(cupy.ndarray, "cupy", fast,
+                               {k: ufuncs[k] for k in ("remainder", "floor_divide", "divmod")})
     if fast is not None:
         fast.bind(darray)
     return Runtime(

@@ -166,6 +166,35 @@ def test_remainder_matches_numpy_on_special_values(cf, rng, dtype):
     np.testing.assert_array_equal(to_host(c), want)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int8", "uint16", "int64"])
+def test_floor_division_is_numpys_on_finite_operands(cf, rng, dtype):
+    """``//``, ``floor_divide`` and ``divmod`` give NumPy's floor of the exact quotient, which
+    ``floor(a / b)`` misses where the division rounds up to an integer (1.0 // 0.1 is 9), and
+    agree with ``%``; integers follow Python's sign rule with 0 for a zero divisor."""
+    if np.dtype(dtype).kind == "f":
+        ha = np.concatenate([[1.0, -1.0, 0.0, -0.0, 7.0, 2.0],
+                             rng.uniform(-1e4, 1e4, 250)]).astype(dtype)
+        hb = np.concatenate([[0.1, 0.1, 3.0, 3.0, -0.7, 0.0],
+                             rng.uniform(-10, 10, 250)]).astype(dtype)
+    else:
+        ha = random_array((256,), dtype, rng, host=True)
+        hb = np.concatenate([[0, 1, 7], random_array((253,), dtype, rng, host=True) // 4])
+        hb = hb.astype(dtype)
+    a, b = cf.asarray(ha), cf.asarray(hb)
+    with np.errstate(all="ignore"):
+        q, r = np.floor_divide(ha, hb), np.remainder(ha, hb)
+    for got in (cf.floor_divide(a, b), a // b, cf.divmod(a, b)[0], divmod(a, b)[0]):
+        np.testing.assert_array_equal(to_host(got), q)
+        np.testing.assert_array_equal(np.signbit(to_host(got)), np.signbit(q))
+    for got in (cf.divmod(a, b)[1], divmod(a, b)[1]):
+        np.testing.assert_array_equal(to_host(got), r)
+    c = a.copy()
+    c //= b
+    np.testing.assert_array_equal(to_host(c), q)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(to_host(7 // b), 7 // hb)
+
+
 @pytest.mark.parametrize("name", ["log", "log1p", "log2", "log10", "tanh", "arccosh", "acosh",
                                   "reciprocal"])
 @pytest.mark.parametrize("dtype", ["complex64", "complex128"])
@@ -290,3 +319,19 @@ def test_a_sequence_operand_is_refused_on_every_backend(cf):
             call()
     with pytest.raises(cuflow.ArgumentTypeError, match="dtype must name a dtype"):
         cf.sin(cf.ones(4), dst=cf.empty(4), dtype="no such dtype")
+
+
+def test_the_division_ufuncs_device_code_compiles():
+    """The GPU's floor_divide and divmod loops (``_cupy_ufuncs``), compiled with NVRTC on
+    a CPU: every float type and a signed and an unsigned integer type."""
+    pytest.importorskip("cuda.bindings.nvrtc", reason="needs cuda-bindings' NVRTC (test extra)")
+    from cuflow.core import _cupy_ufuncs, _engine
+
+    body = "".join(
+        f"{{ {t} m; q[i] = (double)cf_floordiv_std<{t}>(({t})a[i], ({t})b[i], &m); }}\n"
+        for t in ("float", "double")) + "".join(
+        f"q[i] += (double)cf_ifloordiv<{t}>(({t})a[i], ({t})b[i]) "
+        f"+ (double)cf_imod<{t}>(({t})a[i], ({t})b[i]);\n" for t in ("int", "unsigned char"))
+    src = (_cupy_ufuncs._FLOORDIV + 'extern "C" __global__ void k(const double *a, '
+           "const double *b, double *q) {\n int i = threadIdx.x;\n" + body + "}\n")
+    assert _engine.compile_cubin(src, 90)
