@@ -323,10 +323,12 @@ def _unary(op: str, dt: numpy.dtype, a: str) -> str:
         return f"(({T})(({U}){a} * ({U}){a}))" if U else f"(({T})({a} * {a}))"
     if op == "reciprocal":
         return f"(({T})1 / {a})" if f else f"(({a} == 0) ? ({T})0 : ({T})(1 / {a}))"
+    # NumPy's constants, pi / 180 and 180 / pi divided in the dtype (npy_rad2degf's float
+    # quotient is one unit in the last place below the rounded 180 / pi)
     if op in ("deg2rad", "radians"):
-        return f"({a} * ({T})0.017453292519943295769236907684886)"
+        return f"({a} * (({T})3.141592653589793238462643383279502884 / ({T})180))"
     if op in ("rad2deg", "degrees"):
-        return f"({a} * ({T})57.295779513082320876798154814105)"
+        return f"({a} * (({T})180 / ({T})3.141592653589793238462643383279502884))"
     if op == "isnan":
         return f"isnan({a})" if f else "false"
     if op == "isinf":

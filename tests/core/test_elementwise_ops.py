@@ -321,6 +321,18 @@ def test_a_sequence_operand_is_refused_on_every_backend(cf):
         cf.sin(cf.ones(4), dst=cf.empty(4), dtype="no such dtype")
 
 
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_degrees_and_radians_are_numpys_to_the_last_bit(cf, rng, dtype):
+    """NumPy multiplies by 180 / pi (and pi / 180) divided in the dtype, which for float32
+    is one unit in the last place below 180 / pi rounded to float32."""
+    h = random_array((4096,), dtype, rng, host=True)
+    x = cf.asarray(h)
+    for name in ("rad2deg", "degrees", "deg2rad", "radians"):
+        with np.errstate(all="ignore"):
+            want = getattr(np, name)(h)
+        np.testing.assert_array_equal(to_host(getattr(cf, name)(x)), want, err_msg=name)
+
+
 def test_the_division_ufuncs_device_code_compiles():
     """The GPU's floor_divide and divmod loops (``_cupy_ufuncs``), compiled with NVRTC on
     a CPU: every float type and a signed and an unsigned integer type."""
