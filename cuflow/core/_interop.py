@@ -85,9 +85,13 @@ def copy(a: Any, dst: Any = None, *, out: Any = None, order: str = "K", casting:
     (:func:`cuflow.memory.empty_pinned`); from pageable memory the host waits.
     """
     rt = runtime()
+    if isinstance(dst, str):  # NumPy's copy(a, order): its second positional argument
+        dst, order = None, dst
     dst = resolve_out(dst, out, "copy")
     if type(a) is numpy.ndarray and dst is not None:
         return _upload(a, dst, stream)
+    if not isinstance(a, rt.ndarray):
+        bad_input("copy", a, scalars=False)
     if stream is not None:
         return run_on(stream, "copy", copy, a, dst, order=order, casting=casting)
     try:

@@ -587,3 +587,12 @@ def test_copy_from_host_keeps_the_uploads_rules_on_every_backend(cf, rng):
     d = cf.empty(6, dtype="int64")
     assert cf.copy(h, d) is d
     np.testing.assert_array_equal(to_host(d), h)
+
+
+def test_copy_takes_numpys_positional_order_and_refuses_lists(cf, rng):
+    a = cf.asarray(random_array((3, 4), "float32", rng, host=True))
+    f = cf.copy(a, "F")
+    assert f.flags.f_contiguous and f is not a
+    assert_equal_host(f, to_host(a))
+    with pytest.raises(cuflow.DstTypeError, match=r"cuflow\.copy: inputs must be arrays"):
+        cf.copy([1, 2])
