@@ -209,6 +209,24 @@ def _wrap_function(fn, name: str):
     return w
 
 
+#: the backend's index tricks whose subscripts build arrays (``s_`` and ``index_exp`` build
+#: slices, and stay as they are)
+_INDEX_TRICKS = ("mgrid", "ogrid", "r_", "c_")
+
+
+class _IndexTrick:
+    """The backend's ``mgrid``, ``ogrid``, ``r_`` or ``c_``, its subscripts' arrays darrays."""
+
+    def __init__(self, trick: Any, name: str) -> None:
+        self._trick, self._name = trick, name
+
+    def __getitem__(self, key: Any) -> Any:
+        return call_backend(self._name, self._trick.__getitem__, (key,), {})
+
+    def __repr__(self) -> str:
+        return f"<cuflow.{self._name}: the backend's {self._name}, giving darrays>"
+
+
 def forward(name: str, sub: str | None = None, owner: str = "cuflow") -> Any:
     """Resolve ``name`` on the backend module (or its submodule ``sub``)."""
     b = get_backend()
@@ -247,6 +265,8 @@ def forward(name: str, sub: str | None = None, owner: str = "cuflow") -> Any:
         obj = _random_dtype(obj, name, *_RANDOM_DTYPE[name])
     if callable(obj) and not isinstance(obj, type) and not isinstance(obj, types.ModuleType):
         obj = _wrap_function(obj, name if sub is None else f"{sub}.{name}")
+    elif sub is None and name in _INDEX_TRICKS:
+        obj = _IndexTrick(obj, name)
     _cache[key] = obj
     return obj
 

@@ -502,3 +502,17 @@ def test_get_default_memory_pool_is_cupys_with_the_pool_off(gpu_cf):
                        env={**os.environ, "CUFLOW_POOL": "off", "CUFLOW_BACKEND": "cupy"},
                        timeout=300)
     assert r.returncode == 0, r.stderr
+
+
+def test_index_tricks_give_darrays(cf):
+    g = cf.mgrid[0:3, 0:2]
+    assert isinstance(g, cf.darray)
+    np.testing.assert_array_equal(cf.asnumpy(g), np.mgrid[0:3, 0:2])
+    o = cf.ogrid[0:3, 0:2]
+    assert all(isinstance(t, cf.darray) for t in o) and [t.shape for t in o] == [(3, 1), (1, 2)]
+    r = cf.r_[1:3, 5]
+    assert isinstance(r, cf.darray)
+    np.testing.assert_array_equal(cf.asnumpy(r), [1, 2, 5])
+    c = cf.c_[cf.ones(2), cf.zeros(2)]
+    assert isinstance(c, cf.darray) and c.shape == (2, 2)
+    assert cf.s_[1:2] == slice(1, 2)  # (a slice, not an array)
