@@ -48,6 +48,24 @@ then converted to RGB and clamped to its range once per output pixel: the same
 as converting the frame first and resampling its RGB, except near colours
 outside the RGB range, which are clamped after resampling rather than before.
 
+Where these differ from other libraries:
+
+- ``size`` as one int is a square, ``(size, size)``, where torchvision's ``resize(img,
+  224)`` scales the shorter side; no resampling antialiases (torchvision's
+  ``antialias=False``): downscale by large factors with ``"area"``.
+- ``"nearest"`` is PyTorch's legacy nearest above, not OpenCV's ``INTER_NEAREST``, and
+  ``"area"`` on an upscaled axis is bilinear, where OpenCV's ``INTER_AREA`` differs; with
+  ``flip=True`` the output is mirrored after resampling.
+- A ``crop_resize`` box ``(x1, y1, x2, y2)`` is in source pixels and half-open: a box of
+  whole pixels crops as ``frame[y1:y2, x1:x2]`` does, and the bilinear result is
+  torchvision's ``roi_align`` with ``aligned=True`` and ``sampling_ratio=1``.
+- Limited-range YUV decodes ``Y - 16`` as it is, below 16 too (FFmpeg's rule; OpenCV
+  clamps it at 0, so the two differ on the darkest pixels).  ``GRAY`` from a YUV frame is
+  the gray of the decoded RGB (BT.601 weights), not the Y plane: for the luma alone, take
+  the frame's first ``H`` rows.
+- :class:`Letterbox`'s ``scale`` is the gain before the resized size is rounded to whole
+  pixels; :meth:`Letterbox.unmap_boxes` maps boxes back exactly.
+
 Limits (the kernels' grid): at most 65535 frames (or boxes) per call, a ``size`` at most
 65535 rows high, and a source that an operator without ``size`` keeps the height of at most
 262140 rows; split larger batches and frames.

@@ -39,7 +39,8 @@ def normalize(src: Any, *, mean: Any = None, std: Any = None, scale: float | Non
         Per output channel (in ``out_format`` order), on the scale after
         ``scale``: ``out = (x * scale - mean) / std`` (default 0 and 1).
     scale : float
-        Applied to the 0-255 value first (default ``1/255``).
+        Applied to the 0-255 value first (default ``1/255``, and 1 for a uint8
+        output, which then keeps the 0-255 values).
     norm : Norm, optional
         ``mean``, ``std`` and ``scale`` as one :class:`Norm` (give one or the other).
     src_format : str, optional
@@ -329,11 +330,13 @@ def crop_resize(src: Any, boxes: Any, size: int | tuple[int, int], *, frame_inde
     given = boxes
     with use_stream(stream, "image.crop_resize"):  # conversions on the kernel's stream
         boxes = device_vector("crop_resize", "boxes", boxes, numpy.float32)
+    if boxes.shape == (0,):  # no detections, as an empty list or array: no box
+        boxes = boxes.reshape(0, 4)
     if boxes.ndim != 2 or boxes.shape[1] != 4:
         raise ImageFormatError(f"cuflow.image.crop_resize: boxes must be (K, 4) x1, y1, x2, y2, "
                                f"got shape {boxes.shape}")
     if on_host:
-        hb = numpy.asarray(given, dtype=numpy.float64)  # (the values as given, in messages)
+        hb = numpy.asarray(given, dtype=numpy.float64).reshape(boxes.shape)  # (as given)
         # The kernel reads float32 coordinates and computes the box's size and sampling
         # positions in float32.  Within +-2**24 they stay finite, and an area cell's end
         # lies past its start (its weight is positive); past it a finite box's width may

@@ -95,11 +95,13 @@ class Norm:
         object.__setattr__(self, "scale", scale)
 
     @classmethod
-    def of(cls, name: str, norm: Norm | None, mean, std, scale) -> Norm:
-        """``norm``, or one made of an operator's ``mean``, ``std`` and ``scale`` keywords."""
+    def of(cls, name: str, norm: Norm | None, mean, std, scale,
+           default_scale: float = 1 / 255) -> Norm:
+        """``norm``, or one made of an operator's ``mean``, ``std`` and ``scale`` keywords
+        (``default_scale`` where ``scale`` is not given)."""
         if norm is None:
             return cls(0.0 if mean is None else mean, 1.0 if std is None else std,
-                       1 / 255 if scale is None else scale)
+                       default_scale if scale is None else scale)
         if not isinstance(norm, Norm):
             raise ImageTypeError(f"cuflow.image.{name}: norm must be a cuflow.image.Norm, got "
                             f"{type(norm).__name__}")

@@ -229,8 +229,11 @@ def parse_src(name: str, src, src_format: str | None) -> Src:
                                                    "frames)" if src.ndim == 2 else ""))
     H, W, C = src.shape[-3:]
     if C not in (1, 3, 4) or H == 0 or W == 0:
+        chw = C not in (1, 3, 4) and H in (1, 3, 4) and W and C
         raise ImageFormatError(f"cuflow.image.{name}: frames need H, W > 0 and C in (1, 3, 4), "
-                               f"got shape {src.shape}")
+                               f"got shape {src.shape}" + (
+                                   "; it reads as CHW, and cuflow.image takes HWC: move the "
+                                   "channels last (cuflow.moveaxis(x, -3, -1))" if chw else ""))
     if src_format is None:
         if H in (1, 3, 4):
             # (3, 16, 4) is a 3 x 16 RGBA frame or a CHW frame of 3 channels: the shape

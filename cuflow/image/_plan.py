@@ -291,6 +291,14 @@ class Plan:
         return out
 
 
+def _is_uint8(dtype: Any) -> bool:
+    """Whether ``dtype`` names uint8: an 8-bit output keeps the 0-255 scale by default."""
+    try:
+        return numpy.dtype(dtype) == numpy.uint8
+    except (TypeError, ValueError):  # (refused with the rule's message when the plan is made)
+        return False
+
+
 def _make_plan(name, src, *, size, letterbox_pad, rois, interpolation, norm, src_format,
                out_format, layout, dtype, flip, pad, matrix, full_range,
                identity_affine) -> Plan:
@@ -414,7 +422,8 @@ def warp(name: str, src, *, size=None, letterbox_pad=False, rois=None, roi_frame
     plan = _cached_plan(key, lambda: _make_plan(
         name, src, rois=rois, size=size, letterbox_pad=letterbox_pad,
         interpolation=interpolation,
-        norm=None if identity_affine else Norm.of(name, norm, mean, std, scale),
+        norm=None if identity_affine else Norm.of(name, norm, mean, std, scale,
+                                                  1.0 if _is_uint8(dtype) else 1 / 255),
         src_format=src_format,
         out_format=out_format, layout=layout, dtype=dtype, flip=flip, pad=pad, matrix=matrix,
         full_range=full_range, identity_affine=identity_affine))

@@ -317,3 +317,33 @@ def test_a_source_taller_than_the_grid_is_refused(cf, rng, op):
         np.testing.assert_allclose(out, x.transpose(2, 0, 1) / 255, rtol=0, atol=1e-6)
     else:
         assert out.shape == (MOST_ROWS, 1, 1)
+
+
+@pytest.mark.parametrize("op", ["normalize", "resize_normalize", "letterbox", "crop_resize"])
+def test_a_uint8_output_keeps_the_0_255_scale_by_default(cf, rng, op):
+    """Without scale=, a uint8 output is the frame's values resampled (not x / 255, which
+    rounds to 0 and 1); a float output is x / 255."""
+    x = u8_frames(rng, (12, 16, 3))
+    full = np.array([[0, 0, 16, 12]], np.float32)
+    call = {"normalize": lambda **k: image.normalize(cf.asarray(x), layout="NHWC", **k),
+            "resize_normalize": lambda **k: image.resize_normalize(cf.asarray(x), (12, 16),
+                                                                   layout="NHWC", **k),
+            "letterbox": lambda **k: image.letterbox(cf.asarray(x), (12, 16), layout="NHWC",
+                                                     **k)[0],
+            "crop_resize": lambda **k: image.crop_resize(cf.asarray(x), cf.asarray(full),
+                                                         (12, 16), layout="NHWC", **k)[0]}[op]
+    np.testing.assert_array_equal(to_host(call(dtype="uint8")), x)
+    np.testing.assert_allclose(to_host(call()), x / 255, rtol=0, atol=1e-6)
+
+
+def test_crop_resize_of_no_boxes_given_as_an_empty_list(cf, rng):
+    x = cf.asarray(u8_frames(rng, (2, 12, 16, 3)))
+    for boxes in ([], np.zeros(0, np.float32), np.zeros((0, 4), np.float32)):
+        assert image.crop_resize(x, boxes, 8).shape == (0, 3, 8, 8)
+    assert image.crop_resize(x, [], 8, frame_index=[]).shape == (0, 3, 8, 8)
+
+
+def test_a_chw_frame_is_told_to_move_its_channels_last(cf):
+    with pytest.raises(image.ImageFormatError) as e:
+        image.normalize(cf.zeros((3, 224, 224), dtype=cf.uint8))
+    _clear(e.value, "(3, 224, 224)", "CHW", "moveaxis")
