@@ -135,6 +135,14 @@ def map_frames(client: Client, items: Sequence[Any], options: PipelineOptions, *
     if frames_per_task is not None and frames_per_task < 1:
         raise ArgumentError(f"cuflow.dask.map_frames: frames_per_task must be an int >= 1 or "
                             f"None, got {frames_per_task!r}")
+    # checked here, before any task is sent: a worker would raise them one by one
+    for what, fn in (("load", load), ("consume", consume), ("reduce", reduce)):
+        if fn is not None and not callable(fn):
+            raise ArgumentTypeError(f"cuflow.dask.map_frames: {what} must be a callable or "
+                                    f"None, got {type(fn).__name__} {fn!r:.60}")
+    if isinstance(items, str | bytes) or not hasattr(items, "__iter__"):
+        raise ArgumentTypeError(f"cuflow.dask.map_frames: items must be a sequence (of frames, "
+                                f"file names, indices...), got {type(items).__name__}")
     items = list(items)
     # asked of the scheduler each call (scheduler_info can return a cached identity without
     # its workers when the scheduler is slow to answer, which read as no workers at all)

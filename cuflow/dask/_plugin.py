@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import numbers
 import os
 from collections.abc import Callable
@@ -59,6 +60,17 @@ def _limit_bytes(limit: int | float | str | None) -> int | None:
     return limit_bytes(limit, None, None) if isinstance(limit, int) else None
 
 
+def _takes_no_arguments(fn: Callable) -> bool:
+    """Whether ``fn()`` binds (a signature that cannot be read is given the benefit)."""
+    try:
+        inspect.signature(fn).bind()
+    except TypeError:
+        return False
+    except ValueError:  # (no signature: a builtin)
+        return True
+    return True
+
+
 class CuflowPool(WorkerPlugin):
     """Set up cuflow's pool on each worker: reserved size, limit and a warm-up function.
 
@@ -92,9 +104,9 @@ class CuflowPool(WorkerPlugin):
 
     def __init__(self, size: int | str | None = None, *, limit: int | str | float | None = None,
                  warmup: Callable[[], Any] | None = None) -> None:
-        if warmup is not None and not callable(warmup):
+        if warmup is not None and not (callable(warmup) and _takes_no_arguments(warmup)):
             raise ArgumentTypeError(f"cuflow.dask.CuflowPool: warmup must be a callable "
-                                    f"(of no arguments) or None, got {type(warmup).__name__}")
+                                    f"of no arguments or None, got {warmup!r:.80}")
         self.size = _bytes("size", size)
         self.limit = _bytes("limit", limit)
         cap = _limit_bytes(self.limit)
