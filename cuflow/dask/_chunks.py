@@ -221,8 +221,9 @@ def from_host(x: Any, chunks: Any = "auto") -> da.Array:
     Notes
     -----
     Stream semantics: the call queues no device work.  Computing the result copies each
-    chunk to the device with :func:`cuflow.asarray`, queued on the current stream of the
-    worker thread that computes it.
+    chunk of host data to the device with :func:`cuflow.asarray`, queued on the current
+    stream of the worker thread that computes it; the chunks of a device array are views
+    of it, as Dask's chunks of a NumPy array are, so a task must not write into them.
     """
     if x is None:
         raise ArgumentTypeError("cuflow.dask.from_host: x must be an array of numbers (a NumPy "
