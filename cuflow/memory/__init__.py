@@ -242,7 +242,7 @@ def stats(device: int | None = None) -> dict[str, Any]:
     dict
         The counters and byte totals (:meth:`Pool.stats`).
     """
-    return get_pool(device).stats()
+    return get_pool(_device(device, "stats")).stats()
 
 
 def summary(device: int | None = None) -> str:
@@ -258,7 +258,7 @@ def summary(device: int | None = None) -> str:
     str
         A table of the pool's use, as PyTorch's ``memory_summary``.
     """
-    return get_pool(device).summary()
+    return get_pool(_device(device, "summary")).summary()
 
 
 def snapshot(device: int | None = None) -> list[dict[str, Any]]:
@@ -274,7 +274,7 @@ def snapshot(device: int | None = None) -> list[dict[str, Any]]:
     list of dict
         One entry per segment with its blocks (:meth:`Pool.snapshot`).
     """
-    return get_pool(device).snapshot()
+    return get_pool(_device(device, "snapshot")).snapshot()
 
 
 def empty_cache(device: int | None = None) -> int:

@@ -151,9 +151,11 @@ class Pool(_CorePool):
         Parameters
         ----------
         shapes_or_nbytes : iterable of int or of shapes
-            Byte counts, or array shapes of ``dtype``.
+            Without ``dtype``: byte counts, or array shapes of float32.  With ``dtype``:
+            array shapes of ``dtype``, an int being a 1-D shape (``[1024]`` with ``"f8"`` is
+            8 KiB), as ``cupy.empty(1024, "f8")`` reads it.
         dtype : dtype, optional
-            The dtype of the shapes; float32 when omitted.
+            The dtype of the shapes.
         stream : cuflow.Stream, optional
             The stream the blocks are cached for; the current stream when omitted.
 

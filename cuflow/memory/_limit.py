@@ -62,9 +62,16 @@ class LimitingAdaptor(Backend):
             raise MemoryTypeError(f"cuflow.memory.LimitingAdaptor: upstream must be a "
                                   f"cuflow.memory.Backend, got {type(upstream).__name__} "
                                   f"{upstream!r}")
+        if isinstance(held, bool) or not isinstance(held, numbers.Integral):
+            raise MemoryTypeError(f"cuflow.memory.LimitingAdaptor: held must be an int number "
+                                  f"of bytes (those already held from upstream), got "
+                                  f"{type(held).__name__} {held!r}")
+        if held < 0:
+            raise MemoryValueError(f"cuflow.memory.LimitingAdaptor: held must be at least 0 "
+                                   f"bytes, got {held}")
         self.upstream = upstream
         self.limit = limit
-        self.held = held
+        self.held = int(held)
         self.name = upstream.name
 
     @property

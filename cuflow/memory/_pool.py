@@ -451,6 +451,13 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         -----
         Stream semantics: nothing is queued; where other streams used ``b``
         (:meth:`record_stream`), an event on each orders its reuse after their work.
+
+        A :class:`Block` is the pool's own record of its memory, and the next allocation of
+        the same size may lend the same object again: drop the handle at ``free``, as a C
+        pointer after ``free()``.  A handle kept and freed again after it was lent anew
+        frees the new owner's block, which the pool cannot tell from a rightful free.
+        (Arrays do not meet this: each of CuPy's allocations holds a memory object of its
+        own.)
         """
         if not isinstance(b, Block):
             raise MemoryTypeError(f"cuflow.memory.Pool.free: b must be a Block of this pool, "

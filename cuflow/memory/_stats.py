@@ -173,12 +173,14 @@ class StatsMixin:
         return runs
 
     def _free_blocks(self) -> Iterable[Block]:
-        """Every cached free block: coalesced lists and the exact-size cache."""
+        """Every cached free block: coalesced lists, the exact-size cache, and the blocks of
+        destroyed streams awaiting their adoption (the orphans)."""
         for fl in self._lists.values():
             yield from fl.blocks()
         for by_size in self._quick.values():
             for lst in by_size.values():
                 yield from lst
+        yield from self._orphans
 
     def _oom_message(self, size: int, seg_bytes: int, limit: int | None = None) -> str:
         """Why a request of ``size`` bytes (rounded up as blocks are) failed: its new segment

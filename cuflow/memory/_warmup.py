@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable
 
+from .._checks import as_flag, is_integer
 from ._blocks import Block
 from ._exceptions import MemoryValueError
 
@@ -111,6 +112,16 @@ class WarmupMixin:
         (``cheap_release``) keeps what the pattern needed in its own reserve.
         Returns the segments the replay made.
         """
+        if isinstance(rounds, bool) or not is_integer(rounds) or rounds < 1:
+            raise MemoryValueError(f"cuflow.memory.Pool.replay: rounds must be an int >= 1, "
+                                   f"got {rounds!r}")
+        keep = as_flag("memory.Pool.replay", "keep", keep)
+        if not isinstance(events, list | tuple) or not all(
+                isinstance(e, tuple | list) and len(e) == 4 and e[0] in ("a", "f")
+                for e in events):
+            raise MemoryValueError("cuflow.memory.Pool.replay: events must be the list "
+                                   "stop_recording gives, of ('a' or 'f', key, nbytes, stream) "
+                                   "tuples")
         n0 = self.num_segment_alloc
         with self._warm() if keep else contextlib.nullcontext():
             for _ in range(rounds):

@@ -105,6 +105,20 @@ def test_the_adaptor_forwards_every_backend_default_it_does_not_implement():
     assert not hidden, f"LimitingAdaptor hides the upstream's {hidden}"
 
 
+@pytest.mark.parametrize("held, error", [(-1 << 30, cuflow.memory.MemoryValueError),
+                                          ("x", cuflow.memory.MemoryTypeError),
+                                          (True, cuflow.memory.MemoryTypeError)])
+def test_the_adaptor_refuses_a_held_count_that_is_no_byte_count(held, error):
+    """A negative held count would let the limit be passed by as much."""
+    from cuflow.memory import LimitingAdaptor
+
+    with pytest.raises(error, match="held must be"):
+        LimitingAdaptor(HostBackend(), 16 << 20, held=held)
+    lim = LimitingAdaptor(HostBackend(), 16 << 20, held=15 << 20)
+    with pytest.raises(cuflow.OutOfMemoryError):
+        lim.alloc(2 << 20, 0)
+
+
 def test_limit_is_absent_when_unused_and_counts_what_is_held():
     """An unlimited pool takes segments from its backend directly; a limit set on a pool in
     use counts the segments it already holds, and can be raised, lowered and removed."""

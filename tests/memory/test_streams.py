@@ -447,3 +447,23 @@ def test_an_event_behind_queued_work_is_not_done(pooled, spin):
     assert not be.done(ev) and not s.done
     s.synchronize()
     assert be.done(ev)  # (and destroyed: not asked again)
+
+
+def test_a_dead_streams_free_blocks_are_counted_as_cached():
+    """The free blocks of a destroyed stream wait for a device synchronize (orphans); the
+    statistics count them as cached, so cached + allocated is what the pool reserves."""
+    pool = Pool(CaptureBackend())
+    s = FakeStream()
+    pool.watch_stream(s, 5)
+    blocks = [pool.alloc(100_000, 5) for _ in range(4)]
+    keep = pool.alloc(1000, 0)
+    for b in blocks:
+        pool.free(b)
+    del s
+    gc.collect()
+    pool.alloc(1000, 0)  # the pool learns of the destruction at its next operation
+    st = pool.stats()
+    assert st["free_cached_bytes"] > 0 and pool.n_free_blocks() >= 1
+    assert st["free_cached_bytes"] + st["allocated_bytes.all.current"] == \
+        st["reserved_bytes.all.current"]
+    pool.free(keep)

@@ -183,3 +183,23 @@ def test_kept_segments_go_back_when_a_segment_is_refused(refuser):
     assert roomy.reserved == 14 << 20 and roomy.stats()["num_segment_free"] == 0
     s = tight.stats()
     assert tight.reserved == 8 << 20 and s["num_segment_free"] == 1 and s["num_ooms"] == 0
+
+
+def test_replay_checks_its_arguments_and_takes_events_read_back_from_json():
+    import json
+
+    pool = Pool(HostBackend())
+    pool.start_recording()
+    b = pool.alloc(3 << 20, 0)
+    pool.free(b)
+    events, _ = pool.stop_recording()
+    for bad in (dict(rounds=0), dict(rounds=-1), dict(rounds=1.5), dict(rounds=True)):
+        with pytest.raises(cuflow.memory.MemoryValueError, match="rounds must be an int >= 1"):
+            pool.replay(events, **bad)
+    with pytest.raises(cuflow.ArgumentTypeError, match="keep must be True or False"):
+        pool.replay(events, keep="no")
+    for bad in ([("x", 1, 2, 0)], [(1, 2)], "events", None):
+        with pytest.raises(cuflow.memory.MemoryValueError, match="events must be the list"):
+            pool.replay(bad)
+    pool.empty_cache()
+    assert pool.replay(json.loads(json.dumps(events)), rounds=1) == 1  # lists, not tuples
