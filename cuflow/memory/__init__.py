@@ -455,6 +455,9 @@ def warmup(fn: Callable[..., Any], *largest_inputs: Any, pool: Pool | None = Non
     Stream semantics: ``fn`` runs as called, its work queued on the streams it uses; the
     replay launches no kernel, it only takes segments from the backend, on the current
     stream.
+
+    The recording is the pool's: what other threads allocate from it while ``fn`` runs is
+    recorded and replayed with ``fn``'s, so warm up before other threads use the pool.
     """
 
     if not callable(fn):
