@@ -179,9 +179,10 @@ def _normalize(data):
     assert out.dtype == np.dtype(np.float32 if dtype is None else dtype)
     o = host(out).astype(np.float64)  # (inf only where the reference is past the dtype's
     # range: the comparison below checks every other entry)
+    if scale is None:  # a uint8 output keeps the 0-255 scale, a float one is x / 255
+        scale = 1.0 if out.dtype == np.uint8 else 1 / 255
     want = _norm_reference(x[..., ::-1, :] if flip else x, 0.0 if mean is None else mean,
-                           1.0 if std is None else std, 1 / 255 if scale is None else scale,
-                           layout)
+                           1.0 if std is None else std, scale, layout)
     assert o.shape == want.shape
     if out.dtype == np.uint8:
         np.testing.assert_allclose(o, np.clip(np.rint(want), 0, 255), atol=1)
@@ -255,6 +256,8 @@ def _crop_resize(data):
     if out is None:
         return False
     b = host(boxes)
+    if b.shape == (0,):  # no boxes, as an empty sequence
+        b = b.reshape(0, 4)
     assert b.ndim == 2 and b.shape[1] == 4 and b.dtype.kind in "iuf"
     if not cuflow.get_backend().is_gpu:
         assert np.isfinite(b.astype(np.float64)).all()

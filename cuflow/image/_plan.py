@@ -295,7 +295,8 @@ def _is_uint8(dtype: Any) -> bool:
     """Whether ``dtype`` names uint8: an 8-bit output keeps the 0-255 scale by default."""
     try:
         return numpy.dtype(dtype) == numpy.uint8
-    except (TypeError, ValueError):  # (refused with the rule's message when the plan is made)
+    except Exception:  # (NumPy's parser raises SyntaxError too: refused with the rule's
+        # message when the plan is made)
         return False
 
 

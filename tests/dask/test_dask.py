@@ -450,9 +450,11 @@ def test_unregistering_the_pool_plugin_undoes_its_setup(ccf, client):
         client.unregister_worker_plugin(cfd.CuflowPool.name)
         for w, s in cfd.pool_stats(client).items():
             assert s["setup"] is None and s["stats"]["limit_bytes"] == 300 << 20
-            # the cache emptied: nothing more is held (a segment that a live array of the
-            # worker shares with the reserve stays, as it does on the GPU)
-            assert s["stats"]["reserved_bytes.all.current"] < reserved[w]
+            # the cache emptied: the reserve went back.  On the GPU a segment that a live
+            # array of the worker shares with the reserve stays, so only "no more" holds
+            # there; the NumPy backend's host pool holds the reserve alone
+            after = s["stats"]["reserved_bytes.all.current"]
+            assert after <= reserved[w] if ccf.get_backend().is_gpu else after < reserved[w]
     finally:
         client.run(_set_limit, None)
 
