@@ -255,6 +255,12 @@ def _same_constant(x: Any, static: Any) -> bool:
         return False
     if not isinstance(eq, bool | numpy.bool_):
         return False
+    if eq and isinstance(x, float | complex | numpy.inexact):
+        # -0.0 == 0.0, but not as a divisor: zeros of other signs are other constants
+        a = numpy.asarray([x, static])
+        if a.dtype.kind == "c":
+            a = numpy.stack([a.real, a.imag], 1)
+        return bool((numpy.signbit(a[0]) == numpy.signbit(a[1])).all())
     return bool(eq) or (x != x and static != static)
 
 
@@ -266,6 +272,11 @@ class CapturedFunction:
     into the static input buffers, replays the graph, and returns the static
     outputs: the same arrays every call, overwritten by the next call (copy
     them to keep a result).  Made by :func:`capture` and :func:`graphed`.
+
+    A non-array argument's value is recorded into the graph: the same object is taken as
+    the same value, so a list or a configuration object changed after the capture replays
+    its old value on the GPU (capture again instead).  The static buffers are shared by
+    every caller: one thread at a time calls a captured function.
 
     Parameters
     ----------
@@ -377,7 +388,9 @@ class CapturedFunction:
                                     "to keep a graph per instance in")
         key = f"_cuflow_graph_{id(self)}"
         bound = d.get(key)
-        if bound is None:
+        # a copy of the instance (copy.copy copies its __dict__) captures its own: the
+        # graph found there recorded the original's self
+        if bound is None or bound.fn.args[0] is not obj:
             bound = d[key] = CapturedFunction(functools.partial(self.fn, obj),
                                               warmup=self._warmup)
             functools.update_wrapper(bound, self.fn, updated=())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -262,6 +264,12 @@ def test_graphed_methods_capture_per_instance(cf, rng):
     np.testing.assert_array_equal(cf.asnumpy(a.forward(x)), cf.asnumpy(x) * 2)
     assert a.forward is a.forward and a.forward is not b.forward
     assert a.forward.__name__ == "forward"
+    # a copy (its __dict__ copied, the capture found there included) captures its own self
+    c = copy.copy(a)
+    c.w = 5.0
+    np.testing.assert_array_equal(cf.asnumpy(c.forward(x)), cf.asnumpy(x) * 5)
+    assert c.forward is not a.forward
+    np.testing.assert_array_equal(cf.asnumpy(a.forward(x)), cf.asnumpy(x) * 2)
 
 
 def test_a_recorded_constant_is_compared_as_a_value(cf, rng):
@@ -273,6 +281,11 @@ def test_a_recorded_constant_is_compared_as_a_value(cf, rng):
             f(x, other)
     g = cf.graph.capture(lambda a, k: a + k, x, float("nan"))
     assert np.isnan(cf.asnumpy(g(x, float("nan")))).all()
+    # zeros of the other sign are another constant (a divisor's sign is the result's)
+    h = cf.graph.capture(lambda a, k: a / k, x, -0.0)
+    assert (cf.asnumpy(h(x, -0.0)) * cf.asnumpy(x) <= 0).all()
+    with pytest.raises(cuflow.ArgumentError, match="argument 1 .* recorded into the graph"):
+        h(x, 0.0)
 
 
 def test_a_capture_that_raised_is_tried_again(cf, rng):
