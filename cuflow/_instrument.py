@@ -132,6 +132,14 @@ def _device_sync(label: str, when: str) -> None:
     b = get_backend()
     if not b.is_gpu:
         return
+    # inside a graph capture (cuflow.graph) a synchronize is illegal and would end the
+    # capture: the op's errors show at the replay instead
+    try:
+        capturing = b.xp.cuda.get_current_stream().is_capturing()
+    except b.cuda_errors:  # (the legacy stream while another stream captures)
+        capturing = True
+    if capturing:
+        return
     try:
         b.xp.cuda.Device().synchronize()
     except b.cuda_errors as e:

@@ -140,6 +140,20 @@ def test_sync_debug_keeps_results(cf, ranges, rng):
     assert not cf.debug.is_sync()
 
 
+def test_sync_debug_leaves_a_graph_capture_alone(cf, rng):
+    """A synchronize is illegal inside a capture: the debug sync skips it there, and the
+    captured function gives the same results as the eager one."""
+    h = rng.uniform(-5, 5, size=(64,)).astype(np.float32)
+    x = cf.asarray(h)
+    cf.debug.sync(True)
+    try:
+        f = cf.graph.capture(lambda v: cf.multiply(v, 3) + 1, x)
+        out = f(x)
+        np.testing.assert_allclose(cf.asnumpy(out), h * 3 + 1, rtol=1e-6)
+    finally:
+        cf.debug.sync(False)
+
+
 def test_environment_switches(monkeypatch):
     monkeypatch.setenv("CUFLOW_NVTX", "1")
     monkeypatch.setenv("CUFLOW_SYNC_DEBUG", "on")
