@@ -29,8 +29,9 @@ def warmup(kernels: str | Iterable[str] | None = None, dtypes: Any = None) -> in
         Registry names (default: all of :data:`REGISTRY`).
     dtypes : dtype-like or iterable of dtype-like, optional
         Only these instantiations (default: every dtype each kernel supports);
-        a single string or dtype is one dtype.  Each kernel asked for must
-        have an instantiation for each of them.
+        a single string or dtype is one dtype.  Each kernel named in ``kernels``
+        must have an instantiation for each of them; without ``kernels``, each
+        kernel warms those it has, and each dtype must be some kernel's.
 
     Returns
     -------
@@ -55,13 +56,19 @@ def warmup(kernels: str | Iterable[str] | None = None, dtypes: Any = None) -> in
                                 f"{', '.join(map(repr, unknown))}; the registry has "
                                 f"{', '.join(REGISTRY)}")
     want = None if dtypes is None else _dtype_names(dtypes)
-    for name in names:
-        have = REGISTRY[name].dtypes()
+    # the kernels named must each have every dtype asked for; without names, every dtype
+    # asked for must have some kernel, and each kernel warms those of them it has
+    if kernels is None:
+        checks = [("no registered kernel has an", "they have",
+                   sorted({d for spec in REGISTRY.values() for d in spec.dtypes()}))]
+    else:
+        checks = [(f"kernel {name!r} has no", "it has", REGISTRY[name].dtypes())
+                  for name in names]
+    for who, they, have in checks:
         missing = [d for d in want or () if d not in have]
         if missing:
-            raise KernelLookupError(f"cuflow.kernels.warmup: kernel {name!r} has no "
-                                    f"instantiation for {', '.join(missing)}; it has "
-                                    f"{', '.join(have)}")
+            raise KernelLookupError(f"cuflow.kernels.warmup: {who} instantiation for "
+                                    f"{', '.join(missing)}; {they} {', '.join(have)}")
     if not get_backend().is_gpu:
         return 0
     n = 0

@@ -65,6 +65,12 @@ def test_warmup_loads_the_modules_asked_for(cf):
     gpu = cf.backend_info()["backend"] == "cupy"
     assert cuflow.kernels.warmup("image", dtypes=dtypes[:1]) == (1 if gpu else 0)
     assert cuflow.kernels.warmup() == (len(CASES) if gpu else 0)
+    # without names, each kernel warms the dtypes asked for that it has (timing: int32 only)
+    n32 = sum(1 for spec in REGISTRY.values() for d in spec.dtypes() if d == "float32")
+    assert cuflow.kernels.warmup(dtypes="float32") == (n32 if gpu else 0)
+    with pytest.raises(cuflow.kernels.KernelLookupError,
+                       match="no registered kernel has an instantiation for int8"):
+        cuflow.kernels.warmup(dtypes="int8")
 
 
 @pytest.mark.parametrize(("dtypes", "missing"), [
