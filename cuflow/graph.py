@@ -333,7 +333,12 @@ class CapturedFunction:
         self._ready: Any = None  # the capture stream's work, while it may be incomplete
         functools.update_wrapper(self, fn, updated=())
         if example_inputs is not None:
-            self._capture(example_inputs)
+            if not isinstance(example_inputs, tuple | list):
+                raise ArgumentTypeError(
+                    f"cuflow.graph.CapturedFunction: example_inputs must be a tuple of fn's "
+                    f"arguments (one array is (x,)), or None, got "
+                    f"{type(example_inputs).__name__}")
+            self._capture(tuple(example_inputs))
 
     def _capture(self, examples: tuple[Any, ...], after: Any = None) -> None:
         """Capture on a new stream ordered after ``after`` (a CuPy stream, where the examples

@@ -434,3 +434,14 @@ def test_a_capture_at_the_first_call_follows_the_calls_stream(gpu_cf, rng, spin)
     np.testing.assert_allclose(got, h * 3, rtol=1e-6)
     cf.synchronize()
     np.testing.assert_allclose(cf.asnumpy(step.replay()), h * 3, rtol=1e-6)
+
+
+def test_captured_function_takes_its_examples_as_a_tuple(cf):
+    from cuflow.graph import CapturedFunction
+
+    x = cf.ones((3, 4), dtype=cf.float32)
+    for bad in (x, 5):
+        with pytest.raises(cuflow.ArgumentTypeError, match="example_inputs must be a tuple"):
+            CapturedFunction(lambda v: v * 2, bad)
+    f = CapturedFunction(lambda v: v * 2, [x])
+    np.testing.assert_array_equal(cf.asnumpy(f(x)), np.full((3, 4), 2.0))
