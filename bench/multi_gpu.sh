@@ -10,6 +10,14 @@ set -uo pipefail
 OUT=${OUT:-bench/results}
 WHEELS=${1:-}
 MODE=${2:-all}
+case "$WHEELS" in all|quick|-h|--help)
+  echo "usage: OUT=DIR bash bench/multi_gpu.sh [WHEELS] [all|quick] (WHEELS is a folder;" \
+    "give it, or '', before the mode)"; exit 2;;
+esac
+case "$MODE" in all|quick) ;; *)
+  echo "usage: OUT=DIR bash bench/multi_gpu.sh [WHEELS] [all|quick] (got mode '$MODE')"; exit 2;;
+esac
+nvidia-smi -L > /dev/null 2>&1 || { echo "multi_gpu.sh: needs GPUs (nvidia-smi finds none)"; exit 2; }
 mkdir -p "$OUT"
 # NVLink multicast stays off (a program that uses it can take the host's GPUs down)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -20,7 +28,8 @@ if [ -n "$WHEELS" ]; then
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 python3 setup.py -q build_ext --inplace > "$OUT/multi-gpu-build.log" 2>&1 || cat "$OUT/multi-gpu-build.log"
-NGPU=$(python3 -c "import cupy; print(cupy.cuda.runtime.getDeviceCount())")
+NGPU=$(python3 -c "import cupy; print(cupy.cuda.runtime.getDeviceCount())") || {
+  echo "multi_gpu.sh: CuPy cannot count the GPUs (pip install -e '.[cuda13]')"; exit 2; }
 nvidia-smi topo -m > "$OUT/multi-gpu-topology.txt" 2>&1
 echo "GPUs: $NGPU"
 
