@@ -32,6 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1:
         ap.error(f"--rounds must be >= 1, got {args.rounds}")
 
+    import cuflow
+    if not cuflow.get_backend().is_gpu:
+        print("bench/vmm_event_share.py needs a GPU", file=sys.stderr)
+        return 1
     import cupy
 
     from cuflow.bench import _traces as T

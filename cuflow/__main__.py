@@ -123,7 +123,7 @@ def _run(args: argparse.Namespace, pb: argparse.ArgumentParser) -> int:
         pb.error("--plot needs matplotlib: python3 -m pip install matplotlib")
     if args.section != "traces" and (args.record or args.variants or args.rounds is not None):
         pb.error("--record, --variants and --rounds go with the traces section: "
-                 "python -m cuflow bench traces --record")
+                 "python -m cuflow bench traces --rounds 5")
     if args.rounds is not None and (args.rounds < 1 or args.quick):
         pb.error(f"--rounds must be at least 1, and goes without --quick, got {args.rounds}"
                  + (" with --quick" if args.quick else ""))

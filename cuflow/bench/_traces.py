@@ -503,6 +503,10 @@ def bench_traces(record: bool = False, quick: bool = False, json_path: str | Non
         torch = None
     if rounds is None:
         rounds = 1 if quick else 3
+    if not _realtraces.saved():
+        print(f"python -m cuflow bench traces: no recorded real-model traces in "
+              f"{_realtraces.TRACE_DIR} (a source checkout's bench/traces/): the synthetic "
+              f"traces only", file=sys.stderr)
     rows = compare(list(TRACES) + loop_names(), rounds=rounds, torch=torch, variants=variants)
     print(format_compare(rows))
     if json_path is not None:
