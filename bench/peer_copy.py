@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -47,6 +48,8 @@ def main(argv=None):
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--json")
     a = p.parse_args(argv)
+    if a.mib < 1 or a.repeat < 1:
+        p.error(f"--mib and --repeat must be at least 1, got {a.mib} and {a.repeat}")
     rt = cuflow.get_backend()
     n = cuflow.Device().count
     info = cuflow.backend_info()
@@ -92,4 +95,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    result = main()
+    # a wrong copy fails the run (the JSON above keeps the figures)
+    sys.exit(1 if any(not pair["correct"] for pair in result["pairs"]) else 0)
