@@ -70,11 +70,14 @@ def _run(args: argparse.Namespace, pb: argparse.ArgumentParser) -> int:
             print(f"{k:20s} {v}")
         # read when the pool is built: a malformed value is named here, not on an allocation
         try:
-            check_memory_limit()
+            limited = check_memory_limit()
         except cuflow.CuflowError:
             print(f"{'memory_limit':20s} CUFLOW_MEMORY_LIMIT={MEMORY_LIMIT!r}, refused")
             raise
-        print(f"{'memory_limit':20s} {MEMORY_LIMIT or 'none (CUFLOW_MEMORY_LIMIT unset)'}")
+        print(f"{'memory_limit':20s} " + (
+            f"{MEMORY_LIMIT.strip()}" if limited else
+            f"none (CUFLOW_MEMORY_LIMIT={MEMORY_LIMIT!r})" if MEMORY_LIMIT else
+            "none (CUFLOW_MEMORY_LIMIT unset)"))
         return 0
     # every argument checked before minutes of benchmarks, not after them
     paths = {"--json": args.json, "--plot": args.plot, "--from-json": args.from_json}

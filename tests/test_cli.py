@@ -162,3 +162,16 @@ def test_info_names_a_malformed_memory_limit_in_one_line():
     assert last.startswith("python -m cuflow info: MemoryValueError: "
                            "CUFLOW_MEMORY_LIMIT='plenty': expected bytes")
     assert "memory_limit         CUFLOW_MEMORY_LIMIT='plenty', refused" in r.stdout
+
+
+@pytest.mark.parametrize("value, shown", [
+    ("0", "none (CUFLOW_MEMORY_LIMIT='0')"), (" ", "none (CUFLOW_MEMORY_LIMIT=' ')"),
+    (" 80% ", "80%"), (None, "none (CUFLOW_MEMORY_LIMIT unset)")])
+def test_info_shows_what_the_memory_limit_means(value, shown):
+    env = {k: v for k, v in os.environ.items() if k != "CUFLOW_MEMORY_LIMIT"}
+    if value is not None:
+        env["CUFLOW_MEMORY_LIMIT"] = value
+    r = subprocess.run([sys.executable, "-m", "cuflow", "info"], env=env, capture_output=True,
+                       text=True)
+    assert r.returncode == 0
+    assert f"memory_limit         {shown}" in r.stdout.splitlines()

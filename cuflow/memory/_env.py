@@ -52,6 +52,8 @@ POOL_HOTPATH = _choice("CUFLOW_POOL_HOTPATH")
 MEMORY_LIMIT = os.environ.get("CUFLOW_MEMORY_LIMIT", "")
 
 
-def check_memory_limit() -> None:
-    """Raise :class:`MemoryValueError` if ``CUFLOW_MEMORY_LIMIT`` is no limit."""
-    check_limit_text(MEMORY_LIMIT)
+def check_memory_limit() -> bool:
+    """Whether ``CUFLOW_MEMORY_LIMIT`` sets a limit (it is unset, empty or 0 bytes otherwise);
+    raise :class:`MemoryValueError` if it is no limit's text."""
+    kind, x = check_limit_text(MEMORY_LIMIT)
+    return kind != "none" and x != 0
