@@ -71,6 +71,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--traces", nargs="*", default=[], metavar="TRACE",
                     help="trace names of python -m cuflow bench traces (R0, real:..., loop:...)")
     args = ap.parse_args(argv)
+    # every argument checked before the old tree is built and the rounds run
+    if not (args.old / "cuflow" / "__init__.py").is_file() or not (args.old / "setup.py").is_file():
+        ap.error(f"{args.old} is not a cuflow checkout (no cuflow/__init__.py and setup.py)")
+    if args.rounds < 2:
+        ap.error(f"--rounds must be at least 2 (the spread needs two), got {args.rounds}")
+    if args.json is not None and not args.json.parent.is_dir():
+        ap.error(f"--json {args.json}: the folder {args.json.parent} does not exist")
+    if args.traces:
+        from cuflow.bench import _traces as T
+
+        known = set(T.TRACES) | set(T.loop_names())
+        # the performance page's tables name the recorded traces without their "real:"
+        def named(t: str) -> str:
+            alias = "loop:real:" + t[5:] if t.startswith("loop:") else "real:" + t
+            return alias if t not in known and alias in known else t
+
+        args.traces = [named(t) for t in args.traces]
+        unknown = [t for t in args.traces if t not in known]
+        if unknown:
+            ap.error(f"--traces: no trace named {', '.join(unknown)}; the traces are "
+                     f"{', '.join(sorted(known))}")
     # checked before the old tree is copied and built; probe_cupy selects no backend, so
     # each tree still installs its own pool as CuPy's allocator below
     from cuflow.core._runtime import probe_cupy
