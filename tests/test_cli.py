@@ -144,11 +144,20 @@ def test_a_plot_write_that_fails_is_one_line(saved, tmp_path, monkeypatch, capsy
 
 def test_a_traces_json_write_that_fails_is_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(_traces, "compare", lambda *a, **k: [])
+    # (recorded traces present, as in a checkout: an installed package's note is another line)
+    monkeypatch.setattr(_traces._realtraces, "saved", lambda *a: {"real:any": None})
     out = tmp_path / "gone" / "rows.json"
     assert _traces.bench_traces(quick=True, json_path=str(out)) == 1
     assert capsys.readouterr().err.splitlines() == [
         f"python -m cuflow bench traces: cannot write --json {out}: [Errno 2] No such file or "
         f"directory: '{out}'"]
+
+
+def test_bench_traces_says_when_it_has_no_recorded_traces(monkeypatch, capsys):
+    monkeypatch.setattr(_traces, "compare", lambda *a, **k: [])
+    monkeypatch.setattr(_traces._realtraces, "saved", lambda *a: {})
+    assert _traces.bench_traces(quick=True) == 0
+    assert "no recorded real-model traces" in capsys.readouterr().err
 
 
 def test_info_names_a_malformed_memory_limit_in_one_line():
