@@ -339,6 +339,14 @@ class CapturedFunction:
                     f"arguments (one array is (x,)), or None, got "
                     f"{type(example_inputs).__name__}")
             self._capture(tuple(example_inputs))
+            if not get_backend().is_gpu:
+                # the static outputs now, as a GPU capture makes them (code that keeps
+                # .outputs and calls replay() reads the same on both backends)
+                try:
+                    self._run_eagerly()
+                except BaseException:
+                    self.inputs, self._captured = (), False
+                    raise
 
     def _capture(self, examples: tuple[Any, ...], after: Any = None) -> None:
         """Capture on a new stream ordered after ``after`` (a CuPy stream, where the examples
@@ -440,12 +448,14 @@ class CapturedFunction:
         pairs = (list(zip(out, old)) if isinstance(out, tuple | list)
                  and type(old) is type(out) and len(old) == len(out) else [(out, old)])
         if old is None or not all(
-                isinstance(n, nd) and isinstance(o, nd) and n.shape == o.shape
-                and n.dtype == o.dtype for n, o in pairs):
+                (n is None and o is None) or (isinstance(n, nd) and isinstance(o, nd)
+                                              and n.shape == o.shape and n.dtype == o.dtype)
+                for n, o in pairs):
             self.outputs = out
             return out
         for n, o in pairs:
-            o[...] = n
+            if o is not None:
+                o[...] = n
         return old
 
     def _check(self, inputs: tuple[Any, ...], nd: type) -> None:

@@ -131,12 +131,20 @@ def test_calls_are_checked_on_every_backend(cf, rng):
 
 
 def test_numpy_backend_just_calls_fn():
+    """No graph: the capture runs fn once on the examples (its static outputs, as a GPU
+    capture makes them), and each call runs it again."""
+    before = cuflow.get_backend().name
     cuflow.set_backend("numpy")
-    seen = []
-    f = cuflow.graph.capture(lambda x: seen.append(x) or x + 1, np.ones(3))
-    assert f.graph is None
-    np.testing.assert_array_equal(f(cuflow.asarray(np.zeros(3))), np.ones(3))
-    assert len(seen) == 1
+    try:
+        seen = []
+        f = cuflow.graph.capture(lambda x: seen.append(x) or x + 1, np.ones(3))
+        assert f.graph is None and len(seen) == 1
+        np.testing.assert_array_equal(f.outputs, np.full(3, 2.0))
+        out = f(cuflow.asarray(np.zeros(3)))
+        np.testing.assert_array_equal(out, np.ones(3))
+        assert len(seen) == 2 and out is f.outputs
+    finally:
+        cuflow.set_backend(before)
 
 
 @pytest.mark.gpu
@@ -445,3 +453,12 @@ def test_captured_function_takes_its_examples_as_a_tuple(cf):
             CapturedFunction(lambda v: v * 2, bad)
     f = CapturedFunction(lambda v: v * 2, [x])
     np.testing.assert_array_equal(cf.asnumpy(f(x)), np.full((3, 4), 2.0))
+
+
+def test_a_none_output_keeps_the_arrays_beside_it_static(cf, rng):
+    x = cf.asarray(rng.uniform(-3, 3, size=(5,)).astype(np.float32))
+    g = cf.graph.capture(lambda v: (v + 1, None), x)
+    first = g(x)
+    second = g(x * 3)
+    assert first[0] is second[0] and second[1] is None
+    np.testing.assert_allclose(cf.asnumpy(second[0]), cf.asnumpy(x) * 3 + 1, rtol=1e-6)
