@@ -56,23 +56,37 @@ def summarize(headline: dict[str, Any], traces: list[dict[str, Any]] | None,
     return out
 
 
+def _load(p: argparse.ArgumentParser, option: str, path: str, kind: type) -> Any:
+    """``path``'s JSON, of ``kind`` (a headline run's dict, bench traces' list of rows)."""
+    try:
+        with open(path) as f:
+            value = json.load(f)
+    except (OSError, ValueError) as e:
+        p.error(f"{option} {path}: {e}")
+    if not isinstance(value, kind) or (kind is dict and not {"info", "rows"} <= value.keys()):
+        what = ("a headline run's JSON (python -m cuflow bench --json)" if kind is dict else
+                "bench traces' rows (python -m cuflow bench traces --json)")
+        p.error(f"{option} {path}: not {what}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("headline")
-    p.add_argument("--traces")
-    p.add_argument("--commit", required=True)
-    p.add_argument("--date", required=True)
-    p.add_argument("--note", action="append", default=[])
-    p.add_argument("--out", required=True)
+    p.add_argument("headline", help="python -m cuflow bench --json's file")
+    p.add_argument("--traces", help="python -m cuflow bench traces --json's file")
+    p.add_argument("--commit", required=True, help="the commit the run measured")
+    p.add_argument("--date", required=True, help="the run's date (YYYY-MM-DD)")
+    p.add_argument("--note", action="append", default=[], help="a line of notes (repeatable)")
+    p.add_argument("--out", required=True, help="the summary JSON to write")
     a = p.parse_args(argv)
-    with open(a.headline) as f:
-        headline = json.load(f)
-    traces = None
-    if a.traces:
-        with open(a.traces) as f:
-            traces = json.load(f)
-    with open(a.out, "w") as f:
-        f.write(dumps(summarize(headline, traces, a.commit, a.date, a.note)))
+    headline = _load(p, "headline", a.headline, dict)
+    traces = None if not a.traces else _load(p, "--traces", a.traces, list)
+    text = dumps(summarize(headline, traces, a.commit, a.date, a.note))
+    try:
+        with open(a.out, "w") as f:
+            f.write(text)
+    except OSError as e:
+        p.error(f"--out {a.out}: {e}")
 
 
 def dumps(obj: Any, depth: int = 0) -> str:

@@ -45,3 +45,21 @@ def test_the_committed_summaries_are_json_with_their_gpu_and_date():
     for p in paths:
         s = json.loads(p.read_text())
         assert s.get("gpu") and s.get("date") and s.get("commit"), p.name
+
+
+def test_its_mistakes_are_one_line_usage_errors(tmp_path):
+    headline = tmp_path / "h.json"
+    headline.write_text(json.dumps({"info": {}, "rows": []}))
+    rows = tmp_path / "t.json"
+    rows.write_text(json.dumps([]))
+    base = ["--commit", "abc", "--date", "2026-01-02"]
+    for args, words in (
+            ([str(tmp_path / "none.json"), *base, "--out", str(tmp_path / "s.json")],
+             "No such file"),
+            ([str(rows), *base, "--out", str(tmp_path / "s.json")], "not a headline run's"),
+            ([str(headline), "--traces", str(headline), *base, "--out", str(tmp_path / "s.json")],
+             "not bench traces' rows"),
+            ([str(headline), *base, "--out", str(tmp_path / "gone" / "s.json")], "--out")):
+        r = subprocess.run([sys.executable, str(SUMMARIZE), *args], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, r.stderr
