@@ -76,32 +76,30 @@ template <typename T> __device__ __forceinline__ T cf_floordiv_std(T a, T b, T *
 """
 
 
-def make_floor_divide(cupy: ModuleType) -> Any:
-    """The ``floor_divide`` ufunc for ``cupy`` (NumPy's results, one kernel)."""
+def _division(cupy: ModuleType, name: str, remainder: bool) -> Any:
+    """The floor quotient (and, with ``remainder``, NumPy's remainder beside it) per loop."""
     ops = []
     for c in _LOOPS:
         t = _float_t(c)
-        ops.append((f"{c}{c}->{c}",
-                    f"{t} m; out0 = (out0_type)cf_floordiv_std<{t}>(({t})in0, ({t})in1, &m);"
-                    if c in "efd" else "out0 = cf_ifloordiv<in0_type>(in0, in1);"))
-    return cupy._core.create_ufunc("cuflow_floor_divide", ops, preamble=_FLOORDIV,
-                                   doc=__doc__)
+        if c in "efd":
+            code = f"{t} m; out0 = (out0_type)cf_floordiv_std<{t}>(({t})in0, ({t})in1, &m);"
+            code += " out1 = (out1_type)m;" if remainder else ""
+        else:
+            code = "out0 = cf_ifloordiv<in0_type>(in0, in1);"
+            code += " out1 = cf_imod<in0_type>(in0, in1);" if remainder else ""
+        ops.append((f"{c}{c}->{c}{c if remainder else ''}", code))
+    return cupy._core.create_ufunc(name, ops, preamble=_FLOORDIV, doc=__doc__)
+
+
+def make_floor_divide(cupy: ModuleType) -> Any:
+    """The ``floor_divide`` ufunc for ``cupy`` (NumPy's results, one kernel)."""
+    return _division(cupy, "cuflow_floor_divide", False)
 
 
 def make_divmod(cupy: ModuleType) -> Any:
     """The ``divmod`` ufunc for ``cupy``: ``(a // b, a % b)`` of :func:`make_floor_divide`
     and :func:`make_remainder`, in one kernel."""
-    ops = []
-    for c in _LOOPS:
-        if c in "efd":
-            t = _float_t(c)
-            code = (f"{t} m; out0 = (out0_type)cf_floordiv_std<{t}>(({t})in0, ({t})in1, "
-                    f"&m); out1 = (out1_type)m;")
-        else:
-            code = ("out0 = cf_ifloordiv<in0_type>(in0, in1); "
-                    "out1 = cf_imod<in0_type>(in0, in1);")
-        ops.append((f"{c}{c}->{c}{c}", code))
-    return cupy._core.create_ufunc("cuflow_divmod", ops, preamble=_FLOORDIV, doc=__doc__)
+    return _division(cupy, "cuflow_divmod", True)
 
 
 # the complex loops' special values (in0 complex<float> or complex<double>), as NumPy's
