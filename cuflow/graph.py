@@ -39,6 +39,7 @@ import functools
 import linecache
 import os
 import reprlib
+import threading
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -55,7 +56,8 @@ __all__ = ["CapturedFunction", "Graph", "GraphCaptureError", "capture", "graphed
 
 
 class GraphCaptureError(CuflowError, RuntimeError):
-    """``fn`` did something a CUDA graph cannot record; ``__cause__`` is the CUDA error."""
+    """``fn`` did something a CUDA graph cannot record (``__cause__`` is the CUDA error), or a
+    captured function was called while a call of it was still running."""
 
 
 class Graph:
@@ -275,8 +277,16 @@ class CapturedFunction:
 
     A non-array argument's value is recorded into the graph: the same object is taken as
     the same value, so a list or a configuration object changed after the capture replays
-    its old value on the GPU (capture again instead).  The static buffers are shared by
-    every caller: one thread at a time calls a captured function.
+    its old value on the GPU (capture again instead).  Arguments are positional: the graph
+    records them in order, and a keyword argument is refused.
+
+    Thread safety: the static buffers are shared by every caller, so one thread at a time
+    calls a captured function and reads its outputs.  A call (or :meth:`replay`,
+    :meth:`close`) made while another call of the same captured function is running, in
+    another thread or inside ``fn``, raises :class:`GraphCaptureError` rather than
+    overwriting that call's inputs.  Threads that share one serialize their calls with a
+    lock of their own, held until they have read (or copied) the outputs; or each thread
+    captures its own.
 
     Parameters
     ----------
@@ -293,12 +303,16 @@ class CapturedFunction:
     Raises
     ------
     cuflow.ArgumentTypeError
-        ``fn`` is not callable, or ``warmup`` is not an int.
+        ``fn`` is not callable, ``warmup`` is not an int, or ``example_inputs`` is not a
+        tuple or list; at a call, another count of arguments than captured, or a keyword
+        argument other than ``stream=``.
     cuflow.ArgumentError
-        ``warmup`` is negative.
+        ``warmup`` is negative; at a call, an argument unlike the captured one (not an
+        array of the captured shape and dtype, or another recorded value).
     GraphCaptureError
-        With ``example_inputs``, on the GPU backend: ``fn`` does something a graph cannot
-        record (the message names it), or returns something other than arrays.
+        With ``example_inputs``: ``fn`` does something a graph cannot record (the message
+        names it; on the GPU backend), or returns something other than arrays.  At a call:
+        another call of this captured function is still running.
 
     Notes
     -----
@@ -331,6 +345,11 @@ class CapturedFunction:
         self.outputs: Any = None
         self._captured = False
         self._ready: Any = None  # the capture stream's work, while it may be incomplete
+        # taken by the running call, replay or close; a second one at once is refused, not
+        # made to wait: waiting would not make two threads' calls safe, since on the GPU the
+        # host's order does not order the two calls' streams (the second copy can overwrite
+        # a static input the first replay has not read yet), and the outputs stay shared
+        self._busy = threading.Lock()
         functools.update_wrapper(self, fn, updated=())
         if example_inputs is not None:
             if not isinstance(example_inputs, tuple | list):
@@ -410,32 +429,61 @@ class CapturedFunction:
             bound._name = self._name
         return bound
 
-    def __call__(self, *inputs: Any, stream: Any = None) -> Any:
+    def __getstate__(self) -> dict[str, Any]:
+        # (a lock cannot be copied or pickled: a copy gets its own, see __setstate__)
+        state = self.__dict__.copy()
+        del state["_busy"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._busy = threading.Lock()
+
+    def _in_use(self, what: str) -> GraphCaptureError:
+        """The error of a call, replay or close that found ``_busy`` taken."""
+        return GraphCaptureError(
+            f"cuflow.graph: cannot {what} {self._name} while a call of it is still running "
+            f"(in another thread, or inside fn): its static inputs and outputs are shared "
+            f"by every call, so one call at a time; serialize the threads' calls with a lock "
+            f"held until the outputs are read, or capture one per thread")
+
+    def __call__(self, *inputs: Any, stream: Any = None, **kwargs: Any) -> Any:
         """Copy ``inputs`` into the static inputs and replay (captured on the first call
         where no example inputs were given); the static outputs, see the class docstring."""
-        b = get_backend()
-        s = as_cupy_stream(stream, f"graph.CapturedFunction({self._name})")
-        if not self._captured:
-            self._capture(inputs, s if stream is not None else None)
+        if kwargs:
+            raise ArgumentTypeError(
+                f"cuflow.graph: {self._name} takes its arguments positionally (the graph "
+                f"records them in order; stream= is the only keyword of a call), got keyword "
+                f"argument(s) {', '.join(kwargs)}")
+        if not self._busy.acquire(blocking=False):
+            raise self._in_use("call")
+        try:
+            b = get_backend()
+            s = as_cupy_stream(stream, f"graph.CapturedFunction({self._name})")
+            if not self._captured:
+                self._capture(inputs, s if stream is not None else None)
+                if not b.is_gpu:
+                    # the NumPy backend's capture runs fn only here: a first call that raised
+                    # is not a capture either, as on the GPU (the next call captures again)
+                    try:
+                        return self._run_eagerly()
+                    except BaseException:
+                        self.inputs, self._captured = (), False
+                        raise
+            self._check(inputs, b.ndarray)
+            if b.is_gpu:
+                # (before the copies: the capture's copies of the examples come first)
+                self._wait(s)
+            for x, static in zip(inputs, self.inputs, strict=True):
+                if isinstance(static, b.ndarray) and x is not static:
+                    with contextlib.nullcontext() if s is None else s:  # (None: NumPy's)
+                        b.xp.copyto(static, x)
             if not b.is_gpu:
-                # the NumPy backend's capture runs fn only here: a first call that raised is
-                # not a capture either, as on the GPU (the next call captures again)
-                try:
-                    return self._run_eagerly()
-                except BaseException:
-                    self.inputs, self._captured = (), False
-                    raise
-        self._check(inputs, b.ndarray)
-        if b.is_gpu:
-            self._wait(s)  # (before the copies: the capture's copies of the examples come first)
-        for x, static in zip(inputs, self.inputs, strict=True):
-            if isinstance(static, b.ndarray) and x is not static:
-                with contextlib.nullcontext() if s is None else s:  # (None: NumPy's)
-                    b.xp.copyto(static, x)
-        if not b.is_gpu:
-            return self._run_eagerly()
-        self.graph.replay(stream=s)
-        return self.outputs
+                return self._run_eagerly()
+            self.graph.replay(stream=s)
+            return self.outputs
+        finally:
+            self._busy.release()
 
     def _run_eagerly(self) -> Any:
         """The NumPy backend's replay: ``fn`` on the static inputs, its results written into
@@ -493,30 +541,53 @@ class CapturedFunction:
         darray, tuple of darrays or None
             The static outputs, overwritten by the next call or replay.
 
+        Raises
+        ------
+        cuflow.BackendError
+            There is no graph: not captured yet, or closed.
+        GraphCaptureError
+            A call of this captured function is still running (see the class docstring).
+
         Notes
         -----
         Stream semantics: asynchronous; one graph launch queued on ``stream`` or the
         current stream.
         """
-        b = get_backend()
-        s = as_cupy_stream(stream, f"graph.CapturedFunction({self._name}).replay")
-        if not b.is_gpu and self._captured:
-            return self._run_eagerly()
-        if self.graph is None:
-            raise BackendError(f"cuflow.graph: {self._name} has no graph to replay: it was "
-                               "not captured yet or was closed (call it once, which captures "
-                               "it, or pass example inputs to capture)")
-        self._wait(s)
-        self.graph.replay(stream=s)
-        return self.outputs
+        if not self._busy.acquire(blocking=False):
+            raise self._in_use("replay")
+        try:
+            b = get_backend()
+            s = as_cupy_stream(stream, f"graph.CapturedFunction({self._name}).replay")
+            if not b.is_gpu and self._captured:
+                return self._run_eagerly()
+            if self.graph is None:
+                raise BackendError(f"cuflow.graph: {self._name} has no graph to replay: it was "
+                                   "not captured yet or was closed (call it once, which "
+                                   "captures it, or pass example inputs to capture)")
+            self._wait(s)
+            self.graph.replay(stream=s)
+            return self.outputs
+        finally:
+            self._busy.release()
 
     def close(self) -> None:
-        """Release the graph (its memory goes back once no returned array uses it)."""
-        if self.graph is not None:
-            self.graph.close()
-        self.graph, self.inputs, self.outputs = None, (), None
-        self._ready = None
-        self._captured = False
+        """Release the graph (its memory goes back once no returned array uses it).
+
+        Raises
+        ------
+        GraphCaptureError
+            A call of this captured function is still running (see the class docstring).
+        """
+        if not self._busy.acquire(blocking=False):
+            raise self._in_use("close")
+        try:
+            if self.graph is not None:
+                self.graph.close()
+            self.graph, self.inputs, self.outputs = None, (), None
+            self._ready = None
+            self._captured = False
+        finally:
+            self._busy.release()
 
 
 def capture(fn: Callable[..., Any] | None = None, *example_inputs: Any, stream: Any = None,
@@ -570,8 +641,9 @@ def capture(fn: Callable[..., Any] | None = None, *example_inputs: Any, stream: 
                 f"legacy default stream")
         return _capture_block(stream=stream)
     if stream is not None:
-        raise ArgumentError("cuflow.graph.capture: stream= is for the block form (with "
-                            "capture(stream=s)); a captured function's calls take stream=")
+        raise ArgumentError(f"cuflow.graph.capture: stream= is for the block form (with "
+                            f"capture(stream=s)), and fn is given: a captured function's calls "
+                            f"take stream=, got stream={reprlib.repr(stream)}")
     return CapturedFunction(fn, example_inputs if example_inputs else None, warmup=warmup)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import threading
 
 import numpy as np
 import pytest
@@ -74,19 +75,25 @@ def test_graphed_decorator_captures_on_first_call(cf, rng):
     s, d = f(a, b, 3.0)
     np.testing.assert_allclose(cf.asnumpy(s), (cf.asnumpy(a) + cf.asnumpy(b)) * 3, rtol=1e-6)
     np.testing.assert_array_equal(cf.asnumpy(d), cf.asnumpy(a) - cf.asnumpy(b))
+    gpu = cf.get_backend().is_gpu
+    # the GPU runs fn for the warm-up and the capture; the NumPy backend, which has no
+    # graphs, once (the capture's run is the call's)
     n_python_calls = len(calls)
+    assert n_python_calls == (2 if gpu else 1)
     ha, hb = cf.asnumpy(a), cf.asnumpy(b)
     s2, d2 = f(b, a, 3.0)  # on the GPU: the first call's graph, replayed on swapped inputs
     np.testing.assert_allclose(cf.asnumpy(s2), (hb + ha) * 3, rtol=1e-6)
     np.testing.assert_array_equal(cf.asnumpy(d2), hb - ha)
-    if cf.get_backend().is_gpu:
-        assert len(calls) == n_python_calls  # replayed, fn not run again
-        with pytest.raises(ValueError, match="recorded into the graph"):
-            f(a, b, 4.0)
-        with pytest.raises(ValueError, match=r"shape \(4, 8\)"):
-            f(a[:2], b[:2], 3.0)
-        with pytest.raises(TypeError, match="captured with 3"):
-            f(a, b)
+    # replayed on the GPU, fn not run again; the NumPy backend's replay is a run of fn
+    assert len(calls) == n_python_calls + (0 if gpu else 1)
+    n_python_calls = len(calls)
+    with pytest.raises(cuflow.ArgumentError, match="recorded into the graph"):
+        f(a, b, 4.0)
+    with pytest.raises(cuflow.ArgumentError, match=r"shape \(4, 8\)"):
+        f(a[:2], b[:2], 3.0)
+    with pytest.raises(cuflow.ArgumentTypeError, match="captured with 3"):
+        f(a, b)
+    assert len(calls) == n_python_calls  # a refused call runs nothing
 
 
 def test_capture_validates_arguments(cf):
@@ -126,7 +133,7 @@ def test_calls_are_checked_on_every_backend(cf, rng):
         f(a, 3.0)
     with pytest.raises(cf.graph.GraphCaptureError, match="must return arrays"):
         cf.graph.capture(lambda x: "text", a)(a)  # (on the GPU: at the capture)
-    with pytest.raises(cf.ArgumentError, match="block form"):
+    with pytest.raises(cf.ArgumentError, match=r"block form .* got stream=<cuflow\.Stream"):
         cf.graph.capture(lambda x: x, a, stream=cf.Stream())
 
 
@@ -462,3 +469,67 @@ def test_a_none_output_keeps_the_arrays_beside_it_static(cf, rng):
     second = g(x * 3)
     assert first[0] is second[0] and second[1] is None
     np.testing.assert_allclose(cf.asnumpy(second[0]), cf.asnumpy(x) * 3 + 1, rtol=1e-6)
+
+
+def test_arguments_are_positional(cf, rng):
+    x = cf.asarray(rng.uniform(-9, 9, size=(8,)).astype(np.float32))
+    f = cf.graph.graphed(lambda a, k=2.0: a * k)
+    with pytest.raises(cuflow.ArgumentTypeError, match=r"^cuflow\.graph: \S*<lambda> takes its "
+                                                        r"arguments positionally .* got keyword "
+                                                        r"argument\(s\) k$"):
+        f(x, k=3.0)
+    np.testing.assert_array_equal(cf.asnumpy(f(x, 3.0)), cf.asnumpy(x) * 3)
+
+
+def test_a_call_while_another_runs_is_refused(cf, rng):
+    """The static inputs and outputs are shared: a call while another is running (in another
+    thread, or inside fn) would overwrite the first call's inputs, so it is refused, and the
+    first call computes on its own inputs."""
+    xa, xb = (cf.asarray(rng.uniform(-9, 9, size=(8,)).astype(np.float32)) for _ in range(2))
+    entered, leave = threading.Event(), threading.Event()
+
+    def step(t):
+        if not entered.is_set():  # the first run (on the GPU: the warm-up) waits
+            entered.set()
+            assert leave.wait(30)
+        return t * 2
+
+    f = cf.graph.graphed(step)
+    got = {}
+
+    def first():
+        try:
+            got["a"] = cf.asnumpy(f(xa))
+        except BaseException as e:  # (reported below, not lost in the thread)
+            got["a"] = e
+
+    t = threading.Thread(target=first)
+    t.start()
+    try:
+        assert entered.wait(30)
+        for name, call in (("call", lambda: f(xb)), ("replay", f.replay), ("close", f.close)):
+            with pytest.raises(cf.graph.GraphCaptureError,
+                               match=rf"^cuflow\.graph: cannot {name} \S*step while a call of it "
+                                     r"is still running \(in another thread, or inside fn\)"):
+                call()
+    finally:
+        leave.set()
+        t.join(30)
+    assert not isinstance(got["a"], BaseException), got["a"]
+    np.testing.assert_array_equal(got["a"], cf.asnumpy(xa) * 2)
+    np.testing.assert_array_equal(cf.asnumpy(f(xb)), cf.asnumpy(xb) * 2)  # then free again
+
+    def again(t):  # a call inside fn: the same rule
+        return g(t) * 2
+
+    g = cf.graph.graphed(again)
+    with pytest.raises(cf.graph.GraphCaptureError, match=r"cannot call \S*again while a call"):
+        g(xa)
+
+
+def test_a_copy_of_a_captured_function_is_one_of_its_own(cf, rng):
+    x = cf.asarray(rng.uniform(-9, 9, size=(8,)).astype(np.float32))
+    f = cf.graph.graphed(lambda a: a * 2)
+    for c in (copy.copy(f), copy.deepcopy(f)):
+        np.testing.assert_array_equal(cf.asnumpy(c(x)), cf.asnumpy(x) * 2)
+        c.close()
