@@ -11,7 +11,7 @@ import pytest
 import cuflow
 from cuflow.testing import _timer
 from cuflow.testing import (Timing, assert_equal_host, copy_bandwidth_tbps, device_time_us,
-                            host_time_us, poisoned, random_array)
+                            host_time_us, poisoned, random_array, to_host)
 
 
 @pytest.mark.parametrize("dtype", cuflow.testing.DTYPES)
@@ -23,12 +23,15 @@ def test_random_arrays_are_never_all_zeros(cf, dtype):
 
 
 def test_random_array_bounds(cf, rng):
+    """[low, high) on every dtype family: high is never drawn (a float16 draw rounded up to
+    it would be), and the draws reach both ends of an integer range."""
     i = random_array(1000, np.int16, rng, low=-3, high=5, host=True)
-    assert i.min() >= -3 and i.max() <= 4
-    f = random_array(1000, np.float16, rng, low=-4, high=4, host=True)
-    assert f.min() >= -4 and f.max() <= 4
-    c = random_array(100, np.complex64, rng, low=0, high=1, host=True)
-    assert (0 <= c.real).all() and (c.imag < 1).all()
+    assert i.min() == -3 and i.max() == 4  # (each of the 8 values missed: p = 7/8 ** 1000)
+    f = random_array(10**5, np.float16, rng, low=-4, high=4, host=True)
+    assert f.min() >= -4 and f.max() < 4
+    c = random_array(10**5, np.complex64, rng, low=-1, high=1, host=True)
+    for part in (c.real, c.imag):
+        assert (-1 <= part).all() and (part < 1).all() and (part < 0).any()
     assert random_array((4,), np.float16, rng, low=0.0, high=1e-3, host=True).any()
 
 
@@ -88,6 +91,17 @@ def test_random_floats_in_a_range_around_zero_are_never_all_zeros(cf, low, high,
     (lambda: device_time_us(lambda: None, number=-5), ValueError, ("number", "-5")),
     (lambda: copy_bandwidth_tbps(3), ValueError, ("nbytes", "3")),
     (lambda: Timing.of([]), ValueError, ("Timing.of", "at least one", "got []")),
+    (lambda: Timing.of("12"), TypeError, ("Timing.of", "finite real numbers >= 0", "str '12'")),
+    (lambda: Timing.of([2.0, True]), TypeError, ("Timing.of", "bool True", "[2.0, True]")),
+    (lambda: Timing.of([float("nan"), 1.0]), ValueError, ("Timing.of", ">= 0", "got nan")),
+    (lambda: Timing.of([1.0, -0.5]), ValueError, ("Timing.of", ">= 0", "got -0.5")),
+    (lambda: random_array(3, np.float32, host="no"), TypeError,
+     ("random_array", "host must be True or False", "'no'")),
+    (lambda: random_array(3, None), TypeError, ("random_array", "dtype", "got None")),
+    (lambda: poisoned(3, None), TypeError, ("poisoned", "dtype", "got None")),
+    (lambda: to_host({"a": 1}), TypeError, ("to_host", "dict {'a': 1}", "object array")),
+    (lambda: to_host(None), TypeError, ("to_host", "NoneType", "object array")),
+    (lambda: to_host([[1.0, 2.0], [3.0]]), ValueError, ("to_host", "list", "inhomogeneous")),
 ])
 def test_helpers_state_their_rules(cf, call, builtin, words):
     with pytest.raises(builtin) as e:
@@ -95,6 +109,38 @@ def test_helpers_state_their_rules(cf, call, builtin, words):
     assert isinstance(e.value, cuflow.CuflowError)
     for w in words:
         assert w in str(e.value), (w, str(e.value))
+
+
+class _Table:
+    """A host mapping that is also array data (as a pandas Series): its get takes a key."""
+
+    def __init__(self, values):
+        self.values = values
+
+    def get(self, key, default=None):
+        return default
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(self.values, dtype=dtype)
+
+
+def test_to_host_copies_array_data_and_only_that(cf, rng):
+    host = rng.uniform(-9, 9, size=(3, 4)).astype(np.float32)
+    for x in (cf.asarray(host), host, _Table(host), host.tolist()):
+        got = to_host(x)
+        assert type(got) is np.ndarray and got is not x
+        np.testing.assert_array_equal(got, host)
+    assert to_host(np.float32(2.5)) == np.float32(2.5) and to_host(3).shape == ()
+    assert_equal_host(_Table(host), host)
+
+
+def test_testing_forwards_other_names_and_says_which_ones_it_lacks(cf):
+    assert cuflow.testing.assert_allclose is cf.get_backend().xp.testing.assert_allclose
+    assert not hasattr(cuflow.testing, "assert_allclsoe")
+    with pytest.raises(AttributeError, match=r"^module 'cuflow\.testing' has no attribute "
+                                             r"'assert_allclsoe' \(not in cuflow\.testing nor in "
+                                             r"(numpy|cupy)\.testing"):
+        cuflow.testing.assert_allclsoe  # noqa: B018  (the attribute access is the test)
 
 
 def test_assert_equal_host_checks_dtype_and_shape_without_assert_statements(cf):

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import math
 import numbers
+import reprlib
+import sys
 from typing import Any
 
 import numpy
 
-from .._checks import is_integer
+from .._checks import as_flag, is_integer
 from .._errors import ArgumentError, ArgumentTypeError
 from ..core import asarray, get_backend
 from ..core._contract import check_dtype
@@ -50,7 +52,8 @@ def random_array(shape: Any, dtype: Any, rng: numpy.random.Generator | None = No
         The generator the values are drawn from (on the host); default: a new, unseeded
         ``numpy.random.default_rng()``.  Pass a seeded one for reproducible values.
     host : bool, default False
-        Return the NumPy array drawn on the host instead of copying it to a darray.
+        Return the NumPy array drawn on the host instead of copying it to a darray: True
+        or False (or 1 or 0).
     low, high : number, optional
         Bounds of the values, ``[low, high)``.  For an integer dtype, ints; either may be
         left out (the dtype's least value, and one past its greatest).  For a real or
@@ -65,9 +68,9 @@ def random_array(shape: Any, dtype: Any, rng: numpy.random.Generator | None = No
     Raises
     ------
     cuflow.ArgumentTypeError
-        ``rng`` is not a ``numpy.random.Generator``; ``dtype`` names no dtype or a dtype of
-        no numbers; ``shape`` is not an int or a sequence of ints; an integer dtype's
-        ``low`` or ``high`` is not an int.
+        ``rng`` is not a ``numpy.random.Generator``; ``dtype`` is None, names no dtype or a
+        dtype of no numbers; ``shape`` is not an int or a sequence of ints; ``host`` is not
+        a bool; an integer dtype's ``low`` or ``high`` is not an int.
     cuflow.ArgumentError
         A negative size in ``shape``; bounds given for bools; a real or complex dtype's
         bound missing, not a finite real number, outside the dtype's finite range, or
@@ -88,6 +91,7 @@ def random_array(shape: Any, dtype: Any, rng: numpy.random.Generator | None = No
                                 f"numpy.random.Generator or None, got {type(rng).__name__}")
     dt = _dtype("random_array", dtype)
     shape = check_shape("testing.random_array", shape, dt)
+    host = as_flag("testing.random_array", "host", host)
     bounds = low is not None or high is not None
     if bounds and dt.kind == "b":
         raise ArgumentError("cuflow.testing.random_array: bools take no low and high")
@@ -197,8 +201,8 @@ def poisoned(shape: Any, dtype: Any) -> Any:
     Raises
     ------
     cuflow.ArgumentTypeError
-        ``dtype`` names no dtype or a dtype of no numbers, or ``shape`` is not an int or a
-        sequence of ints.
+        ``dtype`` is None, names no dtype or a dtype of no numbers, or ``shape`` is not an
+        int or a sequence of ints.
     cuflow.ArgumentError
         A negative size in ``shape``.
     cuflow.OutOfMemoryError
@@ -226,23 +230,51 @@ def to_host(x: Any) -> numpy.ndarray:
     Parameters
     ----------
     x : array_like
-        A device array (anything with a ``get`` method that is not a ``numpy.ndarray``:
-        a darray of the CuPy backend, a CuPy array), or host data that ``numpy.array``
-        takes (a NumPy array or darray of the NumPy backend, a scalar, a sequence).
+        A device array (a ``cupy.ndarray``, which a darray of the CuPy backend is), or
+        host data that ``numpy.array`` takes as an array of values rather than as one
+        object (a NumPy array or darray of the NumPy backend, a scalar, a nested sequence
+        of them).
 
     Returns
     -------
     numpy.ndarray
         A new host array, never a subclass and never ``x`` itself.
 
+    Raises
+    ------
+    cuflow.ArgumentTypeError
+        ``x`` is neither: ``numpy.array`` refuses it with a TypeError (a device array of
+        another library, such as a CUDA tensor), or makes an object array of it (a dict,
+        None, an arbitrary object).
+    cuflow.ArgumentError
+        ``numpy.array`` refuses ``x`` with a ValueError (a ragged nested sequence).
+
     Notes
     -----
     Stream semantics: a device array's copy is queued on the current stream, after the
     work queued there, and the host waits for it.
     """
-    if hasattr(x, "get") and not isinstance(x, numpy.ndarray):
+    if isinstance(x, numpy.ndarray):
+        return numpy.array(x, copy=True, subok=False)
+    # a device array by its class, not by a get method: a dict's, a pandas Series', any
+    # mapping's get takes a key (a CuPy array exists only once cupy is imported)
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and isinstance(x, cupy.ndarray):
         return x.get()
-    return numpy.array(x, copy=True, subok=False)
+    rule = ("x must be a device array (CuPy's, a darray) or host data (an array, a scalar or a "
+            "nested sequence of them)")
+    try:
+        a = numpy.array(x, copy=True, subok=False)
+    except TypeError as e:
+        raise ArgumentTypeError(f"cuflow.testing.to_host: {rule}, got {type(x).__name__}, "
+                                f"which numpy.array refuses: {e}") from e
+    except ValueError as e:
+        raise ArgumentError(f"cuflow.testing.to_host: {rule}, got {type(x).__name__}, which "
+                            f"numpy.array refuses: {e}") from e
+    if a.dtype == object:  # (what NumPy does not read as numbers, it wraps as objects)
+        raise ArgumentTypeError(f"cuflow.testing.to_host: {rule}, got {type(x).__name__} "
+                                f"{reprlib.repr(x)}, which numpy.array makes an object array")
+    return a
 
 
 def assert_equal_host(actual: Any, expected: Any, **kw: Any) -> None:
@@ -260,6 +292,8 @@ def assert_equal_host(actual: Any, expected: Any, **kw: Any) -> None:
 
     Raises
     ------
+    cuflow.ArgumentTypeError, cuflow.ArgumentError
+        ``actual`` or ``expected`` is not array data :func:`to_host` takes.
     AssertionError
         The dtypes differ, the shapes differ, or an element differs (NaNs in the same
         places are equal, as for ``numpy.testing.assert_array_equal``).  The dtype and
@@ -279,7 +313,11 @@ def assert_equal_host(actual: Any, expected: Any, **kw: Any) -> None:
 
 
 def _dtype(name: str, dtype: Any) -> numpy.dtype:
-    """A dtype of numbers (bool, integers, reals, complex): the creation functions' rule."""
+    """A dtype of numbers (bool, integers, reals, complex): the creation functions' rule,
+    without their default (``numpy.dtype(None)`` is float64: a test names its dtype)."""
+    if dtype is None:
+        raise ArgumentTypeError(f"cuflow.testing.{name}: dtype must be a bool, integer, real "
+                                f"or complex dtype, got None")
     check_dtype(f"testing.{name}", dtype)
     return numpy.dtype(dtype)
 
@@ -288,4 +326,9 @@ def __getattr__(name: str) -> Any:
     if name.startswith("__"):
         raise AttributeError(name)
     b = get_backend()
-    return getattr(b.xp.testing, name)
+    try:
+        return getattr(b.xp.testing, name)
+    except AttributeError:
+        raise AttributeError(f"module 'cuflow.testing' has no attribute {name!r} (not in "
+                             f"cuflow.testing nor in {b.xp.__name__}.testing, where it forwards "
+                             f"the names it does not define)") from None

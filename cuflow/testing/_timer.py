@@ -19,10 +19,13 @@ On the NumPy backend the same functions time the CPU (events record host time).
 from __future__ import annotations
 
 import gc
+import math
+import numbers
+import reprlib
 import statistics
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,12 +64,48 @@ class Timing:
     samples_us: tuple[float, ...]
 
     @classmethod
-    def of(cls, samples: list[float]) -> Timing:
-        """The median, min and max of ``samples`` (per-call microseconds, at least one)."""
-        if not len(samples):
+    def of(cls, samples: Iterable[float]) -> Timing:
+        """The median, min and max of ``samples``.
+
+        Parameters
+        ----------
+        samples : iterable of float
+            Per-call microseconds, at least one: each a finite real number >= 0 (a NaN
+            would make the median and the extremes NaN).
+
+        Returns
+        -------
+        Timing
+            The summary, with ``samples`` kept as ``samples_us``.
+
+        Raises
+        ------
+        cuflow.ArgumentTypeError
+            ``samples`` is text or not iterable, or holds something other than a real
+            number (a bool is not one).
+        cuflow.ArgumentError
+            ``samples`` is empty, or holds a NaN, an infinity or a negative time.
+        """
+        rule = "samples must hold per-call microseconds, finite real numbers >= 0"
+        if isinstance(samples, str | bytes):
+            raise ArgumentTypeError(f"cuflow.testing.Timing.of: {rule}, got "
+                                    f"{type(samples).__name__} {reprlib.repr(samples)}")
+        try:
+            vals = tuple(samples)
+        except TypeError:
+            raise ArgumentTypeError(f"cuflow.testing.Timing.of: {rule}, got "
+                                    f"{type(samples).__name__} {reprlib.repr(samples)}") from None
+        if not vals:
             raise ArgumentError(f"cuflow.testing.Timing.of: samples must hold at least one "
-                                f"time, got {samples!r}")
-        return cls(statistics.median(samples), min(samples), max(samples), tuple(samples))
+                                f"time, got {reprlib.repr(samples)}")
+        for v in vals:
+            if not isinstance(v, numbers.Real) or isinstance(v, bool | numpy.bool_):
+                raise ArgumentTypeError(f"cuflow.testing.Timing.of: {rule}, got "
+                                        f"{type(v).__name__} {v!r} in {reprlib.repr(samples)}")
+            if not (math.isfinite(v) and v >= 0):
+                raise ArgumentError(f"cuflow.testing.Timing.of: {rule}, got {v!r} in "
+                                    f"{reprlib.repr(samples)}")
+        return cls(statistics.median(vals), min(vals), max(vals), vals)
 
 
 def _counts(name: str, **counts: int) -> None:
