@@ -3,6 +3,7 @@ the public API on every backend."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -155,6 +156,69 @@ def test_timers_give_positive_times(cf):
     t = host_time_us(lambda: None, number=10, repeat=3, warmup=0)
     assert 0 < t.min_us <= t.median_us <= t.max_us and len(t.samples_us) == 3
     assert copy_bandwidth_tbps(1 << 22) > 0
+
+
+def test_timers_report_microseconds_per_call(cf):
+    """A call that sleeps 2 ms takes 2000 us or more of host time, however many calls a loop
+    makes; on the NumPy backend the device timer's events record host time too."""
+    def sleep():
+        time.sleep(0.002)
+
+    timers = [host_time_us] + ([] if cf.get_backend().is_gpu else [device_time_us])
+    for timer in timers:
+        for number in (1, 10):
+            t = timer(sleep, number=number, repeat=2, warmup=0)
+            # (a loop's time not divided by its 10 calls would be 20000 us or more)
+            assert 2000 <= t.min_us < 10_000, (timer.__name__, number, t)
+
+
+def test_device_time_calls_fn_warmup_plus_number_times_repeat(cf, rng):
+    a = random_array((256,), "float32", rng)
+    c = cf.empty_like(a)
+    calls = []
+
+    def counted():
+        calls.append(1)
+        cf.negative(a, dst=c)
+
+    t = device_time_us(counted, number=5, repeat=3, warmup=2)
+    assert len(t.samples_us) == 3
+    assert len(calls) == 2 + 5 * 3  # no untimed call before each loop (nor a hold given up)
+    assert_equal_host(c, -to_host(a))
+
+
+def test_device_time_measurements_run_one_at_a_time(cf):
+    """Two threads' measurements would share the hold's flag (on the GPU) and time each
+    other's calls: the second waits for the first to end."""
+    first_in, second_called = threading.Event(), threading.Event()
+    overlapped = []
+
+    def first():
+        if not first_in.is_set():
+            first_in.set()
+            # (the second thread's measurement has 0.2 s to call its fn: it must not)
+            overlapped.append(second_called.wait(0.2))
+
+    def second():
+        second_called.set()
+
+    errors = []
+
+    def measure(fn):
+        try:
+            device_time_us(fn, number=2, repeat=2, warmup=1)
+        except BaseException as e:  # (reported below, not lost in the thread)
+            errors.append(e)
+
+    a = threading.Thread(target=measure, args=(first,))
+    a.start()
+    assert first_in.wait(30)
+    b = threading.Thread(target=measure, args=(second,))
+    b.start()
+    a.join(30)
+    b.join(30)
+    assert not errors, errors
+    assert overlapped == [False] and second_called.is_set()
 
 
 @pytest.mark.gpu

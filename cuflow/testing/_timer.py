@@ -13,7 +13,8 @@
 * copy bandwidth: a large device-to-device copy, counting bytes read plus bytes
   written (the convention of the reference figures).
 
-On the NumPy backend the same functions time the CPU (events record host time).
+On the NumPy backend the same functions time the CPU (events record host time).  Device
+time measurements run one at a time per device (on the NumPy backend, the host).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import numbers
 import reprlib
 import statistics
 import struct
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -188,6 +190,13 @@ _HOLD_TIMEOUT_NS = 50_000_000
 _HOLD_ARGS = struct.Struct("QQ")  # HoldParams: the flag's address, the timeout in ns
 
 
+#: per device (None: the NumPy backend's host), the lock a device_time_us measurement holds:
+#: the hold's flag is one per device, and two threads holding and releasing it at once would
+#: release each other's hold (and their calls would share the GPU, each timing the other's).
+#: Reentrant: a fn that times something itself shares its caller's flag, as it always did.
+_MEASURING: dict[Any, threading.RLock] = {}
+
+
 class _Hold:
     """``cf_hold`` on the current stream, released by the host through pinned memory."""
 
@@ -228,6 +237,12 @@ def device_time_us(fn: Callable[[], object], *, number: int = 10, repeat: int = 
     GPU runs them).  The hold and the events are on the current stream: time work
     queued there (work ``fn`` queues on other streams is neither held nor timed).
 
+    ``fn`` is called ``warmup + number * repeat`` times, plus, after a hold gave up, the
+    run taken again and one untimed call per later run.  On the NumPy backend the events
+    record host time and there is no hold.  Measurements run one at a time per device (on
+    the NumPy backend, the host): a call from another thread waits for the running one to
+    end, as the hold's flag is the device's and the two would time each other's work.
+
     Parameters
     ----------
     fn : callable
@@ -251,31 +266,36 @@ def device_time_us(fn: Callable[[], object], *, number: int = 10, repeat: int = 
     """
     _callable("device_time_us", fn)
     _counts("device_time_us", number=number, repeat=repeat, warmup=warmup)
-    for _ in range(warmup):
-        fn()
-    _sync()
     rt = runtime()
-    hold = _Hold(rt) if rt.is_gpu else None
-    samples: list[float] = []
-    while len(samples) < repeat:
-        start, end = Event(), Event()
-        if hold is not None:
-            hold.hold()
-        else:
-            fn()  # keeps the GPU busy while the host launches the timed calls
-        try:
-            start.record()
-            for _ in range(number):
-                fn()
-            end.record()
-        finally:  # (a call that raised leaves no stream held)
+    device = rt.xp.cuda.runtime.getDevice() if rt.is_gpu else None
+    # (setdefault: two threads making the device's first lock at once get the same one)
+    with _MEASURING.setdefault(device, threading.RLock()):
+        for _ in range(warmup):
+            fn()
+        _sync()
+        hold = _Hold(rt) if rt.is_gpu else None
+        samples: list[float] = []
+        while len(samples) < repeat:
+            start, end = Event(), Event()
             if hold is not None:
-                hold.release()
-        end.synchronize()
-        if hold is not None and hold.timed_out:
-            hold = None  # (this run waited for the hold: it is taken again without one)
-            continue
-        samples.append(start.elapsed_time(end) * 1e3 / number)
+                hold.hold()
+            elif rt.is_gpu:  # (the NumPy backend has no GPU to keep busy)
+                fn()  # keeps the GPU busy while the host launches the timed calls
+            try:
+                start.record()
+                for _ in range(number):
+                    fn()
+                end.record()
+            finally:  # (a call that raised leaves no stream held)
+                if hold is not None:
+                    hold.release()
+            # (the end event follows the hold on the stream: once it is done the kernel no
+            # longer reads the flag, and the next measurement may take the lock)
+            end.synchronize()
+            if hold is not None and hold.timed_out:
+                hold = None  # (this run waited for the hold: it is taken again without one)
+                continue
+            samples.append(start.elapsed_time(end) * 1e3 / number)
     return Timing.of(samples)
 
 
