@@ -285,6 +285,36 @@ def test_pool_plugin_setup_that_fails_leaves_the_pools_limit(cf):
         ok.setup(worker)
         assert worker.cuflow_pool is ok and ok.report["reserved_at_setup"] >= 1 << 20
         assert pool.limit == 64 << 20
+        ok.teardown(worker)
+        assert pool.limit == 3 << 40
+    finally:
+        pool.limit = old
+
+
+def test_pool_plugins_sharing_a_pool_restore_it_at_the_last_teardown(cf, rng):
+    """Workers of one process share their device's pool: a teardown while another worker's
+    setup holds leaves the limit and the reserve, and the last one puts back the limit from
+    before the first setup."""
+    pool = cf.memory.get_pool()
+    old = pool.limit
+    before = int(rng.integers(200, 400)) << 20
+    try:
+        pool.limit = before
+        first, second = _Worker(), _Worker()
+        cfd.CuflowPool("1MiB", limit="64MiB").setup(first)
+        cfd.CuflowPool("2MiB", limit="32MiB").setup(second)
+        assert pool.limit == 32 << 20  # the latest setup's limit holds
+        reserved = cf.memory.stats()["reserved_bytes.all.current"]
+        assert reserved >= 2 << 20
+        first.cuflow_pool.teardown(first)
+        assert not hasattr(first, "cuflow_pool") and pool.limit == 32 << 20
+        assert cf.memory.stats()["reserved_bytes.all.current"] == reserved  # still reserved
+        second.cuflow_pool.teardown(second)
+        assert pool.limit == before and cf.memory.stats()["limit_bytes"] == before
+        after = cf.memory.stats()["reserved_bytes.all.current"]
+        # the reserve went back; on the GPU a segment that a live array shares with the reserve
+        # stays, so only "no more" holds there; the NumPy backend's host pool holds no array
+        assert after <= reserved if cf.get_backend().is_gpu else after <= reserved - (2 << 20)
     finally:
         pool.limit = old
 
