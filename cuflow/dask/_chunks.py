@@ -126,11 +126,36 @@ def _native(dtype: numpy.dtype) -> numpy.dtype:
     return dtype if dtype.isnative else dtype.newbyteorder("=")
 
 
+# {backend name: the most dimensions its arrays take}, found at the first meta call
+_MAX_NDIM: dict[str, int] = {}
+
+
+def _max_ndim() -> int:
+    """The most dimensions an array of the active backend takes.
+
+    That is NumPy's ``NPY_MAXDIMS``, 64 from NumPy 2 on and 32 before; CuPy's ``MAX_NDIM``
+    follows it (32, and 64 in the releases that match NumPy 2).  Neither library exposes the
+    number to Python, so a 64-dimensional empty array (no bytes) is tried once per backend.
+    """
+    rt = runtime()
+    n = _MAX_NDIM.get(rt.name)
+    if n is None:
+        try:
+            rt.xp.empty((0,) * 64, dtype=numpy.int8)
+            n = 64
+        except ValueError:  # "maximum supported dimension for an ndarray is 32, found 64"
+            n = 32
+        _MAX_NDIM[rt.name] = n
+    return n
+
+
 def meta(dtype: Any = numpy.float32, ndim: int = 1) -> Any:
     """An empty darray of ``dtype`` and ``ndim``: the ``meta=`` of a Dask array of darray chunks.
 
-    ``ndim`` is an int >= 0; ``dtype`` names a dtype that :func:`cuflow.empty` takes (in the
-    machine's byte order, as the chunks are: ``'>f4'`` gives ``float32`` on x86).
+    ``ndim`` is an int from 0 to the backend's maximum number of dimensions (64 with NumPy 2
+    and the CuPy releases that follow it, 32 with NumPy 1 and older CuPy); ``dtype`` names a
+    dtype that :func:`cuflow.empty` takes (in the machine's byte order, as the chunks are:
+    ``'>f4'`` gives ``float32`` on x86).
 
     Parameters
     ----------
@@ -138,7 +163,8 @@ def meta(dtype: Any = numpy.float32, ndim: int = 1) -> Any:
         The chunks' dtype: bool, an integer, real or complex dtype, given in either byte
         order.  None is :func:`cuflow.empty`'s default, float64.
     ndim : int, default 1
-        The Dask array's number of dimensions, an int >= 0 (not a bool).
+        The Dask array's number of dimensions, an int (not a bool) in ``[0, 64]`` (``[0, 32]``
+        where the backend's arrays take at most 32 dimensions).
 
     Returns
     -------
@@ -151,12 +177,14 @@ def meta(dtype: Any = numpy.float32, ndim: int = 1) -> Any:
     cuflow.ArgumentTypeError
         ``ndim`` is not an int, or ``dtype`` names no dtype or a dtype of no numbers.
     cuflow.ArgumentError
-        ``ndim`` is negative.
+        ``ndim`` is negative or above the backend's maximum number of dimensions.
     """
+    top = _max_ndim()
     if not is_integer(ndim):
-        raise ArgumentTypeError(f"cuflow.dask.meta: ndim must be an int >= 0, got {ndim!r}")
-    if ndim < 0:
-        raise ArgumentError(f"cuflow.dask.meta: ndim must be an int >= 0, got {ndim!r}")
+        raise ArgumentTypeError(f"cuflow.dask.meta: ndim must be an int in [0, {top}], "
+                                f"got {ndim!r}")
+    if not 0 <= ndim <= top:
+        raise ArgumentError(f"cuflow.dask.meta: ndim must be in [0, {top}], got {ndim!r}")
     check_dtype("dask.meta", dtype)
     if dtype is not None:
         dtype = _native(numpy.dtype(dtype))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
 import time
 import warnings
@@ -95,14 +96,30 @@ def test_meta_checks_ndim_and_dtype(cf):
     assert isinstance(m, cf.darray) and m.shape == (0, 0, 0) and m.dtype == np.int16
     assert cfd.meta(np.float32, 0).shape == ()
     for bad in (2.7, True, "2", None):
-        with pytest.raises(cuflow.ArgumentTypeError, match="cuflow.dask.meta: ndim must be an "
-                                                           "int >= 0"):
+        with pytest.raises(cuflow.ArgumentTypeError, match=r"cuflow.dask.meta: ndim must be an "
+                                                           r"int in \[0, \d+\], got "):
             cfd.meta(np.float32, bad)
-    with pytest.raises(cuflow.ArgumentError, match=r"ndim must be an int >= 0, got -1"):
+    with pytest.raises(cuflow.ArgumentError, match=r"ndim must be in \[0, \d+\], got -1"):
         cfd.meta(np.float32, -1)
     for bad in ("notadtype", object):
         with pytest.raises(cuflow.ArgumentTypeError, match="cuflow.dask.meta: dtype must"):
             cfd.meta(bad, 1)
+
+
+def test_meta_takes_the_backends_most_dimensions(cf):
+    """meta checks ndim's upper bound itself, the backend's (NumPy 2's 64, NumPy 1's 32)."""
+    with pytest.raises(cuflow.ArgumentError,
+                       match=r"cuflow.dask.meta: ndim must be in \[0, (\d+)\], got 65") as ei:
+        cfd.meta(np.float32, 65)
+    top = int(re.search(r"\[0, (\d+)\]", str(ei.value)).group(1))
+    if not cf.get_backend().is_gpu:
+        assert top == (64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32)
+    assert top in (32, 64)
+    m = cfd.meta(np.int8, top)
+    assert isinstance(m, cf.darray) and m.ndim == top and m.dtype == np.int8
+    with pytest.raises(cuflow.ArgumentError, match=rf"ndim must be in \[0, {top}\], got "
+                                                   rf"{top + 1}$"):
+        cfd.meta(np.int8, top + 1)
 
 
 def test_to_host_takes_a_dask_array(cf):
