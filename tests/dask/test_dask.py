@@ -358,6 +358,60 @@ def test_from_host_checks_x_and_chunks(cf):
             assert isinstance(ei.value.__cause__, cause) and repr(chunks) in str(ei.value)
 
 
+def test_from_host_reads_chunks_by_one_rule_for_host_and_dask_data(cf, rng):
+    line = rng.standard_normal(8) + 10
+    plane = rng.integers(1, 100, size=(4, 6), dtype=np.int32)
+    refused = [(line, (3, 3), cuflow.ArgumentError, r"Chunks do not add up"),
+               (line, ((4, 4), (1,)), cuflow.ArgumentError, r"same length"),
+               (line, {5: 2}, cuflow.ArgumentError, r"keys are axes, ints in \[-1, 1\).* a key "
+                                                    r"is 5$"),
+               (line, {"a": 2}, cuflow.ArgumentTypeError, r"a key is a str, 'a'$"),
+               (line, 0, cuflow.ArgumentError, r"an int >= 1 .* a chunk size is 0 for an axis "),
+               (line, -2, cuflow.ArgumentError, r"an int >= 1 .* a size is -2$"),
+               (line, ((9, -1),), cuflow.ArgumentError, r"axis 0 has sizes \(9, -1\)$"),
+               (line, 2.5, cuflow.ArgumentTypeError, r"no bools or floats.* a size is a float"),
+               (line, (4.0, 4), cuflow.ArgumentTypeError, r"a size is a float, 4.0$"),
+               (plane, (2,), cuflow.ArgumentError, r"same length"),
+               (plane, {0: 2, -2: 3}, cuflow.ArgumentError, r"axis 0 is given twice$")]
+    for host, chunks, err, found in refused:
+        for src in (host, da.from_array(host, chunks=2)):
+            with pytest.raises(err, match=r"cuflow.dask.from_host: chunks must be 'auto', .*"
+                                          + found) as ei:
+                cfd.from_host(src, chunks=chunks)
+            assert f"x's shape {host.shape}" in str(ei.value)
+            assert f"got chunks={chunks!r}" in str(ei.value)
+    accepted = [(line, (4, 4), ((4, 4),)), (line, {-1: 3}, ((3, 3, 2),)),
+                (line, [[5, 3]], ((5, 3),)), (line, "auto", None),
+                (plane, (2, -1), ((2, 2), (6,))), (plane, (None, 4), ((4,), (4, 2))),
+                (plane, np.int64(3), ((3, 1), (3, 3))), (plane, np.array([3, 4]), ((3, 1), (4, 2))),
+                (plane, {0: 1, -1: (1, 5)}, ((1, 1, 1, 1), (1, 5)))]
+    for host, chunks, want in accepted:
+        for src in (host, da.from_array(host, chunks=2)):
+            x = cfd.from_host(src, chunks=chunks)
+            if want is not None:
+                assert x.chunks == want, (type(src), chunks)
+            got = x.compute(scheduler="synchronous")
+            assert isinstance(got, cf.darray)
+            np.testing.assert_array_equal(cf.asnumpy(got), host)
+    # "auto" keeps a Dask array's chunks; a dict's axes left out keep x's chunks, a Dask
+    # array's own and the whole axis of host data
+    assert cfd.from_host(da.from_array(line, chunks=3)).chunks == ((3, 3, 2),)
+    assert cfd.from_host(plane, chunks={1: 4}).chunks == ((4,), (4, 2))
+    assert cfd.from_host(da.from_array(plane, chunks=(2, 3)), chunks={1: 4}).chunks == (
+        (2, 2), (4, 2))
+
+
+def test_from_host_refuses_to_rechunk_unknown_chunk_sizes(cf, rng):
+    host = rng.standard_normal(10) + 10
+    d = da.from_array(host, chunks=4)
+    unknown = d[d > 10]
+    with pytest.raises(cuflow.ArgumentError, match=r"x's chunk sizes are unknown .* "
+                                                   r"chunks=2; .*compute_chunk_sizes"):
+        cfd.from_host(unknown, chunks=2)
+    got = cfd.from_host(unknown).compute(scheduler="synchronous")
+    np.testing.assert_array_equal(cf.asnumpy(got), host[host > 10])
+
+
 @pytest.mark.parametrize("order", [">", "<"])
 def test_from_host_declares_the_chunks_native_dtype(cf, order):
     host = np.arange(6, dtype=f"{order}f4")
