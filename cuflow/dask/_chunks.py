@@ -1,13 +1,31 @@
 """darray as a Dask array chunk type: dispatch registrations, meta, host <-> device.
 
-``dask.array`` looks an operation up per chunk type (``concatenate_lookup`` &
+``dask.array`` looks some operations up per chunk type (``concatenate_lookup`` &
 co.).  darray subclasses ``cupy.ndarray`` / ``numpy.ndarray``, so without
 :func:`register` Dask would use CuPy's (or NumPy's) functions and hand back the
-base type; registered, the results of concatenation, rechunking and
-``compute()`` stay darrays.  Registration is per process: the workers do it in
-:class:`~cuflow.dask.CuflowPool`'s setup and when they run a graph built by
-:func:`from_host` or with :func:`meta`; without it a worker still computes
-correctly, with the base type's functions.
+base type; registered, concatenation (and so rechunking and the join of the chunks
+in ``compute()``), ``tensordot`` and ``einsum`` give darrays.  Registration is per
+process: the workers do it in :class:`~cuflow.dask.CuflowPool`'s setup and when
+they run a graph built by :func:`from_host` or with :func:`meta`; without it a
+worker still computes correctly, with the base type's functions.
+
+Dask ops that make their chunks without these lookups give what the functions they
+call return, whatever ``meta`` they declare:
+
+* ``zeros_like``, ``ones_like``, ``full_like`` and ``empty_like`` (and ``zeros``,
+  ``ones``, ``full`` and ``empty`` given a darray ``meta``) go through Dask's
+  array-creation backend, which the ``array.backend`` setting picks, not the chunk
+  type.  It broadcasts a ``*_like`` of the meta with ``numpy.broadcast_to``, which
+  gives a ``numpy.ndarray`` (``subok=False``) and, on the GPU, a ``cupy.ndarray``
+  (CuPy's ``*_like`` and ``broadcast_to`` build the base type).
+* A 1-d ``percentile`` merges the chunks' percentiles with NumPy functions
+  (``numpy.interp`` and indexing), which CuPy runs on the GPU, and gives the base
+  type on both backends.
+
+``y.map_blocks(cuflow.asarray, dtype=y.dtype, meta=meta(y.dtype, y.ndim))`` makes
+darrays of such chunks, and :func:`cuflow.asarray` of a computed result (on the GPU
+neither copies).  docs/scaling.md lists the other Dask ops seen to give NumPy
+arrays on the NumPy backend.
 """
 
 from __future__ import annotations

@@ -164,6 +164,31 @@ def test_concatenate_and_tensordot(ccf, client, rng):
     np.testing.assert_array_equal(ccf.asnumpy(x[[0, 3, 17]].compute()), a[[0, 3, 17]])
 
 
+def test_dask_ops_that_give_base_arrays_and_their_rewrap(cf, rng):
+    """zeros_like, ones_like, full_like and a 1-d percentile declare darray meta but build
+    their chunks with NumPy's functions, out of reach of the registrations (the module
+    docstring and docs/scaling.md list them); map_blocks(cuflow.asarray) makes darrays of
+    them."""
+    host = (rng.standard_normal((6, 4)) + 5).astype(np.float32)
+    x = cfd.from_host(host, chunks=(3, 2))
+    fill = float(rng.integers(2, 9))
+    q = [10.0, 50.0, 90.0]
+    percentile = da.percentile(da.from_array(host[:, 0], chunks=3), q)
+    cases = [(da.zeros_like(x), np.zeros_like(host)), (da.ones_like(x), np.ones_like(host)),
+             (da.full_like(x, fill), np.full_like(host, fill)),
+             (da.percentile(x[:, 0], q), percentile.compute(scheduler="synchronous"))]
+    base = cf.get_backend().ndarray
+    for y, want in cases:
+        assert isinstance(y._meta, cf.darray)
+        got = y.compute(scheduler="synchronous")
+        assert isinstance(got, base) and not isinstance(got, cf.darray), type(got)
+        np.testing.assert_allclose(cf.asnumpy(got), want, rtol=1e-6)
+        wrapped = y.map_blocks(cf.asarray, dtype=y.dtype, meta=cfd.meta(y.dtype, y.ndim))
+        got = wrapped.compute(scheduler="synchronous")
+        assert isinstance(got, cf.darray), type(got)
+        np.testing.assert_allclose(cf.asnumpy(got), want, rtol=1e-6)
+
+
 WARM_N = 1024
 
 
