@@ -164,6 +164,58 @@ def test_concatenate_and_tensordot(ccf, client, rng):
     np.testing.assert_array_equal(ccf.asnumpy(x[[0, 3, 17]].compute()), a[[0, 3, 17]])
 
 
+def test_take_shuffle_and_fancy_indexing_give_darrays(cf, rng):
+    """Dask's take lookup (fancy indexing, take, shuffle) gives darrays.  darray's own take
+    re-classes its result, which NumPy's and CuPy's take functions call, so this holds
+    through the base type's lookup as well as through the registered one."""
+    host = (rng.standard_normal((9, 4)) + 5).astype(np.float32)
+    x = cfd.from_host(host, chunks=(4, 2))
+    order = rng.permutation(9)
+    cases = [(x[order], host[order]), (da.take(x, order[:5], axis=0), host[order[:5]]),
+             (x.vindex[order[:3], [0, 1, 3]], host[order[:3], [0, 1, 3]])]
+    if hasattr(x, "shuffle"):  # (Dask 2024.8 on)
+        groups = [order[:4].tolist(), order[4:].tolist()]
+        cases.append((x.shuffle(groups, axis=0), host[np.concatenate(groups)]))
+    for y, want in cases:
+        got = y.compute(scheduler="synchronous")
+        assert isinstance(got, cf.darray), type(got)
+        np.testing.assert_array_equal(cf.asnumpy(got), want)
+
+
+def _first_chunk(x):
+    return x.blocks[(0,) * x.ndim].compute(scheduler="synchronous")
+
+
+def test_dasks_empty_lookup_makes_darrays_for_a_darray_chunk(cf, rng):
+    """Dask's empty lookup, as its percentile calls it (on the type of an array): for a
+    darray it makes a darray."""
+    from dask.array.dispatch import empty_lookup
+
+    chunk = _first_chunk(cfd.from_host(rng.standard_normal(6) + 5, chunks=3))
+    assert isinstance(chunk, cf.darray)
+    shape = tuple(int(n) for n in rng.integers(1, 6, size=2))
+    got = empty_lookup.dispatch(type(chunk))(shape, dtype=np.int16)
+    assert isinstance(got, cf.darray) and got.shape == shape and got.dtype == np.int16
+
+
+def test_to_numpy_dispatch_and_to_backend_give_host_arrays(cf, rng):
+    from dask.array.dispatch import to_numpy_dispatch
+
+    host = rng.standard_normal((6, 4)) + 5
+    x = cfd.from_host(host, chunks=3)
+    got = to_numpy_dispatch(_first_chunk(x))
+    assert type(got) is np.ndarray
+    np.testing.assert_array_equal(got, host[:3, :3])
+    if hasattr(x, "to_backend"):  # (Dask 2023.2 on)
+        whole = x.to_backend("numpy").compute(scheduler="synchronous")
+        # Dask keeps the NumPy backend's darray chunks as they are (its meta is a NumPy
+        # array already); on the GPU each chunk goes to the host through the lookup
+        assert isinstance(whole, np.ndarray)
+        if cf.get_backend().is_gpu:
+            assert type(whole) is np.ndarray
+        np.testing.assert_array_equal(whole, host)
+
+
 def test_dask_ops_that_give_base_arrays_and_their_rewrap(cf, rng):
     """zeros_like, ones_like, full_like and a 1-d percentile declare darray meta but build
     their chunks with NumPy's functions, out of reach of the registrations (the module
