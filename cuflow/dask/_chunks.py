@@ -299,8 +299,8 @@ def _normalize_chunks(chunks: Any, x: Any) -> tuple[tuple[int, ...], ...]:
                             "a chunk size is 0 for an axis of nonzero length") from e
     except (ValueError, TypeError) as e:
         err = ArgumentTypeError if isinstance(e, TypeError) else ArgumentError
-        raise _chunks_error(err, chunks, shape, "explicit sizes add up to their axis's length",
-                            f"Dask says: {e}") from e
+        raise _chunks_error(err, chunks, shape, "there is an entry per axis, whose explicit "
+                            "sizes add up to its length", f"Dask says: {e}") from e
     for axis, sizes in enumerate(out):
         if any(c < 0 for c in sizes):  # (explicit sizes with a -1 that still add up)
             raise _chunks_error(ArgumentError, chunks, shape, "explicit sizes are ints >= 0 "
