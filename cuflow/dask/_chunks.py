@@ -1,22 +1,42 @@
 """darray as a Dask array chunk type: dispatch registrations, meta, host <-> device.
 
-``dask.array`` looks an operation up per chunk type (``concatenate_lookup`` &
+``dask.array`` looks some operations up per chunk type (``concatenate_lookup`` &
 co.).  darray subclasses ``cupy.ndarray`` / ``numpy.ndarray``, so without
 :func:`register` Dask would use CuPy's (or NumPy's) functions and hand back the
-base type; registered, the results of concatenation, rechunking and
-``compute()`` stay darrays.  Registration is per process: the workers do it in
-:class:`~cuflow.dask.CuflowPool`'s setup and when they run a graph built by
-:func:`from_host` or with :func:`meta`; without it a worker still computes
-correctly, with the base type's functions.
+base type; registered, concatenation (and so rechunking and the join of the chunks
+in ``compute()``), ``tensordot`` and ``einsum`` give darrays.  Registration is per
+process: the workers do it in :class:`~cuflow.dask.CuflowPool`'s setup and when
+they run a graph built by :func:`from_host` or with :func:`meta`; without it a
+worker still computes correctly, with the base type's functions.
+
+Dask ops that make their chunks without these lookups give what the functions they
+call return, whatever ``meta`` they declare:
+
+* ``zeros_like``, ``ones_like``, ``full_like`` and ``empty_like`` (and ``zeros``,
+  ``ones``, ``full`` and ``empty`` given a darray ``meta``) go through Dask's
+  array-creation backend, which the ``array.backend`` setting picks, not the chunk
+  type.  It broadcasts a ``*_like`` of the meta with ``numpy.broadcast_to``, which
+  gives a ``numpy.ndarray`` (``subok=False``) and, on the GPU, a ``cupy.ndarray``
+  (CuPy's ``*_like`` and ``broadcast_to`` build the base type).
+* A 1-d ``percentile`` merges the chunks' percentiles with NumPy functions
+  (``numpy.interp`` and indexing), which CuPy runs on the GPU, and gives the base
+  type on both backends.
+
+``y.map_blocks(cuflow.asarray, dtype=y.dtype, meta=meta(y.dtype, y.ndim))`` makes
+darrays of such chunks, and :func:`cuflow.asarray` of a computed result (on the GPU
+neither copies).  docs/scaling.md lists the other Dask ops seen to give NumPy
+arrays on the NumPy backend.
 """
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import dask.array as da
 import numpy
 from dask.array import dispatch
+from dask.array.core import normalize_chunks
 from distributed.protocol import cuda_deserialize, dask_deserialize
 
 from .._checks import is_integer
@@ -126,11 +146,36 @@ def _native(dtype: numpy.dtype) -> numpy.dtype:
     return dtype if dtype.isnative else dtype.newbyteorder("=")
 
 
+# {backend name: the most dimensions its arrays take}, found at the first meta call
+_MAX_NDIM: dict[str, int] = {}
+
+
+def _max_ndim() -> int:
+    """The most dimensions an array of the active backend takes.
+
+    That is NumPy's ``NPY_MAXDIMS``, 64 from NumPy 2 on and 32 before; CuPy's ``MAX_NDIM``
+    follows it (32, and 64 in the releases that match NumPy 2).  Neither library exposes the
+    number to Python, so a 64-dimensional empty array (no bytes) is tried once per backend.
+    """
+    rt = runtime()
+    n = _MAX_NDIM.get(rt.name)
+    if n is None:
+        try:
+            rt.xp.empty((0,) * 64, dtype=numpy.int8)
+            n = 64
+        except ValueError:  # "maximum supported dimension for an ndarray is 32, found 64"
+            n = 32
+        _MAX_NDIM[rt.name] = n
+    return n
+
+
 def meta(dtype: Any = numpy.float32, ndim: int = 1) -> Any:
     """An empty darray of ``dtype`` and ``ndim``: the ``meta=`` of a Dask array of darray chunks.
 
-    ``ndim`` is an int >= 0; ``dtype`` names a dtype that :func:`cuflow.empty` takes (in the
-    machine's byte order, as the chunks are: ``'>f4'`` gives ``float32`` on x86).
+    ``ndim`` is an int from 0 to the backend's maximum number of dimensions (64 with NumPy 2
+    and the CuPy releases that follow it, 32 with NumPy 1 and older CuPy); ``dtype`` names a
+    dtype that :func:`cuflow.empty` takes (in the machine's byte order, as the chunks are:
+    ``'>f4'`` gives ``float32`` on x86).
 
     Parameters
     ----------
@@ -138,7 +183,8 @@ def meta(dtype: Any = numpy.float32, ndim: int = 1) -> Any:
         The chunks' dtype: bool, an integer, real or complex dtype, given in either byte
         order.  None is :func:`cuflow.empty`'s default, float64.
     ndim : int, default 1
-        The Dask array's number of dimensions, an int >= 0 (not a bool).
+        The Dask array's number of dimensions, an int (not a bool) in ``[0, 64]`` (``[0, 32]``
+        where the backend's arrays take at most 32 dimensions).
 
     Returns
     -------
@@ -151,17 +197,29 @@ def meta(dtype: Any = numpy.float32, ndim: int = 1) -> Any:
     cuflow.ArgumentTypeError
         ``ndim`` is not an int, or ``dtype`` names no dtype or a dtype of no numbers.
     cuflow.ArgumentError
-        ``ndim`` is negative.
+        ``ndim`` is negative or above the backend's maximum number of dimensions.
     """
+    top = _max_ndim()
     if not is_integer(ndim):
-        raise ArgumentTypeError(f"cuflow.dask.meta: ndim must be an int >= 0, got {ndim!r}")
-    if ndim < 0:
-        raise ArgumentError(f"cuflow.dask.meta: ndim must be an int >= 0, got {ndim!r}")
+        raise ArgumentTypeError(f"cuflow.dask.meta: ndim must be an int in [0, {top}], "
+                                f"got {ndim!r}")
+    if not 0 <= ndim <= top:
+        raise ArgumentError(f"cuflow.dask.meta: ndim must be in [0, {top}], got {ndim!r}")
     check_dtype("dask.meta", dtype)
     if dtype is not None:
         dtype = _native(numpy.dtype(dtype))
     register()
     return empty((0,) * int(ndim), dtype=dtype)
+
+
+def _chunks_error(err: type, chunks: Any, shape: tuple, rule: str, found: str) -> Exception:
+    return err(f"cuflow.dask.from_host: chunks must be 'auto', a chunk size, or chunk sizes per "
+               f"axis (a tuple, or a dict {{axis: sizes}}) for x's shape {shape}, as dask.array "
+               f"takes them, and {rule}; got chunks={chunks!r}, where {found}")
+
+
+_SIZES_ARE_INTS = "sizes are ints, no bools or floats"
+_A_CHUNK_SIZE = "a chunk size is an int >= 1 (-1 or None: the whole axis)"
 
 
 def _has_bool(chunks: Any) -> bool:
@@ -177,12 +235,78 @@ def _has_bool(chunks: Any) -> bool:
     return False
 
 
-def _check_chunks(chunks: Any) -> None:
+def _sizes(chunks: Any) -> list[Any]:
+    """The numbers ``chunks`` holds, at any depth (a dict's values, not its keys)."""
+    if isinstance(chunks, numpy.ndarray):
+        chunks = chunks.tolist()
+    if isinstance(chunks, dict):
+        chunks = list(chunks.values())
+    if isinstance(chunks, tuple | list):
+        return [n for c in chunks for n in _sizes(c)]
+    return [chunks] if isinstance(chunks, numbers.Number) else []
+
+
+def _check_chunks(chunks: Any, shape: tuple) -> None:
     # Dask reads True as a chunk size of 1 (a task per element)
     if _has_bool(chunks):
-        raise ArgumentTypeError(f"cuflow.dask.from_host: chunks must be 'auto', a chunk size, "
-                                f"or chunk sizes per axis, as dask.array takes them, and sizes "
-                                f"are ints, no bools, got {chunks!r}")
+        raise _chunks_error(ArgumentTypeError, chunks, shape, _SIZES_ARE_INTS, "a size is a bool")
+
+
+def _normalize_chunks(chunks: Any, x: Any) -> tuple[tuple[int, ...], ...]:
+    """``chunks`` for ``x`` (a NumPy or a Dask array) as sizes per axis, by one rule for both.
+
+    ``dask.array.from_array`` and ``Array.rechunk`` read ``chunks`` differently (``(3, 3)``
+    for a shape ``(8,)``, a dict's keys out of range, more axes than ``x`` has), so the
+    value is read here by ``dask.array.core.normalize_chunks``, as ``from_array`` reads it,
+    after the checks that function leaves out.
+    """
+    shape, ndim = tuple(x.shape), len(x.shape)
+    dask_input = isinstance(x, da.Array)
+    _check_chunks(chunks, shape)
+    for n in _sizes(chunks):
+        if not is_integer(n):  # (Dask takes 4.0 and 1e9 as sizes)
+            raise _chunks_error(ArgumentTypeError, chunks, shape, _SIZES_ARE_INTS,
+                                f"a size is a {type(n).__name__}, {n!r}")
+        if n < -1:  # (Dask reads -2 as an empty tuple of sizes)
+            raise _chunks_error(ArgumentError, chunks, shape, _A_CHUNK_SIZE,
+                                f"a size is {n!r}")
+    if dask_input and any(numpy.isnan(c) for c in shape):
+        raise ArgumentError(f"cuflow.dask.from_host: x's chunk sizes are unknown (its shape is "
+                            f"{shape}), so it cannot be rechunked to chunks={chunks!r}; give "
+                            f"chunks='auto', or call x.compute_chunk_sizes() first")
+    if isinstance(chunks, numpy.ndarray):
+        chunks = chunks.tolist()
+    if isinstance(chunks, dict):
+        keys = f"a dict's keys are axes, ints in [{-ndim}, {ndim}), each axis once"
+        axes: dict[int, Any] = {}
+        for axis, c in chunks.items():
+            if not is_integer(axis):
+                raise _chunks_error(ArgumentTypeError, chunks, shape, keys,
+                                    f"a key is a {type(axis).__name__}, {axis!r}")
+            if not -ndim <= axis < ndim:
+                raise _chunks_error(ArgumentError, chunks, shape, keys, f"a key is {axis!r}")
+            if int(axis) % ndim in axes:
+                raise _chunks_error(ArgumentError, chunks, shape, keys,
+                                    f"axis {int(axis) % ndim} is given twice")
+            axes[int(axis) % ndim] = c
+        # the axes left out keep x's chunks: a Dask array's own, the whole axis of host data
+        chunks = tuple(axes.get(i, x.chunks[i] if dask_input else -1) for i in range(ndim))
+    try:
+        out = normalize_chunks(chunks, shape, dtype=x.dtype,
+                               previous_chunks=x.chunks if dask_input else None)
+    except ZeroDivisionError as e:
+        raise _chunks_error(ArgumentError, chunks, shape, _A_CHUNK_SIZE,
+                            "a chunk size is 0 for an axis of nonzero length") from e
+    except (ValueError, TypeError) as e:
+        err = ArgumentTypeError if isinstance(e, TypeError) else ArgumentError
+        raise _chunks_error(err, chunks, shape, "there is an entry per axis, whose explicit "
+                            "sizes add up to its length", f"Dask says: {e}") from e
+    for axis, sizes in enumerate(out):
+        if any(c < 0 for c in sizes):  # (explicit sizes with a -1 that still add up)
+            raise _chunks_error(ArgumentError, chunks, shape, "explicit sizes are ints >= 0 "
+                                "that add up to their axis's length",
+                                f"axis {axis} has sizes {sizes}")
+    return out
 
 
 def from_host(x: Any, chunks: Any = "auto") -> da.Array:
@@ -199,9 +323,17 @@ def from_host(x: Any, chunks: Any = "auto") -> da.Array:
         ``numpy.asarray`` reads as one, a Dask array of NumPy chunks, or (on the GPU backend)
         a darray or CuPy array.
     chunks : str, int, tuple or dict, default "auto"
-        The chunking, in any form ``dask.array.from_array`` and ``Array.rechunk`` take
-        (sizes are ints, never bools).  With ``"auto"`` a Dask array keeps its chunks;
-        any other value rechunks it.
+        The chunking, read by one rule for host data and for a Dask array, that of
+        ``dask.array.core.normalize_chunks`` (which ``dask.array.from_array`` uses) against
+        ``x``'s shape: ``"auto"`` or a byte size such as ``"64MiB"``; a chunk size for every
+        axis; a tuple (or list, or NumPy array) with one entry per axis, each a chunk size,
+        ``"auto"``, ``-1`` or None (the whole axis) or the axis's explicit chunk sizes, which
+        add up to its length (a 1-d ``x`` also takes its explicit sizes as a flat tuple,
+        ``(4, 4)`` for a shape ``(8,)``); or a dict ``{axis: entry}`` whose keys are axes in
+        ``[-ndim, ndim)``, each given once, where the axes left out keep ``x``'s chunks (a
+        Dask array's own, the whole axis of host data).  A chunk size is an int >= 1 (0
+        only for an axis of length 0); sizes are ints, never bools or floats.  With ``"auto"`` a Dask array keeps its
+        chunks; any other value rechunks it.
 
     Returns
     -------
@@ -212,11 +344,14 @@ def from_host(x: Any, chunks: Any = "auto") -> da.Array:
     Raises
     ------
     cuflow.ArgumentTypeError
-        ``x`` is None or not of a dtype of numbers; ``chunks`` holds a bool, or Dask
-        refuses its type.
+        ``x`` is None or not of a dtype of numbers; ``chunks`` holds a bool or a float, a
+        dict key that is not an int, or is of a type Dask refuses.
     cuflow.ArgumentError
-        ``x`` cannot be read as an array (a ragged sequence), or Dask refuses ``chunks``'s
-        value (sizes that do not add up to ``x``'s shape).
+        ``x`` cannot be read as an array (a ragged sequence); ``chunks`` breaks the rule
+        above (a chunk size below 1, a dict key out of range or given twice, explicit
+        sizes that do not add up to their axis's length, more or fewer entries than ``x``
+        has axes); or ``x`` is a Dask array of unknown chunk sizes and ``chunks`` is not
+        ``"auto"``.
 
     Notes
     -----
@@ -228,7 +363,6 @@ def from_host(x: Any, chunks: Any = "auto") -> da.Array:
     if x is None:
         raise ArgumentTypeError("cuflow.dask.from_host: x must be an array of numbers (a NumPy "
                                 "array, array-like, or a Dask array of NumPy chunks), got None")
-    _check_chunks(chunks)
     rt = runtime()
     register()
     # a device array (darray or CuPy) is chunked where it is: NumPy cannot read it
@@ -244,17 +378,14 @@ def from_host(x: Any, chunks: Any = "auto") -> da.Array:
         raise ArgumentTypeError(f"cuflow.dask.from_host: x must be an array of numbers (bool, "
                                 f"integer, real or complex dtype), got an array of dtype "
                                 f"{x.dtype}")
-    auto = isinstance(chunks, str) and chunks == "auto"
-    try:
+    if isinstance(chunks, str) and chunks == "auto" and isinstance(x, da.Array):
+        pass  # a Dask array keeps its chunks
+    else:
+        chunks = _normalize_chunks(chunks, x)
         if not isinstance(x, da.Array):
             x = da.from_array(x, chunks=chunks)
-        elif not auto:
+        elif chunks != x.chunks:
             x = x.rechunk(chunks)
-    except (ValueError, ZeroDivisionError, TypeError) as e:
-        err = ArgumentTypeError if isinstance(e, TypeError) else ArgumentError
-        raise err(f"cuflow.dask.from_host: chunks must be 'auto', a chunk size, or chunk "
-                  f"sizes per axis that add up to x's shape {x.shape}, as dask.array takes "
-                  f"them, got {chunks!r} ({e})") from e
     dtype = _native(x.dtype)
     if dtype != x.dtype:  # on the host, so every backend's chunks have the declared dtype
         x = x.astype(dtype)

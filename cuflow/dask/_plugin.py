@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import numbers
 import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -60,6 +61,31 @@ def _limit_bytes(limit: int | float | str | None) -> int | None:
     return limit_bytes(limit, None, None) if isinstance(limit, int) else None
 
 
+class _Shared:
+    """What the :class:`CuflowPool` setups of one process did to one pool: how many completed
+    setups use it, and its limit before the first of them.
+
+    Workers of one process (``LocalCluster(processes=False)``) share the pool of their
+    device: the first setup keeps the limit it found, and only the last teardown puts that
+    limit back and releases the free memory, which the other workers' setups still count on
+    until then.
+    """
+
+    __slots__ = ("limit_set", "previous", "users")
+
+    def __init__(self, previous: int | None) -> None:
+        self.previous = previous  # the pool's limit before any setup of the plugin
+        self.limit_set = False  # whether a setup changed the limit (limit not None)
+        self.users = 0  # completed setups not yet torn down
+
+
+# {pool: its _Shared}, for the pools a setup of this process uses (a Pool hashes by identity)
+_SHARED: dict[Any, _Shared] = {}
+# setups and teardowns of one process, one at a time: each reads and updates _SHARED, and a
+# warm-up records on the pool, which allows one recording at a time
+_SHARED_LOCK = threading.Lock()
+
+
 def _takes_no_arguments(fn: Callable) -> bool:
     """Whether ``fn()`` binds (a signature that cannot be read is given the benefit)."""
     try:
@@ -97,7 +123,10 @@ class CuflowPool(WorkerPlugin):
     ``dask.array`` on each worker.  :func:`pool_stats` reads each worker's
     statistics back.  ``client.unregister_worker_plugin(CuflowPool.name)``
     (and a worker's shutdown) undoes the setup: the worker's previous limit
-    comes back and the pool's free memory is released.
+    comes back and the pool's free memory is released.  Workers that share a
+    process share their device's pool (``LocalCluster(processes=False)``): the
+    limit the pool had before the first of their setups comes back, and the free
+    memory is released, when the last of them is torn down.
     """
 
     name = "cuflow-pool"
@@ -138,9 +167,11 @@ class CuflowPool(WorkerPlugin):
         Notes
         -----
         The setup registers darray with ``dask.array``, sets the limit, runs the warm-up
-        (:func:`cuflow.memory.warmup`) and then reserves ``size``.  When a step raises, the
-        pool's previous limit comes back and the exception propagates (the warm-up's own
-        among them), and this plugin leaves no record for :func:`pool_stats`.
+        (:func:`cuflow.memory.warmup`) and then reserves ``size`` (keeps at least ``size``
+        bytes free in the cache: the workers of one process, which share the pool, hold one
+        reserve between them).  When a step raises, the pool's previous limit comes back and
+        the exception propagates (the warm-up's own among them), and this plugin leaves no
+        record for :func:`pool_stats`.  The setups of one process run one at a time.
 
         Stream semantics: the warm-up's work is queued on the streams it uses, as
         :func:`cuflow.memory.warmup` runs it; the reserve launches no kernel, its segment is
@@ -156,24 +187,27 @@ class CuflowPool(WorkerPlugin):
                 raise ArgumentError(f"cuflow.dask.CuflowPool: size must be at most limit, got "
                                     f"size={self.size} bytes and limit={self.limit!r} "
                                     f"({cap} bytes on this worker's device)")
-        old = pool.limit
-        try:
-            if self.limit is not None:
-                memory.set_limit(self.limit)
-            warm = None
-            if self.warmup is not None:  # first: a warm-up returns the pool's cached segments
-                warm = memory.warmup(self.warmup)
-            if self.size:
-                pool.reserve(int(self.size))
-        except BaseException:
-            # a failed setup leaves no limit of its own on the worker's pool (nor a report)
-            pool.limit = old
-            raise
+        with _SHARED_LOCK:
+            old = pool.limit
+            try:
+                if self.limit is not None:
+                    memory.set_limit(self.limit)
+                warm = None
+                if self.warmup is not None:  # first: a warm-up gives back the cached segments
+                    warm = memory.warmup(self.warmup)
+                if self.size:  # (at least size free: a reserve the pool caches already serves)
+                    pool.reserve(int(self.size))
+            except BaseException:
+                # a failed setup leaves no limit of its own on the worker's pool (nor a report)
+                pool.limit = old
+                raise
+            shared = _SHARED.setdefault(pool, _Shared(old))
+            shared.users += 1
+            shared.limit_set |= self.limit is not None
         self.report = {"backend": rt.name, "device": rt.current_device(), "pid": os.getpid(),
                        "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
                        "reserved_at_setup": memory.stats()["reserved_bytes.all.current"],
                        "warmup": warm}
-        self._previous_limit = old
         worker.cuflow_pool = self
 
     def teardown(self, worker: Any) -> None:
@@ -188,16 +222,27 @@ class CuflowPool(WorkerPlugin):
 
         Notes
         -----
-        The previous limit comes back only where the plugin set one (``limit`` not None);
-        the free segments go back to the device through :meth:`cuflow.memory.Pool.empty_cache`.
+        The previous limit comes back only where a setup set one (``limit`` not None); the
+        free segments go back to the device through :meth:`cuflow.memory.Pool.empty_cache`.
+        Where workers of one process share the pool, the last of their teardowns does both,
+        with the limit the pool had before the first of their setups; the others leave the
+        pool as it is, since the remaining workers still use its limit and reserve.
         """
         if getattr(worker, "cuflow_pool", None) is not self:
             return  # this plugin's setup did not complete there
         del worker.cuflow_pool
         pool = memory.get_pool()
-        if self.limit is not None:
-            pool.limit = self._previous_limit
-        pool.empty_cache()
+        with _SHARED_LOCK:
+            shared = _SHARED.get(pool)
+            if shared is None:  # (no setup of this process completed on the pool)
+                return
+            shared.users -= 1
+            if shared.users > 0:
+                return  # another worker of this process still uses the pool as set up
+            del _SHARED[pool]
+            if shared.limit_set:
+                pool.limit = shared.previous
+            pool.empty_cache()
 
 
 def _worker_stats(dask_worker: Any = None) -> dict[str, Any]:

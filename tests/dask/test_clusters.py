@@ -85,3 +85,35 @@ def test_an_asynchronous_client_is_refused(cf):
                     call()
 
     asyncio.run(main())
+
+
+def test_workers_of_one_process_share_the_pool_plugins_setup(cf, rng):
+    """Two workers of the client's process set up the one pool of its device: a plugin that
+    replaces the first applies its own limit, and unregistering puts back the limit the pool
+    had before the first setup."""
+    pool = cf.memory.get_pool()
+    old = pool.limit
+    before = int(rng.integers(200, 400)) << 20
+    try:
+        pool.limit = before
+        with _cluster(n_workers=2, processes=False) as cl, distributed.Client(cl) as client:
+            client.register_plugin(cfd.CuflowPool("1MiB", limit="64MiB"))
+            assert pool.limit == 64 << 20
+            # the same name: each worker tears the first plugin down and sets this one up
+            client.register_plugin(cfd.CuflowPool("2MiB", limit="32MiB"))
+            stats = cfd.pool_stats(client)
+            assert len(stats) == 2 and pool.limit == 32 << 20
+            for s in stats.values():
+                assert s["setup"]["pid"] == os.getpid() and s["stats"]["limit_bytes"] == 32 << 20
+            reserved = cf.memory.stats()["reserved_bytes.all.current"]
+            assert reserved >= 2 << 20
+            client.unregister_worker_plugin(cfd.CuflowPool.name)
+            assert pool.limit == before and cf.memory.stats()["limit_bytes"] == before
+            for s in cfd.pool_stats(client).values():
+                assert s["setup"] is None and s["stats"]["limit_bytes"] == before
+            after = cf.memory.stats()["reserved_bytes.all.current"]
+            # the reserve went back (on the GPU a segment that a live array shares with it
+            # stays); the NumPy backend's host pool holds no array
+            assert after <= reserved if cf.get_backend().is_gpu else after <= reserved - (2 << 20)
+    finally:
+        pool.limit = old

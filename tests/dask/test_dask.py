@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
 import time
 import warnings
@@ -95,14 +96,30 @@ def test_meta_checks_ndim_and_dtype(cf):
     assert isinstance(m, cf.darray) and m.shape == (0, 0, 0) and m.dtype == np.int16
     assert cfd.meta(np.float32, 0).shape == ()
     for bad in (2.7, True, "2", None):
-        with pytest.raises(cuflow.ArgumentTypeError, match="cuflow.dask.meta: ndim must be an "
-                                                           "int >= 0"):
+        with pytest.raises(cuflow.ArgumentTypeError, match=r"cuflow.dask.meta: ndim must be an "
+                                                           r"int in \[0, \d+\], got "):
             cfd.meta(np.float32, bad)
-    with pytest.raises(cuflow.ArgumentError, match=r"ndim must be an int >= 0, got -1"):
+    with pytest.raises(cuflow.ArgumentError, match=r"ndim must be in \[0, \d+\], got -1"):
         cfd.meta(np.float32, -1)
     for bad in ("notadtype", object):
         with pytest.raises(cuflow.ArgumentTypeError, match="cuflow.dask.meta: dtype must"):
             cfd.meta(bad, 1)
+
+
+def test_meta_takes_the_backends_most_dimensions(cf):
+    """meta checks ndim's upper bound itself, the backend's (NumPy 2's 64, NumPy 1's 32)."""
+    with pytest.raises(cuflow.ArgumentError,
+                       match=r"cuflow.dask.meta: ndim must be in \[0, (\d+)\], got 65") as ei:
+        cfd.meta(np.float32, 65)
+    top = int(re.search(r"\[0, (\d+)\]", str(ei.value)).group(1))
+    if not cf.get_backend().is_gpu:
+        assert top == (64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32)
+    assert top in (32, 64)
+    m = cfd.meta(np.int8, top)
+    assert isinstance(m, cf.darray) and m.ndim == top and m.dtype == np.int8
+    with pytest.raises(cuflow.ArgumentError, match=rf"ndim must be in \[0, {top}\], got "
+                                                   rf"{top + 1}$"):
+        cfd.meta(np.int8, top + 1)
 
 
 def test_to_host_takes_a_dask_array(cf):
@@ -145,6 +162,83 @@ def test_concatenate_and_tensordot(ccf, client, rng):
     for r in (cat.compute(), da.tensordot(x, y, axes=1).compute(), x[[0, 3, 17]].compute()):
         assert isinstance(r, ccf.darray), type(r)
     np.testing.assert_array_equal(ccf.asnumpy(x[[0, 3, 17]].compute()), a[[0, 3, 17]])
+
+
+def test_take_shuffle_and_fancy_indexing_give_darrays(cf, rng):
+    """Dask's take lookup (fancy indexing, take, shuffle) gives darrays.  darray's own take
+    re-classes its result, which NumPy's and CuPy's take functions call, so this holds
+    through the base type's lookup as well as through the registered one."""
+    host = (rng.standard_normal((9, 4)) + 5).astype(np.float32)
+    x = cfd.from_host(host, chunks=(4, 2))
+    order = rng.permutation(9)
+    cases = [(x[order], host[order]), (da.take(x, order[:5], axis=0), host[order[:5]]),
+             (x.vindex[order[:3], [0, 1, 3]], host[order[:3], [0, 1, 3]])]
+    if hasattr(x, "shuffle"):  # (Dask 2024.8 on)
+        groups = [order[:4].tolist(), order[4:].tolist()]
+        cases.append((x.shuffle(groups, axis=0), host[np.concatenate(groups)]))
+    for y, want in cases:
+        got = y.compute(scheduler="synchronous")
+        assert isinstance(got, cf.darray), type(got)
+        np.testing.assert_array_equal(cf.asnumpy(got), want)
+
+
+def _first_chunk(x):
+    return x.blocks[(0,) * x.ndim].compute(scheduler="synchronous")
+
+
+def test_dasks_empty_lookup_makes_darrays_for_a_darray_chunk(cf, rng):
+    """Dask's empty lookup, as its percentile calls it (on the type of an array): for a
+    darray it makes a darray."""
+    from dask.array.dispatch import empty_lookup
+
+    chunk = _first_chunk(cfd.from_host(rng.standard_normal(6) + 5, chunks=3))
+    assert isinstance(chunk, cf.darray)
+    shape = tuple(int(n) for n in rng.integers(1, 6, size=2))
+    got = empty_lookup.dispatch(type(chunk))(shape, dtype=np.int16)
+    assert isinstance(got, cf.darray) and got.shape == shape and got.dtype == np.int16
+
+
+def test_to_numpy_dispatch_and_to_backend_give_host_arrays(cf, rng):
+    from dask.array.dispatch import to_numpy_dispatch
+
+    host = rng.standard_normal((6, 4)) + 5
+    x = cfd.from_host(host, chunks=3)
+    got = to_numpy_dispatch(_first_chunk(x))
+    assert type(got) is np.ndarray
+    np.testing.assert_array_equal(got, host[:3, :3])
+    if hasattr(x, "to_backend"):  # (Dask 2023.2 on)
+        whole = x.to_backend("numpy").compute(scheduler="synchronous")
+        # Dask keeps the NumPy backend's darray chunks as they are (its meta is a NumPy
+        # array already); on the GPU each chunk goes to the host through the lookup
+        assert isinstance(whole, np.ndarray)
+        if cf.get_backend().is_gpu:
+            assert type(whole) is np.ndarray
+        np.testing.assert_array_equal(whole, host)
+
+
+def test_dask_ops_that_give_base_arrays_and_their_rewrap(cf, rng):
+    """zeros_like, ones_like, full_like and a 1-d percentile declare darray meta but build
+    their chunks with NumPy's functions, out of reach of the registrations (the module
+    docstring and docs/scaling.md list them); map_blocks(cuflow.asarray) makes darrays of
+    them."""
+    host = (rng.standard_normal((6, 4)) + 5).astype(np.float32)
+    x = cfd.from_host(host, chunks=(3, 2))
+    fill = float(rng.integers(2, 9))
+    q = [10.0, 50.0, 90.0]
+    percentile = da.percentile(da.from_array(host[:, 0], chunks=3), q)
+    cases = [(da.zeros_like(x), np.zeros_like(host)), (da.ones_like(x), np.ones_like(host)),
+             (da.full_like(x, fill), np.full_like(host, fill)),
+             (da.percentile(x[:, 0], q), percentile.compute(scheduler="synchronous"))]
+    base = cf.get_backend().ndarray
+    for y, want in cases:
+        assert isinstance(y._meta, cf.darray)
+        got = y.compute(scheduler="synchronous")
+        assert isinstance(got, base) and not isinstance(got, cf.darray), type(got)
+        np.testing.assert_allclose(cf.asnumpy(got), want, rtol=1e-6)
+        wrapped = y.map_blocks(cf.asarray, dtype=y.dtype, meta=cfd.meta(y.dtype, y.ndim))
+        got = wrapped.compute(scheduler="synchronous")
+        assert isinstance(got, cf.darray), type(got)
+        np.testing.assert_allclose(cf.asnumpy(got), want, rtol=1e-6)
 
 
 WARM_N = 1024
@@ -285,6 +379,36 @@ def test_pool_plugin_setup_that_fails_leaves_the_pools_limit(cf):
         ok.setup(worker)
         assert worker.cuflow_pool is ok and ok.report["reserved_at_setup"] >= 1 << 20
         assert pool.limit == 64 << 20
+        ok.teardown(worker)
+        assert pool.limit == 3 << 40
+    finally:
+        pool.limit = old
+
+
+def test_pool_plugins_sharing_a_pool_restore_it_at_the_last_teardown(cf, rng):
+    """Workers of one process share their device's pool: a teardown while another worker's
+    setup holds leaves the limit and the reserve, and the last one puts back the limit from
+    before the first setup."""
+    pool = cf.memory.get_pool()
+    old = pool.limit
+    before = int(rng.integers(200, 400)) << 20
+    try:
+        pool.limit = before
+        first, second = _Worker(), _Worker()
+        cfd.CuflowPool("1MiB", limit="64MiB").setup(first)
+        cfd.CuflowPool("2MiB", limit="32MiB").setup(second)
+        assert pool.limit == 32 << 20  # the latest setup's limit holds
+        reserved = cf.memory.stats()["reserved_bytes.all.current"]
+        assert reserved >= 2 << 20
+        first.cuflow_pool.teardown(first)
+        assert not hasattr(first, "cuflow_pool") and pool.limit == 32 << 20
+        assert cf.memory.stats()["reserved_bytes.all.current"] == reserved  # still reserved
+        second.cuflow_pool.teardown(second)
+        assert pool.limit == before and cf.memory.stats()["limit_bytes"] == before
+        after = cf.memory.stats()["reserved_bytes.all.current"]
+        # the reserve went back; on the GPU a segment that a live array shares with the reserve
+        # stays, so only "no more" holds there; the NumPy backend's host pool holds no array
+        assert after <= reserved if cf.get_backend().is_gpu else after <= reserved - (2 << 20)
     finally:
         pool.limit = old
 
@@ -309,6 +433,60 @@ def test_from_host_checks_x_and_chunks(cf):
                                match=r"cuflow.dask.from_host: chunks must be 'auto'") as ei:
                 cfd.from_host(src, chunks=chunks)
             assert isinstance(ei.value.__cause__, cause) and repr(chunks) in str(ei.value)
+
+
+def test_from_host_reads_chunks_by_one_rule_for_host_and_dask_data(cf, rng):
+    line = rng.standard_normal(8) + 10
+    plane = rng.integers(1, 100, size=(4, 6), dtype=np.int32)
+    refused = [(line, (3, 3), cuflow.ArgumentError, r"Chunks do not add up"),
+               (line, ((4, 4), (1,)), cuflow.ArgumentError, r"same length"),
+               (line, {5: 2}, cuflow.ArgumentError, r"keys are axes, ints in \[-1, 1\).* a key "
+                                                    r"is 5$"),
+               (line, {"a": 2}, cuflow.ArgumentTypeError, r"a key is a str, 'a'$"),
+               (line, 0, cuflow.ArgumentError, r"an int >= 1 .* a chunk size is 0 for an axis "),
+               (line, -2, cuflow.ArgumentError, r"an int >= 1 .* a size is -2$"),
+               (line, ((9, -1),), cuflow.ArgumentError, r"axis 0 has sizes \(9, -1\)$"),
+               (line, 2.5, cuflow.ArgumentTypeError, r"no bools or floats.* a size is a float"),
+               (line, (4.0, 4), cuflow.ArgumentTypeError, r"a size is a float, 4.0$"),
+               (plane, (2,), cuflow.ArgumentError, r"same length"),
+               (plane, {0: 2, -2: 3}, cuflow.ArgumentError, r"axis 0 is given twice$")]
+    for host, chunks, err, found in refused:
+        for src in (host, da.from_array(host, chunks=2)):
+            with pytest.raises(err, match=r"cuflow.dask.from_host: chunks must be 'auto', .*"
+                                          + found) as ei:
+                cfd.from_host(src, chunks=chunks)
+            assert f"x's shape {host.shape}" in str(ei.value)
+            assert f"got chunks={chunks!r}" in str(ei.value)
+    accepted = [(line, (4, 4), ((4, 4),)), (line, {-1: 3}, ((3, 3, 2),)),
+                (line, [[5, 3]], ((5, 3),)), (line, "auto", None),
+                (plane, (2, -1), ((2, 2), (6,))), (plane, (None, 4), ((4,), (4, 2))),
+                (plane, np.int64(3), ((3, 1), (3, 3))), (plane, np.array([3, 4]), ((3, 1), (4, 2))),
+                (plane, {0: 1, -1: (1, 5)}, ((1, 1, 1, 1), (1, 5)))]
+    for host, chunks, want in accepted:
+        for src in (host, da.from_array(host, chunks=2)):
+            x = cfd.from_host(src, chunks=chunks)
+            if want is not None:
+                assert x.chunks == want, (type(src), chunks)
+            got = x.compute(scheduler="synchronous")
+            assert isinstance(got, cf.darray)
+            np.testing.assert_array_equal(cf.asnumpy(got), host)
+    # "auto" keeps a Dask array's chunks; a dict's axes left out keep x's chunks, a Dask
+    # array's own and the whole axis of host data
+    assert cfd.from_host(da.from_array(line, chunks=3)).chunks == ((3, 3, 2),)
+    assert cfd.from_host(plane, chunks={1: 4}).chunks == ((4,), (4, 2))
+    assert cfd.from_host(da.from_array(plane, chunks=(2, 3)), chunks={1: 4}).chunks == (
+        (2, 2), (4, 2))
+
+
+def test_from_host_refuses_to_rechunk_unknown_chunk_sizes(cf, rng):
+    host = rng.standard_normal(10) + 10
+    d = da.from_array(host, chunks=4)
+    unknown = d[d > 10]
+    with pytest.raises(cuflow.ArgumentError, match=r"x's chunk sizes are unknown .* "
+                                                   r"chunks=2; .*compute_chunk_sizes"):
+        cfd.from_host(unknown, chunks=2)
+    got = cfd.from_host(unknown).compute(scheduler="synchronous")
+    np.testing.assert_array_equal(cf.asnumpy(got), host[host > 10])
 
 
 @pytest.mark.parametrize("order", [">", "<"])
