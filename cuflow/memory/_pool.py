@@ -230,6 +230,8 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         self._private: dict[Any, dict[str, Any]] = {}
         self._next_owner = 1
         self._recording: list[tuple] | None = None
+        self._rec_lent: dict[int, int] = {}  # a recording's blocks (pointer -> bytes)
+        self._rec_bytes = self._rec_peak = 0  # their bytes now, and at most (see _warmup)
         #: a stream captures, a stream was destroyed, or allocations are recorded: the hot
         #: path then defers to the general one (see _update_slow)
         self._slow = False
@@ -565,6 +567,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
             self.peak_active = active
         if self._recording is not None:
             self._recording.append(("a", b.ptr, nbytes, b.stream))
+            self._record_lent(b)
 
     def _list(self, owner: Any, stream: int) -> FreeList:
         fl = self._lists.get((owner, stream))
@@ -755,6 +758,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         b.free = True
         if self._recording is not None:
             self._recording.append(("f", b.ptr, 0, 0))
+            self._record_freed(b)
         if b.uses:
             self._await_uses(b)
         elif b.seg.owner is None and b.stream != DEAD_STREAM:
