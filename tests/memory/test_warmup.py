@@ -3,6 +3,8 @@ patterns replayed."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -131,6 +133,29 @@ def test_a_recordings_peak_counts_its_own_blocks_through_frees_and_resets():
     info = cuflow.memory.warmup(step, pool=pool)
     assert info["peak_bytes"] == (300 << 10) + (200 << 10)
     assert pool.stats()["allocated_bytes.all.peak"] == (300 << 10) + (200 << 10)
+
+
+def test_a_warmup_records_every_threads_allocations_from_the_pool():
+    """As its docstring and the guide say: the recording is the pool's, so another thread's
+    allocations while fn runs count in the result and are replayed (their segments kept)."""
+    pool = Pool(HostBackend())
+
+    def other():
+        b = pool.alloc(8 << 20, 0)
+        pool.free(b)
+
+    def step():
+        a = pool.alloc(1 << 20, 0)
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        pool.free(a)
+
+    info = cuflow.memory.warmup(step, pool=pool)
+    assert info["allocations"] == 2 and info["peak_bytes"] == (1 << 20) + (8 << 20)
+    n = pool.stats()["num_device_alloc"]
+    pool.free(pool.alloc(8 << 20, 0))  # the other thread's size: served by a kept segment
+    assert pool.stats()["num_device_alloc"] == n
 
 
 @settings(max_examples=60, deadline=None)
