@@ -67,6 +67,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from .._checks import is_integer
 from .._errors import CuflowError, OutOfMemoryError
 from ._backends import Backend
 from ._env import POOL_HOTPATH
@@ -412,6 +413,10 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
 
         Raises
         ------
+        MemoryTypeError
+            ``ptr`` is not an integer.  (Checked off the fast path, where ``ptr`` is no lent
+            block: a number equal to a lent block's pointer, ``float(ptr)``, is taken as
+            that pointer, and frees that block.)
         DoubleFreeError
             ``ptr`` is no block this pool lends now (freed already, or from elsewhere).
         """
@@ -420,10 +425,12 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         try:
             lent = ptr in self._live and ptr not in self._freed
         except TypeError:  # unhashable: no pointer
-            raise MemoryTypeError(f"cuflow.memory.Pool.free_ptr: ptr must be the int pointer "
-                                  f"of a block this pool lends now, got {type(ptr).__name__} "
-                                  f"{ptr!r}") from None
+            lent = None
         if not lent:
+            if lent is None or not is_integer(ptr):
+                raise MemoryTypeError(f"cuflow.memory.Pool.free_ptr: ptr must be the int "
+                                      f"pointer of a block this pool lends now, got "
+                                      f"{type(ptr).__name__} {ptr!r}")
             raise DoubleFreeError(f"cuflow.memory.Pool.free_ptr: ptr must be a block this "
                                   f"pool lends now, got {_hex(ptr)}: freed twice, or not from "
                                   f"this pool")
@@ -523,8 +530,20 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         Returns
         -------
         Block or None
+
+        Raises
+        ------
+        MemoryTypeError
+            ``ptr`` is not an integer (a bool neither).
         """
-        return self._live.get(ptr)
+        try:
+            b = self._live.get(ptr)
+        except TypeError:  # unhashable: no pointer (the check below names it)
+            b = None
+        if (b is None or ptr.__class__ is not int) and not is_integer(ptr):
+            raise MemoryTypeError(f"cuflow.memory.Pool.block_of: ptr must be an int pointer, "
+                                  f"got {type(ptr).__name__} {ptr!r}")
+        return b
 
     def _alloc_locked(self, size: int, nbytes: int, stream: int) -> Block:
         owner = self._capturing.get(stream) if self._capturing else None

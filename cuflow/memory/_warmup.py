@@ -145,10 +145,10 @@ class WarmupMixin:
         keep = as_flag("memory.Pool.replay", "keep", keep)
         if not isinstance(events, list | tuple) or not all(
                 isinstance(e, tuple | list) and len(e) == 4 and e[0] in ("a", "f")
-                for e in events):
+                and is_integer(e[1]) for e in events):
             raise MemoryValueError("cuflow.memory.Pool.replay: events must be the list "
                                    "stop_recording gives, of ('a' or 'f', key, nbytes, stream) "
-                                   "tuples")
+                                   "tuples, each key an int (a block's pointer)")
         n0 = self.num_segment_alloc
         with self._warm() if keep else contextlib.nullcontext():
             for _ in range(rounds):

@@ -304,7 +304,8 @@ def test_replay_checks_its_arguments_and_takes_events_read_back_from_json():
             pool.replay(events, **bad)
     with pytest.raises(cuflow.ArgumentTypeError, match="keep must be True or False"):
         pool.replay(events, keep="no")
-    for bad in ([("x", 1, 2, 0)], [(1, 2)], "events", None):
+    for bad in ([("x", 1, 2, 0)], [(1, 2)], "events", None, [("a", [], 5, 0)],
+                [("f", "key", 0, 0)]):
         with pytest.raises(cuflow.memory.MemoryValueError, match="events must be the list"):
             pool.replay(bad)
     pool.empty_cache()
