@@ -302,7 +302,7 @@ def reset_peak_stats(device: int | None = None) -> None:
     device : int, optional
         The device whose pool; the current device when omitted.
     """
-    get_pool(device).reset_peak_stats()
+    get_pool(_device(device, "reset_peak_stats")).reset_peak_stats()
 
 
 def set_limit(limit: int | float | str | None, device: int | None = None) -> None:
