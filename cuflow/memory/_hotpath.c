@@ -25,7 +25,9 @@
  * Pool._alloc_slow has more to do: frees awaiting other streams' work, orphans, or another
  * stream's free blocks to borrow.  A refused segment goes to Pool._segment_refused's retries.
  * A capture, a recording, a destroyed stream or a stream met for the first time call
- * Pool._alloc_miss.
+ * Pool._alloc_miss, and so do arguments that are not plain ints or a stream outside
+ * [0, 2**63): Pool._alloc_miss checks them (Pool._alloc_args), converts a NumPy integer and
+ * refuses the rest as Pool.alloc does.  A hit takes its arguments as they compare.
  *
  * CuPy's allocator hook: CupyMalloc (malloc(nbytes) -> MemoryPointer over the hot path),
  * PoolMemory (its memory object, which gives the block back when it goes), and, with
