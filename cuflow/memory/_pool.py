@@ -232,7 +232,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         self._next_owner = 1
         self._recording: list[tuple] | None = None
         self._rec_lent: dict[int, int] = {}  # a recording's blocks (pointer -> bytes)
-        self._rec_bytes = self._rec_peak = 0  # their bytes now, and at most (see _warmup)
+        self._rec_bytes = self._rec_peak = 0  # their current bytes, and their peak (_warmup)
         #: a stream captures, a stream was destroyed, or allocations are recorded: the hot
         #: path then defers to the general one (see _update_slow)
         self._slow = False
