@@ -302,7 +302,7 @@ def reset_peak_stats(device: int | None = None) -> None:
     device : int, optional
         The device whose pool; the current device when omitted.
     """
-    get_pool(device).reset_peak_stats()
+    get_pool(_device(device, "reset_peak_stats")).reset_peak_stats()
 
 
 def set_limit(limit: int | float | str | None, device: int | None = None) -> None:
@@ -447,8 +447,11 @@ def warmup(fn: Callable[..., Any], *largest_inputs: Any, pool: Pool | None = Non
     Returns
     -------
     dict
-        ``peak_bytes`` (most bytes ``fn`` held at once), ``allocations`` (made by
-        ``fn``), ``extra_segments`` (segments the replay made) and ``reserved_bytes``.
+        ``peak_bytes`` (the most bytes, in rounded block sizes, that the blocks lent while
+        ``fn`` ran held at once; blocks lent before do not count), ``allocations`` (those
+        made from the pool while ``fn`` ran), ``extra_segments`` (segments the replay made)
+        and ``reserved_bytes`` (what the pool reserves after the replay).  Other threads'
+        allocations from the pool meanwhile count too (see Notes).
 
     Notes
     -----
@@ -456,8 +459,11 @@ def warmup(fn: Callable[..., Any], *largest_inputs: Any, pool: Pool | None = Non
     replay launches no kernel, it only takes segments from the backend, on the current
     stream.
 
-    The recording is the pool's: what other threads allocate from it while ``fn`` runs is
-    recorded and replayed with ``fn``'s, so warm up before other threads use the pool.
+    The recording is the pool's, not the calling thread's: what other threads allocate
+    from the pool and free while ``fn`` runs is recorded with ``fn``'s, counts in
+    ``peak_bytes`` and ``allocations``, and is replayed with it (the segments its replay
+    makes are kept as ``fn``'s are).  Warm up before other threads use the pool, or while
+    they leave it alone.  The pool's own statistics (``stats()``) go on as usual meanwhile.
     """
 
     if not callable(fn):

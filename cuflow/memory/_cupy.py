@@ -140,7 +140,7 @@ class Pool(_CorePool):
         if size is None and isinstance(fraction, numbers.Real) \
                 and not isinstance(fraction, bool) and fraction == 0:
             fraction = None  # (limit_bytes refuses 0 as a fraction: cuflow's own forms)
-        self.limit = limit_bytes(size, fraction, self.backend)
+        self.limit = limit_bytes(size, fraction, self.backend, "cuflow.memory.Pool.set_limit")
 
     def warmup(self, shapes_or_nbytes: Iterable[Any], dtype: Any = None,  # type: ignore[override]
                stream: Any = None) -> None:

@@ -16,6 +16,7 @@ others; ``import cuflow`` still works, so ``python -m cuflow info`` can name it.
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 
 from ._exceptions import MemoryLimitWarning
@@ -41,9 +42,24 @@ def _choice(name: str) -> str:
     if value is None:
         names = sorted({v for v in choices.values()})
         warnings.warn(f"{name}={raw!r} is not one of {names}; using {default!r}",
-                      MemoryLimitWarning, stacklevel=2)
+                      MemoryLimitWarning, stacklevel=_importer())
         return default
     return value
+
+
+def _importer() -> int:
+    """The ``stacklevel`` of a warning raised by this function's caller that names the code
+    importing cuflow (the first frame outside cuflow and the import machinery), not this
+    module, which is where the variables are read."""
+    f, level = sys._getframe(1), 1
+    while f is not None:
+        top = f.f_globals.get("__name__", "").partition(".")[0]
+        if top not in ("cuflow", "importlib"):
+            break
+        f = f.f_back
+        # (warnings.warn does not count the import machinery's frames in stacklevel)
+        level += top == "cuflow"
+    return level
 
 
 POOL_ON = _choice("CUFLOW_POOL") == "on"

@@ -592,8 +592,10 @@ class ExpandableBackend(Backend):
         self.heap.state = state
 
     def limit_memory(self, limit: int | None) -> None:
-        """Cap the mapped bytes at the pool's limit, where free pages allow; free pages past
-        it are unmapped at once.
+        """Hold the mapped bytes to the pool's limit, where free pages allow: free pages past
+        it are unmapped at once, and before each later mapping.  In between, pages freed stay
+        mapped (until a mapping needs room, or :meth:`trim`), and pages that live segments
+        share only in part stay mapped whatever the limit: the mapped bytes may pass it.
 
         Parameters
         ----------

@@ -12,6 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._checks import is_integer
+from ._blocks import check_stream
+from ._exceptions import MemoryTypeError, MemoryValueError
+
 __all__ = ["GraphPoolsMixin"]
 
 
@@ -19,7 +23,24 @@ class GraphPoolsMixin:
     """The private pools of :class:`~cuflow.memory._pool.Pool` (its state, its lock)."""
 
     def begin_private(self, stream: int) -> int:
-        """Route allocations on ``stream`` to a new private pool; returns its id."""
+        """Route allocations on ``stream`` to a new private pool; returns its id.
+
+        Parameters
+        ----------
+        stream : int
+            The handle of the capturing stream, an int in [0, 2**63).
+
+        Returns
+        -------
+        int
+            The private pool's id, for :meth:`close_private`.
+
+        Raises
+        ------
+        MemoryTypeError, MemoryValueError
+            ``stream`` is not an int (a bool neither), or not in [0, 2**63).
+        """
+        stream = check_stream("Pool.begin_private", stream)
         with self._lock:
             owner = self._next_owner
             self._next_owner += 1
@@ -30,7 +51,19 @@ class GraphPoolsMixin:
 
     def end_private(self, stream: int) -> None:
         """The capture on ``stream`` ended; with no capture left, closed graphs' memory that
-        became free meanwhile goes back."""
+        became free meanwhile goes back.
+
+        Parameters
+        ----------
+        stream : int
+            The handle given to :meth:`begin_private`, an int in [0, 2**63).
+
+        Raises
+        ------
+        MemoryTypeError, MemoryValueError
+            ``stream`` is not an int (a bool neither), or not in [0, 2**63).
+        """
+        stream = check_stream("Pool.end_private", stream)
         with self._lock:
             self._capturing.pop(stream, None)
             self._update_slow()
@@ -41,7 +74,30 @@ class GraphPoolsMixin:
 
     def close_private(self, owner: int) -> None:
         """The graph that owns ``owner`` is gone: release its segments once they are free
-        (if a graph is being captured, when the capture ends)."""
+        (if a graph is being captured, when the capture ends).  Closing it again does
+        nothing.
+
+        Parameters
+        ----------
+        owner : int
+            An id :meth:`begin_private` returned.
+
+        Raises
+        ------
+        MemoryTypeError
+            ``owner`` is not an int (a bool neither).
+        MemoryValueError
+            ``owner`` is no id this pool's :meth:`begin_private` returned.
+        """
+        if not is_integer(owner):
+            raise MemoryTypeError(f"cuflow.memory.Pool.close_private: owner must be an int id "
+                                  f"that begin_private returned, got {type(owner).__name__} "
+                                  f"{owner!r}")
+        if not 1 <= owner < self._next_owner:  # (ids count up from 1)
+            raise MemoryValueError(f"cuflow.memory.Pool.close_private: owner must be an id "
+                                   f"that this pool's begin_private returned, in [1, "
+                                   f"{self._next_owner}), got {owner}")
+        owner = int(owner)
         with self._lock:
             self._settle()
             info = self._private.get(owner)

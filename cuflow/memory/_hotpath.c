@@ -25,7 +25,9 @@
  * Pool._alloc_slow has more to do: frees awaiting other streams' work, orphans, or another
  * stream's free blocks to borrow.  A refused segment goes to Pool._segment_refused's retries.
  * A capture, a recording, a destroyed stream or a stream met for the first time call
- * Pool._alloc_miss.
+ * Pool._alloc_miss, and so do arguments that are not plain ints or a stream outside
+ * [0, 2**63): Pool._alloc_miss checks them (Pool._alloc_args), converts a NumPy integer and
+ * refuses the rest as Pool.alloc does.  A hit takes its arguments as they compare.
  *
  * CuPy's allocator hook: CupyMalloc (malloc(nbytes) -> MemoryPointer over the hot path),
  * PoolMemory (its memory object, which gives the block back when it goes), and, with
@@ -849,14 +851,19 @@ done:
     return r;
 }
 
+static PyObject *bad_args(HotAlloc *self, PyObject *nbytes, PyObject *stream);
+
 /* An exact-size block freed earlier on this stream: a new reference to its pointer,
- * Py_None (borrowed) when there is none, NULL on error. */
+ * Py_None (borrowed) when there is none, NULL on error.  (``nbytes_obj``, the request as
+ * given, only names a bad argument: called once, this is inlined, and passing it costs a
+ * hit nothing.) */
 static PyObject *
-quick_hit(HotAlloc *self, long long nbytes, long long size_v, PyObject *stream)
+quick_hit(HotAlloc *self, PyObject *nbytes_obj, long long nbytes, long long size_v,
+          PyObject *stream)
 {
     PyObject *q = PyDict_GetItemWithError(self->quick, stream);
-    if (q == NULL)
-        return PyErr_Occurred() ? NULL : Py_None;
+    if (q == NULL) /* (an error: an unhashable stream, which Pool._alloc_args names) */
+        return PyErr_Occurred() ? bad_args(self, nbytes_obj, stream) : Py_None;
     PyObject *size = PyLong_FromLongLong(size_v);
     if (size == NULL)
         return NULL;
@@ -1326,6 +1333,23 @@ restore_exception(PyObject *exc)
 #endif
 }
 
+/* alloc_ptr's arguments where the hot path could not read them (a size that is no integer,
+ * an unhashable stream): Pool._alloc_args raises the pool's error for them, as Pool.alloc's.
+ * Where it takes them, the error being raised stays.  Always NULL. */
+static PyObject *
+bad_args(HotAlloc *self, PyObject *nbytes, PyObject *stream)
+{
+    PyObject *exc = raised_exception();
+    PyObject *r = PyObject_CallMethod(self->pool, "_alloc_args", "OO", nbytes, stream);
+    if (r == NULL) {
+        Py_XDECREF(exc);
+        return NULL;
+    }
+    Py_DECREF(r);
+    restore_exception(exc);
+    return NULL;
+}
+
 /* Pool._release_whole: the general pool's wholly free segments, except those a warm-up
  * kept, go back to the source; they are found among those that became wholly free since the
  * last miss (Pool._whole).  A segment used by several streams goes through
@@ -1667,15 +1691,22 @@ alloc_miss(HotAlloc *self, long long size, PyObject *nbytes_obj, long long nbyte
     if (self->segment_type == NULL
         || (unsigned long long)nbytes > (unsigned long long)self->st->max_request)
         goto python;
+    /* arguments to check or convert (a bool, a NumPy integer, a stream that is no int):
+     * Pool._alloc_miss names the rule they break, or takes them as the ints they are */
+    if (!PyLong_CheckExact(nbytes_obj) || !PyLong_CheckExact(stream))
+        goto python;
     if (self->st->slow) /* a capture, a recording, a destroyed stream */
         goto python;
     /* a destroyed stream is queued before _slow is set (a finalizer, without the lock) */
     PyObject *gone = PyDict_GetItemWithError(self->attrs, s_gone);
     if (gone == NULL || !PyList_Check(gone) || PyList_GET_SIZE(gone))
         goto python;
-    long long sv = as_ll(stream);
+    int over;
+    long long sv = PyLong_AsLongLongAndOverflow(stream, &over);
     if (sv == -1 && PyErr_Occurred())
         return NULL;
+    if (over || sv < 0) /* no stream handle (-1 marks a destroyed stream's blocks) */
+        goto python;
     if (sv > 2) { /* a stream met for the first time: the CuPy glue watches its life */
         PyObject *watched = PyDict_GetItemWithError(self->attrs, s_watched);
         PyObject *hook = PyDict_GetItemWithError(self->attrs, s_on_new_stream);
@@ -1744,7 +1775,7 @@ alloc_locked(HotAlloc *self, PyObject *nbytes_obj, long long nbytes, PyObject *s
     else
         size = (nbytes + LARGE_ROUND - 1) & ~(long long)(LARGE_ROUND - 1);
     if (!self->st->slow) {
-        PyObject *hit = quick_hit(self, nbytes, size, stream);
+        PyObject *hit = quick_hit(self, nbytes_obj, nbytes, size, stream);
         if (hit != Py_None)
             return hit; /* a pointer, or NULL */
     }
@@ -1775,8 +1806,8 @@ hot_call(HotAlloc *self, PyObject *const *args, size_t nargsf, PyObject *kwnames
     }
     int over;
     long long nbytes = PyLong_AsLongLongAndOverflow(args[0], &over);
-    if (nbytes == -1 && PyErr_Occurred())
-        return NULL;
+    if (nbytes == -1 && PyErr_Occurred()) /* no integer: the pool's error (alloc_ptr's) */
+        return self->get_stream == NULL ? bad_args(self, args[0], args[1]) : NULL;
     if (over) /* past 64 bits: past max_request too, so Pool._alloc_miss refuses args[0] */
         nbytes = over > 0 ? LLONG_MAX : LLONG_MIN;
     PyObject *stream;

@@ -215,35 +215,36 @@ for _name in ("cheap_release", "segment_granularity", "segment_granularity_min",
 del _name
 
 
-def limit_bytes(size: int | None, fraction: float | None, backend: Backend | None) -> int | None:
+def limit_bytes(size: int | None, fraction: float | None, backend: Backend | None,
+                where: str = "cuflow.memory.set_limit") -> int | None:
     """The limit ``size`` bytes, or ``fraction`` of the device memory of ``backend``; None
     for no limit, which 0 bytes is too (as in CuPy's ``MemoryPool.set_limit(size=0)``: a
     cap of 0 would refuse every segment).  The one place of that rule: the pool's limit,
-    ``CUFLOW_MEMORY_LIMIT`` and ``cuflow.dask.CuflowPool`` all come here."""
+    ``CUFLOW_MEMORY_LIMIT`` and ``cuflow.dask.CuflowPool`` all come here.  ``where`` begins
+    the messages: the function (or the variable) that was given the limit."""
     if size is not None and fraction is not None:
-        raise MemoryValueError("cuflow.memory.set_limit: give size or fraction, not both")
+        raise MemoryValueError(f"{where}: give size or fraction, not both")
     if fraction is not None:
         if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real):
-            raise MemoryTypeError(f"cuflow.memory.set_limit: fraction must be a real number in "
-                                  f"(0, 1], got {type(fraction).__name__} {fraction!r}")
+            raise MemoryTypeError(f"{where}: fraction must be a real number in (0, 1], got "
+                                  f"{type(fraction).__name__} {fraction!r}")
         if not 0 < fraction <= 1:  # NaN fails this too
-            raise MemoryValueError(f"cuflow.memory.set_limit: fraction must be in (0, 1], "
-                                   f"got {fraction}")
+            raise MemoryValueError(f"{where}: fraction must be in (0, 1], got {fraction}")
         total = device_total(backend)
         n = int(fraction * total)
         if n == 0:  # (0 bytes would read as no limit)
             raise MemoryValueError(
-                f"cuflow.memory.set_limit: a fraction limit must come to at least 1 byte of "
-                f"the device's {total} bytes, got fraction {fraction!r}, which comes to 0 "
-                f"bytes; give None or 0 bytes for no limit")
+                f"{where}: a fraction limit must come to at least 1 byte of the device's "
+                f"{total} bytes, got fraction {fraction!r}, which comes to 0 bytes (for no "
+                f"limit, give 0 bytes)")
         return n
     if size is None:
         return None
     if isinstance(size, bool) or not isinstance(size, numbers.Integral):
-        raise MemoryTypeError(f"cuflow.memory.set_limit: size must be an int number of bytes, "
-                              f"got {type(size).__name__} {size!r}")
+        raise MemoryTypeError(f"{where}: size must be an int number of bytes, got "
+                              f"{type(size).__name__} {size!r}")
     if size < 0:
-        raise MemoryValueError(f"cuflow.memory.set_limit: size must be >= 0 bytes, got {size}")
+        raise MemoryValueError(f"{where}: size must be >= 0 bytes, got {size}")
     return int(size) or None
 
 
@@ -264,7 +265,8 @@ def limit_of(limit: Any, backend: Backend) -> int | None:
                 f"(0, 1], got {limit!r}; give bytes as an int or a string such as '1.5GB'")
         return limit_bytes(None, x, backend)
     if isinstance(limit, str):
-        return _parse(limit, "cuflow.memory.set_limit: limit", backend)
+        return _parse(limit, "cuflow.memory.set_limit: limit", backend,
+                      "cuflow.memory.set_limit")
     raise MemoryTypeError(f"cuflow.memory.set_limit: limit must be {_FORMS} or None, got "
                           f"{type(limit).__name__} {limit!r}")
 
@@ -280,6 +282,8 @@ def _split(text: str, what: str) -> tuple[str, float]:
     low = text.strip().lower()
     if not low:
         return "none", 0.0
+    if not low.isascii():  # (float() would take other scripts' digits, '١٠٠' for 100)
+        raise MemoryValueError(f"{what}={text!r}: expected {_FORMS}, in ASCII digits")
     try:
         if low.endswith("%"):
             x = float(low[:-1]) / 100
@@ -305,13 +309,14 @@ def _split(text: str, what: str) -> tuple[str, float]:
     return kind, x
 
 
-def _parse(text: str, what: str, backend: Backend) -> int | None:
+def _parse(text: str, what: str, backend: Backend, where: str) -> int | None:
+    """``text`` in bytes (None for no limit); ``what`` and ``where`` name it in messages."""
     kind, x = _split(text, what)
     if kind == "none":
         return None
     if kind == "fraction":
-        return limit_bytes(None, x, backend)
-    return limit_bytes(int(x), None, backend)
+        return limit_bytes(None, x, backend, where)
+    return limit_bytes(int(x), None, backend, where)
 
 
 def check_limit_text(text: str, what: str = "CUFLOW_MEMORY_LIMIT") -> tuple[str, float]:
@@ -324,4 +329,4 @@ def check_limit_text(text: str, what: str = "CUFLOW_MEMORY_LIMIT") -> tuple[str,
 def parse_limit_env(value: str, backend: Backend) -> int | None:
     """``CUFLOW_MEMORY_LIMIT``: bytes (``8e9``, ``8GiB``, ``512MB``) or a fraction of device
     memory (``0.8``, ``80%``); None for no limit (empty, or 0 bytes)."""
-    return _parse(value, "CUFLOW_MEMORY_LIMIT", backend)
+    return _parse(value, "CUFLOW_MEMORY_LIMIT", backend, f"CUFLOW_MEMORY_LIMIT={value!r}")

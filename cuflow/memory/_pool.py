@@ -67,7 +67,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from .._errors import OutOfMemoryError
+from .._checks import is_integer
+from .._errors import CuflowError, OutOfMemoryError
 from ._backends import Backend
 from ._env import POOL_HOTPATH
 from ._blocks import (DEAD_STREAM, LARGE_ROUND, LARGE_SPLIT_MAX, MIN_SEGMENT, SMALL, SPLIT_MIN,
@@ -87,6 +88,10 @@ except ImportError:
     HotAlloc = PoolLock = PoolState = CFreeList = None
 if POOL_HOTPATH == "python":
     HotAlloc = PoolLock = PoolState = CFreeList = None
+
+
+#: the largest stream handle (the compiled paths hold one in 64 bits)
+_MAX_STREAM = sys.maxsize
 
 
 def _idle(b: Block) -> bool:
@@ -226,6 +231,8 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         self._private: dict[Any, dict[str, Any]] = {}
         self._next_owner = 1
         self._recording: list[tuple] | None = None
+        self._rec_lent: dict[int, int] = {}  # a recording's blocks (pointer -> bytes)
+        self._rec_bytes = self._rec_peak = 0  # their current bytes, and their peak (_warmup)
         #: a stream captures, a stream was destroyed, or allocations are recorded: the hot
         #: path then defers to the general one (see _update_slow)
         self._slow = False
@@ -235,7 +242,13 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         self._orphans: list[Block] = []
         self._init_stats()
         #: ``alloc_ptr(nbytes, stream)``: the device pointer of a new block of at least
-        #: ``nbytes`` for work on ``stream``; give it back with :meth:`free_ptr`
+        #: ``nbytes`` for work on ``stream``; give it back with :meth:`free_ptr`.  Its
+        #: arguments follow :meth:`alloc`'s rules (``nbytes`` an int >= 0, not a bool;
+        #: ``stream`` an int handle in [0, 2**63)), with the same MemoryTypeError and
+        #: MemoryValueError, both hot paths alike.  They are checked off the hit path, where a
+        #: request is not served from the exact-size cache (every stream's and every size's
+        #: first request is not): a value equal to a valid one (``True`` for 1, ``0.0`` for
+        #: stream 0) may be served from that cache as the int it equals.
         self.alloc_ptr = self._make_alloc()
 
     # ----------------------------------------------------------- allocation
@@ -262,7 +275,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
                             freelist_type=self._freelist_type)
         pool, quick, live, freed = self._state, self._quick, self._live, self._freed
         count_hit = pool.count_hit
-        free_other, miss = self._free_locked, self._alloc_miss
+        free_other, miss, args = self._free_locked, self._alloc_miss, self._alloc_args
         acquire, release = self._lock.acquire, self._lock.release  # cheaper than ``with``
 
         def alloc(nbytes: int, arg: int) -> int:
@@ -324,16 +337,31 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
                             live[b.ptr] = b
                             return b.ptr
                 return miss(size, nbytes, stream)
+            except (TypeError, OverflowError) as e:
+                # the arithmetic above met arguments it does not take (a float, a string, an
+                # unhashable stream): the pool's error for them, out of the hit path's way
+                # (a try costs nothing until it catches); a NumPy integer it overflows on is
+                # the int it stands for
+                if isinstance(e, CuflowError) or (type(nbytes) is int and type(stream) is int):
+                    raise  # (the miss path's own check, or not the arguments' fault)
+                n, s = args(nbytes, stream)
+                return alloc(n, s if stream_of is None else arg)
             finally:
                 release()
 
         return alloc
 
     def _alloc_miss(self, size: int, nbytes: int, stream: int) -> int:
-        """Everything but an exact-size hit (under the lock)."""
+        """Everything but an exact-size hit (under the lock), and where :meth:`alloc_ptr`'s
+        arguments are checked: each first request of a stream and of a size comes here, so
+        a value the hit path would misread never reaches a block (see :meth:`_alloc_args`)."""
+        if nbytes.__class__ is not int or stream.__class__ is not int or stream < 0 \
+                or stream > _MAX_STREAM:
+            nbytes, stream = self._alloc_args(nbytes, stream)
+            size = round_size(nbytes) if 0 <= nbytes <= self._state.max_request else nbytes
         if nbytes < 0:
-            raise MemoryValueError(f"cuflow.memory: cannot allocate a negative size "
-                                   f"({nbytes} bytes)")
+            raise MemoryValueError(f"cuflow.memory.Pool.alloc_ptr: nbytes must be >= 0 (a "
+                                   f"negative size cannot be allocated), got {nbytes}")
         if nbytes > self._state.max_request:
             # (both hot paths send such a size here before rounding it)
             self.num_ooms += 1
@@ -356,6 +384,20 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
             self._drain()
         return b.ptr
 
+    def _alloc_args(self, nbytes: Any, stream: Any) -> tuple[int, int]:
+        """:meth:`alloc_ptr`'s arguments as ints, checked as :meth:`alloc` checks its own:
+        ``nbytes`` an integer (Python's or NumPy's, not a bool), ``stream`` a stream handle,
+        an int in [0, 2**63) (a negative one is the pool's mark of a destroyed stream)."""
+        # (from None: the hot path's handler calls this while the TypeError that sent it
+        # here is handled, and that one says nothing the message below does not)
+        if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral):
+            raise MemoryTypeError(f"cuflow.memory.Pool.alloc_ptr: nbytes must be an int, got "
+                                  f"{type(nbytes).__name__} {nbytes!r}") from None
+        try:
+            return int(nbytes), check_stream("Pool.alloc_ptr", stream)
+        except CuflowError as e:
+            raise e from None
+
     def free_ptr(self, ptr: int) -> None:
         """Give back the block at ``ptr`` (from :meth:`alloc_ptr`); safe from finalizers.
 
@@ -371,6 +413,10 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
 
         Raises
         ------
+        MemoryTypeError
+            ``ptr`` is not an integer.  (Checked off the fast path, where ``ptr`` is no lent
+            block: a number equal to a lent block's pointer, ``float(ptr)``, is taken as
+            that pointer, and frees that block.)
         DoubleFreeError
             ``ptr`` is no block this pool lends now (freed already, or from elsewhere).
         """
@@ -379,10 +425,12 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         try:
             lent = ptr in self._live and ptr not in self._freed
         except TypeError:  # unhashable: no pointer
-            raise MemoryTypeError(f"cuflow.memory.Pool.free_ptr: ptr must be the int pointer "
-                                  f"of a block this pool lends now, got {type(ptr).__name__} "
-                                  f"{ptr!r}") from None
+            lent = None
         if not lent:
+            if lent is None or not is_integer(ptr):
+                raise MemoryTypeError(f"cuflow.memory.Pool.free_ptr: ptr must be the int "
+                                      f"pointer of a block this pool lends now, got "
+                                      f"{type(ptr).__name__} {ptr!r}")
             raise DoubleFreeError(f"cuflow.memory.Pool.free_ptr: ptr must be a block this "
                                   f"pool lends now, got {_hex(ptr)}: freed twice, or not from "
                                   f"this pool")
@@ -437,6 +485,9 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         nbytes = int(nbytes)
         stream = (self.backend.current_stream() if stream is None
                   else check_stream("Pool.alloc", stream))
+        if nbytes < 0:
+            raise MemoryValueError(f"cuflow.memory.Pool.alloc: nbytes must be >= 0 (a negative "
+                                   f"size cannot be allocated), got {nbytes}")
         return self._live[self.alloc_ptr(nbytes, stream)]
 
     def free(self, b: Block) -> None:
@@ -479,8 +530,20 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         Returns
         -------
         Block or None
+
+        Raises
+        ------
+        MemoryTypeError
+            ``ptr`` is not an integer (a bool neither).
         """
-        return self._live.get(ptr)
+        try:
+            b = self._live.get(ptr)
+        except TypeError:  # unhashable: no pointer (the check below names it)
+            b = None
+        if (b is None or ptr.__class__ is not int) and not is_integer(ptr):
+            raise MemoryTypeError(f"cuflow.memory.Pool.block_of: ptr must be an int pointer, "
+                                  f"got {type(ptr).__name__} {ptr!r}")
+        return b
 
     def _alloc_locked(self, size: int, nbytes: int, stream: int) -> Block:
         owner = self._capturing.get(stream) if self._capturing else None
@@ -523,6 +586,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
             self.peak_active = active
         if self._recording is not None:
             self._recording.append(("a", b.ptr, nbytes, b.stream))
+            self._record_lent(b)
 
     def _list(self, owner: Any, stream: int) -> FreeList:
         fl = self._lists.get((owner, stream))
@@ -713,6 +777,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         b.free = True
         if self._recording is not None:
             self._recording.append(("f", b.ptr, 0, 0))
+            self._record_freed(b)
         if b.uses:
             self._await_uses(b)
         elif b.seg.owner is None and b.stream != DEAD_STREAM:

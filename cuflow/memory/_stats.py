@@ -47,8 +47,6 @@ class StatsMixin:
         with self._lock:
             if not self._busy:
                 self._drain()
-            # a recording in progress (warmup) then brings back no peak from before the reset
-            self._rec_peak_saved = 0
             self.peak_allocated, self.peak_requested = self.allocated, self.requested
             self.peak_reserved = self.reserved
             self.peak_active = self.allocated + self.pending_bytes
@@ -63,7 +61,6 @@ class StatsMixin:
         """Set the peaks (allocated, requested, reserved, active) to their current values."""
         with self._lock:
             self._drain()
-            self._rec_peak_saved = 0
             self.peak_allocated = self.allocated
             self.peak_requested = self.requested
             self.peak_reserved = self.reserved

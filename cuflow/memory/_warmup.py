@@ -57,12 +57,15 @@ class WarmupMixin:
     def start_recording(self) -> None:
         """Record the pool's allocations and frees until :meth:`stop_recording`.
 
+        The recording is the pool's, not the calling thread's: what any thread allocates
+        from the pool and frees meanwhile is recorded.  It leaves the pool's statistics as
+        they are (its peak is counted apart).
+
         Raises
         ------
         MemoryValueError
             A recording is active already (a ``warmup`` inside another's function, or on
-            another thread): one recording at a time per pool, since each measures its
-            peak on the pool's own counter.
+            another thread): one recording at a time per pool.
         """
         with self._lock:
             if self._recording is not None:
@@ -72,15 +75,40 @@ class WarmupMixin:
                     "first (a warmup inside another warmup's function is refused too)")
             self._drain()
             self._recording = []
+            # the recording's own counters (see _record_lent): the pool's peaks stay what
+            # they are for stats() read meanwhile, and a reset_peak_stats() meanwhile does
+            # not move the recording's peak
+            self._rec_lent = {}
+            self._rec_bytes = self._rec_peak = 0
+            # every allocation and free goes through Python's _take and _free_locked while
+            # this is set, on both hot paths (the compiled ones defer to them): the events
+            # and the counters above miss none
             self._slow = True
-            # the recording's peak is measured on the pool's counter, brought down to what is
-            # allocated now; the pool's own peak comes back at stop_recording
-            self._rec_peak_saved = self.peak_allocated
-            self._rec_peak_base = self.allocated
-            self.peak_allocated = self.allocated
+
+    def _record_lent(self, b: Block) -> None:
+        """A block lent during the recording: its bytes count toward the recording's peak
+        until it is freed (blocks lent before the recording count in neither way, as a
+        replay of the events does not hold them)."""
+        self._rec_lent[b.ptr] = b.size
+        self._rec_bytes += b.size
+        if self._rec_bytes > self._rec_peak:
+            self._rec_peak = self._rec_bytes
+
+    def _record_freed(self, b: Block) -> None:
+        """A block freed during the recording (lent before it, or during it)."""
+        self._rec_bytes -= self._rec_lent.pop(b.ptr, 0)
 
     def stop_recording(self) -> tuple[list[tuple], int]:
-        """(allocation/free events, peak allocated bytes above the start) since start_recording.
+        """The recording since :meth:`start_recording`: its events and its peak.
+
+        Returns
+        -------
+        events : list of tuple
+            ``("a", pointer, nbytes, stream)`` for each allocation and ``("f", pointer, 0,
+            0)`` for each free, in order, as :meth:`replay` takes them.
+        peak : int
+            The most bytes (allocated: rounded sizes) that blocks lent during the recording
+            held at once, >= 0; blocks lent before it do not count, freed or not.
 
         Raises
         ------
@@ -94,10 +122,9 @@ class WarmupMixin:
             self._drain()
             events, self._recording = self._recording, None
             self._update_slow()
-            peak = self.peak_allocated - self._rec_peak_base
-            if self._rec_peak_saved > self.peak_allocated:
-                self.peak_allocated = self._rec_peak_saved
-            self._rec_peak_saved = 0
+            peak = self._rec_peak
+            self._rec_lent = {}
+            self._rec_bytes = self._rec_peak = 0
             return events, peak
 
     def replay(self, events: list[tuple], rounds: int = 2, keep: bool = True) -> int:
@@ -118,10 +145,10 @@ class WarmupMixin:
         keep = as_flag("memory.Pool.replay", "keep", keep)
         if not isinstance(events, list | tuple) or not all(
                 isinstance(e, tuple | list) and len(e) == 4 and e[0] in ("a", "f")
-                for e in events):
+                and is_integer(e[1]) for e in events):
             raise MemoryValueError("cuflow.memory.Pool.replay: events must be the list "
                                    "stop_recording gives, of ('a' or 'f', key, nbytes, stream) "
-                                   "tuples")
+                                   "tuples, each key an int (a block's pointer)")
         n0 = self.num_segment_alloc
         with self._warm() if keep else contextlib.nullcontext():
             for _ in range(rounds):

@@ -3,6 +3,7 @@ ordering, and the pool over it on host memory (device memory on a GPU)."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import random
 
@@ -638,6 +639,29 @@ def test_the_pools_limit_caps_the_mapped_pages():
     pool.free(c)
     pool.limit = None
     assert pool.backend.heap.cap == 0
+
+
+def test_the_limit_caps_reserved_bytes_and_freed_pages_stay_mapped_until_empty_cache():
+    """As the guide says: the limit caps what the pool reserves at every step; the mapped
+    pages may pass it (partly used pages, and wholly free ones after frees), and
+    empty_cache() unmaps the free ones."""
+    pool = Pool(HostExpandableBackend(1 << 30), limit=16 * MIB)
+    rng = random.Random(3)
+    live, most = [], 0
+    for _ in range(300):
+        if rng.random() < 0.5 or not live:
+            with contextlib.suppress(cuflow.OutOfMemoryError):
+                live.append(pool.alloc(rng.randrange(1, 6 * MIB), 0))
+        else:
+            pool.free(live.pop(rng.randrange(len(live))))
+        assert pool.reserved <= pool.limit
+        most = max(most, pool.stats()["device_reserved_bytes.current"])
+    for b in live:
+        pool.free(b)
+    mapped = pool.stats()["device_reserved_bytes.current"]
+    assert most > pool.limit and mapped > pool.limit  # no live block: free pages stay mapped
+    pool.empty_cache()
+    assert pool.stats()["device_reserved_bytes.current"] == 0 and pool.reserved == 0
 
 
 def test_a_fraction_limit_is_of_the_host_capacity():

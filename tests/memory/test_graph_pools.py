@@ -8,6 +8,7 @@ import gc
 import numpy as np
 import pytest
 
+import cuflow
 from cuflow.memory import HostBackend, Pool
 
 from .conftest import CaptureBackend, begin_capture, end_capture
@@ -165,3 +166,33 @@ def test_failed_capture_releases_private_pool(pooled):
         cf.empty((1000,), dtype=cf.float32)
         1 / 0  # noqa: B018
     assert pool.stats()["private_pools"] == before
+
+
+@pytest.mark.parametrize(("call", "exc", "shown"), [
+    (lambda pool: pool.begin_private("x"), TypeError, "begin_private: stream must be a stream "
+                                                      "handle, an int in [0, 2**63), got str 'x'"),
+    (lambda pool: pool.begin_private(-1), ValueError, "begin_private: stream must be a stream "
+                                                      "handle, an int in [0, 2**63), got -1"),
+    (lambda pool: pool.end_private(None), TypeError, "end_private: stream must be a stream "
+                                                     "handle"),
+    (lambda pool: pool.close_private([]), TypeError, "close_private: owner must be an int id "
+                                                     "that begin_private returned, got list []"),
+    (lambda pool: pool.close_private(True), TypeError, "got bool True"),
+    (lambda pool: pool.close_private(5), ValueError, "close_private: owner must be an id that "
+                                                     "this pool's begin_private returned, in "
+                                                     "[1, 2), got 5"),
+    (lambda pool: pool.close_private(0), ValueError, "in [1, 2), got 0"),
+])
+def test_private_pool_calls_name_their_rule(call, exc, shown):
+    """begin_private / end_private take a stream handle, close_private an id begin_private
+    returned: anything else is the module's error, naming the rule, and changes nothing."""
+    pool = Pool(HostBackend())
+    owner = pool.begin_private(7)
+    pool.end_private(7)
+    with pytest.raises(cuflow.CuflowError) as ei:
+        call(pool)
+    assert isinstance(ei.value, exc) and shown in str(ei.value)
+    assert not pool._capturing and pool.stats()["private_pools"] == 1
+    pool.close_private(owner)
+    pool.close_private(owner)  # again: nothing to do
+    assert pool.stats()["private_pools"] == 0

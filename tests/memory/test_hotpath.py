@@ -362,3 +362,79 @@ def test_an_exact_size_hit_counts_pending_bytes_in_the_active_peak():
     assert s["active_bytes.all.current"] == 3 << 20
     assert s["active_bytes.all.peak"] == 3 << 20
     pool.free(y)
+
+
+_NO_SIZES = st.one_of(st.booleans(), st.floats(), st.text(max_size=3), st.none(),
+                      st.lists(st.integers(), max_size=1), st.integers(max_value=-1))
+_NO_STREAMS = st.one_of(st.booleans(), st.floats(), st.text(max_size=3), st.none(),
+                        st.lists(st.integers(), max_size=1), st.integers(max_value=-1),
+                        st.integers(min_value=2**63))
+
+
+@settings(max_examples=150, deadline=None)
+@given(nbytes=st.one_of(_NO_SIZES, st.integers(0, 5 << 20)),
+       stream=st.one_of(_NO_STREAMS, st.integers(0, 3)))
+def test_alloc_ptr_refuses_what_alloc_refuses_on_both_paths(nbytes, stream):
+    """alloc_ptr (either hot path: conftest runs this on each) refuses a size that is no int
+    >= 0 (a bool neither) and a stream that is no handle in [0, 2**63) (a negative one marks
+    a destroyed stream's blocks) with Pool.alloc's errors and texts, naming alloc_ptr, and
+    lends nothing; what is valid is lent on the stream asked for, as an int."""
+    if stream is None:
+        stream = -1  # (Pool.alloc takes None as the current stream; alloc_ptr has none)
+    pool = Pool(HostBackend())  # (nothing cached: an exact-size hit is not checked)
+    try:
+        expected = pool.alloc(nbytes, stream)
+    except cuflow.CuflowError as e:
+        expected = e
+    else:
+        pool.free(expected)
+    before = pool.stats()
+    try:
+        p = pool.alloc_ptr(nbytes, stream)
+    except cuflow.CuflowError as e:
+        assert isinstance(expected, cuflow.CuflowError), f"alloc took what alloc_ptr refused: {e}"
+        assert type(e) is type(expected)
+        assert str(e) == str(expected).replace("Pool.alloc:", "Pool.alloc_ptr:")
+        assert e.__context__ is None or e.__suppress_context__  # its own error, not a chain
+        after = pool.stats()
+        assert after["num_alloc"] == before["num_alloc"]
+        assert after["allocated_bytes.all.current"] == 0 and not pool._lock._is_owned()
+        return
+    assert not isinstance(expected, cuflow.CuflowError), f"alloc_ptr took it: {expected}"
+    b = pool.block_of(p)
+    assert type(p) is int and b.stream == stream and type(b.req) is int and b.req == nbytes
+    pool.free_ptr(p)
+
+
+@pytest.mark.parametrize(("nbytes", "stream", "exc", "shown"), [
+    (100, -1, cuflow.memory.MemoryValueError, "got -1"),
+    (100, -7, cuflow.memory.MemoryValueError, "got -7"),
+    (100, 1 << 63, cuflow.memory.MemoryValueError, f"got {1 << 63}"),
+    (True, 0, cuflow.memory.MemoryTypeError, "got bool True"),
+    (1.5, 0, cuflow.memory.MemoryTypeError, "got float 1.5"),
+    ("8", 0, cuflow.memory.MemoryTypeError, "got str '8'"),
+    (100, None, cuflow.memory.MemoryTypeError, "got NoneType None"),
+    (100, [], cuflow.memory.MemoryTypeError, "got list []"),
+])
+def test_alloc_ptr_lends_no_block_on_a_destroyed_streams_mark(nbytes, stream, exc, shown):
+    """A negative stream is the pool's mark of a destroyed stream: a block lent on it would
+    become an orphan, reused only after a device synchronize.  alloc_ptr refuses it, and
+    every other argument Pool.alloc refuses, on either hot path, with no block lent and
+    nothing synchronized."""
+
+    class Counting(HostBackend):
+        syncs = 0
+
+        def synchronize(self):
+            Counting.syncs += 1
+
+    pool = Pool(Counting())
+    pool.free_ptr(pool.alloc_ptr(5000, 0))  # a block cached for stream 0 (another size)
+    with pytest.raises(exc, match=r"cuflow.memory.Pool.alloc_ptr: (nbytes|stream) must be") \
+            as ei:
+        pool.alloc_ptr(nbytes, stream)
+    assert shown in str(ei.value)
+    assert pool.stats()["num_alloc"] == 1 and not pool._lock._is_owned()
+    pool.free_ptr(pool.alloc_ptr(100, 0))  # the pool works on, with no orphan to adopt
+    s = pool.stats()
+    assert s["num_alloc"] == 2 and Counting.syncs == 0 and s["num_cross_stream_reuse"] == 0

@@ -155,7 +155,8 @@ def test_cupy_set_limit_of_zero_or_nothing_removes_the_limit(off):
     pool.free(b)
     pool.set_limit(fraction=0.25)
     assert pool.get_limit() == 16 << 20
-    with pytest.raises(cuflow.memory.MemoryValueError, match="size or fraction, not both"):
+    with pytest.raises(cuflow.memory.MemoryValueError,
+                       match=r"^cuflow.memory.Pool.set_limit: give size or fraction, not both"):
         pool.set_limit(size=0, fraction=0)
     assert pool.get_limit() == 16 << 20
 
@@ -435,6 +436,9 @@ def test_memory_limit_env_of_zero_is_no_limit_and_of_a_vanishing_fraction_raises
     if expected == "MemoryValueError":
         assert r.returncode != 0 and "MemoryValueError" in r.stderr
         assert "at least 1 byte" in r.stderr
+        # the setting that was given names it, not a function that was not called
+        assert f"MemoryValueError: CUFLOW_MEMORY_LIMIT={value!r}: a fraction limit" in r.stderr
+        assert "set_limit" not in r.stderr
     else:
         assert r.returncode == 0 and r.stdout.strip() == expected, r.stderr
 

@@ -244,6 +244,44 @@ def test_threads_never_share_a_device_block(gpu_cf):
         pool.empty_cache()
 
 
+_NO_POINTERS = st.one_of(st.none(), st.booleans(), st.floats(), st.text(max_size=3),
+                        st.lists(st.integers(), max_size=1), st.tuples(st.integers()),
+                        st.dictionaries(st.integers(), st.integers(), max_size=1))
+
+
+@settings(max_examples=60, deadline=None)
+@given(ptr=st.one_of(_NO_POINTERS, st.integers()))
+def test_free_ptr_and_block_of_take_int_pointers(ptr):
+    """free_ptr and block_of name their rule for what is no integer pointer (MemoryTypeError),
+    free_ptr refuses an int that is no lent block (DoubleFreeError) and block_of answers None
+    for it; the lent block stays lent either way."""
+    pool = Pool(HostBackend())
+    p = pool.alloc_ptr(5000, 0)
+    if isinstance(ptr, int) and not isinstance(ptr, bool):
+        assert pool.block_of(ptr) is (pool.block_of(p) if ptr == p else None)
+        if ptr != p:
+            with pytest.raises(cuflow.memory.DoubleFreeError, match="Pool.free_ptr: ptr must be "
+                                                                  "a block this pool lends"):
+                pool.free_ptr(ptr)
+    elif ptr != p:  # (a float equal to a lent pointer is that pointer: see free_ptr)
+        with pytest.raises(cuflow.memory.MemoryTypeError,
+                           match=r"Pool.block_of: ptr must be an int pointer, got "):
+            pool.block_of(ptr)
+        with pytest.raises(cuflow.memory.MemoryTypeError,
+                           match=r"Pool.free_ptr: ptr must be the int pointer of a block this "
+                                 r"pool lends now, got "):
+            pool.free_ptr(ptr)
+    assert pool.stats()["allocation.all.current"] == 1 and pool.block_of(p) is not None
+
+
+def test_block_of_refuses_a_float_even_where_it_equals_a_lent_pointer():
+    pool = Pool(HostBackend())
+    p = pool.alloc_ptr(5000, 0)
+    with pytest.raises(cuflow.memory.MemoryTypeError, match=rf"got float {float(p)!r}"):
+        pool.block_of(float(p))
+    assert pool.block_of(np.int64(p)) is pool.block_of(p) is not None
+
+
 @pytest.mark.parametrize("case", ["foreign", "twice", "queued"])
 def test_free_ptr_of_no_lent_block_is_refused_at_once(case):
     """free_ptr refuses a pointer the pool does not lend now, naming it, at the call (not in

@@ -38,6 +38,8 @@ def restore_limit(cf):
     ("150%", ValueError, ("limit", "(0, 1]", "150%")),
     ([1], TypeError, ("limit", "list", "[1]")),
     (1e-15, ValueError, ("fraction", "at least 1 byte", "1e-15", "0 bytes")),
+    ("\u0661\u0660\u0660", ValueError, ("limit", "ASCII digits", "'\u0661\u0660\u0660'")),
+    ("\uff18GB", ValueError, ("limit", "ASCII digits")),  # a fullwidth 8
     ("1e-13%", ValueError, ("fraction", "at least 1 byte", "0 bytes")),
 ])
 def test_set_limit_refuses(cf, restore_limit, value, exc, words):
@@ -69,6 +71,14 @@ def test_a_fraction_limit_runs_on_every_backend(cf, restore_limit, value, frac):
     assert 0 < first < 1 << 60 and cf.memory.stats()["limit_bytes"] == first
     cf.memory.set_limit(frac / 2)  # the same total: half the bytes
     assert abs(restore_limit.limit * 2 - first) <= 2
+
+
+@given(st.text(min_size=1, max_size=6).filter(lambda t: not t.strip().isascii()))
+def test_a_limit_string_outside_ascii_is_refused(text):
+    """The documented forms are ASCII ('8GiB', '80%', '8e9'): other scripts' digits, which
+    float() would take, are refused naming the rule."""
+    with pytest.raises(cuflow.memory.MemoryValueError, match="in ASCII digits"):
+        limit_of(text, HostBackend(capacity=10**9))
 
 
 @given(st.floats(min_value=1e-6, max_value=1.0))
@@ -103,6 +113,16 @@ def test_limit_below_use_warns_applies_to_new_segments_and_keeps_data(cf, restor
     finally:
         pool.limit = None
         pool.free(held)
+
+
+@pytest.mark.parametrize("name", ["stats", "summary", "snapshot", "empty_cache",
+                                  "reset_peak_stats", "set_limit"])
+def test_a_bad_device_is_refused_naming_the_function_called(cf, name):
+    args = (None,) if name == "set_limit" else ()
+    with pytest.raises(cuflow.memory.MemoryValueError,
+                       match=rf"^cuflow.memory.{name}: device must be in \[0, ") as ei:
+        getattr(cf.memory, name)(*args, device=99)
+    assert "get_pool" not in str(ei.value) and "got 99" in str(ei.value)
 
 
 @pytest.mark.parametrize(("call", "exc", "words"), [
@@ -194,6 +214,7 @@ def test_bogus_pool_env_warns_once_naming_the_choices(name, value, allowed):
     assert "imported" in r.stdout
     warned = [line for line in r.stderr.splitlines() if "MemoryLimitWarning" in line]
     assert len(warned) == 1 and name in warned[0] and allowed in warned[0]
+    assert warned[0].startswith("<string>:1: ")  # the import that read it, not cuflow's file
 
 
 _FIRST_POOL = """

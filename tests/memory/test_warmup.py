@@ -3,8 +3,12 @@ patterns replayed."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import cuflow
 from cuflow.memory import HostBackend, Pool
@@ -90,6 +94,108 @@ def test_module_warmup_keeps_the_pools_peak_statistics(fn_bytes):
     assert s["active_bytes.all.peak"] == s["allocated_bytes.all.peak"]
     pool.reset_peak_stats()
     assert pool.stats()["allocated_bytes.all.peak"] == 0
+
+
+def test_statistics_read_during_a_recording_keep_the_pools_peak():
+    """stats() read inside warmup's function (or anywhere between start_recording and
+    stop_recording) shows the pool's peak as it is, not one brought down to the bytes lent
+    at the start: the allocated and active peaks agree."""
+    pool = Pool(HostBackend())
+    pool.free(pool.alloc(64 << 20, 0))
+    seen = []
+
+    def step():
+        pool.free(pool.alloc(1 << 20, 0))
+        s = pool.stats()
+        seen.append((s["allocated_bytes.all.peak"], s["active_bytes.all.peak"]))
+
+    info = cuflow.memory.warmup(step, pool=pool)
+    assert seen == [(64 << 20, 64 << 20)] and info["peak_bytes"] == 1 << 20
+    assert pool.stats()["allocated_bytes.all.peak"] == 64 << 20
+
+
+def test_a_recordings_peak_counts_its_own_blocks_through_frees_and_resets():
+    """fn freeing a block lent before the warm-up, and a reset_peak_stats() inside fn, move
+    neither the recording's peak (the most bytes of blocks lent during it held at once, as
+    its replay holds them) nor make it negative."""
+    pool = Pool(HostBackend())
+    old = pool.alloc(1 << 20, 0)
+
+    def step():
+        pool.free(old)  # memory fn was handed
+        pool.reset_peak_stats()  # a library call inside fn
+        pool.free(pool.alloc(1000, 0))
+        a = pool.alloc(300 << 10, 0)
+        b = pool.alloc(200 << 10, 0)
+        pool.free(a)
+        pool.free(b)
+
+    info = cuflow.memory.warmup(step, pool=pool)
+    assert info["peak_bytes"] == (300 << 10) + (200 << 10)
+    assert pool.stats()["allocated_bytes.all.peak"] == (300 << 10) + (200 << 10)
+
+
+def test_a_warmup_records_every_threads_allocations_from_the_pool():
+    """As its docstring and the guide say: the recording is the pool's, so another thread's
+    allocations while fn runs count in the result and are replayed (their segments kept)."""
+    pool = Pool(HostBackend())
+
+    def other():
+        b = pool.alloc(8 << 20, 0)
+        pool.free(b)
+
+    def step():
+        a = pool.alloc(1 << 20, 0)
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        pool.free(a)
+
+    info = cuflow.memory.warmup(step, pool=pool)
+    assert info["allocations"] == 2 and info["peak_bytes"] == (1 << 20) + (8 << 20)
+    n = pool.stats()["num_device_alloc"]
+    pool.free(pool.alloc(8 << 20, 0))  # the other thread's size: served by a kept segment
+    assert pool.stats()["num_device_alloc"] == n
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from(["alloc", "free", "reset"]),
+                              st.sampled_from([100, 5000, 70000, 1 << 20, 3 << 20]),
+                              st.integers(0, 10**6)), max_size=40),
+       before=st.lists(st.sampled_from([5000, 1 << 20, 6 << 20]), max_size=4))
+def test_a_recordings_peak_is_what_its_blocks_held_and_the_pools_statistics_go_on(ops, before):
+    """Between start_recording and stop_recording, any mix of allocations, frees of blocks
+    lent before or during it, and peak resets: the recording's peak is the most bytes its
+    own blocks held at once (>= 0), and the pool's peak stays at least every allocated
+    total seen since the last reset (never brought down by the recording)."""
+    pool = Pool(HostBackend())
+    live = [pool.alloc(n, 0) for n in before]
+    peak_floor = pool.stats()["allocated_bytes.all.peak"]
+    pool.start_recording()
+    mine, held, most, n_allocs = set(), 0, 0, 0
+    for op, n, pick in ops:
+        if op == "alloc" or (op == "free" and not live):
+            n_allocs += 1
+            b = pool.alloc(n, 0)
+            live.append(b)
+            mine.add(b.ptr)
+            held += b.size
+            most = max(most, held)
+            peak_floor = max(peak_floor, pool.allocated)
+        elif op == "free":
+            b = live.pop(pick % len(live))
+            if b.ptr in mine:
+                mine.discard(b.ptr)
+                held -= b.size
+            pool.free(b)
+        else:
+            pool.reset_peak_stats()
+            peak_floor = pool.allocated
+        assert pool.stats()["allocated_bytes.all.peak"] >= max(peak_floor, pool.allocated)
+    events, peak = pool.stop_recording()
+    assert peak == most >= 0
+    assert sum(e[0] == "a" for e in events) == n_allocs
+    assert pool.stats()["allocated_bytes.all.peak"] >= peak_floor
 
 
 @pytest.mark.parametrize(("entries", "exc", "shown"), [
@@ -198,7 +304,8 @@ def test_replay_checks_its_arguments_and_takes_events_read_back_from_json():
             pool.replay(events, **bad)
     with pytest.raises(cuflow.ArgumentTypeError, match="keep must be True or False"):
         pool.replay(events, keep="no")
-    for bad in ([("x", 1, 2, 0)], [(1, 2)], "events", None):
+    for bad in ([("x", 1, 2, 0)], [(1, 2)], "events", None, [("a", [], 5, 0)],
+                [("f", "key", 0, 0)]):
         with pytest.raises(cuflow.memory.MemoryValueError, match="events must be the list"):
             pool.replay(bad)
     pool.empty_cache()
