@@ -9,8 +9,8 @@ worker process owns one GPU, and cuflow arrays are the chunks of Dask arrays
   with cuflow ops, reductions, rechunking and ``compute()`` work on cuflow
   chunks.  :func:`from_host` / :func:`to_host` move a Dask array's chunks to
   the workers' devices and back; :func:`meta` is the ``meta=`` of a darray chunk.
-  A few Dask ops (``zeros_like`` & co., ``percentile``) make chunks of the base
-  array type; ``map_blocks(cuflow.asarray)`` makes darrays of them.
+  A few Dask ops (``zeros_like`` & co., ``percentile``, ``vindex`` on the GPU) make
+  chunks of the base array type; ``map_blocks(cuflow.asarray)`` makes darrays of them.
 * :class:`CuflowPool` is a ``distributed`` worker plugin that sets up cuflow's
   memory pool on every worker (reserved size, limit, warm-up function), like
   dask-cuda's ``rmm_pool_size``; :func:`pool_stats` gathers each worker's

@@ -20,7 +20,12 @@ call return, whatever ``meta`` they declare:
   (CuPy's ``*_like`` and ``broadcast_to`` build the base type).
 * A 1-d ``percentile`` merges the chunks' percentiles with NumPy functions
   (``numpy.interp`` and indexing), which CuPy runs on the GPU, and gives the base
-  type on both backends.
+  type on both backends.  (It needs Dask's own CuPy registrations, for ``empty`` and
+  ``percentile``, which Dask makes only at a lookup of a ``cupy.ndarray`` in
+  ``concatenate`` & co.: :func:`register` makes that lookup.)
+* ``vindex`` merges each output chunk's points into ``numpy.empty_like`` of a chunk,
+  which keeps a NumPy subclass (a darray on the NumPy backend) and, on the GPU, gives a
+  ``cupy.ndarray`` (CuPy's ``empty_like`` builds the base type).
 
 ``y.map_blocks(cuflow.asarray, dtype=y.dtype, meta=meta(y.dtype, y.ndim))`` makes
 darrays of such chunks, and :func:`cuflow.asarray` of a computed result (on the GPU
@@ -106,6 +111,11 @@ def register() -> type:
     dispatch.empty_lookup.register(t, _empty)
     dispatch.to_numpy_dispatch.register(t, _to_numpy)
     _deserialize_as_darray(t, rt.ndarray)
+    # Dask's functions for the base type, which darray falls back to along its MRO (percentile's
+    # lookup) and which a 1-d percentile looks up for its q (a base array: empty): Dask makes
+    # CuPy's at the first cupy.ndarray lookup of concatenate & co. only, never of empty or
+    # percentile, so without this a percentile fails on the GPU until some such lookup ran
+    dispatch.concatenate_lookup.dispatch(rt.ndarray)
     _REGISTERED.add(t)
     return t
 

@@ -167,12 +167,12 @@ def test_concatenate_and_tensordot(ccf, client, rng):
 def test_take_shuffle_and_fancy_indexing_give_darrays(cf, rng):
     """Dask's take lookup (fancy indexing, take, shuffle) gives darrays.  darray's own take
     re-classes its result, which NumPy's and CuPy's take functions call, so this holds
-    through the base type's lookup as well as through the registered one."""
+    through the base type's lookup as well as through the registered one.  (``vindex``
+    builds its chunks otherwise: the next test.)"""
     host = (rng.standard_normal((9, 4)) + 5).astype(np.float32)
     x = cfd.from_host(host, chunks=(4, 2))
     order = rng.permutation(9)
-    cases = [(x[order], host[order]), (da.take(x, order[:5], axis=0), host[order[:5]]),
-             (x.vindex[order[:3], [0, 1, 3]], host[order[:3], [0, 1, 3]])]
+    cases = [(x[order], host[order]), (da.take(x, order[:5], axis=0), host[order[:5]])]
     if hasattr(x, "shuffle"):  # (Dask 2024.8 on)
         groups = [order[:4].tolist(), order[4:].tolist()]
         cases.append((x.shuffle(groups, axis=0), host[np.concatenate(groups)]))
@@ -180,6 +180,29 @@ def test_take_shuffle_and_fancy_indexing_give_darrays(cf, rng):
         got = y.compute(scheduler="synchronous")
         assert isinstance(got, cf.darray), type(got)
         np.testing.assert_array_equal(cf.asnumpy(got), want)
+
+
+def test_vindex_gives_darrays_on_numpy_and_base_arrays_on_the_gpu(cf, rng):
+    """``vindex`` merges the points of each output chunk into ``numpy.empty_like`` of a chunk,
+    which no registration reaches: NumPy's keeps the subclass (a darray), CuPy's builds the
+    base type (a ``cupy.ndarray``; it takes no ``subok``).  map_blocks(cuflow.asarray) makes
+    darrays of it on both backends."""
+    host = (rng.standard_normal((9, 4)) + 5).astype(np.float32)
+    x = cfd.from_host(host, chunks=(4, 2))
+    rows, cols = rng.permutation(9)[:3], [0, 1, 3]
+    y, want = x.vindex[rows, cols], host[rows, cols]
+    assert isinstance(y._meta, cf.darray)
+    rt = cf.get_backend()
+    got = y.compute(scheduler="synchronous")
+    if rt.is_gpu:
+        assert isinstance(got, rt.ndarray) and not isinstance(got, cf.darray), type(got)
+    else:
+        assert isinstance(got, cf.darray), type(got)
+    np.testing.assert_array_equal(cf.asnumpy(got), want)
+    wrapped = y.map_blocks(cf.asarray, dtype=y.dtype, meta=cfd.meta(y.dtype, y.ndim))
+    got = wrapped.compute(scheduler="synchronous")
+    assert isinstance(got, cf.darray), type(got)
+    np.testing.assert_array_equal(cf.asnumpy(got), want)
 
 
 def _first_chunk(x):
