@@ -1118,6 +1118,27 @@ def test_graph_capture_replays_the_fused_kernel(gpu_cf, rng):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("name", ["sum", "max", "argmin"])
+def test_full_reductions_of_many_blocks_replay_and_take_streams(gpu_cf, rng, name):
+    # enough elements for many blocks: the partials' kernel and the one-block last step
+    # (a programmatic dependent launch on compute capability 9.0 and later), eager on a
+    # stream of its own and replayed from a graph with new inputs
+    cf = gpu_cf
+    f = cf.fuse(lambda a, b: getattr(cf, name)((a - b) * (a + 1.5)))
+    want = lambda a, b: getattr(np, name)((a - b) * (a + np.float32(1.5)))  # noqa: E731
+    xs = [rand(rng, (1 << 20,), np.float32) for _ in range(4)]
+    with cf.Stream() as s:
+        got = f(cf.asarray(xs[0]), cf.asarray(xs[1]), stream=s)
+        s.synchronize()
+    check(host(got), want(xs[0], xs[1]))
+    g = cf.graph.capture(f, cf.asarray(xs[0]), cf.asarray(xs[1]))
+    for a, b in ((xs[2], xs[3]), (xs[1], xs[0])):
+        y = g(cf.asarray(a), cf.asarray(b))
+        cf.synchronize()
+        check(host(y), want(a, b))
+
+
+@pytest.mark.gpu
 def test_unaligned_and_strided_inputs(gpu_cf, rng):
     cf = gpu_cf
     base = cf.asarray(rand(rng, (1001,), np.float32))

@@ -897,6 +897,11 @@ def generate(layout: Layout, outputs: tuple, input_nodes: list, scalar_nodes: li
         src.append(f'extern "C" __global__ void __launch_bounds__({BLOCK}) {ENTRY_FIN}('
                    f"const {acc} *__restrict__ pa, const long long *__restrict__ pi, "
                    f"long long g, {_MT[red.out.name]} *__restrict__ q, long long count) {{")
+        # launched as a programmatic dependent of the partials' kernel where the device has
+        # them (Plan.launch): the block may start while that kernel runs and waits here for
+        # all of its writes; launched plainly, the wait returns at once
+        src.append("#if __CUDA_ARCH__ >= 900\n"
+                   '    asm volatile("griddepcontrol.wait;" ::: "memory");\n#endif')
         src.append(f"    {acc} a = {ident}; long long ai = 0x7fffffffffffffffLL;")
         src.append(f"    for (long long t = threadIdx.x; t < g; t += {BLOCK}) cf_comb(a, ai, pa[t], pi[t]);")
         src.append(block_reduce)
