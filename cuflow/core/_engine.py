@@ -564,7 +564,8 @@ def _plan(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
     return Plan(fp, fin, struct.Struct(s.fmt), s.extras, len(arrays), grid, n, red,
                 s.red_extra, s.src, tmp_bytes=grid * 16 if red is not None and
                 red.mode == "all" else 0, lut=s.lut, vec=s.vec, cap=cap, block=block,
-                dependent=bool(fin) and _launch_ex(dev) is not None)
+                dependent=red is not None and red.mode == "all" and bool(fin)
+                and _launch_ex(dev) is not None)
 
 
 # ------------------------------------------------- single ops, launched from C

@@ -22,6 +22,7 @@ def no_gpu(monkeypatch):
     monkeypatch.setattr(_engine, "_functions", lambda src, dev: (0x100, 0x200))
     monkeypatch.setattr(_engine, "_device", lambda dev: (90, 132))
     monkeypatch.setattr(_engine, "_occupancy", lambda fp, block=256: 2048 // block)
+    monkeypatch.setattr(_engine, "_launch_ex", lambda dev: None)
 
 
 def _inp(shape, dtype, k=0):
@@ -144,6 +145,24 @@ def test_reduction_plans(no_gpu, axis, mode):
     else:
         assert p.fmt.format == "=QQqqq" and p.red_extra == ((128, 1) if mode == "rows"
                                                             else (64, 128))
+
+
+@pytest.mark.parametrize("axis,mode", [(None, "all"), (1, "rows")])
+@pytest.mark.parametrize("has_it", [True, False])
+def test_only_a_full_reductions_last_step_is_a_dependent_launch(no_gpu, monkeypatch, axis,
+                                                                mode, has_it):
+    # where the driver and device have programmatic dependent launch (_launch_ex finds
+    # cuLaunchKernelEx), a full reduction's one-block last step uses it; nothing else does
+    monkeypatch.setattr(_engine, "_launch_ex", lambda dev: object() if has_it else None)
+    x = _inp((64, 128), np.float32)
+    r = reduce("sum", apply("exp", x), axis)
+    p = _engine.plan((r.args[0],), [x], [], [np.empty((64, 128), np.float32)], (r.dtype,),
+                     (64, 128), ("sum", axis, r.dtype), 0, True)
+    assert p.reduction.mode == mode and p.dependent is (has_it and mode == "all")
+    y = apply("exp", x)
+    e = _engine.plan((y,), [x], [], [np.empty((64, 128), np.float32)], (y.dtype,), (64, 128),
+                     None, 0, True)
+    assert e.dependent is False
 
 
 @pytest.mark.parametrize("rlen,per_row", [(2048, 256), (2044, 32), (1031, 256), (511, 32)])
