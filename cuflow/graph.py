@@ -286,7 +286,8 @@ class CapturedFunction:
     another thread or inside ``fn``, raises :class:`GraphCaptureError` rather than
     overwriting that call's inputs.  Threads that share one serialize their calls with a
     lock of their own, held until they have read (or copied) the outputs; or each thread
-    captures its own.
+    captures its own.  A copy (``copy.copy``, ``copy.deepcopy``) or an unpickled captured
+    function is one of its own, not captured yet: it captures its graph at its first call.
 
     Parameters
     ----------
@@ -427,17 +428,21 @@ class CapturedFunction:
                                               warmup=self._warmup)
             functools.update_wrapper(bound, self.fn, updated=())
             bound._name = self._name
+            bound._bound_attr = getattr(self, "_attr", None)
         return bound
 
-    def __getstate__(self) -> dict[str, Any]:
-        # (a lock cannot be copied or pickled: a copy gets its own, see __setstate__)
-        state = self.__dict__.copy()
-        del state["_busy"]
-        return state
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._attr = name  # as a method: the attribute it is found by (see __reduce__)
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._busy = threading.Lock()
+    def __reduce__(self) -> tuple:
+        # a copy (copy, deepcopy) or an unpickled one is not captured yet and captures its
+        # own graph at its first call: a graph, its static buffers and the call guard belong
+        # to one captured function, and a graph cannot cross processes.  An instance's is
+        # its instance's attribute again (its function, a method, is found by that name)
+        attr = getattr(self, "_bound_attr", None)
+        if attr is not None:
+            return (getattr, (self.fn.args[0], attr))
+        return (_uncaptured, (self.fn, self._warmup, self._name))
 
     def _in_use(self, what: str) -> GraphCaptureError:
         """The error of a call, replay or close that found ``_busy`` taken."""
@@ -588,6 +593,13 @@ class CapturedFunction:
             self._captured = False
         finally:
             self._busy.release()
+
+
+def _uncaptured(fn: Callable[..., Any], warmup: int, name: str) -> CapturedFunction:
+    """A captured function of ``fn`` not captured yet (a copy's, an unpickled one's)."""
+    c = CapturedFunction(fn, warmup=warmup)
+    c._name = name
+    return c
 
 
 def capture(fn: Callable[..., Any] | None = None, *example_inputs: Any, stream: Any = None,

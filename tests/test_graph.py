@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import pickle
 import threading
 
 import numpy as np
@@ -527,9 +528,42 @@ def test_a_call_while_another_runs_is_refused(cf, rng):
         g(xa)
 
 
+def _double(a):
+    return a * 2
+
+
+class _Scaled:
+    def __init__(self, w):
+        self.w = w
+
+    @cuflow.graph.graphed
+    def forward(self, x):
+        return x * self.w
+
+
 def test_a_copy_of_a_captured_function_is_one_of_its_own(cf, rng):
     x = cf.asarray(rng.uniform(-9, 9, size=(8,)).astype(np.float32))
-    f = cf.graph.graphed(lambda a: a * 2)
-    for c in (copy.copy(f), copy.deepcopy(f)):
-        np.testing.assert_array_equal(cf.asnumpy(c(x)), cf.asnumpy(x) * 2)
+    want = cf.asnumpy(x) * 2
+    f = cf.graph.graphed(_double)
+    first = f(x)  # captured, with static outputs of its own
+    copies = [copy.copy(f), copy.deepcopy(f), pickle.loads(pickle.dumps(f))]
+    for c in copies:
+        assert c is not f and c.graph is None and c.outputs is None  # not captured yet
+        np.testing.assert_array_equal(cf.asnumpy(c(x)), want)
+        assert c.outputs is not first  # its own static outputs
         c.close()
+    # closing the copies left the original's graph alone
+    np.testing.assert_array_equal(cf.asnumpy(f(x)), want)
+    f.close()
+
+
+def test_an_instance_with_a_graphed_method_pickles_after_a_call(cf, rng):
+    x = cf.asarray(rng.uniform(-9, 9, size=(8,)).astype(np.float32))
+    m = _Scaled(3.0)
+    m.forward(x)
+    m2 = pickle.loads(pickle.dumps(m))
+    m2.w = 5.0
+    np.testing.assert_array_equal(cf.asnumpy(m2.forward(x)), cf.asnumpy(x) * 5)
+    np.testing.assert_array_equal(cf.asnumpy(m.forward(x)), cf.asnumpy(x) * 3)
+    m.forward.close()
+    m2.forward.close()
