@@ -35,10 +35,12 @@ Example
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import linecache
 import os
 import reprlib
+import sys
 import threading
 import traceback
 from collections.abc import Callable
@@ -434,14 +436,25 @@ class CapturedFunction:
     def __set_name__(self, owner: type, name: str) -> None:
         self._attr = name  # as a method: the attribute it is found by (see __reduce__)
 
-    def __reduce__(self) -> tuple:
-        # a copy (copy, deepcopy) or an unpickled one is not captured yet and captures its
-        # own graph at its first call: a graph, its static buffers and the call guard belong
-        # to one captured function, and a graph cannot cross processes.  An instance's is
-        # its instance's attribute again (its function, a method, is found by that name)
+    def __copy__(self) -> CapturedFunction:
+        # a copy is not captured yet and captures its own graph at its first call: a graph,
+        # its static buffers and the call guard belong to one captured function
+        return _uncaptured(self.fn, self._warmup, self._name, self)
+
+    def __deepcopy__(self, memo: dict) -> CapturedFunction:
+        return _uncaptured(copy.deepcopy(self.fn, memo), self._warmup, self._name, self)
+
+    def __reduce__(self) -> Any:
+        # pickled: a graph cannot cross processes.  An instance's is its instance's attribute
+        # again; a module's (a decorated function, which its name now finds) is pickled by
+        # name, as functions are; any other, a captured function of the same fn
         attr = getattr(self, "_bound_attr", None)
         if attr is not None:
             return (getattr, (self.fn.args[0], attr))
+        module = sys.modules.get(getattr(self, "__module__", None) or "")
+        if module is not None and getattr(module, getattr(self, "__qualname__", ""),
+                                          None) is self:
+            return self.__qualname__
         return (_uncaptured, (self.fn, self._warmup, self._name))
 
     def _in_use(self, what: str) -> GraphCaptureError:
@@ -595,10 +608,14 @@ class CapturedFunction:
             self._busy.release()
 
 
-def _uncaptured(fn: Callable[..., Any], warmup: int, name: str) -> CapturedFunction:
-    """A captured function of ``fn`` not captured yet (a copy's, an unpickled one's)."""
+def _uncaptured(fn: Callable[..., Any], warmup: int, name: str,
+                like: CapturedFunction | None = None) -> CapturedFunction:
+    """A captured function of ``fn`` not captured yet (a copy's, an unpickled one's), found
+    by the same attribute as ``like`` where that is an instance's."""
     c = CapturedFunction(fn, warmup=warmup)
     c._name = name
+    if like is not None and getattr(like, "_bound_attr", None) is not None:
+        c._bound_attr = like._bound_attr
     return c
 
 

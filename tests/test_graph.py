@@ -532,6 +532,11 @@ def _double(a):
     return a * 2
 
 
+@cuflow.graph.graphed
+def _tripled(a):
+    return a * 3
+
+
 class _Scaled:
     def __init__(self, w):
         self.w = w
@@ -555,6 +560,27 @@ def test_a_copy_of_a_captured_function_is_one_of_its_own(cf, rng):
     # closing the copies left the original's graph alone
     np.testing.assert_array_equal(cf.asnumpy(f(x)), want)
     f.close()
+
+
+def test_a_copy_of_a_graphed_method_is_one_of_its_own(cf, rng):
+    x = cf.asarray(rng.uniform(-9, 9, size=(8,)).astype(np.float32))
+    m = _Scaled(3.0)
+    first = m.forward(x)
+    for c in (copy.copy(m.forward), copy.deepcopy(m.forward)):
+        assert c is not m.forward and c.graph is None
+        np.testing.assert_array_equal(cf.asnumpy(c(x)), cf.asnumpy(x) * 3)
+        assert c.outputs is not first
+        c.close()
+    np.testing.assert_array_equal(cf.asnumpy(m.forward(x)), cf.asnumpy(x) * 3)
+    m.forward.close()
+
+
+def test_a_graphed_module_function_pickles_by_name(cf, rng):
+    x = cf.asarray(rng.uniform(-9, 9, size=(8,)).astype(np.float32))
+    _tripled(x)
+    assert pickle.loads(pickle.dumps(_tripled)) is _tripled  # as a function pickles
+    np.testing.assert_array_equal(cf.asnumpy(_tripled(x)), cf.asnumpy(x) * 3)
+    _tripled.close()
 
 
 def test_an_instance_with_a_graphed_method_pickles_after_a_call(cf, rng):
