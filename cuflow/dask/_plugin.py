@@ -209,6 +209,8 @@ class CuflowPool(WorkerPlugin):
                        "reserved_at_setup": memory.stats()["reserved_bytes.all.current"],
                        "warmup": warm}
         worker.cuflow_pool = self
+        # the pool set up, for the teardown: the current device or pool may differ by then
+        worker.cuflow_pool_setup = pool
 
     def teardown(self, worker: Any) -> None:
         """Undo :meth:`setup` on ``worker``: its previous limit back, the pool's free memory
@@ -231,7 +233,10 @@ class CuflowPool(WorkerPlugin):
         if getattr(worker, "cuflow_pool", None) is not self:
             return  # this plugin's setup did not complete there
         del worker.cuflow_pool
-        pool = memory.get_pool()
+        pool = getattr(worker, "cuflow_pool_setup", None)
+        if pool is None:
+            return
+        del worker.cuflow_pool_setup
         with _SHARED_LOCK:
             shared = _SHARED.get(pool)
             if shared is None:  # (no setup of this process completed on the pool)
