@@ -1119,14 +1119,21 @@ def test_graph_capture_replays_the_fused_kernel(gpu_cf, rng):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["sum", "max", "argmin"])
-def test_full_reductions_of_many_blocks_replay_and_take_streams(gpu_cf, rng, name):
+def test_full_reductions_of_many_blocks_replay_and_take_streams(gpu_cf, rng, monkeypatch,
+                                                               name):
     # enough elements for many blocks: the partials' kernel and the one-block last step
     # (a programmatic dependent launch on compute capability 9.0 and later), eager on a
     # stream of its own and replayed from a graph with new inputs
+    from cuflow.core import _engine
+
     cf = gpu_cf
+    dependent = []
+    launch = _engine._launch_dependent
+    monkeypatch.setattr(_engine, "_launch_dependent",
+                        lambda *a: (dependent.append(a), launch(*a))[1])
     f = cf.fuse(lambda a, b: getattr(cf, name)((a - b) * (a + 1.5)))
     want = lambda a, b: getattr(np, name)((a - b) * (a + np.float32(1.5)))  # noqa: E731
-    xs = [rand(rng, (1 << 20,), np.float32) for _ in range(4)]
+    xs = [rand(rng, (_engine.DEPENDENT_MIN,), np.float32) for _ in range(4)]
     with cf.Stream() as s:
         got = f(cf.asarray(xs[0]), cf.asarray(xs[1]), stream=s)
         s.synchronize()
@@ -1136,6 +1143,8 @@ def test_full_reductions_of_many_blocks_replay_and_take_streams(gpu_cf, rng, nam
         y = g(cf.asarray(a), cf.asarray(b))
         cf.synchronize()
         check(host(y), want(a, b))
+    # where the driver and the device have it, the last steps were dependent launches
+    assert bool(dependent) == (_engine._launch_ex(cf.Device().id) is not None)
 
 
 @pytest.mark.gpu

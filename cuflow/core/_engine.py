@@ -58,6 +58,11 @@ LUT_MAX_BYTES = 16384
 LUT_STORE_BYTES = 16
 #: full reductions of up to this many elements run as one block launched from C
 ONE_BLOCK_MAX = 1 << 15
+#: full reductions of this many elements on launch their last step as a programmatic
+#: dependent (``_launch_dependent``): below, the partials' kernel takes less device time than
+#: the host takes to launch the two kernels, and the dependent launch's ctypes call would add
+#: host time where no device time is saved
+DEPENDENT_MIN = 1 << 22
 #: kernels of fewer elements index in 32 bits (``Layout.index64`` from here on)
 INDEX32_MAX = 1 << 31
 
@@ -271,16 +276,18 @@ def _launch_ex(dev: int) -> Any:
 
 def _launch_dependent(fin: int, stream: int, p: _Params) -> None:
     """Launch the one-block ``fin`` with its parameters in ``p`` on ``stream`` as a
-    programmatic dependent of the kernel before it: its launch overlaps that kernel's run,
-    and ``griddepcontrol.wait`` in its source orders its reads after that kernel's writes
-    (``sq_diff_sum`` of ``python -m cuflow bench``: 36.5 us with a plain second launch,
-    34.9 us so on an H200).  A plan uses it where :func:`_launch_ex` found it."""
+    programmatic dependent of the kernel before it: the driver prepares its launch while
+    that kernel runs and starts it as that kernel's blocks finish, and ``griddepcontrol.wait``
+    in its source orders its reads after all of that kernel's writes (``sq_diff_sum`` of
+    ``python -m cuflow bench``, docs/performance.md).  A plan uses it where
+    :func:`_launch_ex` found it."""
     d = _D
     d.cfg.stream = stream
     status = _EX[0](ctypes.addressof(d.cfg), fin, p.argv_ptr, None)
     if status:
         raise CudaError(f"cuflow: the launch of a full reduction's last step "
-                        f"(cuLaunchKernelEx) failed with CUDA status {status}")
+                        f"(cuLaunchKernelEx) failed with CUDA status {status} (a CUresult; "
+                        f"cuda.h names it)")
 
 
 # ------------------------------------------------------------------ layouts
@@ -565,7 +572,7 @@ def _plan(outputs: tuple, input_nodes: list, scalar_nodes: list, arrays: list,
                 s.red_extra, s.src, tmp_bytes=grid * 16 if red is not None and
                 red.mode == "all" else 0, lut=s.lut, vec=s.vec, cap=cap, block=block,
                 dependent=red is not None and red.mode == "all" and bool(fin)
-                and _launch_ex(dev) is not None)
+                and n >= DEPENDENT_MIN and _launch_ex(dev) is not None)
 
 
 # ------------------------------------------------- single ops, launched from C

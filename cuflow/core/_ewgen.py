@@ -898,8 +898,8 @@ def generate(layout: Layout, outputs: tuple, input_nodes: list, scalar_nodes: li
                    f"const {acc} *__restrict__ pa, const long long *__restrict__ pi, "
                    f"long long g, {_MT[red.out.name]} *__restrict__ q, long long count) {{")
         # launched as a programmatic dependent of the partials' kernel where the device has
-        # them (Plan.launch): the block may start while that kernel runs and waits here for
-        # all of its writes; launched plainly, the wait returns at once
+        # them (Plan.launch): its launch is prepared while that kernel runs, and the block
+        # waits here for all of that kernel's writes; launched plainly, the wait returns
         src.append("#if __CUDA_ARCH__ >= 900\n"
                    '    asm volatile("griddepcontrol.wait;" ::: "memory");\n#endif')
         src.append(f"    {acc} a = {ident}; long long ai = 0x7fffffffffffffffLL;")

@@ -154,6 +154,7 @@ def test_only_a_full_reductions_last_step_is_a_dependent_launch(no_gpu, monkeypa
     # where the driver and device have programmatic dependent launch (_launch_ex finds
     # cuLaunchKernelEx), a full reduction's one-block last step uses it; nothing else does
     monkeypatch.setattr(_engine, "_launch_ex", lambda dev: object() if has_it else None)
+    monkeypatch.setattr(_engine, "DEPENDENT_MIN", 64 * 128)
     x = _inp((64, 128), np.float32)
     r = reduce("sum", apply("exp", x), axis)
     p = _engine.plan((r.args[0],), [x], [], [np.empty((64, 128), np.float32)], (r.dtype,),
@@ -163,6 +164,10 @@ def test_only_a_full_reductions_last_step_is_a_dependent_launch(no_gpu, monkeypa
     e = _engine.plan((y,), [x], [], [np.empty((64, 128), np.float32)], (y.dtype,), (64, 128),
                      None, 0, True)
     assert e.dependent is False
+    monkeypatch.setattr(_engine, "DEPENDENT_MIN", 64 * 128 + 1)  # too few elements to pay
+    p = _engine.plan((r.args[0],), [x], [], [np.empty((64, 128), np.float32)], (r.dtype,),
+                     (64, 128), ("sum", axis, r.dtype), 0, True)
+    assert p.dependent is False
 
 
 @pytest.mark.parametrize("rlen,per_row", [(2048, 256), (2044, 32), (1031, 256), (511, 32)])
