@@ -342,8 +342,8 @@ def from_host(x: Any, chunks: Any = "auto") -> da.Array:
         ``(4, 4)`` for a shape ``(8,)``); or a dict ``{axis: entry}`` whose keys are axes in
         ``[-ndim, ndim)``, each given once, where the axes left out keep ``x``'s chunks (a
         Dask array's own, the whole axis of host data).  A chunk size is an int >= 1 (0
-        only for an axis of length 0); sizes are ints, never bools or floats.  With ``"auto"`` a Dask array keeps its
-        chunks; any other value rechunks it.
+        only for an axis of length 0); sizes are ints, never bools or floats.  With
+        ``"auto"`` a Dask array keeps its chunks; any other value rechunks it.
 
     Returns
     -------

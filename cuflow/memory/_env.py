@@ -53,12 +53,13 @@ def _importer() -> int:
     module, which is where the variables are read."""
     f, level = sys._getframe(1), 1
     while f is not None:
-        top = f.f_globals.get("__name__", "").partition(".")[0]
+        name = f.f_globals.get("__name__", "")
+        top = name.partition(".")[0]
         if top not in ("cuflow", "importlib"):
             break
         f = f.f_back
-        # (warnings.warn does not count the import machinery's frames in stacklevel)
-        level += top == "cuflow"
+        # (warnings.warn counts every frame but the import machinery's bootstrap ones)
+        level += not name.startswith("importlib._bootstrap")
     return level
 
 

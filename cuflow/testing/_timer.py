@@ -193,7 +193,7 @@ _HOLD_ARGS = struct.Struct("QQ")  # HoldParams: the flag's address, the timeout 
 #: per device (None: the NumPy backend's host), the lock a device_time_us measurement holds:
 #: the hold's flag is one per device, and two threads holding and releasing it at once would
 #: release each other's hold (and their calls would share the GPU, each timing the other's).
-#: Reentrant: a fn that times something itself shares its caller's flag, as it always did.
+#: Reentrant: a fn that times something itself shares its caller's flag.
 _MEASURING: dict[Any, threading.RLock] = {}
 
 

@@ -381,7 +381,9 @@ def test_alloc_ptr_refuses_what_alloc_refuses_on_both_paths(nbytes, stream):
     lends nothing; what is valid is lent on the stream asked for, as an int."""
     if stream is None:
         stream = -1  # (Pool.alloc takes None as the current stream; alloc_ptr has none)
-    pool = Pool(HostBackend())  # (nothing cached: an exact-size hit is not checked)
+    # (a fresh pool: its exact-size cache, which takes arguments unchecked, holds only what
+    # alloc lends and frees just below, a valid request)
+    pool = Pool(HostBackend())
     try:
         expected = pool.alloc(nbytes, stream)
     except cuflow.CuflowError as e:
