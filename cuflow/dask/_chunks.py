@@ -232,19 +232,6 @@ _SIZES_ARE_INTS = "sizes are ints, no bools or floats"
 _A_CHUNK_SIZE = "a chunk size is an int >= 1 (-1 or None: the whole axis)"
 
 
-def _has_bool(chunks: Any) -> bool:
-    """Whether ``chunks`` (as ``dask.array`` takes them) holds a bool anywhere."""
-    if isinstance(chunks, bool | numpy.bool_):
-        return True
-    if isinstance(chunks, numpy.ndarray):
-        return chunks.dtype.kind == "b"
-    if isinstance(chunks, dict):
-        return any(_has_bool(c) for c in chunks.values())
-    if isinstance(chunks, tuple | list):
-        return any(_has_bool(c) for c in chunks)
-    return False
-
-
 def _sizes(chunks: Any) -> list[Any]:
     """The numbers ``chunks`` holds, at any depth (a dict's values, not its keys)."""
     if isinstance(chunks, numpy.ndarray):
@@ -253,12 +240,12 @@ def _sizes(chunks: Any) -> list[Any]:
         chunks = list(chunks.values())
     if isinstance(chunks, tuple | list):
         return [n for c in chunks for n in _sizes(c)]
-    return [chunks] if isinstance(chunks, numbers.Number) else []
+    return [chunks] if isinstance(chunks, numbers.Number | numpy.bool_) else []
 
 
 def _check_chunks(chunks: Any, shape: tuple) -> None:
     # Dask reads True as a chunk size of 1 (a task per element)
-    if _has_bool(chunks):
+    if any(isinstance(n, bool | numpy.bool_) for n in _sizes(chunks)):
         raise _chunks_error(ArgumentTypeError, chunks, shape, _SIZES_ARE_INTS, "a size is a bool")
 
 

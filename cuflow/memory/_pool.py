@@ -355,13 +355,10 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         """Everything but an exact-size hit (under the lock), and where :meth:`alloc_ptr`'s
         arguments are checked: each first request of a stream and of a size comes here, so
         a value the hit path would misread never reaches a block (see :meth:`_alloc_args`)."""
-        if nbytes.__class__ is not int or stream.__class__ is not int or stream < 0 \
-                or stream > _MAX_STREAM:
+        if nbytes.__class__ is not int or nbytes < 0 or stream.__class__ is not int \
+                or stream < 0 or stream > _MAX_STREAM:
             nbytes, stream = self._alloc_args(nbytes, stream)
-            size = round_size(nbytes) if 0 <= nbytes <= self._state.max_request else nbytes
-        if nbytes < 0:
-            raise MemoryValueError(f"cuflow.memory.Pool.alloc_ptr: nbytes must be >= 0 (a "
-                                   f"negative size cannot be allocated), got {nbytes}")
+            size = round_size(nbytes) if nbytes <= self._state.max_request else nbytes
         if nbytes > self._state.max_request:
             # (both hot paths send such a size here before rounding it)
             self.num_ooms += 1
@@ -384,19 +381,25 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
             self._drain()
         return b.ptr
 
-    def _alloc_args(self, nbytes: Any, stream: Any) -> tuple[int, int]:
-        """:meth:`alloc_ptr`'s arguments as ints, checked as :meth:`alloc` checks its own:
-        ``nbytes`` an integer (Python's or NumPy's, not a bool), ``stream`` a stream handle,
-        an int in [0, 2**63) (a negative one is the pool's mark of a destroyed stream)."""
+    def _alloc_args(self, nbytes: Any, stream: Any,
+                    where: str = "Pool.alloc_ptr") -> tuple[int, int]:
+        """:meth:`alloc_ptr`'s and :meth:`alloc`'s arguments as ints, checked: ``nbytes`` an
+        integer >= 0 (Python's or NumPy's, not a bool), ``stream`` a stream handle, an int in
+        [0, 2**63) (a negative one is the pool's mark of a destroyed stream)."""
         # (from None: the hot path's handler calls this while the TypeError that sent it
         # here is handled, and that one says nothing the message below does not)
         if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral):
-            raise MemoryTypeError(f"cuflow.memory.Pool.alloc_ptr: nbytes must be an int, got "
+            raise MemoryTypeError(f"cuflow.memory.{where}: nbytes must be an int, got "
                                   f"{type(nbytes).__name__} {nbytes!r}") from None
         try:
-            return int(nbytes), check_stream("Pool.alloc_ptr", stream)
+            stream = check_stream(where, stream)
         except CuflowError as e:
             raise e from None
+        nbytes = int(nbytes)
+        if nbytes < 0:
+            raise MemoryValueError(f"cuflow.memory.{where}: nbytes must be >= 0 (a negative "
+                                   f"size cannot be allocated), got {nbytes}") from None
+        return nbytes, stream
 
     def free_ptr(self, ptr: int) -> None:
         """Give back the block at ``ptr`` (from :meth:`alloc_ptr`); safe from finalizers.
@@ -479,15 +482,8 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
             After freeing cached blocks, collecting garbage and retrying; at once for a size
             past the address space.
         """
-        if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral):
-            raise MemoryTypeError(f"cuflow.memory.Pool.alloc: nbytes must be an int, got "
-                                  f"{type(nbytes).__name__} {nbytes!r}")
-        nbytes = int(nbytes)
-        stream = (self.backend.current_stream() if stream is None
-                  else check_stream("Pool.alloc", stream))
-        if nbytes < 0:
-            raise MemoryValueError(f"cuflow.memory.Pool.alloc: nbytes must be >= 0 (a negative "
-                                   f"size cannot be allocated), got {nbytes}")
+        nbytes, stream = self._alloc_args(
+            nbytes, self.backend.current_stream() if stream is None else stream, "Pool.alloc")
         return self._live[self.alloc_ptr(nbytes, stream)]
 
     def free(self, b: Block) -> None:
