@@ -8,31 +8,100 @@ segments go back before the pool raises ``OutOfMemoryError``).
 ``start_recording`` .. ``stop_recording`` capture a pattern of allocations and
 frees (one recording at a time per pool); ``replay`` dry-runs it (no kernels) so
 that the cache holds what it needs.
+
+A kept replay first plans an *arena*: the smallest single segment in which the pattern,
+replayed by the pool's own placement, needs no other segment.  The plan runs the pattern
+on model pools over a backend of addresses only (:class:`_PlanBackend`), so it costs host
+time and no memory.  Where such a segment fits within :data:`~cuflow.memory.KEEP` times
+the pattern's peak, that one segment is kept, over every backend, expandable segments
+included: a loop of the pattern then neither misses nor maps a page, at the footprint of
+one segment the pattern fits (``python -m cuflow bench traces``, "after warmup").  Where
+best fit in one segment needs more (fragmentation), the replay keeps what it makes, as
+above.
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterable
 
+from typing import Any
+
 from .._checks import as_flag, is_integer
-from ._blocks import Block
+from ._backends import Backend
+from ._blocks import LARGE_ROUND, SMALL, Block, round_size
 from ._exceptions import MemoryValueError
+from ._expandable import KEEP
 
 __all__ = ["WarmupMixin"]
+
+
+#: an arena is 1/ARENA_MARGIN larger than the tightest fit found, within KEEP x the peak
+ARENA_MARGIN = 32
+
+
+class _PlanBackend(Backend):
+    """A source of addresses with no memory behind them: what a model pool, replaying a
+    pattern to plan an arena, takes its segments from (a segment is never touched)."""
+
+    name = "plan"
+
+    def __init__(self, cheap_release: bool) -> None:
+        self.cheap_release = cheap_release  # (it bounds a large request's fit, as upstream)
+        self._next = 1 << 40
+
+    def alloc(self, nbytes: int, stream: int) -> int:
+        ptr = self._next
+        self._next += -(-nbytes // LARGE_ROUND) * LARGE_ROUND
+        return ptr
+
+    def free(self, ptr: int, nbytes: int, stream: int) -> None:
+        pass
+
+
+def _play(pool: Any, events: list[tuple] | tuple, rounds: int) -> None:
+    """``events`` replayed ``rounds`` times on ``pool``: each round frees what it holds."""
+    for _ in range(rounds):
+        live: dict[int, Block] = {}
+        try:  # a refused allocation frees the blocks still held
+            for op, key, nbytes, stream in events:
+                if op == "a":
+                    live[key] = pool.alloc(nbytes, stream)
+                elif key in live:
+                    pool.free(live.pop(key))
+        finally:
+            for b in live.values():
+                pool.free(b)
+
+
+def _peak(events: list[tuple] | tuple) -> int:
+    """The most bytes (rounded block sizes) that ``events``' blocks hold at once."""
+    live: dict[int, int] = {}
+    cur = peak = 0
+    for op, key, nbytes, _ in events:
+        if op == "a":
+            cur -= live.get(key, 0)  # (a key lent again: the replay drops the old block)
+            live[key] = round_size(int(nbytes))
+            cur += live[key]
+            peak = max(peak, cur)
+        else:
+            cur -= live.pop(key, 0)
+    return peak
 
 
 class WarmupMixin:
     """Warm-up and recording of :class:`~cuflow.memory._pool.Pool` (its state, its lock)."""
 
     @contextlib.contextmanager
-    def _warm(self):
+    def _warm(self, every_backend: bool = False):
         """Segments made inside are kept: any request may split them, and an ordinary miss
         does not release them (:meth:`empty_cache` does, and a miss whose segment the limit
         or the device refuses).  Over a backend that places segments itself (expandable
-        segments) none is kept: the pages stay mapped and serve later placements, where
-        kept segments would fix a placement that varying shapes do not fit."""
-        self._warming = not self.backend.places_segments
+        segments) none is kept, unless ``every_backend`` (an arena): the pages stay mapped
+        and serve later placements, where kept segments would fix a placement that varying
+        shapes do not fit."""
+        self._warming = every_backend or not self.backend.places_segments
         try:
             yield
         finally:
@@ -150,16 +219,75 @@ class WarmupMixin:
                                    "stop_recording gives, of ('a' or 'f', key, nbytes, stream) "
                                    "tuples, each key an int (a block's pointer)")
         n0 = self.num_segment_alloc
+        if keep and self._keep_arena(events, rounds):
+            return self.num_segment_alloc - n0
         with self._warm() if keep else contextlib.nullcontext():
-            for _ in range(rounds):
-                live: dict[int, Block] = {}
-                try:  # a refused allocation frees the blocks still held
-                    for op, key, nbytes, stream in events:
-                        if op == "a":
-                            live[key] = self.alloc(nbytes, stream)
-                        elif key in live:
-                            self.free(live.pop(key))
-                finally:
-                    for b in live.values():
-                        self.free(b)
+            _play(self, events, rounds)
         return self.num_segment_alloc - n0
+
+    def _keep_arena(self, events: list[tuple] | tuple, rounds: int) -> bool:
+        """Keep the arena that :meth:`_plan_arena` finds for ``events``, a free segment that
+        lends no block (the statistics of lent bytes do not see it); whether it did (no
+        plan, or the source refused it: the replay then keeps what it makes)."""
+        plan = self._plan_arena(events, rounds)
+        if plan is None:
+            return False
+        nbytes, stream = plan
+        with self.backend.on_device(), self._lock, self._warm(every_backend=True):
+            self._drain()
+            try:
+                ptr = self._new_segment(nbytes, stream, None)
+            except MemoryError:  # (the replay's own segments may still fit)
+                return False
+            self._insert_free(self._add_segment(ptr, nbytes, stream, None))
+        return True
+
+    def _plan_arena(self, events: list[tuple] | tuple, rounds: int) -> tuple[int, int] | None:
+        """``(nbytes, stream)``: the smallest segment this pool would make (its rounding)
+        in which ``events``, all on one stream, replay ``rounds`` times with no other
+        segment, if one of at most ``KEEP`` times their peak does; else None.  A binary
+        search over model pools (best fit is not monotone in the segment's size, but
+        the size returned was replayed)."""
+        allocs = [e for e in events if e[0] == "a"]
+        streams = {e[3] for e in allocs}
+        if len(streams) != 1 or not all(is_integer(e[2]) and e[2] >= 0 for e in allocs):
+            return None  # (a bad event: the replay's allocation names it)
+        stream = streams.pop()
+        peak = _peak(events)
+        if not is_integer(stream) or not 0 <= stream <= sys.maxsize or peak == 0:
+            return None
+        stream = int(stream)
+        most = int(KEEP * peak)
+
+        def size(n: int) -> int:  # the segment the pool makes for a request of n bytes
+            return self._segment_bytes(round_size(max(n, SMALL)), None)
+
+        def fits(n: int) -> bool:
+            model = type(self)(_PlanBackend(self.backend.cheap_release))
+            with model._warm(every_backend=True):
+                model.free(model.alloc(n, stream))
+            made = model.num_segment_alloc
+            _play(model, events, rounds)
+            return model.num_segment_alloc == made
+
+        lo, hi = peak, most  # the largest request whose segment stays within most
+        while hi - lo >= LARGE_ROUND and size(hi) > most:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if size(mid) <= most else (lo, mid)
+        if size(hi) > most:
+            hi = lo
+        if size(hi) > most or not fits(size(hi)):
+            return None
+        lo = peak  # the smallest that fits, at LARGE_ROUND steps
+        while hi - lo >= LARGE_ROUND and size(lo) < size(hi):
+            mid = (lo + hi) // 2
+            if fits(size(mid)):
+                hi = mid
+            else:
+                lo = mid
+        # a margin: the tightest fit of a few rounds may miss once in a later one, where
+        # the free lists' order has drifted (tests/memory/test_warmup.py)
+        hi = max(hi, min(lo + lo // ARENA_MARGIN, most))
+        while size(hi) > most:
+            hi -= LARGE_ROUND
+        return size(hi), stream

@@ -11,7 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cuflow
-from cuflow.memory import HostBackend, Pool
+from cuflow.bench import _traces
+from cuflow.memory import HostBackend, HostExpandableBackend, Pool
+from cuflow.memory._expandable import KEEP
+from cuflow.memory._warmup import _peak
 
 
 def test_warmup_then_no_device_allocations():
@@ -310,3 +313,91 @@ def test_replay_checks_its_arguments_and_takes_events_read_back_from_json():
             pool.replay(bad)
     pool.empty_cache()
     assert pool.replay(json.loads(json.dumps(events)), rounds=1) == 1  # lists, not tuples
+
+
+# ------------------------------------------------------------------ arenas
+def _step_events(name):
+    """One recorded step of ``python -m cuflow bench traces`` as replay events."""
+    return [(op, key, n, 0) for op, key, n in _traces.trace_its(name)[0]]
+
+
+def _loop(pool, events, times):
+    for _ in range(times):
+        live = {}
+        for op, key, n, stream in events:
+            if op == "a":
+                live[key] = pool.alloc(n, stream)
+            else:
+                pool.free(live.pop(key))
+        assert not live
+
+
+@pytest.mark.parametrize("backend", ["host", "expandable"])
+def test_a_kept_replay_keeps_one_arena_that_a_loop_of_the_step_fits(backend):
+    """A ResNet-50 inference step fits one segment within KEEP x its peak: the replay keeps
+    that one (over expandable segments too), lends nothing from it, and 20 loops of the
+    step take no segment and map no page."""
+    events = _step_events("loop:real:resnet50_infer_bs1-64:1")
+    be = HostBackend() if backend == "host" else HostExpandableBackend(256 << 20)
+    pool = Pool(be)
+    assert pool.replay(events, keep=True) == 1
+    peak = _peak(events)
+    assert peak < pool.reserved <= KEEP * peak
+    assert pool.stats()["allocated_bytes.all.peak"] == 0  # (the arena lent no block)
+    segments, device_allocs = pool.num_segment_alloc, be.device_allocs
+    _loop(pool, events, 20)
+    assert (pool.num_segment_alloc, pool.num_segment_free) == (segments, 0)
+    assert be.device_allocs == device_allocs
+    assert pool.empty_cache() == 1 and pool.reserved == 0  # (kept until asked for)
+
+
+def test_a_step_that_one_segment_fits_only_past_keep_is_replayed_as_before():
+    """A transformer step needs more than KEEP x its peak in one segment (best fit
+    fragments it): the replay keeps the segments it makes, as without arenas."""
+    events = _step_events("loop:real:transformer_seq7-2048:11")
+    pool = Pool(HostBackend())
+    assert pool._plan_arena(events, 2) is None
+    assert pool.replay(events, keep=True) > 1
+    segments = pool.num_segment_alloc
+    _loop(pool, events, 5)
+    assert pool.num_segment_alloc == segments
+
+
+def test_patterns_on_several_streams_or_with_bad_events_plan_no_arena():
+    """An arena serves one stream: a pattern on two keeps a segment per stream, as before;
+    a bad event is refused by the replay's allocation, which names it."""
+    pool = Pool(HostBackend())
+    two = [("a", 1, 4 << 20, 0), ("a", 2, 4 << 20, 7), ("f", 1, 0, 0), ("f", 2, 0, 0)]
+    assert pool._plan_arena(two, 2) is None
+    assert pool.replay(two, keep=True) == 2
+    for bad in (-1, 2.5, True):
+        with pytest.raises(cuflow.CuflowError, match="nbytes"):
+            pool.replay([("a", 1, 4 << 20, 0), ("a", 2, bad, 0)])
+    with pytest.raises(cuflow.CuflowError, match="stream"):
+        pool.replay([("a", 1, 4 << 20, -3)])
+    assert pool.replay([]) == 0
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 1 << 24), st.booleans()), min_size=1, max_size=40))
+def test_whatever_arena_a_replay_keeps_serves_its_pattern(ops):
+    """Random patterns (sizes 1 B to 16 MiB; each block freed at once or at the end): where
+    the replay keeps one arena, it is within KEEP x the peak and 8 more loops take no
+    segment; where it does not, it replays as before."""
+    events, held = [], []
+    for k, (n, free_now) in enumerate(ops):
+        events.append(("a", k, n, 0))
+        (events.append(("f", k, 0, 0)) if free_now else held.append(k))
+        if len(held) > 3:
+            events.append(("f", held.pop(0), 0, 0))
+    events += [("f", k, 0, 0) for k in held]
+    pool = Pool(HostBackend())
+    plan = pool._plan_arena(events, 2)
+    made = pool.replay(events, keep=True)
+    if plan is not None:
+        assert made == 1 and pool.reserved == plan[0] <= KEEP * _peak(events)
+        segments = pool.num_segment_alloc
+        _loop(pool, events, 8)
+        assert pool.num_segment_alloc == segments
+    s = pool.stats()
+    assert s["allocated_bytes.all.current"] == 0 and s["num_alloc"] == s["num_free"]
