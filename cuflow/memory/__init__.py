@@ -33,8 +33,10 @@ bench/test_bench_memory.py::test_trace):
   keeps the segments its pattern needs (kept segments serve any smaller request;
   an ordinary miss does not release them, :func:`empty_cache` does, and so does a
   miss whose new segment the limit or the device refuses), so later calls make no
-  device allocation (``stats()["num_device_alloc"]`` proves it); over expandable
-  segments no segment is kept and the mapped pages serve later placements;
+  device allocation (``stats()["num_device_alloc"]`` proves it); where one segment of
+  at most 1.25 times the pattern's peak fits it, that one segment is kept
+  (an *arena*), over expandable segments too, where otherwise the mapped pages serve
+  later placements;
 * streams: a block is reused on another stream only after an event ordering
   (no host synchronization), and :func:`record_stream` marks cross-stream use
   with PyTorch's meaning;
@@ -419,17 +421,27 @@ def warmup(fn: Callable[..., Any], *largest_inputs: Any, pool: Pool | None = Non
     no device allocation (``stats()["num_device_alloc"]`` stays put;
     ``python -m cuflow bench traces``, "cuflow after warmup").
 
+    The replay first looks for an *arena*: the smallest single segment in which the
+    recorded pattern, placed by the pool's own best fit, needs no other segment (found
+    on model pools that hold addresses only: host time, no memory).  Where one within
+    1.25 times the pattern's peak fits, that one segment is kept instead
+    of the replay's segments, over every backend: a loop of the pattern then takes no
+    segment and maps no page, at a footprint of at most 1.25 (the recorded CNN and
+    pipeline steps of ``python -m cuflow bench traces``: 1.04-1.15).  A pattern that
+    best fit fragments past that (a transformer step), or that runs on several streams,
+    keeps the replay's segments as below.
+
     With ``keep=False`` the replay's segments are ordinary ones, which a miss may
     release.  With the default driver-pool backend, the driver's reserve then holds
     what the pattern needs and serves the pool's later segments of any size.  That
     leaves a smaller footprint when later inputs vary in size, at the cost of the
     driver's calls on every miss.  A loop of fixed shapes then still misses on every
     step (a ResNet-50 inference step 5 to 18 times, a transformer step up to 36 times).
-    Over expandable segments (``CUFLOW_POOL_BACKEND=vmm``) no segment is kept either way:
-    the pages the replay mapped stay mapped and serve the later segments of any size, and
-    a later segment that the mapped free space does not fit maps more pages (within 1.25
-    times the peak requested bytes, free pages unmapped first): fewer device calls, not
-    always none.
+    Over expandable segments (``CUFLOW_POOL_BACKEND=vmm``) a pattern with no arena keeps
+    no segment either way: the pages the replay mapped stay mapped and serve the later
+    segments of any size, and a later segment that the mapped free space does not fit
+    maps more pages (within 1.25 times the peak requested bytes, free pages unmapped
+    first): fewer device calls, not always none.
 
     Parameters
     ----------

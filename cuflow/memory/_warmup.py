@@ -12,7 +12,7 @@ that the cache holds what it needs.
 A kept replay first plans an *arena*: the smallest single segment in which the pattern,
 replayed by the pool's own placement, needs no other segment.  The plan runs the pattern
 on model pools over a backend of addresses only (:class:`_PlanBackend`), so it costs host
-time and no memory.  Where such a segment fits within :data:`~cuflow.memory.KEEP` times
+time and no memory.  Where such a segment fits within ``KEEP`` (1.25, ``_expandable``) times
 the pattern's peak, that one segment is kept, over every backend, expandable segments
 included: a loop of the pattern then neither misses nor maps a page, at the footprint of
 one segment the pattern fits (``python -m cuflow bench traces``, "after warmup").  Where
@@ -206,7 +206,10 @@ class WarmupMixin:
         segment, not by an ordinary miss); without it they are ordinary
         segments, and a backend that reuses released memory for any size
         (``cheap_release``) keeps what the pattern needed in its own reserve.
-        Returns the segments the replay made.
+        With ``keep``, a pattern on one stream that one segment of at most ``KEEP`` times
+        its peak fits gets that one segment instead (an arena: see the module docstring),
+        over every backend; it lends no block, so the statistics of lent bytes do not
+        count it.  Returns the segments the replay made.
         """
         if isinstance(rounds, bool) or not is_integer(rounds) or rounds < 1:
             raise MemoryValueError(f"cuflow.memory.Pool.replay: rounds must be an int >= 1, "
