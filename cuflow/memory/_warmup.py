@@ -237,6 +237,8 @@ class WarmupMixin:
             return False
         nbytes, stream = plan
         with self.backend.on_device(), self._lock, self._warm(every_backend=True):
+            if stream in self._capturing:  # (its allocations come from the graph's pool)
+                return False
             self._drain()
             try:
                 ptr = self._new_segment(nbytes, stream, None)
@@ -281,8 +283,8 @@ class WarmupMixin:
             hi = lo
         if size(hi) > most or not fits(size(hi)):
             return None
-        lo = peak  # the smallest that fits, at LARGE_ROUND steps
-        while hi - lo >= LARGE_ROUND and size(lo) < size(hi):
+        lo = peak  # the smallest that fits, to 1/256 of the peak (a margin follows)
+        while hi - lo >= max(LARGE_ROUND, peak >> 8) and size(lo) < size(hi):
             mid = (lo + hi) // 2
             if fits(size(mid)):
                 hi = mid

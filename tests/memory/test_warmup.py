@@ -401,3 +401,14 @@ def test_whatever_arena_a_replay_keeps_serves_its_pattern(ops):
         assert pool.num_segment_alloc == segments
     s = pool.stats()
     assert s["allocated_bytes.all.current"] == 0 and s["num_alloc"] == s["num_free"]
+
+
+def test_a_replay_on_a_capturing_stream_keeps_no_arena():
+    """While a stream captures a graph its allocations come from the graph's private pool:
+    a replay there keeps no general segment (an arena) for it."""
+    pool = Pool(HostBackend())
+    events = [("a", 1, 4 << 20, 7), ("a", 2, 2 << 20, 7), ("f", 1, 0, 0), ("f", 2, 0, 0)]
+    pool.begin_private(7)
+    pool.replay(events, keep=True)
+    assert all(seg.owner is not None for seg in pool._segments.values())
+    pool.end_private(7)
