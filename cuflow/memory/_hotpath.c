@@ -770,6 +770,26 @@ to_quick(HotAlloc *self, PyObject *b, PyObject *bstream, PyObject *size)
     return r;
 }
 
+static int insert_free(HotAlloc *self, PyObject *b);
+
+/* whether b's segment was kept by a warm-up (its blocks skip the exact-size cache): 1, 0,
+ * or -1 with an exception */
+static int
+seg_kept(HotAlloc *self, PyObject *b)
+{
+    PyObject *seg = slot(self, b, B_SEG);
+    if (seg == NULL)
+        return -1;
+    if (self->segment_type != NULL && Py_TYPE(seg) == (PyTypeObject *)self->segment_type) {
+        PyObject *keep = SLOT(seg, self->xoff[S_KEEP]);
+        return keep == Py_True ? 1 : keep == Py_False || keep == NULL ? 0 : PyObject_IsTrue(keep);
+    }
+    PyObject *keep = PyObject_GetAttrString(seg, "keep");
+    int r = keep == NULL ? -1 : PyObject_IsTrue(keep);
+    Py_XDECREF(keep);
+    return r;
+}
+
 /* One queued free (the closure's inner loop).  *again gets a new reference to the pointer
  * when the block was asked for again with this very request and stream. */
 static int
@@ -807,6 +827,29 @@ drain_one(HotAlloc *self, int slow, long long nbytes, PyObject *stream, PyObject
     int is_plain = plain == Py_True ? 1 : plain == Py_False ? 0 : PyObject_IsTrue(plain);
     if (is_plain < 0)
         goto done;
+    int kept = is_plain ? seg_kept(self, b) : 0;
+    if (kept < 0)
+        goto done;
+    if (kept) { /* a kept segment's block: coalesced at once, as Pool._free_locked does */
+        PyObject *gone = PyDict_GetItemWithError(self->attrs, s_gone);
+        if (gone == NULL && PyErr_Occurred())
+            goto done;
+        long long req_v = PyLong_AsLongLong(req), size_v = PyLong_AsLongLong(size);
+        if (((req_v == -1 || size_v == -1) && PyErr_Occurred()))
+            goto done;
+        if (self->segment_type == NULL || gone == NULL || !PyList_Check(gone)
+            || PyList_GET_SIZE(gone))
+            is_plain = 0; /* (Pool._free_locked forgets the destroyed streams first) */
+        else {
+            if (PyDict_DelItem(self->live, ptr) < 0)
+                goto done;
+            self->st->requested -= req_v;
+            self->st->allocated -= size_v;
+            set_slot(self, b, B_FREE, Py_True);
+            r = insert_free(self, b);
+            goto done;
+        }
+    }
     if (!is_plain) { /* the general free (cross-stream uses, private pools, dead streams) */
         if (PyDict_DelItem(self->live, ptr) < 0)
             goto done;

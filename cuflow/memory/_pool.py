@@ -287,7 +287,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
                     while freed:  # the queued frees, inlined for the common case
                         ptr = freed.popitem()[0]
                         b = live[ptr]
-                        if slow or not b.plain:
+                        if slow or not b.plain or b.seg.keep:  # (kept: coalesced at once)
                             del live[ptr]
                             free_other(b)
                         elif not again and b.req == nbytes and b.stream == stream:
@@ -776,7 +776,10 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
             self._record_freed(b)
         if b.uses:
             self._await_uses(b)
-        elif b.seg.owner is None and b.stream != DEAD_STREAM:
+        elif b.seg.owner is None and b.stream != DEAD_STREAM and not b.seg.keep:
+            # (a kept segment's blocks are coalesced at once: best fit over them alone
+            # packs a recorded pattern in 1.13-1.22x its peak where the exact-size cache
+            # needs up to 1.38x; tests/memory/test_warmup.py, the arenas)
             q = self._quick.get(b.stream)
             if q is None:
                 q = self._quick[b.stream] = {}

@@ -25,19 +25,26 @@ class _Granular(HostBackend):
     segment_granularity_min = 1 << 20
 
 
+@pytest.mark.parametrize("arena", [False, True])
 @pytest.mark.parametrize("streams", [1, 3])
 @pytest.mark.parametrize("backend", [HostBackend, _Granular, HostExpandableBackend])
-def test_both_hot_paths_make_the_same_decisions(backend, streams):
+def test_both_hot_paths_make_the_same_decisions(backend, streams, arena):
     """The same random sequence (queued frees, exact-size hits, misses, splits, coalescing,
     segment releases, borrowing across streams) gives the same pointers and statistics
-    through the compiled and the Python path, over expandable segments too."""
+    through the compiled and the Python path, over expandable segments too; with
+    ``arena``, after a replay that keeps an arena, whose blocks are coalesced as they are
+    freed."""
     needs_compiled()
+    kept = [("a", 1, 8 << 20, 0), ("a", 2, 3 << 20, 0), ("f", 1, 0, 0), ("a", 3, 5000, 0),
+            ("f", 2, 0, 0), ("f", 3, 0, 0)]
     rng = random.Random(7 + streams)
     ops = [(rng.random() < 0.6, rng.choice([0, 100, 512, 5000, 70000, 3 << 20, 9 << 20,
                                             rng.randrange(1, 5 << 20)]),
             rng.randrange(streams), rng.randrange(10**6)) for _ in range(3000)]
     results = []
     for pool in (Pool(backend()), python_hot_path(Pool(backend())), python_pool(backend())):
+        if arena:
+            assert pool.replay(kept) == 1 and next(iter(pool._segments.values())).keep
         # where each block lies: (segment's rank, offset); the segments are held so that no
         # later one reuses an id
         segs, held, live, trace = {}, [], [], []

@@ -332,12 +332,14 @@ def _loop(pool, events, times):
         assert not live
 
 
+@pytest.mark.parametrize("step", ["loop:real:resnet50_infer_bs1-64:1",
+                                  "loop:real:transformer_seq7-2048:11"])
 @pytest.mark.parametrize("backend", ["host", "expandable"])
-def test_a_kept_replay_keeps_one_arena_that_a_loop_of_the_step_fits(backend):
-    """A ResNet-50 inference step fits one segment within KEEP x its peak: the replay keeps
-    that one (over expandable segments too), lends nothing from it, and 20 loops of the
-    step take no segment and map no page."""
-    events = _step_events("loop:real:resnet50_infer_bs1-64:1")
+def test_a_kept_replay_keeps_one_arena_that_a_loop_of_the_step_fits(backend, step):
+    """A ResNet-50 inference step and a transformer step fit one segment within KEEP x
+    their peak: the replay keeps that one (over expandable segments too), lends nothing
+    from it, and 20 loops of the step take no segment and map no page."""
+    events = _step_events(step)
     be = HostBackend() if backend == "host" else HostExpandableBackend(256 << 20)
     pool = Pool(be)
     assert pool.replay(events, keep=True) == 1
@@ -352,9 +354,10 @@ def test_a_kept_replay_keeps_one_arena_that_a_loop_of_the_step_fits(backend):
 
 
 def test_a_step_that_one_segment_fits_only_past_keep_is_replayed_as_before():
-    """A transformer step needs more than KEEP x its peak in one segment (best fit
-    fragments it): the replay keeps the segments it makes, as without arenas."""
-    events = _step_events("loop:real:transformer_seq7-2048:11")
+    """R0's first step (a synthetic transformer's) needs more than KEEP x its peak in one
+    segment (best fit fragments it): the replay keeps the segments it makes, as without
+    arenas."""
+    events = [(op, key, n, 0) for op, key, n in _traces.trace_r0(iterations=1)[0]]
     pool = Pool(HostBackend())
     assert pool._plan_arena(events, 2) is None
     assert pool.replay(events, keep=True) > 1
