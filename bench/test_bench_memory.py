@@ -109,8 +109,10 @@ def test_placement_cost_flat(benchmark, passes):
     trace = "loop:real:transformer_seq7-2048:11"
     its = _traces.trace_its(trace)
     pool = Pool(_NoPages())
-    # the documented warm-up: the largest iteration, its segments kept
-    pool.replay([(op, key, max(n, 1), 0) for op, key, n in _traces.largest_iteration(its)])
+    # the largest iteration replayed with ordinary segments (no arena, which would leave
+    # no miss to place): each pass places the segments its misses take
+    pool.replay([(op, key, max(n, 1), 0) for op, key, n in _traces.largest_iteration(its)],
+                keep=False)
     live: dict[int, int] = {}
     # frees queued as CuPy's allocator hook queues them (an array's memory going), for the
     # next allocation to process: the order in which a device workload's frees reach the pool

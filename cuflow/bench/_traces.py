@@ -339,15 +339,22 @@ def replay(make: Callable[[], Any], its: list[list[tuple]], *,
 
 
 def largest_iteration(its: list[list[tuple]]) -> list[tuple]:
-    """The iteration of ``its`` that holds the most bytes at once (its own allocations), with
-    frees of earlier iterations' allocations left out."""
+    """The iteration of ``its`` that holds the most bytes at once, as one call of the step
+    from a fresh start makes it: what earlier iterations allocated and still hold when it
+    begins (a training step's gradients, say, which such a call allocates itself) first,
+    then the iteration's own operations."""
     best, most = its[0], -1
+    live: dict[int, int] = {}
     for ops in its:
-        mine = {key for op, key, _ in ops if op == "a"}
-        own = [o for o in ops if o[0] == "a" or o[1] in mine]
-        p = peak_requested([own])
+        step = [("a", key, n) for key, n in live.items()] + list(ops)
+        p = peak_requested([step])
         if p > most:
-            best, most = own, p
+            best, most = step, p
+        for op, key, n in ops:
+            if op == "a":
+                live[key] = n
+            else:
+                live.pop(key, None)
     return best
 
 

@@ -47,7 +47,8 @@ class Backend(abc.ABC):
     #: quarter of what it reserves, from this up to ``segment_granularity``
     segment_granularity_min = 0
     #: freed segments' memory stays mapped and the backend places each new segment itself,
-    #: so a warm-up keeps no segment (:class:`~cuflow.memory.ExpandableBackend`)
+    #: so a replay keeps no segment of its own, only an arena
+    #: (:class:`~cuflow.memory.ExpandableBackend`)
     places_segments = False
     device_id = -1
     #: allocations that took new memory from the device, and releases that gave it back

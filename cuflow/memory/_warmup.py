@@ -1,10 +1,13 @@
 """Warm-up: preparing the cache for an allocation pattern before it runs.
 
-Segments made while warming are *kept* (except over a backend that places segments
-itself, ``places_segments``: expandable segments): any request may split them, and an
-ordinary miss does not release them; ``empty_cache`` does, and so does a miss
-whose new segment the limit or the device refuses (memory is short then: kept
-segments go back before the pool raises ``OutOfMemoryError``).
+Segments made while warming are *kept*: any request may split them, and an ordinary miss
+does not release them; ``empty_cache`` does, and so does a miss whose new segment the
+limit or the device refuses (memory is short then: kept segments go back before the pool
+raises ``OutOfMemoryError``).  A kept segment's blocks are coalesced as they are freed,
+not cached by exact size.  ``reserve`` and ``warmup`` (sizes the caller names) keep their
+segments over every backend; a replay's own segments are not kept over a backend that
+places segments itself (``places_segments``: expandable segments), where the mapped pages
+serve later placements instead.
 ``start_recording`` .. ``stop_recording`` capture a pattern of allocations and
 frees (one recording at a time per pool); ``replay`` dry-runs it (no kernels) so
 that the cache holds what it needs.
@@ -98,9 +101,9 @@ class WarmupMixin:
         """Segments made inside are kept: any request may split them, and an ordinary miss
         does not release them (:meth:`empty_cache` does, and a miss whose segment the limit
         or the device refuses).  Over a backend that places segments itself (expandable
-        segments) none is kept, unless ``every_backend`` (an arena): the pages stay mapped
-        and serve later placements, where kept segments would fix a placement that varying
-        shapes do not fit."""
+        segments) none is kept, unless ``every_backend`` (an arena, sizes the caller
+        names): the pages stay mapped and serve later placements, where a replay's kept
+        segments would fix a placement that varying shapes do not fit."""
         self._warming = every_backend or not self.backend.places_segments
         try:
             yield
@@ -109,13 +112,13 @@ class WarmupMixin:
 
     def reserve(self, nbytes: int, stream: int | None = None) -> None:
         """Hold at least ``nbytes`` of free cache (one segment) for the coming allocations."""
-        with self._warm():
+        with self._warm(every_backend=True):
             self.free(self.alloc(nbytes, stream))
 
     def warmup(self, sizes: Iterable[int], stream: int | None = None) -> None:
         """Allocate ``sizes`` all at once, then free them: the cache then serves them."""
         blocks: list[Block] = []
-        with self._warm():
+        with self._warm(every_backend=True):
             try:  # a size refused frees the blocks already taken
                 for n in sizes:
                     blocks.append(self.alloc(n, stream))

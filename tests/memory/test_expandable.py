@@ -669,11 +669,27 @@ def test_a_fraction_limit_is_of_the_host_capacity():
     assert pool.limit == 32 * MIB
 
 
-def test_a_warmup_keeps_no_segment_over_expandable_segments():
+def test_a_warmup_keeps_its_sizes_and_a_replay_only_an_arena_over_expandable_segments():
+    """Sizes the caller names (``Pool.warmup``, ``reserve``) are kept over expandable
+    segments too: later requests of them take no segment and map no page.  A replay with no
+    arena (a pattern on two streams) keeps none of its own segments: their pages stay mapped
+    and serve a later segment of another size."""
     pool = Pool(ExpandableEventBackend())
     pool.warmup([8 * MIB, 3 * MIB])
+    assert sorted(s.nbytes for s in pool._segments.values() if s.keep) == [3 * MIB, 8 * MIB]
+    maps, segments = pool.backend.device_allocs, pool.num_segment_alloc
+    for _ in range(3):
+        blocks = [pool.alloc(3 * MIB), pool.alloc(8 * MIB)]
+        for b in blocks:
+            pool.free(b)
+    assert (pool.backend.device_allocs, pool.num_segment_alloc) == (maps, segments)
+
+    pool = Pool(ExpandableEventBackend())
+    two = [("a", 1, 8 * MIB, 0), ("a", 2, 3 * MIB, 7), ("f", 1, 0, 0), ("f", 2, 0, 0)]
+    assert pool.replay(two) == 2
     assert not any(s.keep for s in pool._segments.values())
     assert pool.backend.heap.mapped  # the pages stay mapped
+    pool.backend.finish_all()
     maps = pool.backend.device_allocs
     b = pool.alloc(11 * MIB)  # a segment where the two were: no new page
     assert pool.backend.device_allocs == maps

@@ -196,6 +196,26 @@ def test_fixed_loops_after_a_kept_warmup_take_no_segment(name):
     assert pool.stats()["allocated_bytes.all.current"] == 0
 
 
+def test_the_warmup_of_a_recorded_trace_holds_what_earlier_steps_hold():
+    """``python -m cuflow bench traces``' warm-up step, one call from a fresh start: a
+    training step's state that earlier steps allocated and still hold comes first, so the
+    step's peak is the trace's; after an arena replay of it the whole trace takes no
+    segment."""
+    its = _traces.trace_its("real:resnet18_train_bs2-64")
+    step = _traces.largest_iteration(its)
+    assert _traces.peak_requested([step]) == _traces.peak_requested(its)
+    pool = Pool(HostBackend())
+    assert pool.replay([(op, key, max(n, 1), 0) for op, key, n in step]) == 1
+    segments, live = pool.num_segment_alloc, {}
+    for ops in its:
+        for op, key, n in ops:
+            if op == "a":
+                live[key] = pool.alloc(max(n, 1), 0)
+            else:
+                pool.free(live.pop(key))
+    assert pool.num_segment_alloc == segments
+
+
 def test_threads_never_share_a_block():
     stress_threads(Pool(HostBackend()), fill, check)
 
