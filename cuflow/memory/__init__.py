@@ -426,9 +426,10 @@ def warmup(fn: Callable[..., Any], *largest_inputs: Any, pool: Pool | None = Non
     on model pools that hold addresses only: host time, no memory).  Where one within
     1.25 times the pattern's peak fits, that one segment is kept instead
     of the replay's segments, over every backend: a loop of the pattern then takes no
-    segment and maps no page, at a footprint of at most 1.25 (the recorded CNN and
-    pipeline steps of ``python -m cuflow bench traces``: 1.04-1.15).  A pattern that
-    best fit fragments past that (a transformer step), or that runs on several streams,
+    segment and maps no page, at a footprint of at most 1.25 (the recorded steps of
+    ``python -m cuflow bench traces``: 1.04-1.22).  The arena's blocks, as every kept
+    segment's, are coalesced as they are freed.  A pattern that best fit fragments past
+    1.25 (the synthetic R0's first iteration), or that runs on several streams,
     keeps the replay's segments as below.
 
     With ``keep=False`` the replay's segments are ordinary ones, which a miss may
