@@ -317,7 +317,10 @@ def test_replay_checks_its_arguments_and_takes_events_read_back_from_json():
 
 # ------------------------------------------------------------------ arenas
 def _step_events(name):
-    """One recorded step of ``python -m cuflow bench traces`` as replay events."""
+    """One recorded step of ``python -m cuflow bench traces`` as replay events (the
+    recorded traces are in the source tree, not in an installed wheel)."""
+    if name[len("loop:"):].rsplit(":", 1)[0] not in _traces.TRACES:
+        pytest.skip("the recorded traces are in the source tree (bench/traces), not the wheel")
     return [(op, key, n, 0) for op, key, n in _traces.trace_its(name)[0]]
 
 
