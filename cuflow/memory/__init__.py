@@ -412,9 +412,9 @@ def warmup(fn: Callable[..., Any], *largest_inputs: Any, pool: Pool | None = Non
     """Run ``fn(*largest_inputs, **kwargs)`` once and keep what its steady state needs.
 
     The pool records ``fn``'s allocations, returns every cached segment and
-    replays the recorded pattern twice (host-side only, no kernels).  The
-    segments the replay made are kept: any request may split them, and an ordinary
-    miss does not release them.  :func:`empty_cache` does, and so does a miss whose new
+    replays the recorded pattern (host-side only, no kernels): into one arena (below)
+    where one fits, else twice on the pool itself.  The segments the replay made are
+    kept: any request may split them, and an ordinary miss does not release them.  :func:`empty_cache` does, and so does a miss whose new
     segment the limit or the device refuses: memory is short then, and the kept segments
     go back before the pool raises ``OutOfMemoryError``.  Later calls with inputs
     up to these sizes then take no segment that the pattern did not need, and make

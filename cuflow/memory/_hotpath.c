@@ -834,8 +834,11 @@ drain_one(HotAlloc *self, int slow, long long nbytes, PyObject *stream, PyObject
         PyObject *gone = PyDict_GetItemWithError(self->attrs, s_gone);
         if (gone == NULL && PyErr_Occurred())
             goto done;
-        long long req_v = PyLong_AsLongLong(req), size_v = PyLong_AsLongLong(size);
-        if (((req_v == -1 || size_v == -1) && PyErr_Occurred()))
+        long long req_v = PyLong_AsLongLong(req);
+        if (req_v == -1 && PyErr_Occurred())
+            goto done;
+        long long size_v = PyLong_AsLongLong(size);
+        if (size_v == -1 && PyErr_Occurred())
             goto done;
         if (self->segment_type == NULL || gone == NULL || !PyList_Check(gone)
             || PyList_GET_SIZE(gone))

@@ -7,7 +7,9 @@ Free blocks sit in one free list per (owner, stream), indexed by size; owner
 
 Hot path: a freed block goes, without coalescing, to a per-stream cache of
 exact sizes (``_quick``), and an allocation of that size on that stream takes
-it back: two dictionary lookups and a list pop.  The CuPy hook frees by
+it back: two dictionary lookups and a list pop.  A block of a segment a warm-up
+kept is coalesced as it is freed instead (best fit over such a segment packs a
+recorded pattern tighter).  The CuPy hook frees by
 storing the pointer in ``_freed`` (a C-level dictionary store, safe from
 finalizers and other threads); the next pool operation drains it.
 
@@ -250,6 +252,11 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         #: first request is not): a value equal to a valid one (``True`` for 1, ``0.0`` for
         #: stream 0) may be served from that cache as the int it equals.
         self.alloc_ptr = self._make_alloc()
+
+    def _model(self, backend: Backend) -> Pool:
+        """A pool that decides as this one, over ``backend`` (warm-up's arena search replays
+        a pattern on such pools)."""
+        return Pool(backend)
 
     # ----------------------------------------------------------- allocation
     def _make_alloc(self, stream_of: Callable[[], Any] | None = None,
@@ -777,9 +784,9 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
         if b.uses:
             self._await_uses(b)
         elif b.seg.owner is None and b.stream != DEAD_STREAM and not b.seg.keep:
-            # (a kept segment's blocks are coalesced at once: best fit over them alone
-            # packs a recorded pattern in 1.13-1.22x its peak where the exact-size cache
-            # needs up to 1.38x; tests/memory/test_warmup.py, the arenas)
+            # (a kept segment's blocks are coalesced at once: best fit over them packs a
+            # recorded transformer step in 1.13-1.22x its peak where the exact-size cache
+            # needs up to 1.78x; tests/memory/test_warmup.py, the arenas)
             q = self._quick.get(b.stream)
             if q is None:
                 q = self._quick[b.stream] = {}

@@ -379,9 +379,32 @@ def test_patterns_on_several_streams_or_with_bad_events_plan_no_arena():
     for bad in (-1, 2.5, True):
         with pytest.raises(cuflow.CuflowError, match="nbytes"):
             pool.replay([("a", 1, 4 << 20, 0), ("a", 2, bad, 0)])
-    with pytest.raises(cuflow.CuflowError, match="stream"):
-        pool.replay([("a", 1, 4 << 20, -3)])
+    for bad in (-3, [0], 0.0):
+        with pytest.raises(cuflow.CuflowError, match="stream"):
+            pool.replay([("a", 1, 4 << 20, bad)])
+    ooms = pool.stats()["num_ooms"]
+    with pytest.raises(cuflow.OutOfMemoryError, match="at most"):  # (the pool's own error)
+        pool.replay([("a", 1, 2**63, 0)])
+    assert pool.stats()["num_ooms"] == ooms + 1
     assert pool.replay([]) == 0
+
+
+def test_an_arena_is_a_size_its_pattern_was_replayed_in():
+    """Best fit is not monotone in the segment's size: for this pattern the arena's
+    margin over the tightest fit lands on a size that misses (326 x 128 KiB), where the
+    sizes just below and above fit.  The size kept is one the pattern replayed in, and
+    loops of the pattern take no segment."""
+    events = [("a", 1, 9610971, 0), ("a", 2, 8441480, 0), ("f", 1, 0, 0),
+              ("a", 8, 962372, 0), ("a", 10, 8690375, 0), ("a", 12, 1493749, 0),
+              ("a", 13, 14497059, 0), ("f", 13, 0, 0), ("f", 2, 0, 0), ("a", 15, 863737, 0),
+              ("f", 12, 0, 0), ("a", 18, 15854605, 0), ("f", 10, 0, 0), ("f", 8, 0, 0),
+              ("f", 15, 0, 0), ("f", 18, 0, 0)]
+    for be in (HostBackend(), HostExpandableBackend(256 << 20)):
+        pool = Pool(be)
+        assert pool.replay(events) == 1
+        segments, device_allocs = pool.num_segment_alloc, be.device_allocs
+        _loop(pool, events, 8)
+        assert (pool.num_segment_alloc, be.device_allocs) == (segments, device_allocs)
 
 
 @settings(max_examples=25, deadline=None)
