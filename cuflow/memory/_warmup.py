@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Iterable
-
 from typing import Any
 
 from .._checks import as_flag, is_integer
