@@ -827,32 +827,6 @@ drain_one(HotAlloc *self, int slow, long long nbytes, PyObject *stream, PyObject
     int is_plain = plain == Py_True ? 1 : plain == Py_False ? 0 : PyObject_IsTrue(plain);
     if (is_plain < 0)
         goto done;
-    int kept = is_plain ? seg_kept(self, b) : 0;
-    if (kept < 0)
-        goto done;
-    if (kept) { /* a kept segment's block: coalesced at once, as Pool._free_locked does */
-        PyObject *gone = PyDict_GetItemWithError(self->attrs, s_gone);
-        if (gone == NULL && PyErr_Occurred())
-            goto done;
-        long long req_v = PyLong_AsLongLong(req);
-        if (req_v == -1 && PyErr_Occurred())
-            goto done;
-        long long size_v = PyLong_AsLongLong(size);
-        if (size_v == -1 && PyErr_Occurred())
-            goto done;
-        if (self->segment_type == NULL || gone == NULL || !PyList_Check(gone)
-            || PyList_GET_SIZE(gone))
-            is_plain = 0; /* (Pool._free_locked forgets the destroyed streams first) */
-        else {
-            if (PyDict_DelItem(self->live, ptr) < 0)
-                goto done;
-            self->st->requested -= req_v;
-            self->st->allocated -= size_v;
-            set_slot(self, b, B_FREE, Py_True);
-            r = insert_free(self, b);
-            goto done;
-        }
-    }
     if (!is_plain) { /* the general free (cross-stream uses, private pools, dead streams) */
         if (PyDict_DelItem(self->live, ptr) < 0)
             goto done;
@@ -881,7 +855,29 @@ drain_one(HotAlloc *self, int slow, long long nbytes, PyObject *stream, PyObject
         }
     }
     long long size_v = PyLong_AsLongLong(size);
-    if ((size_v == -1 && PyErr_Occurred()) || PyDict_DelItem(self->live, ptr) < 0)
+    if (size_v == -1 && PyErr_Occurred())
+        goto done;
+    int kept = seg_kept(self, b);
+    if (kept < 0)
+        goto done;
+    if (kept) { /* a kept segment's block: coalesced at once, as Pool._free_locked does */
+        PyObject *gone = PyDict_GetItemWithError(self->attrs, s_gone);
+        if ((gone == NULL && PyErr_Occurred()) || PyDict_DelItem(self->live, ptr) < 0)
+            goto done;
+        if (self->segment_type == NULL || gone == NULL || !PyList_Check(gone)
+            || PyList_GET_SIZE(gone)) { /* (Pool._free_locked forgets destroyed streams) */
+            PyObject *res = PyObject_CallOneArg(self->free_other, b);
+            r = res == NULL ? -1 : 0;
+            Py_XDECREF(res);
+            goto done;
+        }
+        self->st->requested -= req_v;
+        self->st->allocated -= size_v;
+        set_slot(self, b, B_FREE, Py_True);
+        r = insert_free(self, b);
+        goto done;
+    }
+    if (PyDict_DelItem(self->live, ptr) < 0)
         goto done;
     self->st->requested -= req_v;
     self->st->allocated -= size_v;

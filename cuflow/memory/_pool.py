@@ -294,7 +294,7 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
                     while freed:  # the queued frees, inlined for the common case
                         ptr = freed.popitem()[0]
                         b = live[ptr]
-                        if slow or not b.plain or b.seg.keep:  # (kept: coalesced at once)
+                        if slow or not b.plain:
                             del live[ptr]
                             free_other(b)
                         elif not again and b.req == nbytes and b.stream == stream:
@@ -303,6 +303,9 @@ class Pool(StatsMixin, StreamsMixin, GraphPoolsMixin, WarmupMixin):
                             # other queued frees still go on)
                             count_hit(b.size)
                             again = ptr
+                        elif b.seg.keep:  # (a kept segment's block: coalesced at once)
+                            del live[ptr]
+                            free_other(b)
                         else:
                             del live[ptr]
                             pool.requested -= b.req
