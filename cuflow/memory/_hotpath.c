@@ -840,7 +840,15 @@ drain_one(HotAlloc *self, int slow, long long nbytes, PyObject *stream, PyObject
     long long req_v = PyLong_AsLongLong(req);
     if (req_v == -1 && PyErr_Occurred())
         goto done;
-    if (*again == NULL && req_v == nbytes) {
+    long long size_v = PyLong_AsLongLong(size);
+    if (size_v == -1 && PyErr_Occurred())
+        goto done;
+    int kept = seg_kept(self, b);
+    if (kept < 0)
+        goto done;
+    /* the hand-back of a block asked for again at once: not for a kept block of 1 MiB or
+     * more, which is coalesced as it is freed (Pool._make_alloc's closure says why) */
+    if (*again == NULL && req_v == nbytes && !(kept && size_v >= SMALL)) {
         int same = same_int(bstream, stream);
         if (same < 0)
             goto done;
@@ -854,12 +862,6 @@ drain_one(HotAlloc *self, int slow, long long nbytes, PyObject *stream, PyObject
             goto done;
         }
     }
-    long long size_v = PyLong_AsLongLong(size);
-    if (size_v == -1 && PyErr_Occurred())
-        goto done;
-    int kept = seg_kept(self, b);
-    if (kept < 0)
-        goto done;
     if (kept) { /* a kept segment's block: coalesced at once, as Pool._free_locked does */
         PyObject *gone = PyDict_GetItemWithError(self->attrs, s_gone);
         if ((gone == NULL && PyErr_Occurred()) || PyDict_DelItem(self->live, ptr) < 0)

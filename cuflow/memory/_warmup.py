@@ -65,18 +65,37 @@ class _PlanBackend(Backend):
 
 
 def _play(pool: Any, events: list[tuple] | tuple, rounds: int) -> None:
-    """``events`` replayed ``rounds`` times on ``pool``: each round frees what it holds."""
+    """``events`` replayed ``rounds`` times on ``pool`` as a program's arrays use it: each
+    allocation through ``alloc_ptr``, each free queued in ``_freed`` for the next
+    allocation to give back, as CuPy's allocator hook queues it (``free_ptr`` gives back
+    at once); each round frees what it holds.
+
+    A recording logs the frees queued between two allocations in the order the pool gave
+    them back, the last queued first; each such run is queued here in reverse, so the pool
+    gives the blocks back in the recorded order.  Where a freed block goes, and whether
+    the next request takes it straight back, follow that order."""
     for _ in range(rounds):
-        live: dict[int, Block] = {}
+        live: dict[int, int] = {}  # key -> pointer
+        run: list[int] = []  # the frees since the last allocation
+
+        def give_back() -> None:
+            for key in reversed(run):
+                if key in live:
+                    pool._freed[live.pop(key)] = None
+            run.clear()
+
         try:  # a refused allocation frees the blocks still held
             for op, key, nbytes, stream in events:
                 if op == "a":
-                    live[key] = pool.alloc(nbytes, stream)
-                elif key in live:
-                    pool.free(live.pop(key))
+                    give_back()
+                    live[key] = pool.alloc_ptr(nbytes, stream)
+                else:
+                    run.append(key)
+            give_back()
         finally:
-            for b in live.values():
-                pool.free(b)
+            for ptr in live.values():
+                pool._freed[ptr] = None
+            pool.flush_frees()
 
 
 def _peak(events: list[tuple] | tuple) -> int:
