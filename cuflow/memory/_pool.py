@@ -9,7 +9,8 @@ Hot path: a freed block goes, without coalescing, to a per-stream cache of
 exact sizes (``_quick``), and an allocation of that size on that stream takes
 it back: two dictionary lookups and a list pop.  A block of a segment a warm-up
 kept is coalesced as it is freed instead (best fit over such a segment packs a
-recorded pattern tighter).  The CuPy hook frees by
+recorded pattern tighter), unless it is under 1 MiB and the next request asks for its
+very size (handed straight back, as any freed block is).  The CuPy hook frees by
 storing the pointer in ``_freed`` (a C-level dictionary store, safe from
 finalizers and other threads); the next pool operation drains it.
 

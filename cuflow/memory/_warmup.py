@@ -4,7 +4,8 @@ Segments made while warming are *kept*: any request may split them, and an ordin
 does not release them; ``empty_cache`` does, and so does a miss whose new segment the
 limit or the device refuses (memory is short then: kept segments go back before the pool
 raises ``OutOfMemoryError``).  A kept segment's blocks are coalesced as they are freed,
-not cached by exact size.  ``reserve`` and ``warmup`` (sizes the caller names) keep their
+not cached by exact size (one under 1 MiB that the next request asks for with its very
+size is handed straight back).  ``reserve`` and ``warmup`` (sizes the caller names) keep their
 segments over every backend; a replay's own segments are not kept over a backend that
 places segments itself (``places_segments``: expandable segments), where the mapped pages
 serve later placements instead.
