@@ -853,10 +853,7 @@ drain_one(HotAlloc *self, int slow, long long nbytes, PyObject *stream, PyObject
         if (same < 0)
             goto done;
         if (same) { /* it stays lent, its statistics unchanged; the other frees go on */
-            long long sv = PyLong_AsLongLong(size);
-            if (sv == -1 && PyErr_Occurred())
-                goto done;
-            self->st->hits[class_index(sv)]++;
+            self->st->hits[class_index(size_v)]++;
             *again = Py_NewRef(ptr);
             r = 0;
             goto done;
